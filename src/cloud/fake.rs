@@ -1,0 +1,435 @@
+//! An in-memory cloud for `simulate`, the benchmarks and tests: a route table keyed by
+//! destination, with configurable latency, failure injection, a server-side rate
+//! limit and call counters.
+//!
+//! It behaves like a real route table rather than like upstream's fake: one route per
+//! destination, a create for a destination that exists with another target fails with
+//! "already exists", an identical create succeeds, and errors are never sticky.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use rand::rngs::SmallRng;
+use rand::{RngExt, SeedableRng};
+
+use super::{CloudError, CloudErrorKind, NodeDirectory, RouteTarget, Routes};
+use crate::model::{Cidr, Route};
+
+/// Which call a counter or an injected failure applies to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Call {
+    List,
+    Create,
+    Delete,
+}
+
+/// Call counters, readable while the cloud is in use.
+#[derive(Debug, Default)]
+pub struct Counters {
+    pub list: AtomicU64,
+    pub create: AtomicU64,
+    pub delete: AtomicU64,
+    /// Calls refused by the server-side rate limit.
+    pub rate_limited: AtomicU64,
+    /// Calls that failed through injection.
+    pub injected_failures: AtomicU64,
+}
+
+impl Counters {
+    pub fn get(&self, call: Call) -> u64 {
+        match call {
+            Call::List => self.list.load(Ordering::Relaxed),
+            Call::Create => self.create.load(Ordering::Relaxed),
+            Call::Delete => self.delete.load(Ordering::Relaxed),
+        }
+    }
+
+    pub fn total(&self) -> u64 {
+        self.get(Call::List) + self.get(Call::Create) + self.get(Call::Delete)
+    }
+}
+
+/// A source of the current time, so that the fake's rate limit works in virtual time.
+pub type Clock = Box<dyn Fn() -> Instant + Send + Sync>;
+
+/// The in-memory cloud.
+pub struct FakeCloud {
+    state: Mutex<State>,
+    counters: Counters,
+    latency: Mutex<Duration>,
+    clock: Clock,
+}
+
+struct State {
+    /// Routes by destination network.
+    routes: BTreeMap<Cidr, Route>,
+    /// Failures to return on the next calls of a kind, in order.
+    scripted: Vec<(Call, VecDeque<CloudErrorKind>)>,
+    /// Destinations whose creates and deletes always fail.
+    broken: BTreeMap<Cidr, CloudErrorKind>,
+    /// Probability that any call fails (ambiguously or with a retryable error).
+    failure_rate: f64,
+    rng: SmallRng,
+    limit: Option<ServerRateLimit>,
+}
+
+/// A token bucket on the "server" side: calls beyond it get `RateLimited`.
+struct ServerRateLimit {
+    per_second: f64,
+    burst: f64,
+    tokens: f64,
+    at: Instant,
+}
+
+impl Default for FakeCloud {
+    fn default() -> FakeCloud {
+        FakeCloud::new()
+    }
+}
+
+impl FakeCloud {
+    /// An empty cloud with no latency, no failures and no rate limit.
+    pub fn new() -> FakeCloud {
+        FakeCloud::with_clock(Box::new(Instant::now))
+    }
+
+    /// An empty cloud that reads time from `clock` (virtual time in simulations).
+    pub fn with_clock(clock: Clock) -> FakeCloud {
+        FakeCloud {
+            state: Mutex::new(State {
+                routes: BTreeMap::new(),
+                scripted: Vec::new(),
+                broken: BTreeMap::new(),
+                failure_rate: 0.0,
+                rng: SmallRng::seed_from_u64(1),
+                limit: None,
+            }),
+            counters: Counters::default(),
+            latency: Mutex::new(Duration::ZERO),
+            clock,
+        }
+    }
+
+    /// Puts routes in the table as they are (for seeding a test).
+    pub fn seed(&self, routes: impl IntoIterator<Item = Route>) {
+        let mut s = self.lock();
+        for r in routes {
+            let cidr =
+                Cidr::parse(&r.destination_cidr).expect("seeded routes need a valid destination");
+            s.routes.insert(cidr, r);
+        }
+    }
+
+    /// The routes in the table, by destination.
+    pub fn routes(&self) -> Vec<Route> {
+        self.lock().routes.values().cloned().collect()
+    }
+
+    pub fn counters(&self) -> &Counters {
+        &self.counters
+    }
+
+    /// Real time each call sleeps before answering (for the threaded runtime).
+    pub fn set_latency(&self, latency: Duration) {
+        *self.latency.lock().unwrap_or_else(|e| e.into_inner()) = latency;
+    }
+
+    /// The next calls of kind `call` fail with these errors, one each, in order.
+    pub fn fail_next(&self, call: Call, errors: impl IntoIterator<Item = CloudErrorKind>) {
+        let mut s = self.lock();
+        let errors: VecDeque<_> = errors.into_iter().collect();
+        match s.scripted.iter_mut().find(|(c, _)| *c == call) {
+            Some((_, q)) => q.extend(errors),
+            None => s.scripted.push((call, errors)),
+        }
+    }
+
+    /// Every create and delete for `destination` fails with `kind` until healed.
+    pub fn break_destination(&self, destination: Cidr, kind: CloudErrorKind) {
+        self.lock().broken.insert(destination, kind);
+    }
+
+    pub fn heal_destination(&self, destination: Cidr) {
+        self.lock().broken.remove(&destination);
+    }
+
+    /// Each call fails with this probability: half of the failures are ambiguous
+    /// (the call took effect but the reply was lost), half are clean refusals.
+    pub fn set_failure_rate(&self, rate: f64, seed: u64) {
+        let mut s = self.lock();
+        s.failure_rate = rate;
+        s.rng = SmallRng::seed_from_u64(seed);
+    }
+
+    /// Refuse calls beyond `per_second` with a bucket of `burst`, as a provider's API
+    /// rate limit does.
+    pub fn set_rate_limit(&self, per_second: f64, burst: u32) {
+        let now = (self.clock)();
+        self.lock().limit = Some(ServerRateLimit {
+            per_second,
+            burst: f64::from(burst),
+            tokens: f64::from(burst),
+            at: now,
+        });
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn count(&self, call: Call) {
+        let c = match call {
+            Call::List => &self.counters.list,
+            Call::Create => &self.counters.create,
+            Call::Delete => &self.counters.delete,
+        };
+        c.fetch_add(1, Ordering::Relaxed);
+    }
+
+    fn sleep(&self) {
+        let latency = *self.latency.lock().unwrap_or_else(|e| e.into_inner());
+        if !latency.is_zero() {
+            std::thread::sleep(latency);
+        }
+    }
+
+    /// Applies the rate limit and the injected failures that decide a call's fate
+    /// before it touches the table. `Err` means the call must not take effect;
+    /// `Ok(true)` means it takes effect but its reply is lost (ambiguous).
+    fn admit(
+        &self,
+        s: &mut State,
+        call: Call,
+        destination: Option<&Cidr>,
+    ) -> Result<bool, CloudError> {
+        if let Some(limit) = &mut s.limit {
+            let now = (self.clock)();
+            let elapsed = now.saturating_duration_since(limit.at).as_secs_f64();
+            limit.tokens = (limit.tokens + elapsed * limit.per_second).min(limit.burst);
+            limit.at = now;
+            if limit.tokens < 1.0 {
+                self.counters.rate_limited.fetch_add(1, Ordering::Relaxed);
+                let wait = Duration::from_secs_f64((1.0 - limit.tokens) / limit.per_second);
+                return Err(CloudError::new(
+                    CloudErrorKind::RateLimited { after: wait },
+                    "fake cloud: rate limit exceeded",
+                ));
+            }
+            limit.tokens -= 1.0;
+        }
+        if let Some((_, q)) = s.scripted.iter_mut().find(|(c, _)| *c == call) {
+            if let Some(kind) = q.pop_front() {
+                self.counters
+                    .injected_failures
+                    .fetch_add(1, Ordering::Relaxed);
+                if kind == CloudErrorKind::Ambiguous {
+                    return Ok(true);
+                }
+                return Err(CloudError::new(
+                    kind,
+                    format!("fake cloud: injected {} failure", kind.outcome()),
+                ));
+            }
+        }
+        if let Some(kind) = destination.and_then(|d| s.broken.get(d)) {
+            self.counters
+                .injected_failures
+                .fetch_add(1, Ordering::Relaxed);
+            return Err(CloudError::new(
+                *kind,
+                format!("fake cloud: destination refused ({})", kind.outcome()),
+            ));
+        }
+        if s.failure_rate > 0.0 && s.rng.random_bool(s.failure_rate) {
+            self.counters
+                .injected_failures
+                .fetch_add(1, Ordering::Relaxed);
+            if s.rng.random_bool(0.5) {
+                return Ok(true);
+            }
+            return Err(CloudError::new(
+                CloudErrorKind::Retry { after: None },
+                "fake cloud: injected transient failure",
+            ));
+        }
+        Ok(false)
+    }
+}
+
+fn lost_reply() -> CloudError {
+    CloudError::ambiguous("fake cloud: injected timeout; the call may have taken effect")
+}
+
+impl Routes for FakeCloud {
+    fn provider_name(&self) -> &'static str {
+        "fake"
+    }
+
+    fn list_routes(
+        &self,
+        _cluster_name: &str,
+        _nodes: &NodeDirectory,
+    ) -> Result<Vec<Route>, CloudError> {
+        self.sleep();
+        self.count(Call::List);
+        let mut s = self.lock();
+        if self.admit(&mut s, Call::List, None)? {
+            return Err(lost_reply());
+        }
+        Ok(s.routes.values().cloned().collect())
+    }
+
+    fn create_route(
+        &self,
+        cluster_name: &str,
+        _name_hint: &str,
+        route: &Route,
+        _target: &RouteTarget,
+    ) -> Result<(), CloudError> {
+        self.sleep();
+        self.count(Call::Create);
+        let cidr =
+            Cidr::parse(&route.destination_cidr).map_err(|e| CloudError::invalid(e.to_string()))?;
+        let mut s = self.lock();
+        let lost = self.admit(&mut s, Call::Create, Some(&cidr))?;
+        if let Some(existing) = s.routes.get(&cidr) {
+            if existing.target_node == route.target_node && !existing.blackhole {
+                return if lost { Err(lost_reply()) } else { Ok(()) };
+            }
+            return Err(CloudError::new(
+                CloudErrorKind::AlreadyExists,
+                format!(
+                    "fake cloud: a route for {cidr} already exists (to {:?})",
+                    existing.target_node
+                ),
+            ));
+        }
+        let stored = Route {
+            name: format!("{cluster_name}-{}-{cidr}", route.target_node),
+            target_node: route.target_node.clone(),
+            target_node_addresses: route.target_node_addresses.clone(),
+            destination_cidr: route.destination_cidr.clone(),
+            blackhole: false,
+            enable_node_addresses: false,
+        };
+        s.routes.insert(cidr, stored);
+        if lost { Err(lost_reply()) } else { Ok(()) }
+    }
+
+    fn delete_route(&self, _cluster_name: &str, route: &Route) -> Result<(), CloudError> {
+        self.sleep();
+        self.count(Call::Delete);
+        let cidr =
+            Cidr::parse(&route.destination_cidr).map_err(|e| CloudError::invalid(e.to_string()))?;
+        let mut s = self.lock();
+        let lost = self.admit(&mut s, Call::Delete, Some(&cidr))?;
+        match s.routes.get(&cidr) {
+            Some(existing) if existing.target_node == route.target_node => {
+                s.routes.remove(&cidr);
+                if lost { Err(lost_reply()) } else { Ok(()) }
+            }
+            _ => Err(CloudError::new(
+                CloudErrorKind::NotFound,
+                format!("fake cloud: no route for {cidr} to {:?}", route.target_node),
+            )),
+        }
+    }
+}
+
+impl FakeCloud {
+    /// Marks the route to `destination` as a blackhole (its target is gone), as AWS
+    /// does when an instance is terminated.
+    pub fn make_blackhole(&self, destination: Cidr) {
+        if let Some(r) = self.lock().routes.get_mut(&destination) {
+            r.blackhole = true;
+            r.target_node.clear();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::NodeAddress;
+
+    fn target(node: &str) -> RouteTarget {
+        RouteTarget {
+            node_name: node.into(),
+            provider_id: None,
+            addresses: vec![],
+        }
+    }
+
+    fn route(node: &str, cidr: &str) -> Route {
+        Route {
+            target_node: node.into(),
+            destination_cidr: cidr.into(),
+            target_node_addresses: vec![NodeAddress::internal_ip("10.0.0.1")],
+            ..Route::default()
+        }
+    }
+
+    #[test]
+    fn create_list_delete_round_trip() {
+        let cloud = FakeCloud::new();
+        cloud
+            .create_route("c", "uid", &route("n1", "10.1.0.0/24"), &target("n1"))
+            .unwrap();
+        let listed = cloud.list_routes("c", &NodeDirectory::default()).unwrap();
+        assert_eq!(listed.len(), 1);
+        assert_eq!(listed[0].name, "c-n1-10.1.0.0/24");
+        cloud.delete_route("c", &listed[0]).unwrap();
+        assert!(cloud.routes().is_empty());
+        assert_eq!(
+            cloud.delete_route("c", &listed[0]).unwrap_err().kind,
+            CloudErrorKind::NotFound
+        );
+        assert_eq!(
+            (
+                cloud.counters().get(Call::Create),
+                cloud.counters().get(Call::Delete)
+            ),
+            (1, 2)
+        );
+    }
+
+    #[test]
+    fn identical_create_succeeds_and_conflicting_create_reports_already_exists() {
+        let cloud = FakeCloud::new();
+        cloud
+            .create_route("c", "u", &route("n1", "10.1.0.0/24"), &target("n1"))
+            .unwrap();
+        cloud
+            .create_route("c", "u", &route("n1", "10.1.0.0/24"), &target("n1"))
+            .unwrap();
+        let err = cloud
+            .create_route("c", "u", &route("n2", "10.1.0.0/24"), &target("n2"))
+            .unwrap_err();
+        assert_eq!(err.kind, CloudErrorKind::AlreadyExists);
+    }
+
+    #[test]
+    fn scripted_ambiguous_failure_takes_effect_but_reports_an_error() {
+        let cloud = FakeCloud::new();
+        cloud.fail_next(Call::Create, [CloudErrorKind::Ambiguous]);
+        let err = cloud
+            .create_route("c", "u", &route("n1", "10.1.0.0/24"), &target("n1"))
+            .unwrap_err();
+        assert_eq!(err.kind, CloudErrorKind::Ambiguous);
+        assert_eq!(cloud.routes().len(), 1);
+    }
+
+    #[test]
+    fn server_rate_limit_refuses_beyond_the_burst() {
+        let cloud = FakeCloud::new();
+        cloud.set_rate_limit(0.001, 2);
+        let dir = NodeDirectory::default();
+        assert!(cloud.list_routes("c", &dir).is_ok());
+        assert!(cloud.list_routes("c", &dir).is_ok());
+        let err = cloud.list_routes("c", &dir).unwrap_err();
+        assert!(matches!(err.kind, CloudErrorKind::RateLimited { .. }));
+        assert_eq!(cloud.counters().rate_limited.load(Ordering::Relaxed), 1);
+    }
+}

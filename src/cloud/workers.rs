@@ -1,0 +1,87 @@
+//! The cloud worker pool: threads that run the controller's cloud operations against
+//! a provider and send the replies back. The pool size bounds the calls in flight
+//! (`--concurrent-route-operations`); the controller never dispatches more than that.
+
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::Instant;
+
+use crossbeam_channel::{Receiver, Sender};
+
+use super::Routes;
+use crate::controller::{CloudOp, CloudReply, OpId};
+use crate::metrics::Metrics;
+
+/// One operation for a worker.
+#[derive(Debug)]
+pub struct CloudJob {
+    pub id: OpId,
+    pub op: CloudOp,
+}
+
+/// Runs one operation against the provider, recording it in the metrics.
+pub fn run_op(
+    provider: &dyn Routes,
+    cluster_name: &str,
+    op: &CloudOp,
+    metrics: &Metrics,
+) -> CloudReply {
+    let start = Instant::now();
+    let (reply, outcome) = match op {
+        CloudOp::List { nodes } => {
+            let r = provider.list_routes(cluster_name, nodes);
+            let outcome = r.as_ref().map(|_| ()).map_err(|e| e.kind);
+            (CloudReply::Listed(r), outcome)
+        }
+        CloudOp::Create {
+            route,
+            name_hint,
+            target,
+        } => {
+            let r = provider.create_route(cluster_name, name_hint, route, target);
+            let outcome = r.as_ref().map(|_| ()).map_err(|e| e.kind);
+            (CloudReply::Done(r), outcome)
+        }
+        CloudOp::Delete { route, .. } => {
+            let r = provider.delete_route(cluster_name, route);
+            let outcome = r.as_ref().map(|_| ()).map_err(|e| e.kind);
+            (CloudReply::Done(r), outcome)
+        }
+    };
+    metrics.cloud_request(op.operation(), outcome, start.elapsed());
+    reply
+}
+
+/// Starts `count` workers. They stop when `jobs` is closed and drained, or when the
+/// reply channel is gone.
+pub fn spawn(
+    provider: Arc<dyn Routes>,
+    cluster_name: String,
+    count: usize,
+    jobs: Receiver<CloudJob>,
+    replies: Sender<(OpId, CloudReply)>,
+    metrics: Arc<Metrics>,
+) -> std::io::Result<Vec<JoinHandle<()>>> {
+    metrics.set_provider(provider.provider_name());
+    (0..count.max(1))
+        .map(|i| {
+            let (provider, cluster_name, jobs, replies, metrics) = (
+                provider.clone(),
+                cluster_name.clone(),
+                jobs.clone(),
+                replies.clone(),
+                metrics.clone(),
+            );
+            std::thread::Builder::new()
+                .name(format!("cloud-worker-{i}"))
+                .spawn(move || {
+                    for job in jobs.iter() {
+                        let reply = run_op(provider.as_ref(), &cluster_name, &job.op, &metrics);
+                        if replies.send((job.id, reply)).is_err() {
+                            return;
+                        }
+                    }
+                })
+        })
+        .collect()
+}

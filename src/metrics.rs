@@ -1,0 +1,541 @@
+//! The metrics registry: counters, gauges and histograms on atomics, shared read-only
+//! with the metrics server and written by the controller, the cloud workers and the
+//! Kubernetes client threads. It is the only state shared between threads.
+//!
+//! Label sets are closed enums, so every series exists from the start (a scrape shows
+//! zeros rather than missing series) and recording is a single atomic add.
+
+use std::fmt::Write as _;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::time::Duration;
+
+use crate::cloud::CloudErrorKind;
+
+/// A monotonically increasing count.
+#[derive(Debug, Default)]
+pub struct Counter(AtomicU64);
+
+impl Counter {
+    pub fn inc(&self) {
+        self.add(1);
+    }
+    pub fn add(&self, n: u64) {
+        self.0.fetch_add(n, Ordering::Relaxed);
+    }
+    pub fn get(&self) -> u64 {
+        self.0.load(Ordering::Relaxed)
+    }
+}
+
+/// A value that goes up and down.
+#[derive(Debug, Default)]
+pub struct Gauge(AtomicI64);
+
+impl Gauge {
+    pub fn set(&self, v: i64) {
+        self.0.store(v, Ordering::Relaxed);
+    }
+    pub fn get(&self) -> i64 {
+        self.0.load(Ordering::Relaxed)
+    }
+}
+
+/// A histogram with fixed upper bounds, in seconds.
+#[derive(Debug)]
+pub struct Histogram {
+    bounds: &'static [f64],
+    buckets: Vec<AtomicU64>,
+    count: AtomicU64,
+    /// The sum in nanoseconds, so that it stays an integer atomic.
+    sum_nanos: AtomicU64,
+}
+
+/// Buckets for latencies between milliseconds and a day: the trigger-to-pass and
+/// node-to-route times span both a 50 ms debounce and a 24 h resync.
+pub const LATENCY_BUCKETS: &[f64] = &[
+    0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0, 3600.0,
+    86400.0,
+];
+
+/// Buckets for single cloud requests.
+pub const REQUEST_BUCKETS: &[f64] = &[
+    0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
+];
+
+impl Histogram {
+    pub fn new(bounds: &'static [f64]) -> Histogram {
+        Histogram {
+            bounds,
+            buckets: bounds.iter().map(|_| AtomicU64::new(0)).collect(),
+            count: AtomicU64::new(0),
+            sum_nanos: AtomicU64::new(0),
+        }
+    }
+
+    pub fn observe(&self, d: Duration) {
+        let secs = d.as_secs_f64();
+        if let Some(i) = self.bounds.iter().position(|b| secs <= *b) {
+            self.buckets[i].fetch_add(1, Ordering::Relaxed);
+        }
+        self.count.fetch_add(1, Ordering::Relaxed);
+        self.sum_nanos.fetch_add(
+            u64::try_from(d.as_nanos()).unwrap_or(u64::MAX),
+            Ordering::Relaxed,
+        );
+    }
+
+    pub fn count(&self) -> u64 {
+        self.count.load(Ordering::Relaxed)
+    }
+
+    fn encode(&self, out: &mut String, name: &str, labels: &str) {
+        let mut cumulative = 0;
+        let sep = if labels.is_empty() { "" } else { "," };
+        for (b, n) in self.bounds.iter().zip(&self.buckets) {
+            cumulative += n.load(Ordering::Relaxed);
+            let _ = writeln!(out, "{name}_bucket{{{labels}{sep}le=\"{b}\"}} {cumulative}");
+        }
+        let count = self.count();
+        let _ = writeln!(out, "{name}_bucket{{{labels}{sep}le=\"+Inf\"}} {count}");
+        let sum = self.sum_nanos.load(Ordering::Relaxed) as f64 / 1e9;
+        let braces = if labels.is_empty() {
+            String::new()
+        } else {
+            format!("{{{labels}}}")
+        };
+        let _ = writeln!(out, "{name}_sum{braces} {sum}");
+        let _ = writeln!(out, "{name}_count{braces} {count}");
+    }
+}
+
+/// What started a reconcile pass; the label of `route_controller_passes_total`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum TriggerKind {
+    /// The first complete node list (or gaining leadership).
+    Startup,
+    /// A relist of the nodes after the watch broke.
+    Relist,
+    NodeAdd,
+    NodeDelete,
+    /// A change of `spec.podCIDRs` or `status.addresses`.
+    NodeUpdate,
+    /// The 12–24 h full resync (watch mode).
+    Resync,
+    /// The `--route-reconciliation-period` timer (poll mode).
+    Poll,
+    /// A failed route operation or list being retried.
+    Retry,
+}
+
+impl TriggerKind {
+    pub const ALL: [TriggerKind; 8] = [
+        TriggerKind::Startup,
+        TriggerKind::Relist,
+        TriggerKind::NodeAdd,
+        TriggerKind::NodeDelete,
+        TriggerKind::NodeUpdate,
+        TriggerKind::Resync,
+        TriggerKind::Poll,
+        TriggerKind::Retry,
+    ];
+
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            TriggerKind::Startup => "startup",
+            TriggerKind::Relist => "relist",
+            TriggerKind::NodeAdd => "node_add",
+            TriggerKind::NodeDelete => "node_delete",
+            TriggerKind::NodeUpdate => "node_update",
+            TriggerKind::Resync => "resync",
+            TriggerKind::Poll => "poll",
+            TriggerKind::Retry => "retry",
+        }
+    }
+
+    fn index(&self) -> usize {
+        *self as usize
+    }
+}
+
+/// A cloud call, the label `operation`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum CloudOperation {
+    List,
+    Create,
+    Delete,
+}
+
+impl CloudOperation {
+    pub const ALL: [CloudOperation; 3] = [
+        CloudOperation::List,
+        CloudOperation::Create,
+        CloudOperation::Delete,
+    ];
+
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            CloudOperation::List => "list",
+            CloudOperation::Create => "create",
+            CloudOperation::Delete => "delete",
+        }
+    }
+}
+
+const OUTCOMES: [&str; 8] = [
+    "success",
+    "retry",
+    "rate_limited",
+    "conflict",
+    "not_found",
+    "already_exists",
+    "invalid",
+    "ambiguous",
+];
+
+fn outcome_index(result: Result<(), CloudErrorKind>) -> usize {
+    match result {
+        Ok(()) => 0,
+        Err(kind) => OUTCOMES
+            .iter()
+            .position(|o| *o == kind.outcome())
+            .unwrap_or(OUTCOMES.len() - 1),
+    }
+}
+
+/// Every metric the process exports.
+#[derive(Debug)]
+pub struct Metrics {
+    /// Upstream's `route_controller_route_sync_total`: passes started, in every mode.
+    pub route_sync_total: Counter,
+    passes: [Counter; 8],
+    triggers: [Counter; 8],
+    /// Triggers that joined a pass already pending instead of starting one.
+    pub triggers_coalesced: Counter,
+    /// From a trigger (a node change, a timer) to the start of the pass serving it.
+    pub trigger_to_pass: Histogram,
+    /// From a node first showing a pod CIDR to its route existing in the cloud.
+    pub node_to_route: Histogram,
+    provider: Mutex<&'static str>,
+    cloud_requests: [[Counter; 8]; 3],
+    cloud_duration: [Histogram; 3],
+    /// Routes by state: `ok` (in the cloud as wanted), `pending` (an operation is
+    /// queued or in flight) and `failing` (the last operation failed; a retry waits).
+    pub routes_ok: Gauge,
+    pub routes_pending: Gauge,
+    pub routes_failing: Gauge,
+    pub condition_writes: Counter,
+    pub condition_write_failures: Counter,
+    pub events: Counter,
+    pub watch_relists: Counter,
+    pub watch_restarts: Counter,
+    pub watch_events: Counter,
+    /// 1 while the watch is connected or listing successfully.
+    pub watch_healthy: Gauge,
+    /// 1 once a complete node list has been seen.
+    pub synced: Gauge,
+    /// 1 while this replica holds the lease (or runs without leader election).
+    pub leader: Gauge,
+    pub leader_transitions: Counter,
+}
+
+impl Default for Metrics {
+    fn default() -> Metrics {
+        Metrics::new()
+    }
+}
+
+impl Metrics {
+    pub fn new() -> Metrics {
+        Metrics {
+            route_sync_total: Counter::default(),
+            passes: Default::default(),
+            triggers: Default::default(),
+            triggers_coalesced: Counter::default(),
+            trigger_to_pass: Histogram::new(LATENCY_BUCKETS),
+            node_to_route: Histogram::new(LATENCY_BUCKETS),
+            provider: Mutex::new(""),
+            cloud_requests: Default::default(),
+            cloud_duration: std::array::from_fn(|_| Histogram::new(REQUEST_BUCKETS)),
+            routes_ok: Gauge::default(),
+            routes_pending: Gauge::default(),
+            routes_failing: Gauge::default(),
+            condition_writes: Counter::default(),
+            condition_write_failures: Counter::default(),
+            events: Counter::default(),
+            watch_relists: Counter::default(),
+            watch_restarts: Counter::default(),
+            watch_events: Counter::default(),
+            watch_healthy: Gauge::default(),
+            synced: Gauge::default(),
+            leader: Gauge::default(),
+            leader_transitions: Counter::default(),
+        }
+    }
+
+    pub fn set_provider(&self, name: &'static str) {
+        *self.provider.lock().unwrap_or_else(|e| e.into_inner()) = name;
+    }
+
+    pub fn pass_started(&self, trigger: TriggerKind) {
+        self.route_sync_total.inc();
+        self.passes[trigger.index()].inc();
+    }
+
+    pub fn passes(&self, trigger: TriggerKind) -> u64 {
+        self.passes[trigger.index()].get()
+    }
+
+    pub fn passes_total(&self) -> u64 {
+        self.route_sync_total.get()
+    }
+
+    pub fn trigger(&self, kind: TriggerKind) {
+        self.triggers[kind.index()].inc();
+    }
+
+    pub fn triggers(&self, kind: TriggerKind) -> u64 {
+        self.triggers[kind.index()].get()
+    }
+
+    /// Records one cloud request: its operation, outcome and duration.
+    pub fn cloud_request(
+        &self,
+        op: CloudOperation,
+        result: Result<(), CloudErrorKind>,
+        took: Duration,
+    ) {
+        self.cloud_requests[op as usize][outcome_index(result)].inc();
+        self.cloud_duration[op as usize].observe(took);
+    }
+
+    /// Cloud requests of one operation, all outcomes.
+    pub fn cloud_requests(&self, op: CloudOperation) -> u64 {
+        self.cloud_requests[op as usize]
+            .iter()
+            .map(Counter::get)
+            .sum()
+    }
+
+    /// The Prometheus text exposition format (version 0.0.4).
+    pub fn encode(&self) -> String {
+        let mut out = String::with_capacity(8192);
+        let provider = *self.provider.lock().unwrap_or_else(|e| e.into_inner());
+        counter(
+            &mut out,
+            "route_controller_route_sync_total",
+            "A metric counting the amount of times routes have been synced with the cloud provider.",
+            self.route_sync_total.get(),
+        );
+        header(
+            &mut out,
+            "route_controller_passes_total",
+            "counter",
+            "Reconcile passes by what triggered them.",
+        );
+        for k in TriggerKind::ALL {
+            let _ = writeln!(
+                out,
+                "route_controller_passes_total{{trigger=\"{}\"}} {}",
+                k.as_str(),
+                self.passes(k)
+            );
+        }
+        header(
+            &mut out,
+            "route_controller_triggers_total",
+            "counter",
+            "Triggers received, by kind.",
+        );
+        for k in TriggerKind::ALL {
+            let _ = writeln!(
+                out,
+                "route_controller_triggers_total{{trigger=\"{}\"}} {}",
+                k.as_str(),
+                self.triggers(k)
+            );
+        }
+        counter(
+            &mut out,
+            "route_controller_triggers_coalesced_total",
+            "Triggers folded into a pass that was already pending.",
+            self.triggers_coalesced.get(),
+        );
+        header(
+            &mut out,
+            "route_controller_trigger_to_pass_seconds",
+            "histogram",
+            "Time from a trigger (node change, timer) to the start of the pass that serves it.",
+        );
+        self.trigger_to_pass
+            .encode(&mut out, "route_controller_trigger_to_pass_seconds", "");
+        header(
+            &mut out,
+            "route_controller_node_to_route_seconds",
+            "histogram",
+            "Time from a node showing a pod CIDR to its route existing in the cloud.",
+        );
+        self.node_to_route
+            .encode(&mut out, "route_controller_node_to_route_seconds", "");
+        header(
+            &mut out,
+            "route_controller_cloud_requests_total",
+            "counter",
+            "Cloud route calls by operation and outcome.",
+        );
+        for op in CloudOperation::ALL {
+            for (i, outcome) in OUTCOMES.iter().enumerate() {
+                let _ = writeln!(
+                    out,
+                    "route_controller_cloud_requests_total{{provider=\"{provider}\",operation=\"{}\",outcome=\"{outcome}\"}} {}",
+                    op.as_str(),
+                    self.cloud_requests[op as usize][i].get()
+                );
+            }
+        }
+        header(
+            &mut out,
+            "route_controller_cloud_request_duration_seconds",
+            "histogram",
+            "Duration of cloud route calls, including the provider's rate-limit waits.",
+        );
+        for op in CloudOperation::ALL {
+            let labels = format!("provider=\"{provider}\",operation=\"{}\"", op.as_str());
+            self.cloud_duration[op as usize].encode(
+                &mut out,
+                "route_controller_cloud_request_duration_seconds",
+                &labels,
+            );
+        }
+        header(
+            &mut out,
+            "route_controller_routes",
+            "gauge",
+            "Wanted routes by state: ok, pending, failing.",
+        );
+        for (state, g) in [
+            ("ok", &self.routes_ok),
+            ("pending", &self.routes_pending),
+            ("failing", &self.routes_failing),
+        ] {
+            let _ = writeln!(
+                out,
+                "route_controller_routes{{state=\"{state}\"}} {}",
+                g.get()
+            );
+        }
+        counter(
+            &mut out,
+            "route_controller_condition_writes_total",
+            "NetworkUnavailable condition patches sent.",
+            self.condition_writes.get(),
+        );
+        counter(
+            &mut out,
+            "route_controller_condition_write_failures_total",
+            "NetworkUnavailable condition patches that failed.",
+            self.condition_write_failures.get(),
+        );
+        counter(
+            &mut out,
+            "route_controller_events_total",
+            "Kubernetes events recorded.",
+            self.events.get(),
+        );
+        counter(
+            &mut out,
+            "route_controller_watch_relists_total",
+            "Complete node lists (start and relists).",
+            self.watch_relists.get(),
+        );
+        counter(
+            &mut out,
+            "route_controller_watch_restarts_total",
+            "Node watch streams restarted.",
+            self.watch_restarts.get(),
+        );
+        counter(
+            &mut out,
+            "route_controller_watch_events_total",
+            "Node watch events received.",
+            self.watch_events.get(),
+        );
+        gauge(
+            &mut out,
+            "route_controller_watch_healthy",
+            "1 while the node watch is connected.",
+            self.watch_healthy.get(),
+        );
+        gauge(
+            &mut out,
+            "route_controller_synced",
+            "1 once a complete node list has been seen.",
+            self.synced.get(),
+        );
+        gauge(
+            &mut out,
+            "route_controller_leader",
+            "1 while this replica may write (holds the lease).",
+            self.leader.get(),
+        );
+        counter(
+            &mut out,
+            "route_controller_leader_transitions_total",
+            "Times this replica gained or lost leadership.",
+            self.leader_transitions.get(),
+        );
+        out
+    }
+}
+
+fn header(out: &mut String, name: &str, kind: &str, help: &str) {
+    let _ = writeln!(out, "# HELP {name} {help}");
+    let _ = writeln!(out, "# TYPE {name} {kind}");
+}
+
+fn counter(out: &mut String, name: &str, help: &str, v: u64) {
+    header(out, name, "counter", help);
+    let _ = writeln!(out, "{name} {v}");
+}
+
+fn gauge(out: &mut String, name: &str, help: &str, v: i64) {
+    header(out, name, "gauge", help);
+    let _ = writeln!(out, "{name} {v}");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn histogram_buckets_are_cumulative() {
+        let h = Histogram::new(&[0.1, 1.0]);
+        h.observe(Duration::from_millis(50));
+        h.observe(Duration::from_millis(500));
+        h.observe(Duration::from_secs(5));
+        let mut out = String::new();
+        h.encode(&mut out, "x", "");
+        assert!(out.contains("x_bucket{le=\"0.1\"} 1\n"), "{out}");
+        assert!(out.contains("x_bucket{le=\"1\"} 2\n"), "{out}");
+        assert!(out.contains("x_bucket{le=\"+Inf\"} 3\n"), "{out}");
+        assert!(out.contains("x_count 3\n"), "{out}");
+        assert!(out.contains("x_sum 5.55\n"), "{out}");
+    }
+
+    #[test]
+    fn cloud_requests_are_labelled_by_operation_and_outcome() {
+        let m = Metrics::new();
+        m.set_provider("fake");
+        m.cloud_request(
+            CloudOperation::Create,
+            Err(CloudErrorKind::Conflict),
+            Duration::from_millis(3),
+        );
+        m.cloud_request(CloudOperation::Create, Ok(()), Duration::from_millis(3));
+        let text = m.encode();
+        assert!(text.contains(
+            "route_controller_cloud_requests_total{provider=\"fake\",operation=\"create\",outcome=\"conflict\"} 1"
+        ));
+        assert_eq!(m.cloud_requests(CloudOperation::Create), 2);
+    }
+}

@@ -1,0 +1,467 @@
+//! The domain model: nodes as the route controller sees them, cloud routes, and
+//! parsed CIDRs.
+//!
+//! A Kubernetes Node carries image lists, managed fields and dozens of fields the
+//! controller never reads. [`Node`] keeps only what routing needs, and decoding a full
+//! Node JSON into it skips everything else without allocating for it, so that a
+//! cluster of 50 000 nodes stays small in memory.
+
+use std::fmt;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::str::FromStr;
+
+use serde::{Deserialize, Deserializer, Serialize};
+
+/// The condition type the route controller owns on every node.
+pub const NETWORK_UNAVAILABLE: &str = "NetworkUnavailable";
+
+/// A node as the route controller needs it: identity, pod CIDRs, addresses and the
+/// `NetworkUnavailable` condition. Everything else in a Kubernetes Node is dropped at
+/// decode time.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Node {
+    /// `metadata.name`.
+    pub name: String,
+    /// `metadata.uid`; the controller passes it to the cloud as the name hint.
+    pub uid: String,
+    /// `metadata.resourceVersion`; equal versions on an update mean "no change".
+    pub resource_version: String,
+    /// `spec.providerID`, e.g. `hcloud://4711` or `aws:///eu-west-1a/i-0abc`.
+    pub provider_id: Option<String>,
+    /// `spec.podCIDRs`, as written by the IPAM controller, unparsed. The planner
+    /// parses them, so one invalid entry affects only its node.
+    pub pod_cidrs: Vec<String>,
+    /// `status.addresses`, in the order the kubelet reported them.
+    pub addresses: Vec<NodeAddress>,
+    /// `status.conditions[type=NetworkUnavailable]`, if present.
+    pub network_unavailable: Option<Condition>,
+}
+
+/// One entry of `status.addresses`.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct NodeAddress {
+    /// `InternalIP`, `ExternalIP`, `Hostname`, `InternalDNS` or `ExternalDNS`.
+    #[serde(rename = "type", default)]
+    pub kind: String,
+    #[serde(default)]
+    pub address: String,
+}
+
+impl NodeAddress {
+    pub fn new(kind: &str, address: &str) -> NodeAddress {
+        NodeAddress {
+            kind: kind.to_string(),
+            address: address.to_string(),
+        }
+    }
+
+    pub fn internal_ip(address: &str) -> NodeAddress {
+        NodeAddress::new("InternalIP", address)
+    }
+}
+
+/// The parts of a node condition the controller reads and writes.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Condition {
+    /// `True`, `False` or `Unknown`.
+    pub status: String,
+    #[serde(default)]
+    pub reason: String,
+    #[serde(default)]
+    pub message: String,
+}
+
+/// A route in the cloud, as upstream's `cloudprovider.Route`.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct Route {
+    /// The provider's name for the route; ignored on create.
+    pub name: String,
+    /// The node the traffic goes to; empty when the route has no known target.
+    pub target_node: String,
+    /// The node addresses the route points at. On create the controller fills them
+    /// from `status.addresses`; on list they count only if `enable_node_addresses`.
+    pub target_node_addresses: Vec<NodeAddress>,
+    /// The destination, as the provider reports it (compared as a parsed network).
+    #[serde(rename = "destinationCIDR")]
+    pub destination_cidr: String,
+    /// The provider reports that the route's target is gone.
+    pub blackhole: bool,
+    /// Set by the provider: "my routes carry target addresses; compare them".
+    pub enable_node_addresses: bool,
+}
+
+/// An IPv4 or IPv6 network, masked to its prefix: `10.244.1.7/24` is `10.244.1.0/24`.
+///
+/// Two CIDRs are equal when they denote the same network, whatever their spelling
+/// (`a00:100:0::/24` and `a00:100::/24`; `10.120.000.000/24` and `10.120.0.0/24`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Cidr {
+    network: IpAddr,
+    prefix: u8,
+}
+
+/// Why a string is not a CIDR.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CidrError {
+    pub input: String,
+    pub problem: &'static str,
+}
+
+impl fmt::Display for CidrError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "invalid CIDR {:?}: {}", self.input, self.problem)
+    }
+}
+
+impl std::error::Error for CidrError {}
+
+impl Cidr {
+    /// Parses `ADDRESS/PREFIX` like Kubernetes' sloppy parser: IPv4 octets may carry
+    /// leading zeros (read as decimal), and the address is masked to the prefix.
+    pub fn parse(input: &str) -> Result<Cidr, CidrError> {
+        let err = |problem| CidrError {
+            input: input.to_string(),
+            problem,
+        };
+        let (addr, prefix) = input
+            .split_once('/')
+            .ok_or_else(|| err("missing '/PREFIX'"))?;
+        if prefix.is_empty() || prefix.len() > 3 || !prefix.bytes().all(|b| b.is_ascii_digit()) {
+            return Err(err("the prefix length is not a number"));
+        }
+        let prefix: u8 = prefix
+            .parse()
+            .map_err(|_| err("the prefix length is not a number"))?;
+        let network = if addr.contains(':') {
+            let v6 = Ipv6Addr::from_str(addr).map_err(|_| err("not an IPv6 address"))?;
+            if prefix > 128 {
+                return Err(err("an IPv6 prefix length is at most 128"));
+            }
+            IpAddr::V6(Ipv6Addr::from(mask_u128(u128::from(v6), prefix)))
+        } else {
+            let v4 = parse_ipv4_sloppy(addr).ok_or_else(|| err("not an IPv4 address"))?;
+            if prefix > 32 {
+                return Err(err("an IPv4 prefix length is at most 32"));
+            }
+            IpAddr::V4(Ipv4Addr::from(mask_u32(u32::from(v4), prefix)))
+        };
+        Ok(Cidr { network, prefix })
+    }
+
+    pub fn network(&self) -> IpAddr {
+        self.network
+    }
+
+    pub fn prefix(&self) -> u8 {
+        self.prefix
+    }
+
+    pub fn is_ipv4(&self) -> bool {
+        self.network.is_ipv4()
+    }
+
+    /// The last address of the network (the broadcast address for IPv4).
+    pub fn last(&self) -> IpAddr {
+        match self.network {
+            IpAddr::V4(a) => {
+                let host_bits = if self.prefix == 0 {
+                    u32::MAX
+                } else {
+                    u32::MAX >> self.prefix
+                };
+                IpAddr::V4(Ipv4Addr::from(u32::from(a) | host_bits))
+            }
+            IpAddr::V6(a) => {
+                let host_bits = if self.prefix == 0 {
+                    u128::MAX
+                } else {
+                    u128::MAX >> self.prefix
+                };
+                IpAddr::V6(Ipv6Addr::from(u128::from(a) | host_bits))
+            }
+        }
+    }
+
+    /// Whether `ip` lies inside this network.
+    pub fn contains(&self, ip: IpAddr) -> bool {
+        match (self.network, ip) {
+            (IpAddr::V4(net), IpAddr::V4(ip)) => {
+                mask_u32(u32::from(ip), self.prefix) == u32::from(net)
+            }
+            (IpAddr::V6(net), IpAddr::V6(ip)) => {
+                mask_u128(u128::from(ip), self.prefix) == u128::from(net)
+            }
+            _ => false,
+        }
+    }
+}
+
+impl fmt::Display for Cidr {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}", self.network, self.prefix)
+    }
+}
+
+impl FromStr for Cidr {
+    type Err = CidrError;
+    fn from_str(s: &str) -> Result<Cidr, CidrError> {
+        Cidr::parse(s)
+    }
+}
+
+fn mask_u32(v: u32, prefix: u8) -> u32 {
+    if prefix == 0 {
+        0
+    } else {
+        v & (u32::MAX << (32 - u32::from(prefix)))
+    }
+}
+
+fn mask_u128(v: u128, prefix: u8) -> u128 {
+    if prefix == 0 {
+        0
+    } else {
+        v & (u128::MAX << (128 - u32::from(prefix)))
+    }
+}
+
+/// Dotted-quad IPv4 with optional leading zeros in each octet, as Go's
+/// `ParseIPSloppy` reads it: `010.001.0.0` is `10.1.0.0`.
+fn parse_ipv4_sloppy(s: &str) -> Option<Ipv4Addr> {
+    let mut octets = [0u8; 4];
+    let mut parts = s.split('.');
+    for octet in &mut octets {
+        let part = parts.next()?;
+        if part.is_empty() || part.len() > 3 || !part.bytes().all(|b| b.is_ascii_digit()) {
+            return None;
+        }
+        *octet = part.parse().ok()?;
+    }
+    if parts.next().is_some() {
+        return None;
+    }
+    Some(Ipv4Addr::from(octets))
+}
+
+// ---------------------------------------------------------------------------------
+// Decoding a Kubernetes Node. The wire structs mirror the JSON shape; unknown fields
+// (images, managedFields, labels, ...) are skipped by serde without allocation.
+
+impl<'de> Deserialize<'de> for Node {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Node, D::Error> {
+        let wire = WireNode::deserialize(deserializer)?;
+        let network_unavailable = wire
+            .status
+            .conditions
+            .into_iter()
+            .flatten()
+            .find(|c| c.kind == NETWORK_UNAVAILABLE)
+            .map(|c| Condition {
+                status: c.status,
+                reason: c.reason,
+                message: c.message,
+            });
+        Ok(Node {
+            name: wire.metadata.name,
+            uid: wire.metadata.uid,
+            resource_version: wire.metadata.resource_version,
+            provider_id: wire.spec.provider_id.filter(|p| !p.is_empty()),
+            pod_cidrs: wire.spec.pod_cidrs.unwrap_or_default(),
+            addresses: wire.status.addresses.unwrap_or_default(),
+            network_unavailable,
+        })
+    }
+}
+
+#[derive(Deserialize)]
+struct WireNode {
+    #[serde(default)]
+    metadata: WireMeta,
+    #[serde(default)]
+    spec: WireSpec,
+    #[serde(default)]
+    status: WireStatus,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(rename_all = "camelCase", default)]
+struct WireMeta {
+    name: String,
+    uid: String,
+    resource_version: String,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(default)]
+struct WireSpec {
+    #[serde(rename = "providerID")]
+    provider_id: Option<String>,
+    #[serde(rename = "podCIDRs")]
+    pod_cidrs: Option<Vec<String>>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(default)]
+struct WireStatus {
+    addresses: Option<Vec<NodeAddress>>,
+    conditions: Option<Vec<WireCondition>>,
+}
+
+#[derive(Deserialize)]
+struct WireCondition {
+    #[serde(rename = "type", default)]
+    kind: String,
+    #[serde(default)]
+    status: String,
+    #[serde(default)]
+    reason: String,
+    #[serde(default)]
+    message: String,
+}
+
+/// A `NodeList` as `kubectl get nodes -o json` prints it (or one page of a list).
+#[derive(Deserialize, Debug, Default)]
+#[serde(default)]
+pub struct NodeList {
+    pub items: Vec<Node>,
+    pub metadata: ListMeta,
+}
+
+/// The list metadata that pagination and watching need.
+#[derive(Deserialize, Debug, Default, Clone)]
+#[serde(rename_all = "camelCase", default)]
+pub struct ListMeta {
+    pub resource_version: String,
+    #[serde(rename = "continue")]
+    pub continue_token: String,
+}
+
+/// Node addresses compared as sets: order and repeats do not matter. (Upstream checks
+/// equal lengths and one-way containment, so `[A, A]` equals `[A, B]` there.)
+pub fn same_addresses(a: &[NodeAddress], b: &[NodeAddress]) -> bool {
+    a.iter().all(|x| b.contains(x)) && b.iter().all(|x| a.contains(x))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cidr_parses_and_masks_ipv4() {
+        let c = Cidr::parse("10.244.1.7/16").unwrap();
+        assert_eq!(c.to_string(), "10.244.0.0/16");
+        assert_eq!(c.last(), "10.244.255.255".parse::<IpAddr>().unwrap());
+    }
+
+    #[test]
+    fn cidr_accepts_leading_zeros_like_the_sloppy_parser() {
+        assert_eq!(
+            Cidr::parse("010.120.000.000/24").unwrap(),
+            Cidr::parse("10.120.0.0/24").unwrap()
+        );
+    }
+
+    #[test]
+    fn cidr_masks_ipv6_like_upstream_cluster_cidrs() {
+        assert_eq!(
+            Cidr::parse("ace:cab:deca::/8").unwrap().to_string(),
+            "a00::/8"
+        );
+        assert_eq!(
+            Cidr::parse("a00:100:0::/24").unwrap(),
+            Cidr::parse("a00:100::/24").unwrap()
+        );
+    }
+
+    #[test]
+    fn cidr_rejects_garbage_with_a_reason() {
+        for bad in [
+            "",
+            "10.0.0.0",
+            "10.0.0.0/33",
+            "10.0.0/8",
+            "10.0.0.256/8",
+            "x::/8",
+            "::/129",
+            "10.0.0.0/-1",
+            "10.0.0.0/+8",
+        ] {
+            let e = Cidr::parse(bad).unwrap_err();
+            assert_eq!(e.input, bad);
+        }
+    }
+
+    #[test]
+    fn cidr_zero_prefix_covers_everything_in_its_family() {
+        let all = Cidr::parse("0.0.0.0/0").unwrap();
+        assert!(all.contains("1.2.3.4".parse().unwrap()));
+        assert!(!all.contains("::1".parse().unwrap()));
+        assert_eq!(all.last(), "255.255.255.255".parse::<IpAddr>().unwrap());
+    }
+
+    #[test]
+    fn node_decoding_keeps_only_routing_fields() {
+        let json = r#"{
+          "apiVersion": "v1", "kind": "Node",
+          "metadata": {"name": "n1", "uid": "u1", "resourceVersion": "7",
+                       "labels": {"a": "b"}, "managedFields": [{"manager": "kubelet", "fieldsV1": {"f:status": {}}}]},
+          "spec": {"podCIDR": "10.0.0.0/24", "podCIDRs": ["10.0.0.0/24", "fd00::/64"], "providerID": "hcloud://42",
+                   "taints": [{"key": "k", "effect": "NoSchedule"}]},
+          "status": {"addresses": [{"type": "InternalIP", "address": "10.1.0.2"}, {"type": "Hostname", "address": "n1"}],
+                     "conditions": [{"type": "Ready", "status": "True"},
+                                    {"type": "NetworkUnavailable", "status": "False", "reason": "RouteCreated", "message": "m",
+                                     "lastHeartbeatTime": "2026-01-01T00:00:00Z"}],
+                     "images": [{"names": ["registry.k8s.io/pause:3.10"], "sizeBytes": 1}]}
+        }"#;
+        let node: Node = serde_json::from_str(json).unwrap();
+        assert_eq!(node.name, "n1");
+        assert_eq!(node.uid, "u1");
+        assert_eq!(node.resource_version, "7");
+        assert_eq!(node.provider_id.as_deref(), Some("hcloud://42"));
+        assert_eq!(node.pod_cidrs, vec!["10.0.0.0/24", "fd00::/64"]);
+        assert_eq!(
+            node.addresses,
+            vec![
+                NodeAddress::internal_ip("10.1.0.2"),
+                NodeAddress::new("Hostname", "n1")
+            ]
+        );
+        assert_eq!(
+            node.network_unavailable,
+            Some(Condition {
+                status: "False".into(),
+                reason: "RouteCreated".into(),
+                message: "m".into()
+            })
+        );
+    }
+
+    #[test]
+    fn node_without_spec_or_status_decodes_to_empty_fields() {
+        let node: Node = serde_json::from_str(r#"{"metadata":{"name":"bare"}}"#).unwrap();
+        assert_eq!(node.name, "bare");
+        assert!(node.pod_cidrs.is_empty() && node.addresses.is_empty());
+        assert_eq!(node.provider_id, None);
+        assert_eq!(node.network_unavailable, None);
+    }
+
+    #[test]
+    fn addresses_compare_as_sets() {
+        let a = NodeAddress::internal_ip("10.0.0.1");
+        let b = NodeAddress::new("Hostname", "n");
+        assert!(same_addresses(
+            &[a.clone(), b.clone()],
+            &[b.clone(), a.clone()]
+        ));
+        assert!(same_addresses(
+            &[a.clone(), a.clone()],
+            std::slice::from_ref(&a)
+        ));
+        // Upstream's check calls these equal; as sets they are not.
+        assert!(!same_addresses(
+            &[a.clone(), a.clone()],
+            &[a.clone(), b.clone()]
+        ));
+    }
+}

@@ -1,0 +1,413 @@
+//! The route planner: a pure function from nodes, cloud routes and cluster CIDRs to the
+//! routes to delete, the routes to create and the node conditions to write.
+//!
+//! It holds the semantics of upstream's `reconcile` (k8s.io/cloud-provider
+//! `controllers/route`, v1.36) with two deliberate differences: CIDRs compare as parsed
+//! networks instead of strings, and node addresses compare as sets. It does no IO and
+//! knows nothing about time, retries or what is in flight; the controller does.
+
+use std::collections::HashMap;
+use std::fmt;
+
+use crate::model::{Cidr, Condition, Node, Route, same_addresses};
+
+/// Reason and message written when every pod CIDR of a node has its route.
+pub const ROUTE_CREATED: (&str, &str) = ("RouteCreated", "RouteController created a route");
+/// Reason and message written when a node lacks a route.
+pub const NO_ROUTE_CREATED: (&str, &str) =
+    ("NoRouteCreated", "RouteController failed to create a route");
+
+/// What one reconcile pass should do.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Plan {
+    /// Routes to delete, in the order the cloud listed them.
+    pub deletes: Vec<Delete>,
+    /// Routes to create, in node order, then pod-CIDR order.
+    pub creates: Vec<Create>,
+    /// Every node whose `NetworkUnavailable` condition the controller is responsible
+    /// for, in node order.
+    pub nodes: Vec<NodeRouting>,
+    /// Pod CIDRs already routed correctly.
+    pub kept: usize,
+    /// Input the planner had to pass over: invalid pod CIDRs, unparsable routes.
+    pub problems: Vec<Problem>,
+}
+
+/// A route to delete and why.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Delete {
+    pub route: Route,
+    pub cidr: Cidr,
+    pub reason: DeleteReason,
+}
+
+/// Why a route is deleted.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DeleteReason {
+    /// The provider reports the route's target as gone.
+    Blackhole,
+    /// The route has no target node.
+    NoTarget,
+    /// The target node does not exist.
+    NodeGone,
+    /// The target node exists but has no pod CIDRs.
+    NodeHasNoPodCidrs,
+    /// The target node exists but this CIDR is not among its pod CIDRs.
+    CidrNotAssigned,
+    /// The route points at addresses the node no longer has; it is recreated.
+    AddressesChanged,
+}
+
+impl DeleteReason {
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            DeleteReason::Blackhole => "blackhole",
+            DeleteReason::NoTarget => "no target node",
+            DeleteReason::NodeGone => "node gone",
+            DeleteReason::NodeHasNoPodCidrs => "node has no pod CIDRs",
+            DeleteReason::CidrNotAssigned => "CIDR not assigned to the node",
+            DeleteReason::AddressesChanged => "node addresses changed",
+        }
+    }
+}
+
+impl fmt::Display for DeleteReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A route to create.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Create {
+    /// Target node, node addresses and destination; name empty, flags false.
+    pub route: Route,
+    pub cidr: Cidr,
+    /// The node UID, passed to the provider as the name hint.
+    pub name_hint: String,
+    /// The node's `spec.providerID`, for the provider to find its server or instance.
+    pub provider_id: Option<String>,
+    /// True when an existing route to old addresses is deleted first (upstream's
+    /// "update" action).
+    pub replaces: bool,
+}
+
+/// A node the controller writes `NetworkUnavailable` for, and whether it can be
+/// routed at all.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NodeRouting {
+    pub node: String,
+    pub uid: String,
+    /// The node has pod CIDRs and all of them are valid; if false the node gets
+    /// `NetworkUnavailable=True` whatever happens to the creates.
+    pub routable: bool,
+    /// Creates planned for this node; the node is fully routed once they succeed.
+    pub creates: usize,
+    /// The condition as the node view has it, for the skip rule.
+    pub current: Option<Condition>,
+}
+
+impl NodeRouting {
+    /// The condition to write once the node's creates are done, `None` when the node
+    /// already shows it (upstream's reason-aware skip rule).
+    pub fn condition_write(&self, creates_failed: bool) -> Option<Condition> {
+        network_condition(self.routable && !creates_failed, self.current.as_ref())
+    }
+}
+
+/// Input the planner could not use.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Problem {
+    /// A node's pod CIDR does not parse; that CIDR gets no route.
+    InvalidPodCidr {
+        node: String,
+        cidr: String,
+        error: String,
+    },
+    /// A cloud route's destination does not parse; it is never deleted.
+    UnparsableRoute {
+        route: String,
+        destination: String,
+        error: String,
+    },
+}
+
+impl fmt::Display for Problem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Problem::InvalidPodCidr { node, cidr, error } => {
+                write!(
+                    f,
+                    "node {node}: pod CIDR {cidr:?} is invalid ({error}); it gets no route"
+                )
+            }
+            Problem::UnparsableRoute {
+                route,
+                destination,
+                error,
+            } => write!(
+                f,
+                "cloud route {route:?}: destination {destination:?} does not parse ({error}); it is left alone"
+            ),
+        }
+    }
+}
+
+/// Plans one pass. `nodes` in the order their creates and conditions should be
+/// listed; `routes` as the cloud listed them.
+pub fn plan<'a>(
+    nodes: impl IntoIterator<Item = &'a Node>,
+    routes: &[Route],
+    cluster_cidrs: &[Cidr],
+) -> Plan {
+    let mut plan = Plan::default();
+
+    // Step 1: index the listed routes by target node, with their parsed destination.
+    let mut parsed: Vec<Option<Cidr>> = Vec::with_capacity(routes.len());
+    for route in routes {
+        match Cidr::parse(&route.destination_cidr) {
+            Ok(cidr) => parsed.push(Some(cidr)),
+            Err(e) => {
+                plan.problems.push(Problem::UnparsableRoute {
+                    route: route.name.clone(),
+                    destination: route.destination_cidr.clone(),
+                    error: e.problem.to_string(),
+                });
+                parsed.push(None);
+            }
+        }
+    }
+    let mut routes_by_node: HashMap<&str, Vec<usize>> = HashMap::new();
+    for (i, route) in routes.iter().enumerate() {
+        if !route.target_node.is_empty() {
+            routes_by_node
+                .entry(route.target_node.as_str())
+                .or_default()
+                .push(i);
+        }
+    }
+
+    // Step 2: an action per node and pod CIDR. A node is "known" to the deletion step
+    // when it exists; its action map says which CIDRs it keeps.
+    let mut actions: HashMap<&str, Vec<(Cidr, Action)>> = HashMap::new();
+    for node in nodes {
+        let mut node_actions: Vec<(Cidr, Action)> = Vec::new();
+        let mut valid = !node.pod_cidrs.is_empty();
+        for text in &node.pod_cidrs {
+            let cidr = match Cidr::parse(text) {
+                Ok(c) => c,
+                Err(e) => {
+                    valid = false;
+                    plan.problems.push(Problem::InvalidPodCidr {
+                        node: node.name.clone(),
+                        cidr: text.clone(),
+                        error: e.problem.to_string(),
+                    });
+                    continue;
+                }
+            };
+            if node_actions.iter().any(|(c, _)| *c == cidr) {
+                continue; // a duplicated pod CIDR is one route
+            }
+            let existing = routes_by_node.get(node.name.as_str()).and_then(|ix| {
+                ix.iter()
+                    .map(|&i| (i, &routes[i]))
+                    .find(|(i, _)| parsed[*i] == Some(cidr))
+            });
+            let action = match existing {
+                None => Action::Add,
+                Some((_, r)) if !r.enable_node_addresses => Action::Keep,
+                Some((_, r)) if same_addresses(&node.addresses, &r.target_node_addresses) => {
+                    Action::Keep
+                }
+                Some(_) => Action::Update,
+            };
+            node_actions.push((cidr, action));
+        }
+        let creates = node_actions
+            .iter()
+            .filter(|(_, a)| *a != Action::Keep)
+            .count();
+        plan.kept += node_actions.len() - creates;
+        for (cidr, action) in &node_actions {
+            if *action == Action::Keep {
+                continue;
+            }
+            plan.creates.push(Create {
+                route: Route {
+                    target_node: node.name.clone(),
+                    target_node_addresses: node.addresses.clone(),
+                    destination_cidr: cidr.to_string(),
+                    ..Route::default()
+                },
+                cidr: *cidr,
+                name_hint: node.uid.clone(),
+                provider_id: node.provider_id.clone(),
+                replaces: *action == Action::Update,
+            });
+        }
+        // Upstream writes the condition for nodes with pod CIDRs and for nodes some
+        // cloud route targets; it leaves every other node alone.
+        if !node.pod_cidrs.is_empty() || routes_by_node.contains_key(node.name.as_str()) {
+            plan.nodes.push(NodeRouting {
+                node: node.name.clone(),
+                uid: node.uid.clone(),
+                routable: valid,
+                creates,
+                current: node.network_unavailable.clone(),
+            });
+        }
+        actions.insert(node.name.as_str(), node_actions);
+    }
+
+    // Step 3: deletions, in list order, only inside the cluster CIDRs.
+    for (route, cidr) in routes.iter().zip(&parsed) {
+        let Some(cidr) = *cidr else { continue };
+        if !is_responsible(&cidr, cluster_cidrs) {
+            continue;
+        }
+        let reason = if route.blackhole {
+            Some(DeleteReason::Blackhole)
+        } else if route.target_node.is_empty() {
+            Some(DeleteReason::NoTarget)
+        } else {
+            match actions.get(route.target_node.as_str()) {
+                None => Some(DeleteReason::NodeGone),
+                Some(a) if a.is_empty() => Some(DeleteReason::NodeHasNoPodCidrs),
+                Some(a) => match a.iter().find(|(c, _)| *c == cidr) {
+                    None => Some(DeleteReason::CidrNotAssigned),
+                    Some((_, Action::Update)) => Some(DeleteReason::AddressesChanged),
+                    Some(_) => None,
+                },
+            }
+        };
+        if let Some(reason) = reason {
+            plan.deletes.push(Delete {
+                route: route.clone(),
+                cidr,
+                reason,
+            });
+        }
+    }
+    plan
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Action {
+    Add,
+    Keep,
+    Update,
+}
+
+/// Whether the controller may delete a route to `destination`: its first or last
+/// address lies inside one of the cluster CIDRs (upstream's `isResponsibleForRoute`).
+pub fn is_responsible(destination: &Cidr, cluster_cidrs: &[Cidr]) -> bool {
+    cluster_cidrs
+        .iter()
+        .any(|cc| cc.contains(destination.network()) || cc.contains(destination.last()))
+}
+
+/// The `NetworkUnavailable` condition to write, or `None` when the node already
+/// carries the controller's own value (status and reason both match).
+pub fn network_condition(routes_created: bool, current: Option<&Condition>) -> Option<Condition> {
+    let (status, (reason, message)) = if routes_created {
+        ("False", ROUTE_CREATED)
+    } else {
+        ("True", NO_ROUTE_CREATED)
+    };
+    if let Some(c) = current {
+        if c.status == status && c.reason == reason {
+            return None;
+        }
+    }
+    Some(Condition {
+        status: status.to_string(),
+        reason: reason.to_string(),
+        message: message.to_string(),
+    })
+}
+
+/// The conditions a pass writes if every create and delete succeeds, in node order,
+/// without those the skip rule skips. This is what `route-controller plan` prints.
+pub fn conditions_on_success(plan: &Plan) -> Vec<(&NodeRouting, Condition)> {
+    plan.nodes
+        .iter()
+        .filter_map(|n| n.condition_write(false).map(|c| (n, c)))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::NodeAddress;
+
+    fn cidrs(list: &[&str]) -> Vec<Cidr> {
+        list.iter().map(|c| Cidr::parse(c).unwrap()).collect()
+    }
+
+    fn node(name: &str, pod_cidrs: &[&str], ip: &str) -> Node {
+        Node {
+            name: name.into(),
+            uid: format!("uid-{name}"),
+            pod_cidrs: pod_cidrs.iter().map(|s| s.to_string()).collect(),
+            addresses: vec![NodeAddress::internal_ip(ip)],
+            ..Node::default()
+        }
+    }
+
+    fn route(name: &str, target: &str, cidr: &str) -> Route {
+        Route {
+            name: name.into(),
+            target_node: target.into(),
+            destination_cidr: cidr.into(),
+            ..Route::default()
+        }
+    }
+
+    #[test]
+    fn non_canonical_route_destination_is_kept_not_churned() {
+        let nodes = [node("n1", &["fd00:1::/64"], "10.0.0.1")];
+        let routes = [route("r", "n1", "fd00:1:0::/64")];
+        let p = plan(&nodes[..], &routes, &cidrs(&["fd00::/48"]));
+        assert!(p.deletes.is_empty() && p.creates.is_empty(), "{p:?}");
+        assert_eq!(p.kept, 1);
+    }
+
+    #[test]
+    fn invalid_pod_cidr_is_reported_and_other_nodes_are_planned() {
+        let nodes = [
+            node("bad", &["10.0.0.0/33"], "10.1.0.1"),
+            node("good", &["10.0.1.0/24"], "10.1.0.2"),
+        ];
+        let p = plan(&nodes[..], &[], &cidrs(&["10.0.0.0/16"]));
+        assert_eq!(p.creates.len(), 1);
+        assert_eq!(p.creates[0].route.target_node, "good");
+        assert!(matches!(&p.problems[0], Problem::InvalidPodCidr { node, .. } if node == "bad"));
+        let bad = &p.nodes[0];
+        assert!(!bad.routable);
+        assert_eq!(bad.condition_write(false).unwrap().status, "True");
+    }
+
+    #[test]
+    fn unparsable_route_is_never_deleted() {
+        let routes = [route("weird", "", "not-a-cidr")];
+        let p = plan(&[] as &[Node], &routes, &cidrs(&["0.0.0.0/0"]));
+        assert!(p.deletes.is_empty());
+        assert_eq!(p.problems.len(), 1);
+    }
+
+    #[test]
+    fn route_partially_overlapping_the_cluster_cidr_counts_as_ours() {
+        // First address outside, last address inside.
+        let cc = cidrs(&["10.244.0.0/16"]);
+        assert!(is_responsible(&Cidr::parse("10.244.0.0/15").unwrap(), &cc));
+        // Larger than the cluster CIDR on both sides: not ours.
+        assert!(!is_responsible(&Cidr::parse("10.0.0.0/8").unwrap(), &cc));
+    }
+
+    #[test]
+    fn node_without_pod_cidr_gets_no_route_and_no_condition() {
+        let p = plan(&[node("n", &[], "10.0.0.1")], &[], &cidrs(&["10.0.0.0/8"]));
+        assert!(p.creates.is_empty() && p.nodes.is_empty());
+    }
+}
