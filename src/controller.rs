@@ -250,6 +250,9 @@ pub enum Trigger {
     NodeDeleted(String),
     PodCidrsChanged(String),
     AddressesChanged(String),
+    /// Upstream's watch mode only: an update with an unchanged resourceVersion (an
+    /// informer resync or relist).
+    NodeResynced(String),
     /// A route operation that failed is due for another attempt.
     RouteRetry(Cidr),
     /// The list of cloud routes failed and is due for another attempt.
@@ -265,7 +268,9 @@ impl Trigger {
             Trigger::Poll => TriggerKind::Poll,
             Trigger::NodeAdded(_) => TriggerKind::NodeAdd,
             Trigger::NodeDeleted(_) => TriggerKind::NodeDelete,
-            Trigger::PodCidrsChanged(_) | Trigger::AddressesChanged(_) => TriggerKind::NodeUpdate,
+            Trigger::PodCidrsChanged(_)
+            | Trigger::AddressesChanged(_)
+            | Trigger::NodeResynced(_) => TriggerKind::NodeUpdate,
             Trigger::RouteRetry(_) | Trigger::ListRetry => TriggerKind::Retry,
         }
     }
@@ -286,6 +291,7 @@ impl Trigger {
                 | Trigger::NodeDeleted(_)
                 | Trigger::PodCidrsChanged(_)
                 | Trigger::AddressesChanged(_)
+                | Trigger::NodeResynced(_)
         )
     }
 }
@@ -302,6 +308,7 @@ impl fmt::Display for Trigger {
             Trigger::NodeDeleted(n) => write!(f, "node {n} deleted"),
             Trigger::PodCidrsChanged(n) => write!(f, "node {n} pod CIDRs changed"),
             Trigger::AddressesChanged(n) => write!(f, "node {n} addresses changed"),
+            Trigger::NodeResynced(n) => write!(f, "node {n} resynced"),
             Trigger::RouteRetry(c) => write!(f, "retry of route {c}"),
             Trigger::ListRetry => f.write_str("retry of the route list"),
         }
@@ -491,13 +498,14 @@ impl RouteView {
     }
 
     fn insert(&mut self, route: Route) {
-        if !route.blackhole && !route.target_node.is_empty() {
-            if let Ok(cidr) = Cidr::parse(&route.destination_cidr) {
-                self.by_node
-                    .entry(route.target_node.clone())
-                    .or_default()
-                    .push(cidr);
-            }
+        if !route.blackhole
+            && !route.target_node.is_empty()
+            && let Ok(cidr) = Cidr::parse(&route.destination_cidr)
+        {
+            self.by_node
+                .entry(route.target_node.clone())
+                .or_default()
+                .push(cidr);
         }
         self.routes.push(route);
     }
@@ -690,7 +698,8 @@ impl Controller {
         };
         if self.can_write() {
             if self.pass.is_none() {
-                consider(self.scheduler.due(&self.config));
+                let due = self.scheduler.due(&self.config);
+                consider(due.map(|d| self.paused_until.map_or(d, |p| p.max(d))));
             }
             consider(self.next_timer);
             consider(self.list_retry_at);
@@ -784,7 +793,7 @@ impl Controller {
                     let equal_rv = old.resource_version == node.resource_version;
                     if self.config.mode == Mode::UpstreamWatch && equal_rv {
                         // Upstream sees a relisted, unchanged node as a resync update.
-                        changes.push(Trigger::PodCidrsChanged(name.clone()));
+                        changes.push(Trigger::NodeResynced(name.clone()));
                     } else if let Some(t) = change_trigger(old, node, Mode::Watch) {
                         changes.push(t);
                     }
@@ -817,15 +826,14 @@ impl Controller {
                 }
             }
             Mode::Watch | Mode::Poll => {
-                let mut summary = if first {
+                // One pass after every complete list, even an empty one; what changed
+                // while the watch was away rides along as its cause.
+                let trigger = if first {
                     Trigger::Startup
                 } else {
                     Trigger::Relist
                 };
-                if !first && changes.is_empty() {
-                    summary = Trigger::Relist;
-                }
-                self.trigger(summary, now);
+                self.trigger(trigger, now);
                 if self.config.mode == Mode::Watch {
                     for t in changes {
                         self.metrics.trigger(t.kind());
@@ -935,10 +943,14 @@ impl Controller {
             .map(|(n, _)| n.clone())
             .collect();
         for node in due {
-            self.write_condition(&node, now, out, None);
+            self.write_condition(&node, out, None);
         }
         self.scheduler.advance(now);
-        if self.pass.is_none() && self.scheduler.due(&self.config).is_some_and(|d| d <= now) {
+        let paused = self.paused_until.is_some_and(|t| t > now);
+        if self.pass.is_none()
+            && !paused
+            && self.scheduler.due(&self.config).is_some_and(|d| d <= now)
+        {
             self.start_pass(now, out);
         }
         self.dispatch(now, out);
@@ -960,7 +972,7 @@ impl Controller {
                 self.next_timer = Some(now + self.resync_period);
                 let names: Vec<String> = self.nodes.keys().cloned().collect();
                 for name in names {
-                    self.trigger(Trigger::PodCidrsChanged(name), now);
+                    self.trigger(Trigger::NodeResynced(name), now);
                 }
             }
         }
@@ -1102,7 +1114,7 @@ impl Controller {
                 .as_ref()
                 .is_some_and(|p| p.node_creates.contains_key(&routing.node));
             if !waiting {
-                self.write_condition(&routing.node, now, out, Some(routing.routable));
+                self.write_condition(&routing.node, out, Some(routing.routable));
             }
         }
         self.maybe_finish_pass(now, out);
@@ -1120,7 +1132,6 @@ impl Controller {
         let mut report = pass.report;
         report.listed = pass.listed;
         report.duration = now.saturating_duration_since(pass.started);
-        self.scheduler.pass_ended(now);
         self.update_route_gauges();
         out.push(Command::PassFinished(report));
     }
@@ -1211,10 +1222,10 @@ impl Controller {
             p.outstanding -= cancelled.len();
             p.report.deferred += cancelled.len();
             for op in &cancelled {
-                if let OpKind::Create(_) = op.kind {
-                    if let Some(n) = p.node_creates.get_mut(op.kind.node()) {
-                        *n -= 1;
-                    }
+                if let OpKind::Create(_) = op.kind
+                    && let Some(n) = p.node_creates.get_mut(op.kind.node())
+                {
+                    *n -= 1;
                 }
             }
         }
@@ -1283,11 +1294,11 @@ impl Controller {
                 if let CloudErrorKind::RateLimited { after } = err.kind {
                     self.paused_until = Some(now + after);
                 }
-                if let Some(p) = &mut self.pass {
-                    if ours {
-                        p.listing = None;
-                        p.report.list_error = Some(err.message.clone());
-                    }
+                if let Some(p) = &mut self.pass
+                    && ours
+                {
+                    p.listing = None;
+                    p.report.list_error = Some(err.message.clone());
                 }
                 self.list_failed(&err, now);
             }
@@ -1357,10 +1368,9 @@ impl Controller {
                 if matches!(
                     e.kind,
                     CloudErrorKind::Ambiguous | CloudErrorKind::AlreadyExists
-                ) {
-                    if let Some(view) = &mut self.view {
-                        view.stale = true;
-                    }
+                ) && let Some(view) = &mut self.view
+                {
+                    view.stale = true;
                 }
                 if let OpKind::Create(c) = &op {
                     self.failed_create_event(c, &e, now.saturating_duration_since(sent), out);
@@ -1388,7 +1398,7 @@ impl Controller {
                 p.outstanding -= 1;
             }
             if let OpKind::Create(c) = &op {
-                self.create_resolved(&c.route.target_node, now, out);
+                self.create_resolved(&c.route.target_node, out);
             }
         }
     }
@@ -1428,7 +1438,7 @@ impl Controller {
     }
 
     /// One create of `node` resolved; once all have, its condition can be written.
-    fn create_resolved(&mut self, node: &str, now: Instant, out: &mut Vec<Command>) {
+    fn create_resolved(&mut self, node: &str, out: &mut Vec<Command>) {
         let Some(p) = &mut self.pass else { return };
         let Some(n) = p.node_creates.get_mut(node) else {
             return;
@@ -1438,7 +1448,7 @@ impl Controller {
             p.node_creates.remove(node);
             let routable = self.nodes.get(node).map(is_routable);
             if let Some(routable) = routable {
-                self.write_condition(node, now, out, Some(routable));
+                self.write_condition(node, out, Some(routable));
             }
         }
     }
@@ -1511,13 +1521,7 @@ impl Controller {
     /// Writes `NetworkUnavailable` for `node` from what the cloud now holds, unless the
     /// node already shows that value. `routable` is the planner's verdict; `None`
     /// recomputes it (for retries of failed writes).
-    fn write_condition(
-        &mut self,
-        node: &str,
-        now: Instant,
-        out: &mut Vec<Command>,
-        routable: Option<bool>,
-    ) {
+    fn write_condition(&mut self, node: &str, out: &mut Vec<Command>, routable: Option<bool>) {
         self.condition_retries.remove(node);
         if !self.leading || self.shutting_down {
             return;
@@ -1554,7 +1558,6 @@ impl Controller {
         let uid = n.uid.clone();
         self.conditions_in_flight
             .insert(node.to_string(), condition.clone());
-        let _ = now;
         self.count(|r| r.conditions += 1);
         let cause = self
             .pass
@@ -1606,7 +1609,7 @@ fn change_trigger(old: &Node, new: &Node, mode: Mode) -> Option<Trigger> {
     match mode {
         Mode::UpstreamWatch => {
             if old.resource_version == new.resource_version {
-                Some(Trigger::PodCidrsChanged(new.name.clone()))
+                Some(Trigger::NodeResynced(new.name.clone()))
             } else if old.pod_cidrs != new.pod_cidrs {
                 Some(Trigger::PodCidrsChanged(new.name.clone()))
             } else if old.addresses != new.addresses {
@@ -1654,7 +1657,11 @@ fn same_cidrs(a: &[String], b: &[String]) -> bool {
 /// is what the reservation needs, capped at 10 s. A key ready now is queued; one that
 /// must wait is parked, keeping the earliest ready time.
 enum Scheduler {
-    Ours(Option<Pending>),
+    Ours {
+        pending: Option<Pending>,
+        /// The last node change seen, pending or not: the quiet period runs from it.
+        last_node_trigger: Option<Instant>,
+    },
     Upstream {
         queued: Option<Pending>,
         parked: Option<(Instant, Pending)>,
@@ -1731,27 +1738,39 @@ impl Scheduler {
                 parked: None,
                 next_token: None,
             },
-            Mode::Watch | Mode::Poll => Scheduler::Ours(None),
+            Mode::Watch | Mode::Poll => Scheduler::Ours {
+                pending: None,
+                last_node_trigger: None,
+            },
         }
     }
 
     fn has_pending(&self) -> bool {
         match self {
-            Scheduler::Ours(p) => p.is_some(),
+            Scheduler::Ours { pending, .. } => pending.is_some(),
             Scheduler::Upstream { queued, parked, .. } => queued.is_some() || parked.is_some(),
         }
     }
 
     /// Adds a trigger. `busy` says a pass is running.
-    fn trigger(&mut self, trigger: Trigger, now: Instant, busy: bool, _config: &Config) {
+    fn trigger(&mut self, trigger: Trigger, now: Instant, busy: bool, config: &Config) {
         match self {
-            Scheduler::Ours(pending) => {
+            Scheduler::Ours {
+                pending,
+                last_node_trigger,
+            } => {
                 let fresh = pending.is_none();
                 let is_timer = trigger.is_timer();
+                let quiet = last_node_trigger
+                    .is_none_or(|t| now.saturating_duration_since(t) >= config.debounce);
+                if !is_timer {
+                    *last_node_trigger = Some(now);
+                }
                 let p = pending.get_or_insert_with(|| Pending::new(now));
                 p.add(trigger, now);
-                // Leading edge: a node change into an idle controller starts a pass now.
-                if fresh && !busy && !is_timer {
+                // Leading edge: the first node change after a quiet period, into an idle
+                // controller, starts a pass now.
+                if fresh && !busy && !is_timer && quiet {
                     p.immediate = true;
                 }
             }
@@ -1790,7 +1809,10 @@ impl Scheduler {
     /// Feeds a trigger into a pending batch without affecting when it runs (changes
     /// found by a relist ride along with the relist's own trigger).
     fn note(&mut self, trigger: Trigger, now: Instant) {
-        if let Scheduler::Ours(Some(p)) = self {
+        if let Scheduler::Ours {
+            pending: Some(p), ..
+        } = self
+        {
             p.times.push(now);
             p.cause.add(trigger);
         }
@@ -1798,16 +1820,16 @@ impl Scheduler {
 
     /// Moves parked entries whose time has come into the queue.
     fn advance(&mut self, now: Instant) {
-        if let Scheduler::Upstream { queued, parked, .. } = self {
-            if parked.as_ref().is_some_and(|(at, _)| *at <= now) {
-                let Some((_, mut p)) = parked.take() else {
-                    return;
-                };
-                p.immediate = true;
-                match queued {
-                    Some(q) => q.merge(p),
-                    None => *queued = Some(p),
-                }
+        if let Scheduler::Upstream { queued, parked, .. } = self
+            && parked.as_ref().is_some_and(|(at, _)| *at <= now)
+        {
+            let Some((_, mut p)) = parked.take() else {
+                return;
+            };
+            p.immediate = true;
+            match queued {
+                Some(q) => q.merge(p),
+                None => *queued = Some(p),
             }
         }
     }
@@ -1815,8 +1837,10 @@ impl Scheduler {
     /// When the next pass may start, if one is pending.
     fn due(&self, config: &Config) -> Option<Instant> {
         match self {
-            Scheduler::Ours(None) => None,
-            Scheduler::Ours(Some(p)) => {
+            Scheduler::Ours { pending: None, .. } => None,
+            Scheduler::Ours {
+                pending: Some(p), ..
+            } => {
                 if p.immediate {
                     return Some(p.first);
                 }
@@ -1834,16 +1858,14 @@ impl Scheduler {
     fn take(&mut self, now: Instant) -> Option<Batch> {
         self.advance(now);
         match self {
-            Scheduler::Ours(pending) => pending.take().map(Pending::into_batch),
+            Scheduler::Ours { pending, .. } => pending.take().map(Pending::into_batch),
             Scheduler::Upstream { queued, .. } => queued.take().map(Pending::into_batch),
         }
     }
 
-    fn pass_ended(&mut self, _now: Instant) {}
-
     fn clear(&mut self) {
         match self {
-            Scheduler::Ours(p) => *p = None,
+            Scheduler::Ours { pending, .. } => *pending = None,
             Scheduler::Upstream { queued, parked, .. } => {
                 *queued = None;
                 *parked = None;

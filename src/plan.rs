@@ -315,10 +315,11 @@ pub fn network_condition(routes_created: bool, current: Option<&Condition>) -> O
     } else {
         ("True", NO_ROUTE_CREATED)
     };
-    if let Some(c) = current {
-        if c.status == status && c.reason == reason {
-            return None;
-        }
+    if let Some(c) = current
+        && c.status == status
+        && c.reason == reason
+    {
+        return None;
     }
     Some(Condition {
         status: status.to_string(),

@@ -219,19 +219,19 @@ impl FakeCloud {
             }
             limit.tokens -= 1.0;
         }
-        if let Some((_, q)) = s.scripted.iter_mut().find(|(c, _)| *c == call) {
-            if let Some(kind) = q.pop_front() {
-                self.counters
-                    .injected_failures
-                    .fetch_add(1, Ordering::Relaxed);
-                if kind == CloudErrorKind::Ambiguous {
-                    return Ok(true);
-                }
-                return Err(CloudError::new(
-                    kind,
-                    format!("fake cloud: injected {} failure", kind.outcome()),
-                ));
+        if let Some((_, q)) = s.scripted.iter_mut().find(|(c, _)| *c == call)
+            && let Some(kind) = q.pop_front()
+        {
+            self.counters
+                .injected_failures
+                .fetch_add(1, Ordering::Relaxed);
+            if kind == CloudErrorKind::Ambiguous {
+                return Ok(true);
             }
+            return Err(CloudError::new(
+                kind,
+                format!("fake cloud: injected {} failure", kind.outcome()),
+            ));
         }
         if let Some(kind) = destination.and_then(|d| s.broken.get(d)) {
             self.counters

@@ -79,10 +79,10 @@ impl TokenBucket {
     /// clients may share the budget. `limit` raises or lowers the bucket size.
     pub fn observe_budget(&mut self, limit: Option<u64>, remaining: u64, now: Instant) {
         self.refill(now);
-        if let Some(limit) = limit {
-            if limit > 0 {
-                self.burst = limit as f64;
-            }
+        if let Some(limit) = limit
+            && limit > 0
+        {
+            self.burst = limit as f64;
         }
         // Outstanding reservations are requests we have not sent yet; the server's
         // count does not include them.

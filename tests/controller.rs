@@ -1,0 +1,724 @@
+//! Deterministic scenarios of the controller in virtual time: one test per invariant
+//! of DESIGN.md and per "where we beat upstream" row that the controller covers.
+
+#[path = "support/driver.rs"]
+mod driver;
+
+use std::time::Duration;
+
+use driver::*;
+use route_controller::cloud::CloudErrorKind;
+use route_controller::cloud::fake::{Call, FakeCloud};
+use route_controller::controller::{CloudOp, Command, Input, Mode, NodeEvent};
+use route_controller::metrics::TriggerKind;
+use route_controller::model::Cidr;
+use std::sync::Arc;
+
+fn nodes(n: usize) -> Vec<route_controller::model::Node> {
+    (0..n)
+        .map(|i| {
+            node(
+                &format!("n{i}"),
+                &[&format!("10.0.{i}.0/24")],
+                &format!("192.168.0.{i}"),
+            )
+        })
+        .collect()
+}
+
+// --- invariant 1: no delete before the node view is complete -------------------------
+
+#[test]
+fn no_route_is_deleted_before_the_initial_list_is_complete() {
+    let cloud = Arc::new(FakeCloud::new());
+    // Routes for two nodes; the list will deliver them slowly.
+    cloud.seed([
+        route("a", "n0", "10.0.0.0/24"),
+        route("b", "n1", "10.0.1.0/24"),
+    ]);
+    let mut d = Driver::with_cloud(watch_config(), cloud);
+    d.node_event(NodeEvent::Init);
+    d.node_event(NodeEvent::InitApply(node(
+        "n0",
+        &["10.0.0.0/24"],
+        "192.168.0.0",
+    )));
+    d.advance(secs(60.0));
+    assert_eq!(
+        d.sent.len(),
+        0,
+        "nothing may be sent while the list is partial: {:?}",
+        d.sent
+    );
+    d.node_event(NodeEvent::InitApply(node(
+        "n1",
+        &["10.0.1.0/24"],
+        "192.168.0.1",
+    )));
+    d.node_event(NodeEvent::InitDone);
+    d.settle();
+    assert_eq!(d.count("delete"), 0);
+    assert_eq!(d.cloud_routes().len(), 2);
+}
+
+#[test]
+fn no_route_is_deleted_during_a_relist() {
+    let mut d = Driver::new(watch_config());
+    d.start(nodes(3));
+    assert_eq!(d.cloud_routes().len(), 3);
+    // The watch broke; a relist starts and n2 is not in it yet.
+    d.node_event(NodeEvent::Init);
+    d.node_event(NodeEvent::InitApply(nodes(3)[0].clone()));
+    d.advance(Duration::from_secs(3600 * 30));
+    assert_eq!(
+        d.count("delete"),
+        0,
+        "a partial relist must not delete n1/n2's routes"
+    );
+    for n in nodes(3).into_iter().skip(1) {
+        d.node_event(NodeEvent::InitApply(n));
+    }
+    d.node_event(NodeEvent::InitDone);
+    d.settle();
+    assert_eq!(d.count("delete"), 0);
+}
+
+#[test]
+fn relist_deletes_the_routes_of_nodes_that_vanished_meanwhile() {
+    let mut d = Driver::new(watch_config());
+    d.start(nodes(3));
+    d.node_event(NodeEvent::Init);
+    for n in nodes(2) {
+        d.node_event(NodeEvent::InitApply(n));
+    }
+    d.node_event(NodeEvent::InitDone);
+    d.settle();
+    assert_eq!(
+        d.cloud_routes(),
+        vec![
+            ("n0".into(), "10.0.0.0/24".into()),
+            ("n1".into(), "10.0.1.0/24".into())
+        ]
+    );
+    let last = d.reports.last().unwrap();
+    assert!(last.cause.to_string().contains("node n2 deleted"), "{last}");
+}
+
+// --- invariant 2: nothing outside the cluster CIDRs is deleted ----------------------
+
+#[test]
+fn routes_outside_the_cluster_cidrs_are_never_deleted() {
+    let cloud = Arc::new(FakeCloud::new());
+    let mut blackhole = route("bh", "", "172.16.0.0/24");
+    blackhole.blackhole = true;
+    cloud.seed([
+        route("vpn", "", "192.168.100.0/24"),
+        route("foreign", "gone", "10.1.0.0/24"),
+        blackhole,
+    ]);
+    let mut d = Driver::with_cloud(watch_config(), cloud);
+    d.start(nodes(1));
+    d.advance(Duration::from_secs(48 * 3600)); // several resyncs
+    assert_eq!(d.count("delete"), 0);
+    assert_eq!(d.cloud_routes().len(), 4);
+}
+
+// --- invariant 3: one operation per destination ------------------------------------
+
+#[test]
+fn at_most_one_operation_per_destination_and_delete_before_create() {
+    // Swapped routes (upstream R05): each destination needs a delete, then a create.
+    let cloud = Arc::new(FakeCloud::new());
+    cloud.seed([
+        route("a", "n1", "10.0.0.0/24"),
+        route("b", "n0", "10.0.1.0/24"),
+    ]);
+    let mut d = Driver::with_cloud(watch_config(), cloud);
+    d.start_without_settling();
+    d.answer_one(); // the list
+    let in_flight: Vec<_> = d.pending.iter().map(|(_, op)| destination(op)).collect();
+    assert_eq!(in_flight.len(), 2, "two deletes in flight: {in_flight:?}");
+    assert!(
+        d.pending
+            .iter()
+            .all(|(_, op)| matches!(op, CloudOp::Delete { .. }))
+    );
+    let mut dedup = in_flight.clone();
+    dedup.sort();
+    dedup.dedup();
+    assert_eq!(
+        dedup.len(),
+        in_flight.len(),
+        "two operations for one destination: {in_flight:?}"
+    );
+    d.settle();
+    assert_eq!(
+        d.cloud_routes(),
+        vec![
+            ("n0".into(), "10.0.0.0/24".into()),
+            ("n1".into(), "10.0.1.0/24".into())
+        ]
+    );
+    // The fake would have refused a create while the old route existed.
+    assert_eq!(
+        d.metrics
+            .cloud_requests(route_controller::metrics::CloudOperation::Create),
+        2
+    );
+    assert!(d.events.is_empty(), "{:?}", d.events);
+}
+
+#[test]
+fn duplicate_pod_cidr_on_one_node_is_one_create() {
+    let mut d = Driver::new(watch_config());
+    d.start(vec![node(
+        "n4",
+        &["10.0.1.0/24", "10.0.1.0/24"],
+        "192.168.0.4",
+    )]);
+    assert_eq!(d.count("create"), 1);
+    assert!(d.events.is_empty());
+    assert_eq!(d.conditions["n4"].status, "False");
+}
+
+#[test]
+fn cloud_operations_in_flight_are_bounded() {
+    let mut config = watch_config();
+    config.max_in_flight = 4;
+    let mut d = Driver::new(config);
+    d.node_event(NodeEvent::Init);
+    for n in nodes(20) {
+        d.node_event(NodeEvent::InitApply(n));
+    }
+    d.node_event(NodeEvent::InitDone);
+    d.answer_one(); // the list of an empty cloud
+    let mut peak = 0;
+    while !d.pending.is_empty() {
+        peak = peak.max(d.pending.len());
+        d.answer_one();
+    }
+    assert_eq!(peak, 4);
+    assert_eq!(d.cloud_routes().len(), 20);
+}
+
+// --- invariant 4: coalescing --------------------------------------------------------
+
+#[test]
+fn a_burst_of_1000_triggers_gives_one_pass_and_at_most_one_follow_up() {
+    let mut d = Driver::new(watch_config());
+    d.start(vec![]);
+    let before = d.passes();
+    for n in nodes(250) {
+        d.node_event(NodeEvent::Added(n.clone()));
+        d.node_event(NodeEvent::Modified(bumped(
+            route_controller::model::Node {
+                addresses: vec![],
+                ..n.clone()
+            },
+            2,
+        )));
+        d.node_event(NodeEvent::Modified(bumped(n.clone(), 3)));
+        d.node_event(NodeEvent::Deleted(n));
+    }
+    d.advance(secs(10.0));
+    let passes = d.passes() - before;
+    assert!(
+        (1..=2).contains(&passes),
+        "1000 triggers gave {passes} passes"
+    );
+    assert_eq!(d.metrics.triggers_coalesced.get(), 999);
+    assert!(d.cloud_routes().is_empty());
+}
+
+#[test]
+fn triggers_during_a_pass_fold_into_exactly_one_follow_up() {
+    let mut d = Driver::new(watch_config());
+    d.start(vec![]);
+    let before = d.passes();
+    d.node_event(NodeEvent::Added(nodes(1)[0].clone()));
+    assert_eq!(
+        d.passes() - before,
+        1,
+        "the first trigger after quiet starts a pass at once"
+    );
+    // The create is in flight; more triggers arrive.
+    for n in nodes(6).into_iter().skip(1) {
+        d.node_event(NodeEvent::Added(n));
+    }
+    assert_eq!(d.passes() - before, 1, "triggers wait while a pass runs");
+    d.advance(secs(1.0));
+    assert_eq!(
+        d.passes() - before,
+        2,
+        "one follow-up pass, started after the first ended"
+    );
+    d.advance(secs(5.0));
+    assert_eq!(d.passes() - before, 2);
+    assert_eq!(d.cloud_routes().len(), 6);
+}
+
+#[test]
+fn a_constant_stream_of_triggers_cannot_postpone_a_pass_beyond_max_wait() {
+    let mut d = Driver::new(watch_config());
+    d.start(nodes(1));
+    let n = nodes(1)[0].clone();
+    let before = d.passes();
+    // Address changes every 20 ms for 5 s: shorter than the 50 ms debounce.
+    for i in 0..250u64 {
+        let mut changed = bumped(n.clone(), 10 + i);
+        changed.addresses = vec![route_controller::model::NodeAddress::internal_ip(&format!(
+            "192.168.1.{}",
+            i % 200
+        ))];
+        d.node_event(NodeEvent::Modified(changed));
+        d.advance(secs(0.02));
+    }
+    let passes = d.passes() - before;
+    // Leading edge plus one per max_wait (1 s) at least.
+    assert!(
+        passes >= 5,
+        "only {passes} passes in 5 s of constant triggers"
+    );
+    assert!(passes <= 12, "{passes} passes: the debounce did not batch");
+}
+
+// --- invariant 5: writes only while leading ------------------------------------------
+
+#[test]
+fn nothing_is_written_while_not_leading_and_losing_the_lease_stops_writes_at_once() {
+    let mut config = watch_config();
+    config.leader_election = true;
+    let mut d = Driver::new(config);
+    d.start(nodes(3));
+    d.advance(secs(60.0));
+    assert!(
+        d.sent.is_empty() && d.condition_writes.is_empty(),
+        "standby wrote: {:?}",
+        d.sent
+    );
+    d.feed(Input::Leadership(true));
+    d.answer_one(); // list
+    assert!(!d.pending.is_empty(), "the leader creates routes");
+    d.feed(Input::Leadership(false));
+    let sent = d.sent.len();
+    d.settle();
+    d.node_event(NodeEvent::Added(node(
+        "late",
+        &["10.0.99.0/24"],
+        "192.168.9.9",
+    )));
+    d.advance(secs(60.0));
+    assert_eq!(d.sent.len(), sent, "operations sent after losing the lease");
+    assert!(d.ctrl.next_deadline().is_none());
+}
+
+// --- invariant 6 / beat upstream: per-route retry -------------------------------------
+
+#[test]
+fn a_failed_create_is_retried_with_backoff_without_any_node_event() {
+    let mut d = Driver::new(watch_config());
+    let cidr = Cidr::parse("10.0.0.0/24").unwrap();
+    d.cloud
+        .break_destination(cidr, CloudErrorKind::Retry { after: None });
+    d.start(nodes(1));
+    assert_eq!(d.count("create"), 1);
+    assert_eq!(d.events.len(), 1);
+    assert_eq!(d.conditions["n0"].status, "True");
+    // Retries come back with growing delays.
+    d.advance(secs(30.0));
+    let attempts: Vec<Duration> = d
+        .sent
+        .iter()
+        .filter(|(_, op)| op_kind(op) == "create")
+        .map(|(t, _)| *t)
+        .collect();
+    assert!(attempts.len() >= 4, "{attempts:?}");
+    let gaps: Vec<f64> = attempts
+        .windows(2)
+        .map(|w| (w[1] - w[0]).as_secs_f64())
+        .collect();
+    assert!(gaps[0] >= 0.5 && gaps[0] <= 1.0, "{gaps:?}");
+    assert!(gaps[2] > gaps[0], "backoff does not grow: {gaps:?}");
+    // Heal the cloud: the next retry succeeds and the condition flips.
+    d.cloud.heal_destination(cidr);
+    d.advance(secs(120.0));
+    assert_eq!(d.cloud_routes(), vec![("n0".into(), "10.0.0.0/24".into())]);
+    assert_eq!(d.conditions["n0"].status, "False");
+    assert_eq!(
+        d.count("list"),
+        1,
+        "retries of a clean refusal need no list"
+    );
+    assert!(d.metrics.passes(TriggerKind::Retry) >= 4);
+}
+
+#[test]
+fn an_ambiguous_reply_makes_the_next_pass_list_first() {
+    let mut d = Driver::new(watch_config());
+    d.cloud.fail_next(Call::Create, [CloudErrorKind::Ambiguous]);
+    d.start(nodes(1));
+    // The create took effect but its reply was lost.
+    assert_eq!(d.cloud_routes().len(), 1);
+    assert_eq!(d.conditions["n0"].status, "True");
+    d.advance(secs(5.0));
+    assert_eq!(
+        d.count("list"),
+        2,
+        "the retry pass lists before trusting its view"
+    );
+    assert_eq!(
+        d.count("create"),
+        1,
+        "the list showed the route: no second create"
+    );
+    assert_eq!(d.conditions["n0"].status, "False");
+}
+
+#[test]
+fn already_exists_makes_the_next_pass_list_and_repair() {
+    let mut d = Driver::new(watch_config());
+    d.start(vec![]);
+    // Someone else put a route for n0's CIDR to another node after our list.
+    d.cloud.seed([route("x", "other", "10.0.0.0/24")]);
+    d.node_event(NodeEvent::Added(nodes(1)[0].clone()));
+    d.settle();
+    assert_eq!(d.count("create"), 1);
+    d.advance(secs(5.0));
+    assert_eq!(d.cloud_routes(), vec![("n0".into(), "10.0.0.0/24".into())]);
+    assert_eq!(d.count("delete"), 1);
+}
+
+// --- invariant 7: attribution ----------------------------------------------------------
+
+#[test]
+fn every_cloud_command_carries_the_cause_that_triggered_it() {
+    let mut d = Driver::new(watch_config());
+    d.start(vec![]);
+    d.node_event(NodeEvent::Added(node(
+        "web-7",
+        &["10.0.7.0/24"],
+        "192.168.0.7",
+    )));
+    d.settle();
+    let create = d
+        .commands
+        .iter()
+        .find_map(|c| match c {
+            Command::Cloud {
+                op: CloudOp::Create { .. },
+                cause,
+                ..
+            } => Some(cause.clone()),
+            _ => None,
+        })
+        .expect("a create");
+    assert!(create.mentions("web-7"), "{create}");
+    assert_eq!(create.primary(), TriggerKind::NodeAdd);
+    let report = d.reports.last().unwrap().to_string();
+    assert!(
+        report.contains("node web-7 added") && report.contains("routes created 1"),
+        "{report}"
+    );
+}
+
+// --- invariant 8: bad input ------------------------------------------------------------
+
+#[test]
+fn a_node_with_an_invalid_pod_cidr_does_not_stop_the_others() {
+    let mut d = Driver::new(watch_config());
+    d.start(vec![
+        node("bad", &["10.0.0.0/33"], "192.168.0.1"),
+        node("good", &["10.0.1.0/24"], "192.168.0.2"),
+    ]);
+    assert_eq!(
+        d.cloud_routes(),
+        vec![("good".into(), "10.0.1.0/24".into())]
+    );
+    assert_eq!(d.conditions["bad"].status, "True");
+    assert_eq!(d.conditions["good"].status, "False");
+    assert!(
+        d.reports[0].problems.iter().any(|p| p.contains("bad")),
+        "{:?}",
+        d.reports[0]
+    );
+}
+
+// --- beat upstream: zero nodes --------------------------------------------------------
+
+#[test]
+fn zero_nodes_still_get_a_pass_that_deletes_stale_routes() {
+    let cloud = Arc::new(FakeCloud::new());
+    cloud.seed([route("stale", "gone", "10.0.5.0/24")]);
+    let mut d = Driver::with_cloud(watch_config(), cloud);
+    d.start(vec![]);
+    assert_eq!(d.passes(), 1);
+    assert!(d.cloud_routes().is_empty());
+}
+
+// --- the watch-mode trigger filter ----------------------------------------------------
+
+#[test]
+fn label_or_heartbeat_changes_do_not_trigger_but_pod_cidr_and_address_changes_do() {
+    let mut d = Driver::new(watch_config());
+    let n = nodes(1)[0].clone();
+    d.start(vec![n.clone()]);
+    let base = d.passes();
+    // A heartbeat: new resourceVersion, same routing fields.
+    d.node_event(NodeEvent::Modified(bumped(n.clone(), 2)));
+    // A condition change (our own write coming back).
+    let mut cond = bumped(n.clone(), 3);
+    cond.network_unavailable = d.conditions.get("n0").cloned();
+    d.node_event(NodeEvent::Modified(cond));
+    d.advance(secs(2.0));
+    assert_eq!(d.passes(), base, "no pass for heartbeats or conditions");
+    let mut addr = bumped(n.clone(), 4);
+    addr.addresses
+        .push(route_controller::model::NodeAddress::new("Hostname", "n0"));
+    d.node_event(NodeEvent::Modified(addr.clone()));
+    d.advance(secs(2.0));
+    assert_eq!(d.passes(), base + 1, "address change triggers");
+    let mut cidr = bumped(addr, 5);
+    cidr.pod_cidrs = vec!["10.0.50.0/24".into()];
+    d.node_event(NodeEvent::Modified(cidr));
+    d.advance(secs(2.0));
+    assert_eq!(d.passes(), base + 2, "pod CIDR change triggers");
+    assert_eq!(d.cloud_routes(), vec![("n0".into(), "10.0.50.0/24".into())]);
+}
+
+#[test]
+fn reordered_addresses_do_not_trigger_in_our_watch_mode() {
+    let mut d = Driver::new(watch_config());
+    let mut n = nodes(1)[0].clone();
+    n.addresses
+        .push(route_controller::model::NodeAddress::new("Hostname", "n0"));
+    d.start(vec![n.clone()]);
+    let base = d.passes();
+    let mut reordered = bumped(n, 9);
+    reordered.addresses.reverse();
+    d.node_event(NodeEvent::Modified(reordered));
+    d.advance(secs(2.0));
+    assert_eq!(d.passes(), base);
+}
+
+#[test]
+fn poll_mode_ignores_node_events_and_lists_every_period() {
+    let mut config = watch_config();
+    config.mode = Mode::Poll;
+    let mut d = Driver::new(config);
+    d.start(nodes(2));
+    d.node_event(NodeEvent::Added(node(
+        "n9",
+        &["10.0.9.0/24"],
+        "192.168.0.9",
+    )));
+    d.settle();
+    assert_eq!(d.passes(), 1, "poll mode does not react to node events");
+    d.advance(secs(60.0));
+    assert_eq!(d.count("list"), 7, "one list at start and one every 10 s");
+    assert_eq!(d.cloud_routes().len(), 3);
+}
+
+// --- the resync and the view of the cloud --------------------------------------------
+
+#[test]
+fn resync_period_is_drawn_in_min_to_twice_min_and_resync_lists() {
+    let mut d = Driver::new(watch_config());
+    let period = d.ctrl.resync_period();
+    assert!(
+        period >= Duration::from_secs(12 * 3600) && period < Duration::from_secs(24 * 3600),
+        "{period:?}"
+    );
+    d.start(nodes(1));
+    d.advance(period - secs(1.0));
+    assert_eq!(d.count("list"), 1);
+    d.advance(secs(2.0));
+    assert_eq!(d.count("list"), 2);
+    assert_eq!(d.metrics.passes(TriggerKind::Resync), 1);
+}
+
+#[test]
+fn a_node_change_with_a_fresh_view_costs_exactly_one_cloud_call() {
+    let mut d = Driver::new(watch_config());
+    d.start(nodes(2));
+    let before = d.sent.len();
+    d.advance(secs(30.0));
+    d.node_event(NodeEvent::Added(node(
+        "n7",
+        &["10.0.7.0/24"],
+        "192.168.0.7",
+    )));
+    d.settle();
+    assert_eq!(d.sent.len() - before, 1, "{:?}", &d.sent[before..]);
+    // Past the view's max age, the next change lists first.
+    d.advance(Duration::from_secs(301));
+    d.node_event(NodeEvent::Deleted(node(
+        "n7",
+        &["10.0.7.0/24"],
+        "192.168.0.7",
+    )));
+    d.settle();
+    assert_eq!(d.sent.len() - before, 3);
+}
+
+#[test]
+fn a_rate_limited_reply_pauses_dispatch_until_the_provider_allows_it() {
+    let mut d = Driver::new(watch_config());
+    d.start(vec![]);
+    d.cloud.fail_next(
+        Call::Create,
+        [CloudErrorKind::RateLimited { after: secs(30.0) }],
+    );
+    for n in nodes(3) {
+        d.node_event(NodeEvent::Added(n));
+    }
+    d.settle();
+    d.advance(secs(29.0));
+    let creates_before = d.count("create");
+    assert!(d.cloud_routes().len() < 3, "{:?}", d.cloud_routes());
+    d.advance(secs(2.0));
+    assert_eq!(d.cloud_routes().len(), 3);
+    assert!(d.count("create") > creates_before);
+    assert!(
+        d.events.is_empty(),
+        "a rate limit is not the route's failure"
+    );
+}
+
+// --- conditions and events ----------------------------------------------------------
+
+#[test]
+fn failed_create_records_upstreams_event_and_condition() {
+    let mut d = Driver::new(watch_config());
+    d.cloud
+        .break_destination(Cidr::parse("10.0.0.0/24").unwrap(), CloudErrorKind::Invalid);
+    d.start(nodes(1));
+    let e = &d.events[0];
+    assert_eq!(
+        (e.node.as_str(), e.uid.as_str(), e.kind, e.reason),
+        ("n0", "uid-n0", "Warning", "FailedToCreateRoute")
+    );
+    assert!(
+        e.message
+            .starts_with("Could not create route uid-n0 10.0.0.0/24 for node n0 after "),
+        "{}",
+        e.message
+    );
+    assert!(
+        e.message
+            .ends_with(": fake cloud: destination refused (invalid)"),
+        "{}",
+        e.message
+    );
+    let c = &d.conditions["n0"];
+    assert_eq!(
+        (c.status.as_str(), c.reason.as_str()),
+        ("True", "NoRouteCreated")
+    );
+    assert_eq!(c.message, "RouteController failed to create a route");
+}
+
+#[test]
+fn conditions_already_right_are_not_written_again() {
+    let mut d = Driver::new(watch_config());
+    d.start(nodes(2));
+    assert_eq!(d.condition_writes.len(), 2);
+    d.advance(Duration::from_secs(30 * 3600));
+    assert_eq!(d.condition_writes.len(), 2, "{:?}", d.condition_writes);
+}
+
+// --- upstream-style watch, reproduced for comparison ----------------------------------
+
+#[test]
+fn upstream_watch_mode_reconciles_twice_at_startup_and_never_with_zero_nodes() {
+    let mut config = watch_config();
+    config.mode = Mode::UpstreamWatch;
+    let mut d = Driver::new(config.clone());
+    d.start(nodes(3));
+    d.advance(secs(30.0));
+    assert_eq!(d.passes(), 2);
+    let lists: Vec<Duration> = d
+        .sent
+        .iter()
+        .filter(|(_, op)| op_kind(op) == "list")
+        .map(|(t, _)| *t)
+        .collect();
+    assert_eq!(lists.len(), 2);
+    assert!((lists[1] - lists[0]).as_secs_f64() >= 9.9, "{lists:?}");
+
+    let cloud = Arc::new(FakeCloud::new());
+    cloud.seed([route("stale", "gone", "10.0.5.0/24")]);
+    let mut empty = Driver::with_cloud(config, cloud);
+    empty.start(vec![]);
+    empty.advance(secs(3600.0));
+    assert_eq!(empty.passes(), 0);
+    assert_eq!(
+        empty.cloud_routes().len(),
+        1,
+        "upstream leaves the stale route"
+    );
+}
+
+#[test]
+fn upstream_watch_mode_does_not_retry_a_failed_create() {
+    let mut config = watch_config();
+    config.mode = Mode::UpstreamWatch;
+    let mut d = Driver::new(config);
+    let broken = Cidr::parse("10.0.0.0/24").unwrap();
+    d.cloud
+        .break_destination(broken, CloudErrorKind::Retry { after: None });
+    d.start(nodes(2));
+    d.advance(secs(3600.0));
+    assert_eq!(d.passes(), 2, "two startup passes, then nothing");
+    assert_eq!(
+        d.count("create"),
+        3,
+        "n1 once; n0 in both startup passes; no retry follows"
+    );
+}
+
+#[test]
+fn upstream_watch_mode_spaces_passes_by_ten_seconds_under_an_event_storm() {
+    let mut config = watch_config();
+    config.mode = Mode::UpstreamWatch;
+    let mut d = Driver::new(config);
+    d.start(nodes(1));
+    d.advance(secs(20.0));
+    let before = d.passes();
+    let n = nodes(1)[0].clone();
+    for i in 0..600u64 {
+        let mut changed = bumped(n.clone(), 100 + i);
+        changed.addresses = vec![route_controller::model::NodeAddress::internal_ip(&format!(
+            "192.168.3.{}",
+            i % 250
+        ))];
+        d.node_event(NodeEvent::Modified(changed));
+        d.advance(secs(0.1));
+    }
+    let passes = d.passes() - before;
+    assert!((6..=8).contains(&passes), "{passes} passes in 60 s");
+}
+
+// --- helpers ----------------------------------------------------------------------------
+
+fn destination(op: &CloudOp) -> String {
+    match op {
+        CloudOp::Create { route, .. } | CloudOp::Delete { route, .. } => {
+            route.destination_cidr.clone()
+        }
+        CloudOp::List { .. } => "list".into(),
+    }
+}
+
+trait StartWithoutSettling {
+    fn start_without_settling(&mut self);
+}
+
+impl StartWithoutSettling for Driver {
+    fn start_without_settling(&mut self) {
+        self.node_event(NodeEvent::Init);
+        for n in nodes(2) {
+            self.node_event(NodeEvent::InitApply(n));
+        }
+        self.node_event(NodeEvent::InitDone);
+    }
+}
