@@ -1,0 +1,169 @@
+//! The reconcile actor: the thread that owns the [`Controller`] and connects it to the
+//! other threads through channels.
+//!
+//! It waits on its input channels and on the controller's next deadline, feeds
+//! whatever arrives to [`Controller::handle`] with the current time, and sends the
+//! resulting commands to the cloud workers and the status writer. It holds no logic of
+//! its own beyond priorities: shutdown first, then leadership (so that a lost lease
+//! stops writes before anything else is handled), then replies, then node events.
+
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::{Receiver, Sender, at, never, select_biased};
+
+use crate::cloud::workers::CloudJob;
+use crate::controller::{
+    CloudReply, Command, Controller, Input, NodeEvent, OpId, PassReport, WriteError,
+};
+
+/// What the actor sends to the status writer.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum StatusRequest {
+    /// Patch `NetworkUnavailable`; the writer answers on the status reply channel.
+    WriteCondition {
+        node: String,
+        uid: String,
+        condition: crate::model::Condition,
+    },
+    /// Record an event on a node; no answer.
+    RecordEvent(crate::controller::NodeEventRecord),
+}
+
+/// The channels around the actor. Senders of the inputs belong to the other threads.
+pub struct ActorIo {
+    pub nodes: Receiver<NodeEvent>,
+    pub cloud_replies: Receiver<(OpId, CloudReply)>,
+    pub status_replies: Receiver<(String, Result<(), WriteError>)>,
+    /// `true` when the lease is gained, `false` when it is lost.
+    pub leadership: Receiver<bool>,
+    /// Any message, or the sender being dropped, asks for a clean shutdown.
+    pub shutdown: Receiver<()>,
+    pub cloud_jobs: Sender<CloudJob>,
+    pub status_requests: Sender<StatusRequest>,
+    /// Where pass reports go besides the log, if anywhere (tests, embedding tools).
+    pub reports: Option<Sender<PassReport>>,
+}
+
+/// Why the actor returned.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Exit {
+    /// Shutdown was asked for and in-flight work finished (or the drain timed out).
+    Shutdown,
+    /// This replica lost the lease; the process should exit non-zero, as the CCM does.
+    LostLeadership,
+    /// The node watch stopped for good (its sender was dropped without a shutdown).
+    WatchEnded,
+}
+
+/// How long a shutdown waits for in-flight cloud calls and condition writes.
+pub const DRAIN_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Runs the actor until shutdown, loss of leadership or the end of the watch.
+pub fn run(mut controller: Controller, mut io: ActorIo) -> Exit {
+    let mut drain_deadline: Option<Instant> = None;
+    let mut was_leading = controller.is_leading();
+    loop {
+        if let Some(limit) = drain_deadline {
+            if controller.is_idle() {
+                return Exit::Shutdown;
+            }
+            if Instant::now() >= limit {
+                log::warn!("shutdown: giving up on in-flight operations after {DRAIN_TIMEOUT:?}");
+                return Exit::Shutdown;
+            }
+        }
+        let deadline = match drain_deadline {
+            Some(limit) => Some(limit),
+            None => controller.next_deadline(),
+        };
+        let timer = deadline.map(at).unwrap_or_else(never);
+        let input = select_biased! {
+            recv(io.shutdown) -> _ => {
+                io.shutdown = never();
+                drain_deadline = Some(Instant::now() + DRAIN_TIMEOUT);
+                log::info!("shutdown requested: no new passes; waiting for in-flight operations");
+                Input::Shutdown
+            }
+            recv(io.leadership) -> msg => match msg {
+                Ok(leading) => Input::Leadership(leading),
+                Err(_) => { io.leadership = never(); continue; }
+            },
+            recv(io.cloud_replies) -> msg => match msg {
+                Ok((id, reply)) => Input::Cloud { id, reply },
+                Err(_) => { io.cloud_replies = never(); continue; }
+            },
+            recv(io.status_replies) -> msg => match msg {
+                Ok((node, result)) => Input::ConditionWritten { node, result },
+                Err(_) => { io.status_replies = never(); continue; }
+            },
+            recv(io.nodes) -> msg => match msg {
+                Ok(event) => Input::Node(event),
+                Err(_) => {
+                    if drain_deadline.is_some() {
+                        io.nodes = never();
+                        continue;
+                    }
+                    log::error!("the node watch stopped; exiting");
+                    return Exit::WatchEnded;
+                }
+            },
+            recv(timer) -> _ => Input::Tick,
+        };
+        let lost = matches!(input, Input::Leadership(false)) && was_leading;
+        let commands = controller.handle(input, Instant::now());
+        dispatch(commands, &io);
+        if lost {
+            log::error!("lost the leader lease; stopping");
+            return Exit::LostLeadership;
+        }
+        was_leading = controller.is_leading();
+    }
+}
+
+fn dispatch(commands: Vec<Command>, io: &ActorIo) {
+    for command in commands {
+        match command {
+            Command::Cloud { id, op, cause } => {
+                log::debug!(
+                    "cloud {:?} (pass {}, caused by {cause})",
+                    op.operation(),
+                    cause.pass
+                );
+                if io.cloud_jobs.send(CloudJob { id, op }).is_err() {
+                    log::error!("cloud workers are gone; operation {id} dropped");
+                }
+            }
+            Command::WriteCondition {
+                node,
+                uid,
+                condition,
+                cause,
+            } => {
+                log::debug!(
+                    "node {node}: NetworkUnavailable={} ({}), pass {}",
+                    condition.status,
+                    condition.reason,
+                    cause.pass
+                );
+                let _ = io.status_requests.send(StatusRequest::WriteCondition {
+                    node,
+                    uid,
+                    condition,
+                });
+            }
+            Command::RecordEvent { event, .. } => {
+                let _ = io.status_requests.send(StatusRequest::RecordEvent(event));
+            }
+            Command::PassFinished(report) => {
+                if report.list_error.is_some() || report.failed > 0 {
+                    log::warn!("{report}");
+                } else {
+                    log::info!("{report}");
+                }
+                if let Some(tx) = &io.reports {
+                    let _ = tx.send(report);
+                }
+            }
+        }
+    }
+}

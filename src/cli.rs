@@ -1,0 +1,366 @@
+//! The command line: subcommands, their flags, and the `plan` command.
+//!
+//! Flags are spelled as in the cloud-controller-manager, and accepted in both forms it
+//! accepts (`--flag value` and `--flag=value`; booleans as `--flag`, `--flag=true` or
+//! `--flag=false`), so that operators can copy their manifests. Invalid input exits
+//! with status 2 and one line naming the flag or file and the fix.
+
+use std::fmt::Write as _;
+use std::io::Read;
+
+use argh::FromArgs;
+use serde::Serialize;
+
+use crate::config::parse_cluster_cidrs;
+use crate::model::{Node, NodeAddress, NodeList, Route};
+use crate::plan::{self, Plan};
+
+/// Exit status for invalid configuration or input.
+pub const EXIT_USAGE: i32 = 2;
+
+#[derive(FromArgs, Debug)]
+/// route-controller keeps a cloud's route table in step with the cluster's nodes: every
+/// node's pod CIDRs are routed to that node.
+pub struct Cli {
+    #[argh(subcommand)]
+    pub command: Command,
+}
+
+#[derive(FromArgs, Debug)]
+#[argh(subcommand)]
+pub enum Command {
+    Plan(PlanArgs),
+}
+
+#[derive(FromArgs, Debug)]
+/// Show what one reconcile pass would do, from a node list and a route list, changing
+/// nothing. NODES.json is `kubectl get nodes -o json` output ("-" reads stdin);
+/// ROUTES.json is {"routes":[{"name","targetNode","destinationCIDR","blackhole",
+/// "targetNodeAddresses","enableNodeAddresses"}]}.
+#[argh(subcommand, name = "plan")]
+pub struct PlanArgs {
+    /// the nodes: a NodeList as `kubectl get nodes -o json` prints it, or "-" for stdin
+    #[argh(option)]
+    pub nodes: String,
+    /// the cloud routes: {"routes":[...]}
+    #[argh(option)]
+    pub routes: String,
+    /// the pod network: one CIDR, or an IPv4 and an IPv6 CIDR separated by a comma;
+    /// routes outside it are never deleted
+    #[argh(option)]
+    pub cluster_cidr: String,
+    /// the cluster name passed to the cloud (default: kubernetes)
+    #[argh(option, default = "String::from(\"kubernetes\")")]
+    pub cluster_name: String,
+    /// output format: table (default) or json
+    #[argh(option, default = "String::from(\"table\")")]
+    pub output: String,
+}
+
+/// Flags that are booleans: `--flag` alone means true.
+const BOOL_FLAGS: &[&str] = &[];
+
+/// Rewrites `--flag=value` as `--flag value`, and a boolean `--flag` given alone as
+/// `--flag true`, so that argh accepts the spellings of Go's pflag.
+pub fn normalize_args(args: &[String]) -> Vec<String> {
+    let mut out = Vec::with_capacity(args.len() + 4);
+    let mut iter = args.iter().peekable();
+    while let Some(arg) = iter.next() {
+        if arg == "--" {
+            out.push(arg.clone());
+            out.extend(iter.by_ref().cloned());
+            break;
+        }
+        if let Some(rest) = arg.strip_prefix("--")
+            && let Some((name, value)) = rest.split_once('=')
+        {
+            out.push(format!("--{name}"));
+            out.push(value.to_string());
+            continue;
+        }
+        out.push(arg.clone());
+        if BOOL_FLAGS.contains(&arg.as_str())
+            && iter.peek().is_none_or(|next| next.starts_with("--"))
+        {
+            out.push("true".to_string());
+        }
+    }
+    out
+}
+
+/// Parses the process arguments; on `--help` prints help and exits 0, on bad flags
+/// prints one line and exits 2.
+pub fn parse(args: &[String]) -> Cli {
+    let normalized = normalize_args(args.get(1..).unwrap_or(&[]));
+    let strs: Vec<&str> = normalized.iter().map(String::as_str).collect();
+    match Cli::from_args(&["route-controller"], &strs) {
+        Ok(cli) => cli,
+        Err(early) => match early.status {
+            Ok(()) => {
+                println!("{}", early.output);
+                std::process::exit(0);
+            }
+            Err(()) => {
+                let line = early
+                    .output
+                    .lines()
+                    .map(str::trim)
+                    .filter(|l| !l.is_empty())
+                    .collect::<Vec<_>>()
+                    .join(" ");
+                eprintln!("error: {line} (see --help)");
+                std::process::exit(EXIT_USAGE);
+            }
+        },
+    }
+}
+
+/// An error for the user: one line naming the file or flag and the problem.
+#[derive(Debug)]
+pub struct UsageError(pub String);
+
+impl std::fmt::Display for UsageError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+// --- plan ------------------------------------------------------------------------------
+
+/// `{"routes": [...]}`; anything else at the top level is a mistake (a node list
+/// passed as routes, say), not something to ignore.
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RouteFile {
+    routes: Vec<Route>,
+}
+
+/// Runs `plan` and returns what to print on stdout.
+pub fn run_plan(args: &PlanArgs) -> Result<String, UsageError> {
+    let cluster_cidrs = parse_cluster_cidrs(&args.cluster_cidr).map_err(UsageError)?;
+    if args.output != "table" && args.output != "json" {
+        return Err(UsageError(format!(
+            "--output: {:?} is not a format; use table or json",
+            args.output
+        )));
+    }
+    let nodes = read_nodes(&args.nodes)?;
+    let routes = read_routes(&args.routes)?;
+    let plan = plan::plan(&nodes, &routes, &cluster_cidrs);
+    for p in &plan.problems {
+        eprintln!("warning: {p}");
+    }
+    Ok(match args.output.as_str() {
+        "json" => plan_json(&plan),
+        _ => plan_table(&plan),
+    })
+}
+
+fn read_input(path: &str, flag: &str) -> Result<String, UsageError> {
+    let mut text = String::new();
+    let result = if path == "-" {
+        std::io::stdin().read_to_string(&mut text).map(|_| ())
+    } else {
+        std::fs::read_to_string(path).map(|t| text = t)
+    };
+    result.map_err(|e| UsageError(format!("{flag} {path}: cannot read: {e}")))?;
+    Ok(text)
+}
+
+/// Reads a NodeList (or a single Node) from `kubectl get nodes -o json`.
+pub fn read_nodes(path: &str) -> Result<Vec<Node>, UsageError> {
+    let text = read_input(path, "--nodes")?;
+    let value: serde_json::Value = serde_json::from_str(&text)
+        .map_err(|e| UsageError(format!("--nodes {path}: not valid JSON: {e}")))?;
+    let bad = |e: serde_json::Error| UsageError(format!("--nodes {path}: not a node list: {e}"));
+    match value.get("kind").and_then(|k| k.as_str()) {
+        Some("Node") => Ok(vec![serde_json::from_value(value).map_err(bad)?]),
+        _ if value.get("items").is_some_and(|i| i.is_array()) => {
+            Ok(serde_json::from_value::<NodeList>(value)
+                .map_err(bad)?
+                .items)
+        }
+        _ => Err(UsageError(format!(
+            "--nodes {path}: expected a NodeList with \"items\" (kubectl get nodes -o json)"
+        ))),
+    }
+}
+
+pub fn read_routes(path: &str) -> Result<Vec<Route>, UsageError> {
+    let text = read_input(path, "--routes")?;
+    let file: RouteFile = serde_json::from_str(&text).map_err(|e| {
+        UsageError(format!(
+            "--routes {path}: not a route list ({{\"routes\":[...]}}): {e}"
+        ))
+    })?;
+    Ok(file.routes)
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct JsonPlan<'a> {
+    deletes: Vec<JsonDelete<'a>>,
+    creates: Vec<JsonCreate<'a>>,
+    conditions: Vec<JsonCondition<'a>>,
+    problems: Vec<String>,
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct JsonDelete<'a> {
+    name: &'a str,
+    target_node: &'a str,
+    #[serde(rename = "destinationCIDR")]
+    destination_cidr: &'a str,
+    reason: &'static str,
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct JsonCreate<'a> {
+    target_node: &'a str,
+    #[serde(rename = "destinationCIDR")]
+    destination_cidr: &'a str,
+    name_hint: &'a str,
+    target_node_addresses: &'a [NodeAddress],
+}
+
+#[derive(Serialize)]
+struct JsonCondition<'a> {
+    node: &'a str,
+    status: String,
+    reason: String,
+    message: String,
+}
+
+/// The plan as JSON: deletes in the order of the listed routes, creates in node order
+/// then pod-CIDR order, and the condition writes that would follow if every operation
+/// succeeded.
+pub fn plan_json(plan: &Plan) -> String {
+    let json = JsonPlan {
+        deletes: plan
+            .deletes
+            .iter()
+            .map(|d| JsonDelete {
+                name: &d.route.name,
+                target_node: &d.route.target_node,
+                destination_cidr: &d.route.destination_cidr,
+                reason: d.reason.as_str(),
+            })
+            .collect(),
+        creates: plan
+            .creates
+            .iter()
+            .map(|c| JsonCreate {
+                target_node: &c.route.target_node,
+                destination_cidr: &c.route.destination_cidr,
+                name_hint: &c.name_hint,
+                target_node_addresses: &c.route.target_node_addresses,
+            })
+            .collect(),
+        conditions: plan::conditions_on_success(plan)
+            .into_iter()
+            .map(|(n, c)| JsonCondition {
+                node: &n.node,
+                status: c.status,
+                reason: c.reason,
+                message: c.message,
+            })
+            .collect(),
+        problems: plan.problems.iter().map(ToString::to_string).collect(),
+    };
+    let mut text = serde_json::to_string_pretty(&json).unwrap_or_default();
+    text.push('\n');
+    text
+}
+
+/// The plan for people.
+pub fn plan_table(plan: &Plan) -> String {
+    let mut out = String::new();
+    for d in &plan.deletes {
+        let target = if d.route.target_node.is_empty() {
+            "-"
+        } else {
+            &d.route.target_node
+        };
+        let _ = writeln!(
+            out,
+            "DELETE     {:<18} {:<24} route {} ({})",
+            target, d.route.destination_cidr, d.route.name, d.reason
+        );
+    }
+    for c in &plan.creates {
+        let addrs: Vec<String> = c
+            .route
+            .target_node_addresses
+            .iter()
+            .map(|a| format!("{}={}", a.kind, a.address))
+            .collect();
+        let _ = writeln!(
+            out,
+            "CREATE     {:<18} {:<24} name hint {}{}; addresses {}",
+            c.route.target_node,
+            c.route.destination_cidr,
+            c.name_hint,
+            if c.replaces {
+                ", replaces the route to old addresses"
+            } else {
+                ""
+            },
+            if addrs.is_empty() {
+                "none".to_string()
+            } else {
+                addrs.join(",")
+            }
+        );
+    }
+    let conditions = plan::conditions_on_success(plan);
+    for (n, c) in &conditions {
+        let _ = writeln!(
+            out,
+            "CONDITION  {:<18} NetworkUnavailable={} ({})",
+            n.node, c.status, c.reason
+        );
+    }
+    let _ = writeln!(
+        out,
+        "{} to delete, {} to create, {} kept, {} condition writes{}",
+        plan.deletes.len(),
+        plan.creates.len(),
+        plan.kept,
+        conditions.len(),
+        if plan.problems.is_empty() {
+            String::new()
+        } else {
+            format!(", {} problems (see warnings)", plan.problems.len())
+        }
+    );
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn s(v: &[&str]) -> Vec<String> {
+        v.iter().map(|x| x.to_string()).collect()
+    }
+
+    #[test]
+    fn equals_form_is_split_into_flag_and_value() {
+        assert_eq!(
+            normalize_args(&s(&[
+                "plan",
+                "--cluster-cidr=10.0.0.0/8",
+                "--nodes",
+                "n.json"
+            ])),
+            s(&["plan", "--cluster-cidr", "10.0.0.0/8", "--nodes", "n.json"])
+        );
+    }
+
+    #[test]
+    fn values_after_double_dash_are_left_alone() {
+        assert_eq!(normalize_args(&s(&["--", "--a=b"])), s(&["--", "--a=b"]));
+    }
+}

@@ -1,0 +1,142 @@
+//! The actor loop with real channels and threads: messages injected on its input
+//! channels come out as cloud jobs, status requests and pass reports.
+
+use std::sync::Arc;
+use std::thread;
+use std::time::Duration;
+
+use crossbeam_channel::{Receiver, Sender, bounded, unbounded};
+use route_controller::actor::{self, ActorIo, Exit, StatusRequest};
+use route_controller::cloud::fake::FakeCloud;
+use route_controller::cloud::workers;
+use route_controller::controller::{Config, Controller, NodeEvent, PassReport};
+use route_controller::metrics::Metrics;
+use route_controller::model::{Cidr, Node, NodeAddress};
+
+struct Running {
+    nodes: Sender<NodeEvent>,
+    leadership: Sender<bool>,
+    shutdown: Sender<()>,
+    reports: Receiver<PassReport>,
+    status: Receiver<StatusRequest>,
+    cloud: Arc<FakeCloud>,
+    actor: thread::JoinHandle<Exit>,
+}
+
+fn start(leader_election: bool) -> Running {
+    let mut config = Config::new(vec![Cidr::parse("10.0.0.0/16").unwrap()]);
+    config.leader_election = leader_election;
+    config.seed = Some(5);
+    let metrics = Arc::new(Metrics::new());
+    let cloud = Arc::new(FakeCloud::new());
+    let (nodes_tx, nodes) = unbounded();
+    let (leadership_tx, leadership) = unbounded();
+    let (shutdown_tx, shutdown) = bounded(1);
+    let (jobs_tx, jobs) = unbounded();
+    let (replies_tx, cloud_replies) = unbounded();
+    let (status_tx, status_rx) = unbounded();
+    let (status_replies_tx, status_replies) = unbounded();
+    let (reports_tx, reports) = unbounded();
+    workers::spawn(
+        cloud.clone(),
+        "kubernetes".into(),
+        2,
+        jobs,
+        replies_tx,
+        metrics.clone(),
+    )
+    .unwrap();
+    // A status writer that accepts every write.
+    let (status_seen_tx, status_seen) = unbounded();
+    thread::spawn(move || {
+        for req in status_rx.iter() {
+            if let StatusRequest::WriteCondition { node, .. } = &req {
+                let _ = status_replies_tx.send((node.clone(), Ok(())));
+            }
+            let _ = status_seen_tx.send(req);
+        }
+    });
+    let controller = Controller::new(config, metrics);
+    let io = ActorIo {
+        nodes,
+        cloud_replies,
+        status_replies,
+        leadership,
+        shutdown,
+        cloud_jobs: jobs_tx,
+        status_requests: status_tx,
+        reports: Some(reports_tx),
+    };
+    let actor = thread::spawn(move || actor::run(controller, io));
+    Running {
+        nodes: nodes_tx,
+        leadership: leadership_tx,
+        shutdown: shutdown_tx,
+        reports,
+        status: status_seen,
+        cloud,
+        actor,
+    }
+}
+
+fn node(name: &str, cidr: &str) -> Node {
+    Node {
+        name: name.into(),
+        uid: format!("uid-{name}"),
+        resource_version: "1".into(),
+        pod_cidrs: vec![cidr.into()],
+        addresses: vec![NodeAddress::internal_ip("192.168.0.1")],
+        ..Node::default()
+    }
+}
+
+const WAIT: Duration = Duration::from_secs(10);
+
+#[test]
+fn node_events_on_the_channel_become_routes_conditions_and_reports() {
+    let r = start(false);
+    r.nodes.send(NodeEvent::Init).unwrap();
+    r.nodes
+        .send(NodeEvent::InitApply(node("a", "10.0.1.0/24")))
+        .unwrap();
+    r.nodes.send(NodeEvent::InitDone).unwrap();
+    let first = r.reports.recv_timeout(WAIT).expect("a startup pass report");
+    assert_eq!((first.created, first.listed), (1, true), "{first}");
+    r.nodes
+        .send(NodeEvent::Added(node("b", "10.0.2.0/24")))
+        .unwrap();
+    let second = r.reports.recv_timeout(WAIT).expect("a pass for node b");
+    assert!(second.to_string().contains("node b added"), "{second}");
+    let mut routes: Vec<String> = r
+        .cloud
+        .routes()
+        .into_iter()
+        .map(|r| r.target_node)
+        .collect();
+    routes.sort();
+    assert_eq!(routes, vec!["a", "b"]);
+    let writes: Vec<StatusRequest> = r.status.try_iter().collect();
+    assert_eq!(writes.len(), 2, "{writes:?}");
+    r.shutdown.send(()).unwrap();
+    assert_eq!(r.actor.join().unwrap(), Exit::Shutdown);
+}
+
+#[test]
+fn losing_the_lease_ends_the_actor_with_lost_leadership() {
+    let r = start(true);
+    r.nodes.send(NodeEvent::Init).unwrap();
+    r.nodes.send(NodeEvent::InitDone).unwrap();
+    r.leadership.send(true).unwrap();
+    r.reports
+        .recv_timeout(WAIT)
+        .expect("the new leader runs a pass");
+    r.leadership.send(false).unwrap();
+    assert_eq!(r.actor.join().unwrap(), Exit::LostLeadership);
+}
+
+#[test]
+fn the_actor_exits_when_the_watch_goes_away() {
+    let r = start(false);
+    drop(r.nodes);
+    assert_eq!(r.actor.join().unwrap(), Exit::WatchEnded);
+}

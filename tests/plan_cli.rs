@@ -1,0 +1,277 @@
+//! `route-controller plan` as an operator runs it: files shipped in testdata, both
+//! output formats, stdin, and every kind of bad input.
+
+use std::io::Write;
+use std::process::{Command, Output, Stdio};
+
+fn plan(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_route-controller"))
+        .arg("plan")
+        .args(args)
+        .output()
+        .expect("run the binary")
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+const NODES: &str = "testdata/plan/nodes.json";
+const ROUTES: &str = "testdata/plan/routes.json";
+
+fn dir() -> std::path::PathBuf {
+    std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn path(p: &str) -> String {
+    dir().join(p).to_string_lossy().into_owned()
+}
+
+#[test]
+fn json_output_lists_deletes_creates_and_conditions() {
+    let out = plan(&[
+        "--nodes",
+        &path(NODES),
+        "--routes",
+        &path(ROUTES),
+        "--cluster-cidr=10.244.0.0/16",
+        "--output",
+        "json",
+    ]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let deletes: Vec<(&str, &str)> = v["deletes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| {
+            (
+                d["destinationCIDR"].as_str().unwrap(),
+                d["reason"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    // In route-list order; the VPN route outside the cluster CIDR is left alone.
+    assert_eq!(
+        deletes,
+        vec![
+            ("10.244.9.0/24", "node gone"),
+            ("10.244.7.0/24", "blackhole")
+        ]
+    );
+    let creates = v["creates"].as_array().unwrap();
+    assert_eq!(creates.len(), 1);
+    assert_eq!(creates[0]["targetNode"], "worker-2");
+    assert_eq!(creates[0]["destinationCIDR"], "10.244.2.0/24");
+    assert_eq!(
+        creates[0]["nameHint"],
+        "c3e9d0a4-5b6f-4e71-9a8b-2c4d6e8f0a32"
+    );
+    assert_eq!(creates[0]["targetNodeAddresses"][0]["address"], "10.0.0.4");
+    // cp-1 and worker-1 already show False/RouteCreated: skipped. worker-3 has no
+    // pod CIDR and no route: untouched.
+    let conditions = v["conditions"].as_array().unwrap();
+    assert_eq!(conditions.len(), 1, "{conditions:?}");
+    assert_eq!(
+        (
+            conditions[0]["node"].as_str(),
+            conditions[0]["status"].as_str()
+        ),
+        (Some("worker-2"), Some("False"))
+    );
+}
+
+#[test]
+fn table_output_is_for_people() {
+    let out = plan(&[
+        "--nodes",
+        &path(NODES),
+        "--routes",
+        &path(ROUTES),
+        "--cluster-cidr",
+        "10.244.0.0/16",
+    ]);
+    assert!(out.status.success());
+    let t = text(&out.stdout);
+    assert!(t.contains("DELETE     worker-old"), "{t}");
+    assert!(t.contains("CREATE     worker-2"), "{t}");
+    assert!(
+        t.ends_with("2 to delete, 1 to create, 2 kept, 1 condition writes\n"),
+        "{t}"
+    );
+}
+
+#[test]
+fn nodes_can_come_from_stdin() {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_route-controller"))
+        .args([
+            "plan",
+            "--nodes",
+            "-",
+            "--routes",
+            &path(ROUTES),
+            "--cluster-cidr",
+            "10.244.0.0/16",
+            "--output=json",
+        ])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(&std::fs::read(path(NODES)).unwrap())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success());
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["creates"].as_array().unwrap().len(), 1);
+}
+
+#[test]
+fn an_invalid_pod_cidr_is_reported_for_its_node_and_the_rest_is_planned() {
+    let out = plan(&[
+        "--nodes",
+        &path("testdata/plan/nodes-invalid-pod-cidr.json"),
+        "--routes",
+        &path(ROUTES),
+        "--cluster-cidr",
+        "10.244.0.0/16",
+        "--output",
+        "json",
+    ]);
+    assert!(out.status.success());
+    assert!(
+        text(&out.stderr).contains("node bad-cidr: pod CIDR \"10.244.300.0/24\" is invalid"),
+        "{}",
+        text(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["creates"][0]["targetNode"], "worker-2");
+    assert_eq!(v["problems"].as_array().unwrap().len(), 1);
+    let bad = v["conditions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["node"] == "bad-cidr")
+        .unwrap();
+    assert_eq!(bad["status"], "True");
+}
+
+#[test]
+fn bad_input_exits_2_with_one_line_naming_the_file_or_flag() {
+    let routes = path(ROUTES);
+    let nodes = path(NODES);
+    let cases: Vec<(Vec<String>, &str)> = vec![
+        (
+            vec![
+                "--nodes".into(),
+                path("testdata/plan/missing.json"),
+                "--routes".into(),
+                routes.clone(),
+                "--cluster-cidr".into(),
+                "10.0.0.0/8".into(),
+            ],
+            "--nodes",
+        ),
+        (
+            vec![
+                "--nodes".into(),
+                path("testdata/plan/not-json.json"),
+                "--routes".into(),
+                routes.clone(),
+                "--cluster-cidr".into(),
+                "10.0.0.0/8".into(),
+            ],
+            "not valid JSON",
+        ),
+        (
+            vec![
+                "--nodes".into(),
+                path("testdata/plan/not-a-node-list.json"),
+                "--routes".into(),
+                routes.clone(),
+                "--cluster-cidr".into(),
+                "10.0.0.0/8".into(),
+            ],
+            "expected a NodeList",
+        ),
+        (
+            vec![
+                "--nodes".into(),
+                nodes.clone(),
+                "--routes".into(),
+                nodes.clone(),
+                "--cluster-cidr".into(),
+                "10.0.0.0/8".into(),
+            ],
+            "--routes",
+        ),
+        (
+            vec![
+                "--nodes".into(),
+                nodes.clone(),
+                "--routes".into(),
+                routes.clone(),
+                "--cluster-cidr".into(),
+                "10.0.0.0/8,10.1.0.0/16".into(),
+            ],
+            "one IP family",
+        ),
+        (
+            vec![
+                "--nodes".into(),
+                nodes.clone(),
+                "--routes".into(),
+                routes.clone(),
+                "--cluster-cidr".into(),
+                "10.0.0.0/8,fd00::/8,fd01::/8".into(),
+            ],
+            "3 CIDRs",
+        ),
+        (
+            vec![
+                "--nodes".into(),
+                nodes.clone(),
+                "--routes".into(),
+                routes.clone(),
+                "--cluster-cidr".into(),
+                "banana".into(),
+            ],
+            "--cluster-cidr",
+        ),
+        (
+            vec![
+                "--nodes".into(),
+                nodes.clone(),
+                "--routes".into(),
+                routes.clone(),
+            ],
+            "--cluster-cidr",
+        ),
+        (
+            vec![
+                "--nodes".into(),
+                nodes.clone(),
+                "--routes".into(),
+                routes.clone(),
+                "--cluster-cidr".into(),
+                "10.0.0.0/8".into(),
+                "--output".into(),
+                "yaml".into(),
+            ],
+            "--output",
+        ),
+    ];
+    for (args, needle) in cases {
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let out = plan(&args);
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        let err = text(&out.stderr);
+        assert_eq!(err.lines().count(), 1, "{args:?}: {err}");
+        assert!(err.contains(needle), "{args:?}: {err}");
+        assert!(out.stdout.is_empty(), "{args:?}");
+    }
+}
