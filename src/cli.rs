@@ -30,6 +30,39 @@ pub struct Cli {
 #[argh(subcommand)]
 pub enum Command {
     Plan(PlanArgs),
+    Simulate(SimulateArgs),
+}
+
+#[derive(FromArgs, Debug)]
+/// Simulate the controller in virtual time against an in-memory cloud, in each mode side
+/// by side (poll, upstream-style watch, ours), and print the cloud calls and latencies.
+/// The real controller code runs; only the cluster and the cloud are simulated. A 24-hour
+/// scenario takes seconds.
+#[argh(subcommand, name = "simulate")]
+pub struct SimulateArgs {
+    /// scenario: steady, rolling-upgrade, scale-out, flaky-cloud, address-churn, or all
+    /// (default: all)
+    #[argh(option, default = "String::from(\"all\")")]
+    pub scenario: String,
+    /// number of nodes (default: the scenario's, 1000 or 300)
+    #[argh(option)]
+    pub nodes: Option<usize>,
+    /// simulated time, in Go syntax such as 24h or 90m (default: the scenario's, 24h or 1h)
+    #[argh(option)]
+    pub duration: Option<String>,
+    /// random seed; one seed always gives the same numbers (default: 1)
+    #[argh(option, default = "1")]
+    pub seed: u64,
+    /// time each cloud call takes (default: 100ms)
+    #[argh(option, default = "String::from(\"100ms\")")]
+    pub latency: String,
+    /// output format: table (default) or json
+    #[argh(option, default = "String::from(\"table\")")]
+    pub output: String,
+    /// write an SVG chart of cloud calls over time to FILE (with several scenarios, the
+    /// scenario name is added before the extension)
+    #[argh(option)]
+    pub chart: Option<String>,
 }
 
 #[derive(FromArgs, Debug)]
@@ -122,6 +155,81 @@ pub struct UsageError(pub String);
 impl std::fmt::Display for UsageError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(&self.0)
+    }
+}
+
+// --- simulate ---------------------------------------------------------------------------
+
+/// Runs `simulate`: prints progress on stderr and returns what to print on stdout.
+pub fn run_simulate(args: &SimulateArgs) -> Result<String, UsageError> {
+    use crate::sim::{self, Scenario, SimOptions};
+    let scenarios: Vec<Scenario> = if args.scenario == "all" {
+        Scenario::ALL.to_vec()
+    } else {
+        vec![Scenario::parse(&args.scenario).ok_or_else(|| {
+            UsageError(format!(
+                "--scenario: {:?} is not a scenario; use one of steady, rolling-upgrade, scale-out, flaky-cloud, \
+                 address-churn, all",
+                args.scenario
+            ))
+        })?]
+    };
+    if args.output != "table" && args.output != "json" {
+        return Err(UsageError(format!("--output: {:?} is not a format; use table or json", args.output)));
+    }
+    let duration = match &args.duration {
+        Some(d) => Some(crate::duration::parse(d).map_err(|e| UsageError(format!("--duration: {e}")))?),
+        None => None,
+    };
+    if duration.is_some_and(|d| d.is_zero()) {
+        return Err(UsageError("--duration: must be more than 0".into()));
+    }
+    let latency = crate::duration::parse(&args.latency).map_err(|e| UsageError(format!("--latency: {e}")))?;
+    if args.nodes == Some(0) || args.nodes.is_some_and(|n| n > 60_000) {
+        return Err(UsageError("--nodes: give between 1 and 60000 nodes".into()));
+    }
+    let mut reports = Vec::new();
+    for scenario in &scenarios {
+        let options = SimOptions { scenario: *scenario, nodes: args.nodes, duration, seed: args.seed, latency };
+        // On a terminal, one line that counts up; in a log, a line per quarter.
+        let tty = std::io::IsTerminal::is_terminal(&std::io::stderr());
+        let step = if tty { 1 } else { 25 };
+        let mut shown = None;
+        let mut progress = |f: f64| {
+            let pct = (f * 100.0) as u32 / step * step;
+            if shown == Some(pct) {
+                return;
+            }
+            shown = Some(pct);
+            if tty {
+                eprint!("\rsimulating {:<16} {pct:>3} %", scenario.name());
+            } else {
+                eprintln!("simulating {}: {pct} %", scenario.name());
+            }
+        };
+        let report = sim::run(&options, &mut progress);
+        if tty {
+            eprint!("\r{:<40}\r", "");
+        }
+        if let Some(path) = &args.chart {
+            let path = if scenarios.len() > 1 { chart_path(path, scenario.name()) } else { path.clone() };
+            std::fs::write(&path, sim::chart(&report))
+                .map_err(|e| UsageError(format!("--chart {path}: cannot write: {e}")))?;
+            eprintln!("wrote {path}");
+        }
+        reports.push(report);
+    }
+    Ok(match args.output.as_str() {
+        "json" if reports.len() == 1 => serde_json::to_string_pretty(&reports[0]).unwrap_or_default() + "\n",
+        "json" => serde_json::to_string_pretty(&reports).unwrap_or_default() + "\n",
+        _ => reports.iter().map(sim::table).collect::<Vec<_>>().join("\n"),
+    })
+}
+
+fn chart_path(path: &str, scenario: &str) -> String {
+    match path.rsplit_once('.') {
+        Some((stem, ext)) if !stem.is_empty() && !ext.contains('/') => format!("{stem}-{scenario}.{ext}"),
+        _ => format!("{path}-{scenario}"),
     }
 }
 

@@ -481,15 +481,21 @@ struct RouteView {
     listed_at: Instant,
     /// An ambiguous reply or a surprise (already exists) was seen since the list.
     stale: bool,
+    /// The provider's listed routes carry node addresses (`enable_node_addresses`).
+    /// Routes the controller creates enter the view the way the provider will list
+    /// them, so that an address change replaces them before the next list too.
+    reports_addresses: bool,
 }
 
 impl RouteView {
     fn new(routes: Vec<Route>, listed_at: Instant) -> RouteView {
+        let reports_addresses = routes.iter().any(|r| r.enable_node_addresses);
         let mut view = RouteView {
             routes: Vec::new(),
             by_node: HashMap::new(),
             listed_at,
             stale: false,
+            reports_addresses,
         };
         for r in routes {
             view.insert(r);
@@ -1336,7 +1342,8 @@ impl Controller {
         match (&op, result) {
             (OpKind::Create(c), Ok(())) => {
                 if let Some(view) = &mut self.view {
-                    view.insert(c.route.clone());
+                    let enable_node_addresses = view.reports_addresses;
+                    view.insert(Route { enable_node_addresses, ..c.route.clone() });
                 }
                 self.retries.remove(&cidr);
                 if let Some(seen) = self.cidr_seen.remove(&(c.route.target_node.clone(), cidr)) {

@@ -74,3 +74,4 @@ pub mod duration;
 pub mod metrics;
 pub mod model;
 pub mod plan;
+pub mod sim;

@@ -60,6 +60,10 @@ pub struct FakeCloud {
     counters: Counters,
     latency: Mutex<Duration>,
     clock: Clock,
+    /// List routes with `enable_node_addresses`, as a provider whose routes carry the
+    /// target's addresses does; the controller then replaces routes whose node
+    /// addresses changed.
+    report_node_addresses: std::sync::atomic::AtomicBool,
 }
 
 struct State {
@@ -109,6 +113,7 @@ impl FakeCloud {
             counters: Counters::default(),
             latency: Mutex::new(Duration::ZERO),
             clock,
+            report_node_addresses: std::sync::atomic::AtomicBool::new(false),
         }
     }
 
@@ -127,6 +132,11 @@ impl FakeCloud {
         self.lock().routes.values().cloned().collect()
     }
 
+    /// The route for `destination`, if any.
+    pub fn route(&self, destination: &Cidr) -> Option<Route> {
+        self.lock().routes.get(destination).cloned()
+    }
+
     pub fn counters(&self) -> &Counters {
         &self.counters
     }
@@ -134,6 +144,11 @@ impl FakeCloud {
     /// Real time each call sleeps before answering (for the threaded runtime).
     pub fn set_latency(&self, latency: Duration) {
         *self.latency.lock().unwrap_or_else(|e| e.into_inner()) = latency;
+    }
+
+    /// Whether listed routes carry `enable_node_addresses` (default false).
+    pub fn set_report_node_addresses(&self, on: bool) {
+        self.report_node_addresses.store(on, Ordering::Relaxed);
     }
 
     /// The next calls of kind `call` fail with these errors, one each, in order.
@@ -278,7 +293,11 @@ impl Routes for FakeCloud {
         if self.admit(&mut s, Call::List, None)? {
             return Err(lost_reply());
         }
-        Ok(s.routes.values().cloned().collect())
+        let with_addresses = self.report_node_addresses.load(Ordering::Relaxed);
+        Ok(s.routes
+            .values()
+            .map(|r| Route { enable_node_addresses: with_addresses, ..r.clone() })
+            .collect())
     }
 
     fn create_route(

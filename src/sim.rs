@@ -1,0 +1,861 @@
+//! Virtual-time simulation: the real [`Controller`] driven by a simulated cluster and the
+//! in-memory cloud, once per mode, so that the cost of each mode shows side by side.
+//!
+//! Nothing here models the controller: the same `Controller::handle` the binary runs
+//! decides everything. The simulation only plays the world around it — node changes on
+//! a script, cloud calls that take time, a provider rate limit and failures — in
+//! virtual time, so a 24-hour scenario takes seconds and every run with one seed gives
+//! the same numbers.
+//!
+//! Modes:
+//! - `poll`: the gate off; a full pass with a list every 10 s (upstream ≤ 1.34, and the
+//!   default of 1.35/1.36);
+//! - `upstream-watch`: upstream 1.35/1.36's watch mode (a 10 s token bucket, a list on
+//!   every pass, no per-route retry, up to 200 calls in flight, no client-side rate
+//!   limiting: a refused call just fails);
+//! - `watch`: ours (debounced passes, a trusted view of the routes, per-route retries,
+//!   16 calls in flight, a client-side token bucket matching the provider's limit).
+
+use std::cmp::Reverse;
+use std::collections::{BTreeMap, BinaryHeap, HashMap};
+use std::fmt::Write as _;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use rand::rngs::SmallRng;
+use rand::{RngExt, SeedableRng};
+use serde::Serialize;
+
+use crate::cloud::CloudErrorKind;
+use crate::cloud::fake::{Call, FakeCloud};
+use crate::cloud::ratelimit::TokenBucket;
+use crate::cloud::workers::run_op;
+use crate::controller::{CloudOp, CloudReply, Command, Config, Controller, Input, Mode, NodeEvent, OpId};
+use crate::metrics::Metrics;
+use crate::model::{Cidr, Node, NodeAddress, Route};
+
+/// The scenarios `simulate` knows.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Scenario {
+    /// 1000 nodes for 24 h; nothing changes but node heartbeats.
+    Steady,
+    /// 300 nodes replaced one by one over an hour.
+    RollingUpgrade,
+    /// 1000 nodes join within a minute, against an API allowing 1 request/s.
+    ScaleOut,
+    /// A rolling upgrade of 300 nodes in an hour while 10 % of cloud calls fail.
+    FlakyCloud,
+    /// 300 nodes whose InternalIP changes, one every 10 s, for an hour; the provider's
+    /// routes carry node addresses, so each change replaces a route.
+    AddressChurn,
+}
+
+impl Scenario {
+    pub const ALL: [Scenario; 5] = [
+        Scenario::Steady,
+        Scenario::RollingUpgrade,
+        Scenario::ScaleOut,
+        Scenario::FlakyCloud,
+        Scenario::AddressChurn,
+    ];
+
+    pub fn name(&self) -> &'static str {
+        match self {
+            Scenario::Steady => "steady",
+            Scenario::RollingUpgrade => "rolling-upgrade",
+            Scenario::ScaleOut => "scale-out",
+            Scenario::FlakyCloud => "flaky-cloud",
+            Scenario::AddressChurn => "address-churn",
+        }
+    }
+
+    pub fn parse(name: &str) -> Option<Scenario> {
+        Scenario::ALL.into_iter().find(|s| s.name() == name)
+    }
+
+    /// Default node count and duration.
+    pub fn defaults(&self) -> (usize, Duration) {
+        match self {
+            Scenario::Steady => (1000, Duration::from_secs(24 * 3600)),
+            Scenario::RollingUpgrade | Scenario::FlakyCloud | Scenario::AddressChurn => {
+                (300, Duration::from_secs(3600))
+            }
+            Scenario::ScaleOut => (1000, Duration::from_secs(3600)),
+        }
+    }
+}
+
+/// What to simulate.
+#[derive(Clone, Debug)]
+pub struct SimOptions {
+    pub scenario: Scenario,
+    /// Overrides the scenario's node count.
+    pub nodes: Option<usize>,
+    /// Overrides the scenario's duration.
+    pub duration: Option<Duration>,
+    pub seed: u64,
+    /// Time each cloud call takes.
+    pub latency: Duration,
+}
+
+/// p50, p99 and max of a set of durations, in seconds.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize)]
+pub struct Percentiles {
+    pub p50: f64,
+    pub p99: f64,
+    pub max: f64,
+    #[serde(skip)]
+    pub count: usize,
+}
+
+impl Percentiles {
+    fn of(mut samples: Vec<Duration>) -> Percentiles {
+        if samples.is_empty() {
+            return Percentiles::default();
+        }
+        samples.sort();
+        let at = |q: f64| {
+            let i = ((q * samples.len() as f64).ceil() as usize).clamp(1, samples.len()) - 1;
+            round3(samples[i].as_secs_f64())
+        };
+        Percentiles { p50: at(0.5), p99: at(0.99), max: at(1.0), count: samples.len() }
+    }
+}
+
+fn round3(x: f64) -> f64 {
+    (x * 1000.0).round() / 1000.0
+}
+
+/// Cloud calls by operation.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct CloudCalls {
+    pub list: u64,
+    pub create: u64,
+    pub delete: u64,
+}
+
+impl CloudCalls {
+    pub fn total(&self) -> u64 {
+        self.list + self.create + self.delete
+    }
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Latencies {
+    /// From a node change (add, delete, pod CIDRs, addresses) to the start of the next
+    /// pass.
+    pub trigger_to_pass: Percentiles,
+    /// From a node getting a pod CIDR (or new addresses, where routes carry them) to its
+    /// route existing in the cloud.
+    pub node_to_route: Percentiles,
+}
+
+/// The outcome of one mode.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ModeReport {
+    pub mode: &'static str,
+    pub cloud_calls: CloudCalls,
+    pub route_mutations: u64,
+    pub passes: u64,
+    /// Calls the provider refused for its rate limit (429s).
+    pub rate_limited: u64,
+    pub latency_seconds: Latencies,
+    /// Routes still missing at the end of the run.
+    pub unserved: usize,
+    /// From the first node change to the last route created, in seconds.
+    pub completion_seconds: Option<f64>,
+    #[serde(skip)]
+    pub calls_per_minute: Vec<u64>,
+    #[serde(skip)]
+    pub resync_period: Duration,
+}
+
+/// The outcome of one scenario, in every mode.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ScenarioReport {
+    pub scenario: &'static str,
+    pub nodes: usize,
+    pub duration_seconds: u64,
+    pub modes: Vec<ModeReport>,
+    #[serde(skip)]
+    pub seed: u64,
+    #[serde(skip)]
+    pub latency: Duration,
+    #[serde(skip)]
+    pub rate_limit: Option<(f64, u32)>,
+    #[serde(skip)]
+    pub failure_rate: f64,
+}
+
+/// Runs one scenario in the three modes. `progress` is called with the fraction done.
+pub fn run(options: &SimOptions, progress: &mut dyn FnMut(f64)) -> ScenarioReport {
+    let (default_nodes, default_duration) = options.scenario.defaults();
+    let nodes = options.nodes.unwrap_or(default_nodes).clamp(1, 60_000);
+    let duration = options.duration.unwrap_or(default_duration);
+    let script = Script::new(options.scenario, nodes, duration, options.seed);
+    let modes = [Mode::Poll, Mode::UpstreamWatch, Mode::Watch];
+    let mut reports = Vec::new();
+    for (i, mode) in modes.into_iter().enumerate() {
+        let mut sub = |f: f64| progress((i as f64 + f) / modes.len() as f64);
+        reports.push(World::new(&script, mode, options, duration).run(&mut sub));
+    }
+    ScenarioReport {
+        scenario: options.scenario.name(),
+        nodes,
+        duration_seconds: duration.as_secs(),
+        modes: reports,
+        seed: options.seed,
+        latency: options.latency,
+        rate_limit: script.rate_limit,
+        failure_rate: script.failure_rate,
+    }
+}
+
+// --- the scenario script ------------------------------------------------------------------
+
+#[derive(Clone, Debug)]
+enum Change {
+    Add(Node),
+    Delete(String),
+    PodCidrs(String, Vec<String>),
+    Addresses(String, Vec<NodeAddress>),
+    Heartbeat(String),
+}
+
+struct Script {
+    initial: Vec<Node>,
+    /// Routes for the initial nodes already exist in the cloud.
+    seeded: bool,
+    changes: Vec<(Duration, Change)>,
+    route_mutations: u64,
+    rate_limit: Option<(f64, u32)>,
+    failure_rate: f64,
+    report_addresses: bool,
+}
+
+const CLUSTER_CIDR: &str = "10.0.0.0/8";
+
+fn sim_node(k: usize, with_cidr: bool) -> Node {
+    Node {
+        name: format!("node-{k}"),
+        uid: format!("00000000-0000-4000-8000-{k:012}"),
+        resource_version: "1".into(),
+        provider_id: Some(format!("fake://{k}")),
+        pod_cidrs: if with_cidr { vec![pod_cidr(k)] } else { Vec::new() },
+        addresses: vec![NodeAddress::internal_ip(&node_ip(k, 0)), NodeAddress::new("Hostname", &format!("node-{k}"))],
+        network_unavailable: None,
+    }
+}
+
+fn pod_cidr(k: usize) -> String {
+    format!("10.{}.{}.0/24", (k >> 8) & 255, k & 255)
+}
+
+fn node_ip(k: usize, generation: usize) -> String {
+    format!("172.{}.{}.{}", 16 + (generation % 16), (k >> 8) & 255, k & 255)
+}
+
+impl Script {
+    fn new(scenario: Scenario, n: usize, duration: Duration, seed: u64) -> Script {
+        let mut rng = SmallRng::seed_from_u64(seed);
+        let mut script = Script {
+            initial: (0..n).map(|k| sim_node(k, true)).collect(),
+            seeded: true,
+            changes: Vec::new(),
+            route_mutations: 0,
+            rate_limit: None,
+            failure_rate: 0.0,
+            report_addresses: false,
+        };
+        match scenario {
+            Scenario::Steady => {}
+            Scenario::RollingUpgrade | Scenario::FlakyCloud => {
+                let step = duration.as_secs_f64() / (n as f64 + 1.0);
+                for i in 0..n {
+                    let t = step * (i as f64 + 0.5);
+                    script.replace(i, n + i, t);
+                }
+                script.route_mutations = 2 * n as u64;
+                if scenario == Scenario::FlakyCloud {
+                    script.failure_rate = 0.1;
+                }
+            }
+            Scenario::ScaleOut => {
+                let base = 3.min(n);
+                script.initial.truncate(base);
+                for k in base..n {
+                    let t = 10.0 + rng.random_range(0.0..60.0);
+                    script.join(k, t);
+                }
+                script.route_mutations = (n - base) as u64;
+                script.rate_limit = Some((1.0, 10));
+            }
+            Scenario::AddressChurn => {
+                script.report_addresses = true;
+                let changes = (duration.as_secs() / 10).max(1) as usize;
+                let mut generation = vec![0usize; n];
+                for c in 0..changes {
+                    let k = rng.random_range(0..n);
+                    generation[k] += 1;
+                    let t = 10.0 * c as f64 + rng.random_range(0.0..10.0);
+                    let addrs = vec![
+                        NodeAddress::internal_ip(&node_ip(k, generation[k])),
+                        NodeAddress::new("Hostname", &format!("node-{k}")),
+                    ];
+                    script.at(t, Change::Addresses(format!("node-{k}"), addrs));
+                }
+                script.route_mutations = 2 * changes as u64;
+            }
+        }
+        // Node status updates every 5 minutes (nodeStatusReportFrequency), which must
+        // not cause passes.
+        let live: Vec<String> = script.initial.iter().map(|n| n.name.clone()).collect();
+        let beats = (duration.as_secs() / 300) as usize;
+        for name in live {
+            let phase = rng.random_range(0.0..300.0);
+            for b in 0..beats {
+                script.at(phase + 300.0 * b as f64, Change::Heartbeat(name.clone()));
+            }
+        }
+        script.changes.sort_by(|a, b| a.0.cmp(&b.0));
+        script
+    }
+
+    fn at(&mut self, secs: f64, change: Change) {
+        self.changes.push((Duration::from_secs_f64(secs), change));
+    }
+
+    /// A new node registers without a pod CIDR; the IPAM controller assigns one shortly
+    /// after.
+    fn join(&mut self, k: usize, t: f64) {
+        self.at(t, Change::Add(sim_node(k, false)));
+        self.at(t + 0.2, Change::PodCidrs(format!("node-{k}"), vec![pod_cidr(k)]));
+    }
+
+    fn replace(&mut self, old: usize, new: usize, t: f64) {
+        self.at(t, Change::Delete(format!("node-{old}")));
+        self.join(new, t + 2.0);
+    }
+}
+
+// --- the world around the controller ---------------------------------------------------
+
+enum Event {
+    Change(usize),
+    Arrive { id: OpId, op: CloudOp, reply_at: u64 },
+    Reply { id: OpId, reply: CloudReply },
+    ConditionWritten(String),
+}
+
+struct World<'a> {
+    script: &'a Script,
+    mode: Mode,
+    t0: Instant,
+    now: u64,
+    end: u64,
+    clock: Arc<AtomicU64>,
+    cloud: Arc<FakeCloud>,
+    metrics: Arc<Metrics>,
+    controller: Controller,
+    limiter: Option<TokenBucket>,
+    latency: u64,
+    events: BinaryHeap<Reverse<(u64, u64, usize)>>,
+    payloads: HashMap<usize, Event>,
+    seq: u64,
+    cluster: BTreeMap<String, Node>,
+    rv: u64,
+    /// Node changes that should start a pass, by time.
+    changes: Vec<u64>,
+    pass_starts: Vec<u64>,
+    /// Routes that should come to exist, with the time they became wanted.
+    wanted: HashMap<(String, Cidr), u64>,
+    node_to_route: Vec<Duration>,
+    first_change: Option<u64>,
+    last_fulfilled: Option<u64>,
+    calls_per_minute: Vec<u64>,
+}
+
+const NANOS: u64 = 1_000_000_000;
+
+impl<'a> World<'a> {
+    fn new(script: &'a Script, mode: Mode, options: &SimOptions, duration: Duration) -> World<'a> {
+        let t0 = Instant::now();
+        let clock = Arc::new(AtomicU64::new(0));
+        let reader = clock.clone();
+        let cloud = Arc::new(FakeCloud::with_clock(Box::new(move || {
+            t0 + Duration::from_nanos(reader.load(Ordering::Relaxed))
+        })));
+        if let Some((rate, burst)) = script.rate_limit {
+            cloud.set_rate_limit(rate, burst);
+        }
+        if script.failure_rate > 0.0 {
+            cloud.set_failure_rate(script.failure_rate, options.seed);
+        }
+        cloud.set_report_node_addresses(script.report_addresses);
+        if script.seeded {
+            cloud.seed(script.initial.iter().map(|n| Route {
+                name: format!("kubernetes-{}-{}", n.name, n.pod_cidrs[0]),
+                target_node: n.name.clone(),
+                target_node_addresses: n.addresses.clone(),
+                destination_cidr: n.pod_cidrs[0].clone(),
+                ..Route::default()
+            }));
+        }
+        let mut config = Config::new(vec![Cidr::parse(CLUSTER_CIDR).expect("cluster CIDR")]);
+        config.mode = mode;
+        config.seed = Some(options.seed);
+        // Upstream has a 200-slot semaphore; ours bounds calls in flight to 16.
+        config.max_in_flight = if mode == Mode::Watch { 16 } else { 200 };
+        let metrics = Arc::new(Metrics::new());
+        let controller = Controller::new(config, metrics.clone());
+        let limiter = match (mode, script.rate_limit) {
+            // Paced exactly at the provider's limit, requests whose latencies vary
+            // arrive closer together than they were sent and get refused; keep a
+            // margin of one token and 2 % of the rate, as the providers do.
+            (Mode::Watch, Some((rate, burst))) => Some(TokenBucket::new(rate * 0.98, burst.saturating_sub(1), t0)),
+            _ => None,
+        };
+        World {
+            script,
+            mode,
+            t0,
+            now: 0,
+            end: duration.as_nanos() as u64,
+            clock,
+            cloud,
+            metrics,
+            controller,
+            limiter,
+            latency: options.latency.as_nanos() as u64,
+            events: BinaryHeap::new(),
+            payloads: HashMap::new(),
+            seq: 0,
+            cluster: BTreeMap::new(),
+            rv: 1,
+            changes: Vec::new(),
+            pass_starts: Vec::new(),
+            wanted: HashMap::new(),
+            node_to_route: Vec::new(),
+            first_change: None,
+            last_fulfilled: None,
+            calls_per_minute: vec![0; (duration.as_secs() / 60 + 1) as usize],
+        }
+    }
+
+    fn instant(&self, t: u64) -> Instant {
+        self.t0 + Duration::from_nanos(t)
+    }
+
+    fn push(&mut self, at: u64, event: Event) {
+        self.seq += 1;
+        let key = self.seq as usize;
+        self.payloads.insert(key, event);
+        self.events.push(Reverse((at, self.seq, key)));
+    }
+
+    fn run(mut self, progress: &mut dyn FnMut(f64)) -> ModeReport {
+        // The initial list at time 0, then the script.
+        let initial = self.script.initial.clone();
+        let mut commands = self.handle(Input::Node(NodeEvent::Init));
+        for node in initial {
+            self.cluster.insert(node.name.clone(), node.clone());
+            commands.extend(self.handle(Input::Node(NodeEvent::InitApply(node))));
+        }
+        commands.extend(self.handle(Input::Node(NodeEvent::InitDone)));
+        self.process(commands);
+        for (i, (t, _)) in self.script.changes.iter().enumerate() {
+            self.push(t.as_nanos() as u64, Event::Change(i));
+        }
+        let mut reported = 0u64;
+        let mut stuck = 0u32;
+        loop {
+            let next_event = self.events.peek().map(|Reverse((t, _, _))| *t);
+            let deadline =
+                self.controller.next_deadline().map(|d| d.saturating_duration_since(self.t0).as_nanos() as u64);
+            let (t, tick) = match (next_event, deadline) {
+                (Some(e), Some(d)) if d < e => (d, true),
+                (Some(e), _) => (e, false),
+                (None, Some(d)) => (d, true),
+                (None, None) => break,
+            };
+            if t > self.end {
+                break;
+            }
+            stuck = if tick && t <= self.now { stuck + 1 } else { 0 };
+            assert!(stuck < 10_000, "controller keeps asking to be woken at {t} ns without progress");
+            self.now = self.now.max(t);
+            self.clock.store(self.now, Ordering::Relaxed);
+            let commands = if tick {
+                self.handle(Input::Tick)
+            } else {
+                let Some(Reverse((_, _, key))) = self.events.pop() else { break };
+                let Some(event) = self.payloads.remove(&key) else { continue };
+                self.on_event(event)
+            };
+            self.process(commands);
+            let percent = self.now * 100 / self.end.max(1);
+            if percent > reported {
+                reported = percent;
+                progress(percent as f64 / 100.0);
+            }
+        }
+        progress(1.0);
+        self.report()
+    }
+
+    fn handle(&mut self, input: Input) -> Vec<Command> {
+        let now = self.instant(self.now);
+        self.controller.handle(input, now)
+    }
+
+    fn on_event(&mut self, event: Event) -> Vec<Command> {
+        match event {
+            Event::Change(i) => self.apply_change(i),
+            Event::Arrive { id, op, reply_at } => {
+                let reply = self.execute(&op);
+                self.push(reply_at, Event::Reply { id, reply });
+                Vec::new()
+            }
+            Event::Reply { id, reply } => self.handle(Input::Cloud { id, reply }),
+            Event::ConditionWritten(node) => self.handle(Input::ConditionWritten { node, result: Ok(()) }),
+        }
+    }
+
+    /// A cloud call reaching the provider.
+    fn execute(&mut self, op: &CloudOp) -> CloudReply {
+        let minute = (self.now / (60 * NANOS)) as usize;
+        if let Some(c) = self.calls_per_minute.get_mut(minute) {
+            *c += 1;
+        }
+        let mut reply = run_op(self.cloud.as_ref(), "kubernetes", op, &self.metrics);
+        if let CloudOp::Create { route, .. } = op {
+            self.check_fulfilled(route);
+        }
+        if let CloudReply::Done(Err(e)) | CloudReply::Listed(Err(e)) = &mut reply
+            && let CloudErrorKind::RateLimited { after } = e.kind
+        {
+            let now = self.instant(self.now);
+            match &mut self.limiter {
+                Some(limiter) => limiter.observe_throttled(after, now),
+                // Upstream has no notion of a rate limit: the call simply failed.
+                None => e.kind = CloudErrorKind::Retry { after: None },
+            }
+        }
+        reply
+    }
+
+    /// Whether the cloud now holds the route a create asked for (whatever the reply
+    /// said: a lost reply may hide a success), with the node's current addresses.
+    fn check_fulfilled(&mut self, asked: &Route) {
+        let Ok(cidr) = Cidr::parse(&asked.destination_cidr) else { return };
+        let key = (asked.target_node.clone(), cidr);
+        let Some(&since) = self.wanted.get(&key) else { return };
+        let Some(node) = self.cluster.get(&asked.target_node) else { return };
+        let holds = self.cloud.route(&cidr).is_some_and(|r| {
+            r.target_node == node.name && crate::model::same_addresses(&r.target_node_addresses, &node.addresses)
+        });
+        if holds {
+            self.wanted.remove(&key);
+            self.node_to_route.push(Duration::from_nanos(self.now - since));
+            self.last_fulfilled = Some(self.now);
+        }
+    }
+
+    fn apply_change(&mut self, i: usize) -> Vec<Command> {
+        let (_, change) = &self.script.changes[i];
+        self.rv += 1;
+        let rv = self.rv.to_string();
+        let now = self.now;
+        let event = match change.clone() {
+            Change::Add(mut node) => {
+                node.resource_version = rv;
+                for c in &node.pod_cidrs {
+                    self.want(&node.name, c, now);
+                }
+                self.cluster.insert(node.name.clone(), node.clone());
+                self.note_change();
+                NodeEvent::Added(node)
+            }
+            Change::Delete(name) => {
+                let Some(node) = self.cluster.remove(&name) else { return Vec::new() };
+                self.wanted.retain(|(n, _), _| *n != name);
+                self.note_change();
+                NodeEvent::Deleted(node)
+            }
+            Change::PodCidrs(name, cidrs) => {
+                for c in &cidrs {
+                    self.want(&name, c, now);
+                }
+                let Some(node) = self.cluster.get_mut(&name) else { return Vec::new() };
+                node.pod_cidrs = cidrs;
+                node.resource_version = rv;
+                let node = node.clone();
+                self.note_change();
+                NodeEvent::Modified(node)
+            }
+            Change::Addresses(name, addresses) => {
+                let Some(node) = self.cluster.get_mut(&name) else { return Vec::new() };
+                node.addresses = addresses;
+                node.resource_version = rv;
+                let node = node.clone();
+                if self.script.report_addresses {
+                    for c in &node.pod_cidrs {
+                        self.want(&node.name, c, now);
+                    }
+                }
+                self.note_change();
+                NodeEvent::Modified(node)
+            }
+            Change::Heartbeat(name) => {
+                let Some(node) = self.cluster.get_mut(&name) else { return Vec::new() };
+                node.resource_version = rv;
+                NodeEvent::Modified(node.clone())
+            }
+        };
+        self.handle(Input::Node(event))
+    }
+
+    fn want(&mut self, node: &str, cidr: &str, now: u64) {
+        if let Ok(c) = Cidr::parse(cidr) {
+            self.wanted.insert((node.to_string(), c), now);
+        }
+    }
+
+    fn note_change(&mut self) {
+        self.changes.push(self.now);
+        self.first_change.get_or_insert(self.now);
+    }
+
+    fn process(&mut self, commands: Vec<Command>) {
+        for command in commands {
+            match command {
+                Command::Cloud { id, op, .. } => {
+                    let now = self.instant(self.now);
+                    let send = match &mut self.limiter {
+                        Some(limiter) => limiter.reserve(now).saturating_duration_since(self.t0).as_nanos() as u64,
+                        None => self.now,
+                    };
+                    let arrive = send + self.latency / 2;
+                    self.push(arrive, Event::Arrive { id, op, reply_at: send + self.latency });
+                }
+                Command::WriteCondition { node, .. } => {
+                    self.push(self.now + 10_000_000, Event::ConditionWritten(node));
+                }
+                Command::RecordEvent { .. } => {}
+                Command::PassFinished(report) => {
+                    let took = report.duration.as_nanos() as u64;
+                    self.pass_starts.push(self.now.saturating_sub(took));
+                }
+            }
+        }
+    }
+
+    fn report(self) -> ModeReport {
+        let mut starts = self.pass_starts.clone();
+        starts.sort_unstable();
+        let mut trigger_to_pass = Vec::new();
+        for &t in &self.changes {
+            let i = starts.partition_point(|&s| s < t);
+            if let Some(&s) = starts.get(i) {
+                trigger_to_pass.push(Duration::from_nanos(s - t));
+            }
+        }
+        let counters = self.cloud.counters();
+        ModeReport {
+            mode: self.mode.as_str(),
+            cloud_calls: CloudCalls {
+                list: counters.get(Call::List),
+                create: counters.get(Call::Create),
+                delete: counters.get(Call::Delete),
+            },
+            route_mutations: self.script.route_mutations,
+            passes: self.metrics.passes_total(),
+            rate_limited: counters.rate_limited.load(Ordering::Relaxed),
+            latency_seconds: Latencies {
+                trigger_to_pass: Percentiles::of(trigger_to_pass),
+                node_to_route: Percentiles::of(self.node_to_route),
+            },
+            unserved: self.wanted.len(),
+            completion_seconds: match (self.first_change, self.last_fulfilled) {
+                (Some(a), Some(b)) if b >= a => Some(round3((b - a) as f64 / NANOS as f64)),
+                _ => None,
+            },
+            calls_per_minute: self.calls_per_minute,
+            resync_period: self.controller.resync_period(),
+        }
+    }
+}
+
+// --- goals and output ------------------------------------------------------------------------
+
+/// A goal of the project, checked against a scenario's numbers.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Goal {
+    pub goal: String,
+    pub measured: String,
+    pub met: bool,
+}
+
+/// The goals that apply to this scenario (issue 7), evaluated on our mode.
+pub fn goals(report: &ScenarioReport) -> Vec<Goal> {
+    let Some(ours) = report.modes.iter().find(|m| m.mode == "watch") else { return Vec::new() };
+    let poll = report.modes.iter().find(|m| m.mode == "poll");
+    let mut goals = Vec::new();
+    match report.scenario {
+        "steady" => {
+            let resyncs = report.duration_seconds / ours.resync_period.as_secs().max(1);
+            let allowed = 1 + resyncs;
+            goals.push(Goal {
+                goal: format!("at most 1 list per resync (+1 at start: {allowed}) and nothing else"),
+                measured: format!(
+                    "{} lists, {} creates, {} deletes (poll: {} lists)",
+                    ours.cloud_calls.list,
+                    ours.cloud_calls.create,
+                    ours.cloud_calls.delete,
+                    poll.map_or(0, |p| p.cloud_calls.list)
+                ),
+                met: ours.cloud_calls.list <= allowed && ours.cloud_calls.create + ours.cloud_calls.delete == 0,
+            });
+        }
+        "rolling-upgrade" => {
+            let limit = 1.1 * report.modes[0].route_mutations as f64;
+            goals.push(Goal {
+                goal: format!("cloud calls at most 1.1 x route mutations ({limit:.0})"),
+                measured: format!("{} calls", ours.cloud_calls.total()),
+                met: (ours.cloud_calls.total() as f64) <= limit,
+            });
+            goals.push(Goal {
+                goal: format!(
+                    "p99 node change to route created under 1 s with {} cloud latency",
+                    crate::duration::format(report.latency)
+                ),
+                measured: format!("p99 {:.3} s", ours.latency_seconds.node_to_route.p99),
+                met: ours.latency_seconds.node_to_route.p99 < 1.0 && ours.unserved == 0,
+            });
+        }
+        "scale-out" => {
+            let (rate, burst) = report.rate_limit.unwrap_or((1.0, 0));
+            let minimum = (ours.route_mutations.saturating_sub(u64::from(burst))) as f64 / rate;
+            goals.push(Goal {
+                goal: "zero 429s".into(),
+                measured: format!("{} 429s", ours.rate_limited),
+                met: ours.rate_limited == 0,
+            });
+            let took = ours.completion_seconds.unwrap_or(f64::INFINITY);
+            goals.push(Goal {
+                goal: format!("completion within 5 % of the minimum the rate limit allows ({minimum:.0} s)"),
+                measured: format!("{took:.0} s ({:+.1} %)", (took / minimum - 1.0) * 100.0),
+                met: took <= minimum * 1.05 && ours.unserved == 0,
+            });
+        }
+        _ => {}
+    }
+    goals
+}
+
+/// The report as the people-readable table.
+pub fn table(report: &ScenarioReport) -> String {
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "scenario {}: {} nodes, {}, seed {}, cloud latency {}{}{}",
+        report.scenario,
+        report.nodes,
+        crate::duration::format(Duration::from_secs(report.duration_seconds)),
+        report.seed,
+        crate::duration::format(report.latency),
+        report.rate_limit.map_or(String::new(), |(r, b)| format!(", API limit {r}/s burst {b}")),
+        if report.failure_rate > 0.0 { format!(", {:.0} % of calls fail", report.failure_rate * 100.0) } else { String::new() },
+    );
+    let _ = writeln!(
+        out,
+        "  {:<15} {:>7} {:>7} {:>7} {:>8} {:>9} {:>7} {:>6}  {:<23}  {:<23} {:>8}",
+        "mode", "list", "create", "delete", "calls", "mutations", "passes", "429s", "trigger->pass p50/p99/max", "node->route p50/p99/max", "missing"
+    );
+    for m in &report.modes {
+        let l = &m.latency_seconds;
+        let _ = writeln!(
+            out,
+            "  {:<15} {:>7} {:>7} {:>7} {:>8} {:>9} {:>7} {:>6}  {:<25}  {:<23} {:>8}",
+            m.mode,
+            m.cloud_calls.list,
+            m.cloud_calls.create,
+            m.cloud_calls.delete,
+            m.cloud_calls.total(),
+            m.route_mutations,
+            m.passes,
+            m.rate_limited,
+            triple(&l.trigger_to_pass),
+            triple(&l.node_to_route),
+            m.unserved
+        );
+    }
+    for g in goals(report) {
+        let _ = writeln!(out, "  goal {}: {} -> {}", if g.met { "met" } else { "NOT MET" }, g.goal, g.measured);
+    }
+    out
+}
+
+fn triple(p: &Percentiles) -> String {
+    if p.count == 0 {
+        return "-".into();
+    }
+    format!("{}/{}/{}", short(p.p50), short(p.p99), short(p.max))
+}
+
+fn short(secs: f64) -> String {
+    if secs < 1.0 { format!("{:.0}ms", secs * 1000.0) } else { format!("{secs:.1}s") }
+}
+
+/// An SVG chart of cumulative cloud calls over time, one line per mode.
+pub fn chart(report: &ScenarioReport) -> String {
+    let (w, h, left, bottom) = (760.0, 380.0, 70.0, 40.0);
+    let minutes = report.modes.iter().map(|m| m.calls_per_minute.len()).max().unwrap_or(1).max(2);
+    let cumulative: Vec<Vec<u64>> = report
+        .modes
+        .iter()
+        .map(|m| m.calls_per_minute.iter().scan(0, |acc, c| { *acc += c; Some(*acc) }).collect())
+        .collect();
+    let top = cumulative.iter().filter_map(|c| c.last().copied()).max().unwrap_or(1).max(1) as f64;
+    let x = |i: usize| left + (w - left - 20.0) * i as f64 / (minutes - 1) as f64;
+    let y = |v: f64| (h - bottom) - (h - bottom - 20.0) * v / top;
+    let colours = ["#d62728", "#ff7f0e", "#2ca02c"];
+    let mut svg = format!(
+        "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{w}\" height=\"{h}\" font-family=\"sans-serif\" font-size=\"12\">\n\
+         <rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n\
+         <text x=\"{left}\" y=\"14\">{}: cumulative cloud calls over {} ({} nodes)</text>\n\
+         <line x1=\"{left}\" y1=\"{}\" x2=\"{}\" y2=\"{}\" stroke=\"black\"/>\n<line x1=\"{left}\" y1=\"20\" x2=\"{left}\" y2=\"{}\" stroke=\"black\"/>\n\
+         <text x=\"4\" y=\"24\">{top}</text><text x=\"4\" y=\"{}\">0</text>\n\
+         <text x=\"{}\" y=\"{}\" text-anchor=\"end\">minutes: {}</text>\n",
+        report.scenario,
+        crate::duration::format(Duration::from_secs(report.duration_seconds)),
+        report.nodes,
+        h - bottom,
+        w - 20.0,
+        h - bottom,
+        h - bottom,
+        h - bottom,
+        w - 20.0,
+        h - 10.0,
+        minutes - 1
+    );
+    for (i, (m, c)) in report.modes.iter().zip(&cumulative).enumerate() {
+        let points: Vec<String> = c.iter().enumerate().map(|(j, v)| format!("{:.1},{:.1}", x(j), y(*v as f64))).collect();
+        let colour = colours[i % colours.len()];
+        let _ = writeln!(svg, "<polyline fill=\"none\" stroke=\"{colour}\" stroke-width=\"2\" points=\"{}\"/>", points.join(" "));
+        let _ = writeln!(
+            svg,
+            "<text x=\"{}\" y=\"{}\" fill=\"{colour}\">{} ({} calls)</text>",
+            left + 10.0,
+            40.0 + 16.0 * i as f64,
+            m.mode,
+            m.cloud_calls.total()
+        );
+    }
+    svg.push_str("</svg>\n");
+    svg
+}
