@@ -175,22 +175,34 @@ pub fn run_simulate(args: &SimulateArgs) -> Result<String, UsageError> {
         })?]
     };
     if args.output != "table" && args.output != "json" {
-        return Err(UsageError(format!("--output: {:?} is not a format; use table or json", args.output)));
+        return Err(UsageError(format!(
+            "--output: {:?} is not a format; use table or json",
+            args.output
+        )));
     }
     let duration = match &args.duration {
-        Some(d) => Some(crate::duration::parse(d).map_err(|e| UsageError(format!("--duration: {e}")))?),
+        Some(d) => {
+            Some(crate::duration::parse(d).map_err(|e| UsageError(format!("--duration: {e}")))?)
+        }
         None => None,
     };
     if duration.is_some_and(|d| d.is_zero()) {
         return Err(UsageError("--duration: must be more than 0".into()));
     }
-    let latency = crate::duration::parse(&args.latency).map_err(|e| UsageError(format!("--latency: {e}")))?;
+    let latency =
+        crate::duration::parse(&args.latency).map_err(|e| UsageError(format!("--latency: {e}")))?;
     if args.nodes == Some(0) || args.nodes.is_some_and(|n| n > 60_000) {
         return Err(UsageError("--nodes: give between 1 and 60000 nodes".into()));
     }
     let mut reports = Vec::new();
     for scenario in &scenarios {
-        let options = SimOptions { scenario: *scenario, nodes: args.nodes, duration, seed: args.seed, latency };
+        let options = SimOptions {
+            scenario: *scenario,
+            nodes: args.nodes,
+            duration,
+            seed: args.seed,
+            latency,
+        };
         // On a terminal, one line that counts up; in a log, a line per quarter.
         let tty = std::io::IsTerminal::is_terminal(&std::io::stderr());
         let step = if tty { 1 } else { 25 };
@@ -212,7 +224,11 @@ pub fn run_simulate(args: &SimulateArgs) -> Result<String, UsageError> {
             eprint!("\r{:<40}\r", "");
         }
         if let Some(path) = &args.chart {
-            let path = if scenarios.len() > 1 { chart_path(path, scenario.name()) } else { path.clone() };
+            let path = if scenarios.len() > 1 {
+                chart_path(path, scenario.name())
+            } else {
+                path.clone()
+            };
             std::fs::write(&path, sim::chart(&report))
                 .map_err(|e| UsageError(format!("--chart {path}: cannot write: {e}")))?;
             eprintln!("wrote {path}");
@@ -220,15 +236,23 @@ pub fn run_simulate(args: &SimulateArgs) -> Result<String, UsageError> {
         reports.push(report);
     }
     Ok(match args.output.as_str() {
-        "json" if reports.len() == 1 => serde_json::to_string_pretty(&reports[0]).unwrap_or_default() + "\n",
+        "json" if reports.len() == 1 => {
+            serde_json::to_string_pretty(&reports[0]).unwrap_or_default() + "\n"
+        }
         "json" => serde_json::to_string_pretty(&reports).unwrap_or_default() + "\n",
-        _ => reports.iter().map(sim::table).collect::<Vec<_>>().join("\n"),
+        _ => reports
+            .iter()
+            .map(sim::table)
+            .collect::<Vec<_>>()
+            .join("\n"),
     })
 }
 
 fn chart_path(path: &str, scenario: &str) -> String {
     match path.rsplit_once('.') {
-        Some((stem, ext)) if !stem.is_empty() && !ext.contains('/') => format!("{stem}-{scenario}.{ext}"),
+        Some((stem, ext)) if !stem.is_empty() && !ext.contains('/') => {
+            format!("{stem}-{scenario}.{ext}")
+        }
         _ => format!("{path}-{scenario}"),
     }
 }

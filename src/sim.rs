@@ -31,7 +31,9 @@ use crate::cloud::CloudErrorKind;
 use crate::cloud::fake::{Call, FakeCloud};
 use crate::cloud::ratelimit::TokenBucket;
 use crate::cloud::workers::run_op;
-use crate::controller::{CloudOp, CloudReply, Command, Config, Controller, Input, Mode, NodeEvent, OpId};
+use crate::controller::{
+    CloudOp, CloudReply, Command, Config, Controller, Input, Mode, NodeEvent, OpId,
+};
 use crate::metrics::Metrics;
 use crate::model::{Cidr, Node, NodeAddress, Route};
 
@@ -119,7 +121,12 @@ impl Percentiles {
             let i = ((q * samples.len() as f64).ceil() as usize).clamp(1, samples.len()) - 1;
             round3(samples[i].as_secs_f64())
         };
-        Percentiles { p50: at(0.5), p99: at(0.99), max: at(1.0), count: samples.len() }
+        Percentiles {
+            p50: at(0.5),
+            p99: at(0.99),
+            max: at(1.0),
+            count: samples.len(),
+        }
     }
 }
 
@@ -245,8 +252,15 @@ fn sim_node(k: usize, with_cidr: bool) -> Node {
         uid: format!("00000000-0000-4000-8000-{k:012}"),
         resource_version: "1".into(),
         provider_id: Some(format!("fake://{k}")),
-        pod_cidrs: if with_cidr { vec![pod_cidr(k)] } else { Vec::new() },
-        addresses: vec![NodeAddress::internal_ip(&node_ip(k, 0)), NodeAddress::new("Hostname", &format!("node-{k}"))],
+        pod_cidrs: if with_cidr {
+            vec![pod_cidr(k)]
+        } else {
+            Vec::new()
+        },
+        addresses: vec![
+            NodeAddress::internal_ip(&node_ip(k, 0)),
+            NodeAddress::new("Hostname", &format!("node-{k}")),
+        ],
         network_unavailable: None,
     }
 }
@@ -256,7 +270,12 @@ fn pod_cidr(k: usize) -> String {
 }
 
 fn node_ip(k: usize, generation: usize) -> String {
-    format!("172.{}.{}.{}", 16 + (generation % 16), (k >> 8) & 255, k & 255)
+    format!(
+        "172.{}.{}.{}",
+        16 + (generation % 16),
+        (k >> 8) & 255,
+        k & 255
+    )
 }
 
 impl Script {
@@ -321,7 +340,7 @@ impl Script {
                 script.at(phase + 300.0 * b as f64, Change::Heartbeat(name.clone()));
             }
         }
-        script.changes.sort_by(|a, b| a.0.cmp(&b.0));
+        script.changes.sort_by_key(|c| c.0);
         script
     }
 
@@ -333,7 +352,10 @@ impl Script {
     /// after.
     fn join(&mut self, k: usize, t: f64) {
         self.at(t, Change::Add(sim_node(k, false)));
-        self.at(t + 0.2, Change::PodCidrs(format!("node-{k}"), vec![pod_cidr(k)]));
+        self.at(
+            t + 0.2,
+            Change::PodCidrs(format!("node-{k}"), vec![pod_cidr(k)]),
+        );
     }
 
     fn replace(&mut self, old: usize, new: usize, t: f64) {
@@ -346,8 +368,15 @@ impl Script {
 
 enum Event {
     Change(usize),
-    Arrive { id: OpId, op: CloudOp, reply_at: u64 },
-    Reply { id: OpId, reply: CloudReply },
+    Arrive {
+        id: OpId,
+        op: CloudOp,
+        reply_at: u64,
+    },
+    Reply {
+        id: OpId,
+        reply: CloudReply,
+    },
     ConditionWritten(String),
 }
 
@@ -416,7 +445,9 @@ impl<'a> World<'a> {
             // Paced exactly at the provider's limit, requests whose latencies vary
             // arrive closer together than they were sent and get refused; keep a
             // margin of one token and 2 % of the rate, as the providers do.
-            (Mode::Watch, Some((rate, burst))) => Some(TokenBucket::new(rate * 0.98, burst.saturating_sub(1), t0)),
+            (Mode::Watch, Some((rate, burst))) => {
+                Some(TokenBucket::new(rate * 0.98, burst.saturating_sub(1), t0))
+            }
             _ => None,
         };
         World {
@@ -474,8 +505,10 @@ impl<'a> World<'a> {
         let mut stuck = 0u32;
         loop {
             let next_event = self.events.peek().map(|Reverse((t, _, _))| *t);
-            let deadline =
-                self.controller.next_deadline().map(|d| d.saturating_duration_since(self.t0).as_nanos() as u64);
+            let deadline = self
+                .controller
+                .next_deadline()
+                .map(|d| d.saturating_duration_since(self.t0).as_nanos() as u64);
             let (t, tick) = match (next_event, deadline) {
                 (Some(e), Some(d)) if d < e => (d, true),
                 (Some(e), _) => (e, false),
@@ -486,14 +519,21 @@ impl<'a> World<'a> {
                 break;
             }
             stuck = if tick && t <= self.now { stuck + 1 } else { 0 };
-            assert!(stuck < 10_000, "controller keeps asking to be woken at {t} ns without progress");
+            assert!(
+                stuck < 10_000,
+                "controller keeps asking to be woken at {t} ns without progress"
+            );
             self.now = self.now.max(t);
             self.clock.store(self.now, Ordering::Relaxed);
             let commands = if tick {
                 self.handle(Input::Tick)
             } else {
-                let Some(Reverse((_, _, key))) = self.events.pop() else { break };
-                let Some(event) = self.payloads.remove(&key) else { continue };
+                let Some(Reverse((_, _, key))) = self.events.pop() else {
+                    break;
+                };
+                let Some(event) = self.payloads.remove(&key) else {
+                    continue;
+                };
                 self.on_event(event)
             };
             self.process(commands);
@@ -521,7 +561,10 @@ impl<'a> World<'a> {
                 Vec::new()
             }
             Event::Reply { id, reply } => self.handle(Input::Cloud { id, reply }),
-            Event::ConditionWritten(node) => self.handle(Input::ConditionWritten { node, result: Ok(()) }),
+            Event::ConditionWritten(node) => self.handle(Input::ConditionWritten {
+                node,
+                result: Ok(()),
+            }),
         }
     }
 
@@ -551,16 +594,24 @@ impl<'a> World<'a> {
     /// Whether the cloud now holds the route a create asked for (whatever the reply
     /// said: a lost reply may hide a success), with the node's current addresses.
     fn check_fulfilled(&mut self, asked: &Route) {
-        let Ok(cidr) = Cidr::parse(&asked.destination_cidr) else { return };
+        let Ok(cidr) = Cidr::parse(&asked.destination_cidr) else {
+            return;
+        };
         let key = (asked.target_node.clone(), cidr);
-        let Some(&since) = self.wanted.get(&key) else { return };
-        let Some(node) = self.cluster.get(&asked.target_node) else { return };
+        let Some(&since) = self.wanted.get(&key) else {
+            return;
+        };
+        let Some(node) = self.cluster.get(&asked.target_node) else {
+            return;
+        };
         let holds = self.cloud.route(&cidr).is_some_and(|r| {
-            r.target_node == node.name && crate::model::same_addresses(&r.target_node_addresses, &node.addresses)
+            r.target_node == node.name
+                && crate::model::same_addresses(&r.target_node_addresses, &node.addresses)
         });
         if holds {
             self.wanted.remove(&key);
-            self.node_to_route.push(Duration::from_nanos(self.now - since));
+            self.node_to_route
+                .push(Duration::from_nanos(self.now - since));
             self.last_fulfilled = Some(self.now);
         }
     }
@@ -581,7 +632,9 @@ impl<'a> World<'a> {
                 NodeEvent::Added(node)
             }
             Change::Delete(name) => {
-                let Some(node) = self.cluster.remove(&name) else { return Vec::new() };
+                let Some(node) = self.cluster.remove(&name) else {
+                    return Vec::new();
+                };
                 self.wanted.retain(|(n, _), _| *n != name);
                 self.note_change();
                 NodeEvent::Deleted(node)
@@ -590,7 +643,9 @@ impl<'a> World<'a> {
                 for c in &cidrs {
                     self.want(&name, c, now);
                 }
-                let Some(node) = self.cluster.get_mut(&name) else { return Vec::new() };
+                let Some(node) = self.cluster.get_mut(&name) else {
+                    return Vec::new();
+                };
                 node.pod_cidrs = cidrs;
                 node.resource_version = rv;
                 let node = node.clone();
@@ -598,7 +653,9 @@ impl<'a> World<'a> {
                 NodeEvent::Modified(node)
             }
             Change::Addresses(name, addresses) => {
-                let Some(node) = self.cluster.get_mut(&name) else { return Vec::new() };
+                let Some(node) = self.cluster.get_mut(&name) else {
+                    return Vec::new();
+                };
                 node.addresses = addresses;
                 node.resource_version = rv;
                 let node = node.clone();
@@ -611,7 +668,9 @@ impl<'a> World<'a> {
                 NodeEvent::Modified(node)
             }
             Change::Heartbeat(name) => {
-                let Some(node) = self.cluster.get_mut(&name) else { return Vec::new() };
+                let Some(node) = self.cluster.get_mut(&name) else {
+                    return Vec::new();
+                };
                 node.resource_version = rv;
                 NodeEvent::Modified(node.clone())
             }
@@ -636,11 +695,21 @@ impl<'a> World<'a> {
                 Command::Cloud { id, op, .. } => {
                     let now = self.instant(self.now);
                     let send = match &mut self.limiter {
-                        Some(limiter) => limiter.reserve(now).saturating_duration_since(self.t0).as_nanos() as u64,
+                        Some(limiter) => limiter
+                            .reserve(now)
+                            .saturating_duration_since(self.t0)
+                            .as_nanos() as u64,
                         None => self.now,
                     };
                     let arrive = send + self.latency / 2;
-                    self.push(arrive, Event::Arrive { id, op, reply_at: send + self.latency });
+                    self.push(
+                        arrive,
+                        Event::Arrive {
+                            id,
+                            op,
+                            reply_at: send + self.latency,
+                        },
+                    );
                 }
                 Command::WriteCondition { node, .. } => {
                     self.push(self.now + 10_000_000, Event::ConditionWritten(node));
@@ -702,7 +771,9 @@ pub struct Goal {
 
 /// The goals that apply to this scenario (issue 7), evaluated on our mode.
 pub fn goals(report: &ScenarioReport) -> Vec<Goal> {
-    let Some(ours) = report.modes.iter().find(|m| m.mode == "watch") else { return Vec::new() };
+    let Some(ours) = report.modes.iter().find(|m| m.mode == "watch") else {
+        return Vec::new();
+    };
     let poll = report.modes.iter().find(|m| m.mode == "poll");
     let mut goals = Vec::new();
     match report.scenario {
@@ -710,7 +781,9 @@ pub fn goals(report: &ScenarioReport) -> Vec<Goal> {
             let resyncs = report.duration_seconds / ours.resync_period.as_secs().max(1);
             let allowed = 1 + resyncs;
             goals.push(Goal {
-                goal: format!("at most 1 list per resync (+1 at start: {allowed}) and nothing else"),
+                goal: format!(
+                    "at most 1 list per resync (+1 at start: {allowed}) and nothing else"
+                ),
                 measured: format!(
                     "{} lists, {} creates, {} deletes (poll: {} lists)",
                     ours.cloud_calls.list,
@@ -718,7 +791,8 @@ pub fn goals(report: &ScenarioReport) -> Vec<Goal> {
                     ours.cloud_calls.delete,
                     poll.map_or(0, |p| p.cloud_calls.list)
                 ),
-                met: ours.cloud_calls.list <= allowed && ours.cloud_calls.create + ours.cloud_calls.delete == 0,
+                met: ours.cloud_calls.list <= allowed
+                    && ours.cloud_calls.create + ours.cloud_calls.delete == 0,
             });
         }
         "rolling-upgrade" => {
@@ -747,7 +821,9 @@ pub fn goals(report: &ScenarioReport) -> Vec<Goal> {
             });
             let took = ours.completion_seconds.unwrap_or(f64::INFINITY);
             goals.push(Goal {
-                goal: format!("completion within 5 % of the minimum the rate limit allows ({minimum:.0} s)"),
+                goal: format!(
+                    "completion within 5 % of the minimum the rate limit allows ({minimum:.0} s)"
+                ),
                 measured: format!("{took:.0} s ({:+.1} %)", (took / minimum - 1.0) * 100.0),
                 met: took <= minimum * 1.05 && ours.unserved == 0,
             });
@@ -768,13 +844,29 @@ pub fn table(report: &ScenarioReport) -> String {
         crate::duration::format(Duration::from_secs(report.duration_seconds)),
         report.seed,
         crate::duration::format(report.latency),
-        report.rate_limit.map_or(String::new(), |(r, b)| format!(", API limit {r}/s burst {b}")),
-        if report.failure_rate > 0.0 { format!(", {:.0} % of calls fail", report.failure_rate * 100.0) } else { String::new() },
+        report.rate_limit.map_or(String::new(), |(r, b)| format!(
+            ", API limit {r}/s burst {b}"
+        )),
+        if report.failure_rate > 0.0 {
+            format!(", {:.0} % of calls fail", report.failure_rate * 100.0)
+        } else {
+            String::new()
+        },
     );
     let _ = writeln!(
         out,
         "  {:<15} {:>7} {:>7} {:>7} {:>8} {:>9} {:>7} {:>6}  {:<23}  {:<23} {:>8}",
-        "mode", "list", "create", "delete", "calls", "mutations", "passes", "429s", "trigger->pass p50/p99/max", "node->route p50/p99/max", "missing"
+        "mode",
+        "list",
+        "create",
+        "delete",
+        "calls",
+        "mutations",
+        "passes",
+        "429s",
+        "trigger->pass p50/p99/max",
+        "node->route p50/p99/max",
+        "missing"
     );
     for m in &report.modes {
         let l = &m.latency_seconds;
@@ -795,7 +887,13 @@ pub fn table(report: &ScenarioReport) -> String {
         );
     }
     for g in goals(report) {
-        let _ = writeln!(out, "  goal {}: {} -> {}", if g.met { "met" } else { "NOT MET" }, g.goal, g.measured);
+        let _ = writeln!(
+            out,
+            "  goal {}: {} -> {}",
+            if g.met { "met" } else { "NOT MET" },
+            g.goal,
+            g.measured
+        );
     }
     out
 }
@@ -808,19 +906,42 @@ fn triple(p: &Percentiles) -> String {
 }
 
 fn short(secs: f64) -> String {
-    if secs < 1.0 { format!("{:.0}ms", secs * 1000.0) } else { format!("{secs:.1}s") }
+    if secs < 1.0 {
+        format!("{:.0}ms", secs * 1000.0)
+    } else {
+        format!("{secs:.1}s")
+    }
 }
 
 /// An SVG chart of cumulative cloud calls over time, one line per mode.
 pub fn chart(report: &ScenarioReport) -> String {
     let (w, h, left, bottom) = (760.0, 380.0, 70.0, 40.0);
-    let minutes = report.modes.iter().map(|m| m.calls_per_minute.len()).max().unwrap_or(1).max(2);
+    let minutes = report
+        .modes
+        .iter()
+        .map(|m| m.calls_per_minute.len())
+        .max()
+        .unwrap_or(1)
+        .max(2);
     let cumulative: Vec<Vec<u64>> = report
         .modes
         .iter()
-        .map(|m| m.calls_per_minute.iter().scan(0, |acc, c| { *acc += c; Some(*acc) }).collect())
+        .map(|m| {
+            m.calls_per_minute
+                .iter()
+                .scan(0, |acc, c| {
+                    *acc += c;
+                    Some(*acc)
+                })
+                .collect()
+        })
         .collect();
-    let top = cumulative.iter().filter_map(|c| c.last().copied()).max().unwrap_or(1).max(1) as f64;
+    let top = cumulative
+        .iter()
+        .filter_map(|c| c.last().copied())
+        .max()
+        .unwrap_or(1)
+        .max(1) as f64;
     let x = |i: usize| left + (w - left - 20.0) * i as f64 / (minutes - 1) as f64;
     let y = |v: f64| (h - bottom) - (h - bottom - 20.0) * v / top;
     let colours = ["#d62728", "#ff7f0e", "#2ca02c"];
@@ -844,9 +965,17 @@ pub fn chart(report: &ScenarioReport) -> String {
         minutes - 1
     );
     for (i, (m, c)) in report.modes.iter().zip(&cumulative).enumerate() {
-        let points: Vec<String> = c.iter().enumerate().map(|(j, v)| format!("{:.1},{:.1}", x(j), y(*v as f64))).collect();
+        let points: Vec<String> = c
+            .iter()
+            .enumerate()
+            .map(|(j, v)| format!("{:.1},{:.1}", x(j), y(*v as f64)))
+            .collect();
         let colour = colours[i % colours.len()];
-        let _ = writeln!(svg, "<polyline fill=\"none\" stroke=\"{colour}\" stroke-width=\"2\" points=\"{}\"/>", points.join(" "));
+        let _ = writeln!(
+            svg,
+            "<polyline fill=\"none\" stroke=\"{colour}\" stroke-width=\"2\" points=\"{}\"/>",
+            points.join(" ")
+        );
         let _ = writeln!(
             svg,
             "<text x=\"{}\" y=\"{}\" fill=\"{colour}\">{} ({} calls)</text>",

@@ -226,7 +226,8 @@ fn a_burst_of_1000_triggers_gives_one_pass_and_at_most_one_follow_up() {
         (1..=2).contains(&passes),
         "1000 triggers gave {passes} passes"
     );
-    assert_eq!(d.metrics.triggers_coalesced.get(), 999);
+    // Every trigger but the one that opened each batch joined a batch.
+    assert_eq!(d.metrics.triggers_coalesced.get(), 1000 - passes);
     assert!(d.cloud_routes().is_empty());
 }
 

@@ -146,7 +146,8 @@ impl FakeCloud {
         *self.latency.lock().unwrap_or_else(|e| e.into_inner()) = latency;
     }
 
-    /// Whether listed routes carry `enable_node_addresses` (default false).
+    /// Whether listed routes carry `enable_node_addresses` (default false; seeded
+    /// routes keep their own flag).
     pub fn set_report_node_addresses(&self, on: bool) {
         self.report_node_addresses.store(on, Ordering::Relaxed);
     }
@@ -296,7 +297,10 @@ impl Routes for FakeCloud {
         let with_addresses = self.report_node_addresses.load(Ordering::Relaxed);
         Ok(s.routes
             .values()
-            .map(|r| Route { enable_node_addresses: with_addresses, ..r.clone() })
+            .map(|r| Route {
+                enable_node_addresses: r.enable_node_addresses || with_addresses,
+                ..r.clone()
+            })
             .collect())
     }
 

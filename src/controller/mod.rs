@@ -24,7 +24,7 @@
 //! (after start or during a relist), no route outside the cluster CIDRs is deleted
 //! (the planner), and nothing is written unless this replica leads.
 
-use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::fmt;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -36,6 +36,14 @@ use crate::cloud::{CloudError, CloudErrorKind, NodeDirectory, RouteTarget};
 use crate::metrics::{Metrics, TriggerKind};
 use crate::model::{Cidr, Condition, Node, Route, same_addresses};
 use crate::plan::{self, DeleteReason, Plan};
+
+mod ops;
+mod scheduler;
+mod view;
+
+use ops::{OpKind, Operations, Queued};
+use scheduler::Scheduler;
+use view::RouteView;
 
 /// How passes are triggered.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -257,6 +265,9 @@ pub enum Trigger {
     RouteRetry(Cidr),
     /// The list of cloud routes failed and is due for another attempt.
     ListRetry,
+    /// A pass wanted to change a route while an operation on it was in flight; that
+    /// operation was answered, so the route is planned again.
+    Followup(Cidr),
 }
 
 impl Trigger {
@@ -271,7 +282,21 @@ impl Trigger {
             Trigger::PodCidrsChanged(_)
             | Trigger::AddressesChanged(_)
             | Trigger::NodeResynced(_) => TriggerKind::NodeUpdate,
-            Trigger::RouteRetry(_) | Trigger::ListRetry => TriggerKind::Retry,
+            Trigger::RouteRetry(_) | Trigger::ListRetry | Trigger::Followup(_) => {
+                TriggerKind::Retry
+            }
+        }
+    }
+
+    /// The node this trigger is about, if any.
+    pub fn node(&self) -> Option<&str> {
+        match self {
+            Trigger::NodeAdded(n)
+            | Trigger::NodeDeleted(n)
+            | Trigger::PodCidrsChanged(n)
+            | Trigger::AddressesChanged(n)
+            | Trigger::NodeResynced(n) => Some(n),
+            _ => None,
         }
     }
 
@@ -311,6 +336,7 @@ impl fmt::Display for Trigger {
             Trigger::NodeResynced(n) => write!(f, "node {n} resynced"),
             Trigger::RouteRetry(c) => write!(f, "retry of route {c}"),
             Trigger::ListRetry => f.write_str("retry of the route list"),
+            Trigger::Followup(c) => write!(f, "follow-up for route {c}"),
         }
     }
 }
@@ -348,9 +374,9 @@ impl Cause {
         self.counts.values().sum()
     }
 
-    /// Whether any of these triggers names `node`.
+    /// Whether one of the sampled triggers is a change of `node`.
     pub fn mentions(&self, node: &str) -> bool {
-        self.samples.iter().any(|t| t.to_string().contains(node))
+        self.samples.iter().any(|t| t.node() == Some(node))
     }
 }
 
@@ -448,25 +474,28 @@ pub struct Controller {
     /// When each (node, pod CIDR) was first seen, for the node-to-route metric.
     cidr_seen: HashMap<(String, Cidr), Instant>,
 
-    /// What the cloud holds, as of the last list plus our own successful operations.
     view: Option<RouteView>,
 
     leading: bool,
     shutting_down: bool,
 
     scheduler: Scheduler,
-    pass: Option<Pass>,
+    /// The pass waiting for its list of routes, if any; one at a time.
+    planning: Option<Planning>,
+    /// Passes whose operations have not all been answered yet, by number.
+    open: BTreeMap<u64, OpenPass>,
     passes: u64,
     next_timer: Option<Instant>,
     resync_period: Duration,
 
     next_op: OpId,
-    queue: VecDeque<QueuedOp>,
-    in_flight: HashMap<OpId, InFlight>,
-    busy: HashSet<Cidr>,
+    ops: Operations,
     /// The provider said to send nothing before this instant.
     paused_until: Option<Instant>,
     retries: BTreeMap<Cidr, Retry>,
+    /// Destinations a pass wanted to change while an operation on them was in flight;
+    /// when it is answered, a follow-up pass looks again.
+    followups: HashSet<Cidr>,
     list_failures: u32,
     list_retry_at: Option<Instant>,
 
@@ -474,113 +503,20 @@ pub struct Controller {
     condition_retries: BTreeMap<String, (Instant, u32)>,
 }
 
-struct RouteView {
-    routes: Vec<Route>,
-    /// Destinations of usable (non-blackhole) routes by target node.
-    by_node: HashMap<String, Vec<Cidr>>,
-    listed_at: Instant,
-    /// An ambiguous reply or a surprise (already exists) was seen since the list.
-    stale: bool,
-    /// The provider's listed routes carry node addresses (`enable_node_addresses`).
-    /// Routes the controller creates enter the view the way the provider will list
-    /// them, so that an address change replaces them before the next list too.
-    reports_addresses: bool,
+/// A pass that needs a list before it can plan.
+struct Planning {
+    pass: u64,
+    /// The list, once sent. It waits until no route operation is in flight, so that
+    /// the list shows their outcome.
+    list: Option<OpId>,
 }
 
-impl RouteView {
-    fn new(routes: Vec<Route>, listed_at: Instant) -> RouteView {
-        let reports_addresses = routes.iter().any(|r| r.enable_node_addresses);
-        let mut view = RouteView {
-            routes: Vec::new(),
-            by_node: HashMap::new(),
-            listed_at,
-            stale: false,
-            reports_addresses,
-        };
-        for r in routes {
-            view.insert(r);
-        }
-        view
-    }
-
-    fn insert(&mut self, route: Route) {
-        if !route.blackhole
-            && !route.target_node.is_empty()
-            && let Ok(cidr) = Cidr::parse(&route.destination_cidr)
-        {
-            self.by_node
-                .entry(route.target_node.clone())
-                .or_default()
-                .push(cidr);
-        }
-        self.routes.push(route);
-    }
-
-    fn remove(&mut self, route: &Route, cidr: Cidr) {
-        let same = |r: &Route| {
-            r.target_node == route.target_node
-                && Cidr::parse(&r.destination_cidr).ok() == Some(cidr)
-        };
-        if let Some(i) = self.routes.iter().position(same) {
-            self.routes.remove(i);
-        }
-        if let Some(list) = self.by_node.get_mut(&route.target_node) {
-            if let Some(i) = list.iter().position(|c| *c == cidr) {
-                list.swap_remove(i);
-            }
-            if list.is_empty() {
-                self.by_node.remove(&route.target_node);
-            }
-        }
-    }
-
-    fn routes_to(&self, node: &str) -> &[Cidr] {
-        self.by_node.get(node).map(Vec::as_slice).unwrap_or(&[])
-    }
-}
-
-struct Pass {
-    cause: Arc<Cause>,
+/// A pass whose report waits for its operations.
+struct OpenPass {
     started: Instant,
-    listing: Option<OpId>,
-    listed: bool,
     /// Operations of this pass queued or in flight.
     outstanding: usize,
-    /// Creates still unresolved per node; the node's condition waits for them.
-    node_creates: HashMap<String, usize>,
     report: PassReport,
-}
-
-#[derive(Clone, Debug)]
-enum OpKind {
-    Create(plan::Create),
-    Delete(plan::Delete),
-}
-
-impl OpKind {
-    fn cidr(&self) -> Cidr {
-        match self {
-            OpKind::Create(c) => c.cidr,
-            OpKind::Delete(d) => d.cidr,
-        }
-    }
-
-    fn node(&self) -> &str {
-        match self {
-            OpKind::Create(c) => &c.route.target_node,
-            OpKind::Delete(d) => &d.route.target_node,
-        }
-    }
-}
-
-struct QueuedOp {
-    kind: OpKind,
-}
-
-struct InFlight {
-    /// `None` for the list.
-    kind: Option<OpKind>,
-    sent: Instant,
 }
 
 struct Retry {
@@ -617,16 +553,16 @@ impl Controller {
             leading,
             shutting_down: false,
             scheduler,
-            pass: None,
+            planning: None,
+            open: BTreeMap::new(),
             passes: 0,
             next_timer: None,
             resync_period,
             next_op: 1,
-            queue: VecDeque::new(),
-            in_flight: HashMap::new(),
-            busy: HashSet::new(),
+            ops: Operations::default(),
             paused_until: None,
             retries: BTreeMap::new(),
+            followups: HashSet::new(),
             list_failures: 0,
             list_retry_at: None,
             conditions_in_flight: HashMap::new(),
@@ -658,7 +594,7 @@ impl Controller {
 
     /// Nothing is in flight: after [`Input::Shutdown`], the drivers may stop.
     pub fn is_idle(&self) -> bool {
-        self.in_flight.is_empty() && self.conditions_in_flight.is_empty()
+        self.ops.in_flight() == 0 && self.conditions_in_flight.is_empty()
     }
 
     /// The nodes as the controller sees them.
@@ -675,16 +611,17 @@ impl Controller {
     pub fn handle(&mut self, input: Input, now: Instant) -> Vec<Command> {
         let mut out = Vec::new();
         match input {
-            Input::Node(event) => self.on_node_event(event, now),
+            Input::Node(event) => self.on_node_event(event, now, &mut out),
             Input::Cloud { id, reply } => self.on_cloud_reply(id, reply, now, &mut out),
             Input::ConditionWritten { node, result } => {
                 self.on_condition_written(node, result, now)
             }
-            Input::Leadership(leading) => self.on_leadership(leading, now),
+            Input::Leadership(leading) => self.on_leadership(leading, now, &mut out),
             Input::Tick => {}
             Input::Shutdown => {
                 self.shutting_down = true;
-                self.cancel_queued();
+                self.abandon_planning(now, &mut out);
+                self.cancel_queued(now, &mut out);
             }
         }
         self.advance(now, &mut out);
@@ -693,7 +630,7 @@ impl Controller {
 
     /// When the controller next needs [`Input::Tick`], if ever.
     pub fn next_deadline(&self) -> Option<Instant> {
-        if self.shutting_down {
+        if !self.can_write() {
             return None;
         }
         let mut deadline: Option<Instant> = None;
@@ -702,24 +639,22 @@ impl Controller {
                 deadline = Some(deadline.map_or(t, |d| d.min(t)));
             }
         };
-        if self.can_write() {
-            if self.pass.is_none() {
-                let due = self.scheduler.due(&self.config);
-                consider(due.map(|d| self.paused_until.map_or(d, |p| p.max(d))));
-            }
-            consider(self.next_timer);
-            consider(self.list_retry_at);
-            consider(
-                self.retries
-                    .values()
-                    .filter(|r| !r.fired)
-                    .map(|r| r.not_before)
-                    .min(),
-            );
-            consider(self.condition_retries.values().map(|(t, _)| *t).min());
-            if !self.queue.is_empty() {
-                consider(self.paused_until);
-            }
+        if self.may_start_pass() {
+            let due = self.scheduler.due(&self.config);
+            consider(due.map(|d| self.paused_until.map_or(d, |p| p.max(d))));
+        }
+        consider(self.next_timer);
+        consider(self.list_retry_at);
+        consider(
+            self.retries
+                .values()
+                .filter(|r| !r.fired)
+                .map(|r| r.not_before)
+                .min(),
+        );
+        consider(self.condition_retries.values().map(|(t, _)| *t).min());
+        if self.ops.queued() > 0 {
+            consider(self.paused_until);
         }
         deadline
     }
@@ -728,17 +663,40 @@ impl Controller {
         self.leading && self.synced && !self.shutting_down
     }
 
+    /// Passes overlap in our watch mode: a pass plans while earlier passes' operations
+    /// are still queued or in flight. Upstream's modes run one pass at a time, each
+    /// waiting for all of its operations.
+    fn overlapping(&self) -> bool {
+        self.config.mode == Mode::Watch
+    }
+
+    fn may_start_pass(&self) -> bool {
+        self.planning.is_none() && (self.overlapping() || self.open.is_empty())
+    }
+
+    /// A pass is "running" for coalescing while it plans (or, in upstream's modes,
+    /// until its operations are done).
+    fn pass_running(&self) -> bool {
+        !self.may_start_pass()
+    }
+
     // --- the node view ------------------------------------------------------------
 
-    fn on_node_event(&mut self, event: NodeEvent, now: Instant) {
-        self.metrics.watch_events.inc();
+    fn on_node_event(&mut self, event: NodeEvent, now: Instant, out: &mut Vec<Command>) {
+        if matches!(
+            event,
+            NodeEvent::Added(_) | NodeEvent::Modified(_) | NodeEvent::Deleted(_)
+        ) {
+            self.metrics.watch_events.inc();
+        }
         match event {
             NodeEvent::Init => {
-                // The view is incomplete until InitDone: hold every delete.
+                // The view is incomplete until InitDone: nothing queued may be sent, and
+                // the pass after InitDone plans afresh.
                 self.relist = Some(BTreeMap::new());
                 self.synced = false;
                 self.metrics.synced.set(0);
-                self.cancel_queued();
+                self.cancel_queued(now, out);
             }
             NodeEvent::InitApply(node) => {
                 let buffer = self.relist.get_or_insert_with(BTreeMap::new);
@@ -768,7 +726,10 @@ impl Controller {
         }
         self.note_cidrs(&node, now);
         let trigger = match self.nodes.get(&node.name) {
-            None => Some(Trigger::NodeAdded(node.name.clone())),
+            None => {
+                self.directory = None;
+                Some(Trigger::NodeAdded(node.name.clone()))
+            }
             Some(old) => {
                 if old.provider_id != node.provider_id {
                     self.directory = None;
@@ -776,9 +737,6 @@ impl Controller {
                 change_trigger(old, &node, self.config.mode)
             }
         };
-        if !self.nodes.contains_key(&node.name) {
-            self.directory = None;
-        }
         self.nodes.insert(node.name.clone(), node);
         if let Some(t) = trigger {
             self.node_trigger(t, now);
@@ -885,10 +843,10 @@ impl Controller {
 
     fn trigger(&mut self, trigger: Trigger, now: Instant) {
         self.metrics.trigger(trigger.kind());
-        if self.scheduler.has_pending() || self.pass.is_some() {
+        if self.scheduler.has_pending() || self.pass_running() {
             self.metrics.triggers_coalesced.inc();
         }
-        let busy = self.pass.is_some();
+        let busy = self.pass_running();
         self.scheduler.trigger(trigger, now, busy, &self.config);
     }
 
@@ -899,7 +857,7 @@ impl Controller {
         };
     }
 
-    fn on_leadership(&mut self, leading: bool, now: Instant) {
+    fn on_leadership(&mut self, leading: bool, now: Instant, out: &mut Vec<Command>) {
         if leading == self.leading {
             return;
         }
@@ -913,12 +871,13 @@ impl Controller {
             }
         } else {
             // Writes stop at once: nothing queued is sent; replies still update the view.
-            self.cancel_queued();
+            self.abandon_planning(now, out);
+            self.cancel_queued(now, out);
             self.scheduler.clear();
         }
     }
 
-    /// Runs whatever is due at `now`: timers, retries, the next pass, dispatch.
+    /// Runs whatever is due at `now`: timers, retries, the next pass, sending.
     fn advance(&mut self, now: Instant, out: &mut Vec<Command>) {
         if !self.can_write() {
             return;
@@ -949,11 +908,11 @@ impl Controller {
             .map(|(n, _)| n.clone())
             .collect();
         for node in due {
-            self.write_condition(&node, out, None);
+            self.write_condition(&node, None, out);
         }
         self.scheduler.advance(now);
         let paused = self.paused_until.is_some_and(|t| t > now);
-        if self.pass.is_none()
+        if self.may_start_pass()
             && !paused
             && self.scheduler.due(&self.config).is_some_and(|d| d <= now)
         {
@@ -991,8 +950,9 @@ impl Controller {
             return;
         };
         self.passes += 1;
+        let pass = self.passes;
         let mut cause = batch.cause;
-        cause.pass = self.passes;
+        cause.pass = pass;
         let cause = Arc::new(cause);
         self.metrics.pass_started(cause.primary());
         for t in &batch.times {
@@ -1007,61 +967,45 @@ impl Controller {
             (_, Mode::Poll | Mode::UpstreamWatch) => true,
             (None, _) => true,
             (Some(view), Mode::Watch) => {
-                batch.force_list
-                    || view.stale
-                    || now.saturating_duration_since(view.listed_at)
-                        >= self.config.route_view_max_age
+                // Age alone does not interrupt a stream of operations: while they run,
+                // the view is kept current by their replies.
+                let aged =
+                    now.saturating_duration_since(view.listed_at) >= self.config.route_view_max_age;
+                batch.force_list || view.stale || (aged && self.ops.is_idle())
             }
         };
-        let report = PassReport {
-            cause: cause.clone(),
-            mode: self.config.mode,
-            listed: must_list,
-            list_error: None,
-            created: 0,
-            deleted: 0,
-            kept: 0,
-            failed: 0,
-            deferred: 0,
-            conditions: 0,
-            cloud_calls: 0,
-            duration: Duration::ZERO,
-            problems: Vec::new(),
-        };
-        self.pass = Some(Pass {
-            cause: cause.clone(),
-            started: now,
-            listing: None,
-            listed: false,
-            outstanding: 0,
-            node_creates: HashMap::new(),
-            report,
-        });
-        if must_list {
-            let id = self.op_id();
-            let nodes = self.directory();
-            self.in_flight.insert(
-                id,
-                InFlight {
-                    kind: None,
-                    sent: now,
+        self.open.insert(
+            pass,
+            OpenPass {
+                started: now,
+                outstanding: 0,
+                report: PassReport {
+                    cause,
+                    mode: self.config.mode,
+                    listed: false,
+                    list_error: None,
+                    created: 0,
+                    deleted: 0,
+                    kept: 0,
+                    failed: 0,
+                    deferred: 0,
+                    conditions: 0,
+                    cloud_calls: 0,
+                    duration: Duration::ZERO,
+                    problems: Vec::new(),
                 },
-            );
-            if let Some(p) = &mut self.pass {
-                p.listing = Some(id);
-                p.report.cloud_calls += 1;
-            }
-            out.push(Command::Cloud {
-                id,
-                op: CloudOp::List { nodes },
-                cause,
-            });
+            },
+        );
+        if must_list {
+            self.planning = Some(Planning { pass, list: None });
+            // The list goes out from dispatch, once no route operation is in flight.
         } else {
-            self.plan_and_queue(now, out);
+            self.plan_and_queue(pass, now, out);
         }
     }
 
-    fn plan_and_queue(&mut self, now: Instant, out: &mut Vec<Command>) {
+    /// Plans with the current views and replaces what is queued with the new plan.
+    fn plan_and_queue(&mut self, pass: u64, now: Instant, out: &mut Vec<Command>) {
         let Some(view) = &self.view else { return };
         let plan = plan::plan(
             self.nodes.values(),
@@ -1075,82 +1019,119 @@ impl Controller {
             kept,
             problems,
         } = plan;
-        let cause = self
-            .pass
-            .as_ref()
-            .map(|p| p.cause.clone())
-            .unwrap_or_default();
         for p in &problems {
-            log::warn!("{p} (pass {})", cause.pass);
+            log::warn!("{p} (pass {pass})");
         }
-        let retry_mode = self.config.mode == Mode::Watch;
-        let mut wanted: HashSet<Cidr> = HashSet::new();
-        let mut queued = 0;
-        let mut deferred = 0;
-        let mut node_creates: HashMap<String, usize> = HashMap::new();
-        for op in deletes
+        let planned: Vec<OpKind> = deletes
             .into_iter()
             .map(OpKind::Delete)
             .chain(creates.into_iter().map(OpKind::Create))
-        {
+            .collect();
+        let wanted: HashSet<Cidr> = planned.iter().map(OpKind::cidr).collect();
+
+        // The new plan is authoritative for every destination without an operation in
+        // flight: queued operations it does not repeat are dropped.
+        let superseded = self.ops.supersede(&planned);
+        for q in superseded {
+            self.resolve(q.pass, |r| r.deferred += 1);
+        }
+        let retry_mode = self.config.mode == Mode::Watch;
+        let mut deferred = 0;
+        for op in planned {
             let cidr = op.cidr();
-            wanted.insert(cidr);
+            if self.ops.is_queued(&op) {
+                continue;
+            }
+            if self.ops.is_busy(&cidr) {
+                self.followups.insert(cidr);
+                deferred += 1;
+                continue;
+            }
             if retry_mode && self.retries.get(&cidr).is_some_and(|r| r.not_before > now) {
                 deferred += 1;
                 continue;
             }
-            if let OpKind::Create(c) = &op {
-                *node_creates.entry(c.route.target_node.clone()).or_default() += 1;
+            self.ops.enqueue(op, pass);
+            if let Some(p) = self.open.get_mut(&pass) {
+                p.outstanding += 1;
             }
-            self.queue.push_back(QueuedOp { kind: op });
-            queued += 1;
         }
         // Retries for routes the plan no longer needs are moot.
         self.retries.retain(|c, _| wanted.contains(c));
-        if let Some(p) = &mut self.pass {
-            p.outstanding += queued;
+        if let Some(p) = self.open.get_mut(&pass) {
             p.report.kept = kept;
             p.report.deferred += deferred;
             p.report.problems = problems.iter().map(ToString::to_string).collect();
-            p.node_creates = node_creates;
         }
         for routing in nodes {
-            let waiting = self
-                .pass
-                .as_ref()
-                .is_some_and(|p| p.node_creates.contains_key(&routing.node));
-            if !waiting {
-                self.write_condition(&routing.node, out, Some(routing.routable));
+            if self.ops.pending_creates(&routing.node) == 0 {
+                self.write_condition_for(&routing.node, Some(routing.routable), pass, out);
             }
         }
-        self.maybe_finish_pass(now, out);
+        self.maybe_finish(pass, now, out);
     }
 
-    fn maybe_finish_pass(&mut self, now: Instant, out: &mut Vec<Command>) {
-        let done = self
-            .pass
-            .as_ref()
-            .is_some_and(|p| p.listing.is_none() && p.outstanding == 0);
-        if !done {
+    /// Emits the report of `pass` once it has planned and all its operations are done.
+    fn maybe_finish(&mut self, pass: u64, now: Instant, out: &mut Vec<Command>) {
+        let planning = self.planning.as_ref().is_some_and(|p| p.pass == pass);
+        let done = self.open.get(&pass).is_some_and(|p| p.outstanding == 0);
+        if planning || !done {
             return;
         }
-        let Some(pass) = self.pass.take() else { return };
-        let mut report = pass.report;
-        report.listed = pass.listed;
-        report.duration = now.saturating_duration_since(pass.started);
+        let Some(open) = self.open.remove(&pass) else {
+            return;
+        };
+        let mut report = open.report;
+        report.duration = now.saturating_duration_since(open.started);
         self.update_route_gauges();
         out.push(Command::PassFinished(report));
     }
 
+    /// Counts an outcome for the operation's pass and resolves it there.
+    fn resolve(&mut self, pass: u64, count: impl FnOnce(&mut PassReport)) {
+        if let Some(p) = self.open.get_mut(&pass) {
+            count(&mut p.report);
+            p.outstanding = p.outstanding.saturating_sub(1);
+        }
+    }
+
     fn update_route_gauges(&self) {
         let wanted: i64 = self.nodes.values().map(|n| n.pod_cidrs.len() as i64).sum();
-        let pending = (self.queue.len() + self.in_flight.len()) as i64;
+        let pending = (self.ops.queued() + self.ops.mutations_in_flight()) as i64;
         let failing = self.retries.len() as i64;
         self.metrics.routes_pending.set(pending);
         self.metrics.routes_failing.set(failing);
         self.metrics
             .routes_ok
             .set((wanted - pending - failing).max(0));
+    }
+
+    /// Gives up the pass waiting for its list (lost lease, shutdown).
+    fn abandon_planning(&mut self, now: Instant, out: &mut Vec<Command>) {
+        if self.planning.as_ref().is_none_or(|p| p.list.is_some()) {
+            return; // a list in flight ends the planning when it is answered
+        }
+        let Some(planning) = self.planning.take() else {
+            return;
+        };
+        if let Some(p) = self.open.get_mut(&planning.pass) {
+            p.report.list_error = Some("cancelled before listing".into());
+        }
+        self.maybe_finish(planning.pass, now, out);
+    }
+
+    /// Drops everything queued and not yet sent (relist, lost lease, shutdown). The
+    /// next pass plans afresh.
+    fn cancel_queued(&mut self, now: Instant, out: &mut Vec<Command>) {
+        let cancelled = self.ops.retain_queued(|_| false);
+        let mut passes = BTreeSet::new();
+        for q in cancelled {
+            passes.insert(q.pass);
+            self.resolve(q.pass, |r| r.deferred += 1);
+        }
+        for pass in passes {
+            self.maybe_finish(pass, now, out);
+        }
     }
 
     // --- cloud operations ---------------------------------------------------------
@@ -1161,28 +1142,38 @@ impl Controller {
         id
     }
 
-    /// Sends queued operations, oldest first, keeping one per destination and at most
-    /// `max_in_flight` in total. A destination skipped once is skipped for the rest of
-    /// the scan, so its delete always goes before its create.
+    /// Sends the list a planning pass waits for, or queued operations, oldest first,
+    /// one per destination and at most `max_in_flight` in total.
     fn dispatch(&mut self, now: Instant, out: &mut Vec<Command>) {
         if self.paused_until.is_some_and(|t| t > now) {
             return;
         }
         self.paused_until = None;
-        let Some(cause) = self.pass.as_ref().map(|p| p.cause.clone()) else {
-            return;
-        };
-        let mut blocked: HashSet<Cidr> = HashSet::new();
-        let mut i = 0;
-        while i < self.queue.len() && self.in_flight.len() < self.config.max_in_flight {
-            let cidr = self.queue[i].kind.cidr();
-            let is_delete = matches!(self.queue[i].kind, OpKind::Delete(_));
-            if self.busy.contains(&cidr) || blocked.contains(&cidr) || (is_delete && !self.synced) {
-                blocked.insert(cidr);
-                i += 1;
-                continue;
+        if let Some(planning) = &self.planning {
+            // Nothing else goes out while a pass waits to list.
+            if planning.list.is_none() && self.ops.in_flight() == 0 {
+                let pass = planning.pass;
+                let id = self.op_id();
+                let nodes = self.directory();
+                self.ops.list_sent(id, pass, now);
+                if let Some(p) = &mut self.planning {
+                    p.list = Some(id);
+                }
+                let cause = self.cause_of(pass);
+                if let Some(p) = self.open.get_mut(&pass) {
+                    p.report.cloud_calls += 1;
+                    p.report.listed = true;
+                }
+                out.push(Command::Cloud {
+                    id,
+                    op: CloudOp::List { nodes },
+                    cause,
+                });
             }
-            let Some(queued) = self.queue.remove(i) else {
+            return;
+        }
+        while self.ops.in_flight() < self.config.max_in_flight {
+            let Some(queued) = self.ops.take_next(self.synced) else {
                 break;
             };
             let id = self.op_id();
@@ -1201,40 +1192,20 @@ impl Controller {
                     reason: d.reason,
                 },
             };
-            self.busy.insert(cidr);
-            self.in_flight.insert(
-                id,
-                InFlight {
-                    kind: Some(queued.kind),
-                    sent: now,
-                },
-            );
-            if let Some(p) = &mut self.pass {
+            let cause = self.cause_of(queued.pass);
+            if let Some(p) = self.open.get_mut(&queued.pass) {
                 p.report.cloud_calls += 1;
             }
-            out.push(Command::Cloud {
-                id,
-                op,
-                cause: cause.clone(),
-            });
+            self.ops.sent(id, queued, now);
+            out.push(Command::Cloud { id, op, cause });
         }
     }
 
-    /// Drops everything queued and not yet sent (relist, lost lease, shutdown). The
-    /// next pass plans afresh.
-    fn cancel_queued(&mut self) {
-        let cancelled: Vec<QueuedOp> = self.queue.drain(..).collect();
-        if let Some(p) = &mut self.pass {
-            p.outstanding -= cancelled.len();
-            p.report.deferred += cancelled.len();
-            for op in &cancelled {
-                if let OpKind::Create(_) = op.kind
-                    && let Some(n) = p.node_creates.get_mut(op.kind.node())
-                {
-                    *n -= 1;
-                }
-            }
-        }
+    fn cause_of(&self, pass: u64) -> Arc<Cause> {
+        self.open
+            .get(&pass)
+            .map(|p| p.report.cause.clone())
+            .unwrap_or_default()
     }
 
     fn on_cloud_reply(
@@ -1244,66 +1215,72 @@ impl Controller {
         now: Instant,
         out: &mut Vec<Command>,
     ) {
-        let Some(flight) = self.in_flight.remove(&id) else {
+        let Some(flight) = self.ops.complete(id) else {
             log::warn!("reply for unknown cloud operation {id} ignored");
             return;
         };
+        let pass = flight.pass;
         match (flight.kind, reply) {
-            (None, CloudReply::Listed(result)) => self.on_listed(id, result, flight.sent, now, out),
-            (Some(op), CloudReply::Done(result)) => {
-                self.busy.remove(&op.cidr());
-                self.on_op_done(op, result, flight.sent, now, out);
+            (None, CloudReply::Listed(result)) => {
+                self.on_listed(pass, result, flight.sent, now, out)
             }
-            (kind, _) => {
+            (Some(op), CloudReply::Done(result)) => {
+                self.on_op_done(op, pass, result, flight.sent, now, out)
+            }
+            (kind, reply) => {
                 log::error!(
-                    "cloud operation {id} got a reply of the wrong shape; treating it as ambiguous"
+                    "cloud operation {id} got a reply of the wrong shape ({reply:?}); treating it as ambiguous"
                 );
-                if let Some(op) = kind {
-                    self.busy.remove(&op.cidr());
-                    self.on_op_done(
-                        op,
+                match kind {
+                    Some(op) => {
+                        let e = Err(CloudError::ambiguous("mismatched reply"));
+                        self.on_op_done(op, pass, e, flight.sent, now, out);
+                    }
+                    None => self.on_listed(
+                        pass,
                         Err(CloudError::ambiguous("mismatched reply")),
                         flight.sent,
                         now,
                         out,
-                    );
+                    ),
                 }
             }
         }
-        self.maybe_finish_pass(now, out);
+        self.maybe_finish(pass, now, out);
     }
 
     fn on_listed(
         &mut self,
-        id: OpId,
+        pass: u64,
         result: Result<Vec<Route>, CloudError>,
         sent: Instant,
         now: Instant,
         out: &mut Vec<Command>,
     ) {
-        let ours = self.pass.as_ref().is_some_and(|p| p.listing == Some(id));
+        if self.planning.as_ref().is_some_and(|p| p.pass == pass) {
+            self.planning = None;
+        }
         match result {
             Ok(routes) => {
                 // Age the view from when the list was sent: anything changed by others
                 // after that instant may be missing.
                 self.view = Some(RouteView::new(routes, sent));
                 self.list_failures = 0;
-                if ours {
-                    if let Some(p) = &mut self.pass {
-                        p.listing = None;
-                        p.listed = true;
-                    }
-                    self.plan_and_queue(now, out);
+                if self.can_write() {
+                    self.plan_and_queue(pass, now, out);
+                } else if let Some(p) = self.open.get_mut(&pass) {
+                    // A relist began, or the lease was lost, while listing: the pass
+                    // after InitDone (or the new leader) plans instead.
+                    p.report.list_error = Some(
+                        "not planned: the node view is relisting or the lease was lost".into(),
+                    );
                 }
             }
             Err(err) => {
                 if let CloudErrorKind::RateLimited { after } = err.kind {
                     self.paused_until = Some(now + after);
                 }
-                if let Some(p) = &mut self.pass
-                    && ours
-                {
-                    p.listing = None;
+                if let Some(p) = self.open.get_mut(&pass) {
                     p.report.list_error = Some(err.message.clone());
                 }
                 self.list_failed(&err, now);
@@ -1332,18 +1309,21 @@ impl Controller {
     fn on_op_done(
         &mut self,
         op: OpKind,
+        pass: u64,
         result: Result<(), CloudError>,
         sent: Instant,
         now: Instant,
         out: &mut Vec<Command>,
     ) {
         let cidr = op.cidr();
-        let mut resolved = true;
         match (&op, result) {
             (OpKind::Create(c), Ok(())) => {
                 if let Some(view) = &mut self.view {
                     let enable_node_addresses = view.reports_addresses;
-                    view.insert(Route { enable_node_addresses, ..c.route.clone() });
+                    view.insert(Route {
+                        enable_node_addresses,
+                        ..c.route.clone()
+                    });
                 }
                 self.retries.remove(&cidr);
                 if let Some(seen) = self.cidr_seen.remove(&(c.route.target_node.clone(), cidr)) {
@@ -1351,25 +1331,27 @@ impl Controller {
                         .node_to_route
                         .observe(now.saturating_duration_since(seen));
                 }
-                self.count(|r| r.created += 1);
+                self.resolve(pass, |r| r.created += 1);
             }
             (OpKind::Delete(d), Ok(())) => {
                 self.forget_route(&d.route, cidr);
                 self.retries.remove(&cidr);
-                self.count(|r| r.deleted += 1);
+                self.resolve(pass, |r| r.deleted += 1);
             }
             (OpKind::Delete(d), Err(e)) if e.kind == CloudErrorKind::NotFound => {
                 self.forget_route(&d.route, cidr);
                 self.retries.remove(&cidr);
-                self.count(|r| r.deleted += 1);
+                self.resolve(pass, |r| r.deleted += 1);
             }
             (_, Err(e)) if matches!(e.kind, CloudErrorKind::RateLimited { .. }) => {
-                // Not the route's fault: wait out the limit and send it again.
+                // Not the route's fault: wait out the limit and send it again first.
                 if let CloudErrorKind::RateLimited { after } = e.kind {
                     self.paused_until = Some(now + after);
                 }
-                self.queue.push_front(QueuedOp { kind: op.clone() });
-                resolved = false;
+                self.ops.requeue_front(Queued {
+                    kind: op.clone(),
+                    pass,
+                });
             }
             (_, Err(e)) => {
                 if matches!(
@@ -1380,10 +1362,15 @@ impl Controller {
                     view.stale = true;
                 }
                 if let OpKind::Create(c) = &op {
-                    self.failed_create_event(c, &e, now.saturating_duration_since(sent), out);
+                    self.failed_create_event(c, pass, &e, now.saturating_duration_since(sent), out);
                 }
-                if let OpKind::Delete(_) = &op {
-                    self.drop_queued_create(cidr);
+                if let OpKind::Delete(_) = &op
+                    && let Some(dropped) = self.ops.remove_queued_create(cidr)
+                {
+                    // The old route is still there, so the create behind it would fail
+                    // too; it waits for the retry instead.
+                    self.resolve(dropped.pass, |r| r.deferred += 1);
+                    self.maybe_finish(dropped.pass, now, out);
                 }
                 log::warn!(
                     "{} of route {cidr} for node {} failed ({}): {}",
@@ -1397,15 +1384,18 @@ impl Controller {
                     e.message
                 );
                 self.schedule_retry(cidr, e.kind, now);
-                self.count(|r| r.failed += 1);
+                self.resolve(pass, |r| r.failed += 1);
             }
         }
-        if resolved {
-            if let Some(p) = &mut self.pass {
-                p.outstanding -= 1;
-            }
-            if let OpKind::Create(c) = &op {
-                self.create_resolved(&c.route.target_node, out);
+        if self.followups.remove(&cidr) {
+            self.trigger(Trigger::Followup(cidr), now);
+        }
+        if let OpKind::Create(c) = &op {
+            let node = &c.route.target_node;
+            if self.ops.pending_creates(node) == 0
+                && let Some(routable) = self.nodes.get(node).map(is_routable)
+            {
+                self.write_condition_for(node, Some(routable), pass, out);
             }
         }
     }
@@ -1413,50 +1403,6 @@ impl Controller {
     fn forget_route(&mut self, route: &Route, cidr: Cidr) {
         if let Some(view) = &mut self.view {
             view.remove(route, cidr);
-        }
-    }
-
-    fn count(&mut self, f: impl FnOnce(&mut PassReport)) {
-        if let Some(p) = &mut self.pass {
-            f(&mut p.report);
-        }
-    }
-
-    /// A failed delete leaves the old route in place, so the create queued behind it
-    /// for the same destination would fail too; it waits for the retry instead.
-    fn drop_queued_create(&mut self, cidr: Cidr) {
-        let Some(i) = self
-            .queue
-            .iter()
-            .position(|q| q.kind.cidr() == cidr && matches!(q.kind, OpKind::Create(_)))
-        else {
-            return;
-        };
-        let Some(dropped) = self.queue.remove(i) else {
-            return;
-        };
-        if let Some(p) = &mut self.pass {
-            p.outstanding -= 1;
-            p.report.deferred += 1;
-            if let Some(n) = p.node_creates.get_mut(dropped.kind.node()) {
-                *n -= 1;
-            }
-        }
-    }
-
-    /// One create of `node` resolved; once all have, its condition can be written.
-    fn create_resolved(&mut self, node: &str, out: &mut Vec<Command>) {
-        let Some(p) = &mut self.pass else { return };
-        let Some(n) = p.node_creates.get_mut(node) else {
-            return;
-        };
-        *n = n.saturating_sub(1);
-        if *n == 0 {
-            p.node_creates.remove(node);
-            let routable = self.nodes.get(node).map(is_routable);
-            if let Some(routable) = routable {
-                self.write_condition(node, out, Some(routable));
-            }
         }
     }
 
@@ -1492,6 +1438,7 @@ impl Controller {
     fn failed_create_event(
         &mut self,
         c: &plan::Create,
+        pass: u64,
         err: &CloudError,
         took: Duration,
         out: &mut Vec<Command>,
@@ -1499,14 +1446,10 @@ impl Controller {
         if !self.leading {
             return;
         }
-        let cause = self
-            .pass
-            .as_ref()
-            .map(|p| p.cause.clone())
-            .unwrap_or_default();
         out.push(Command::RecordEvent {
             event: NodeEventRecord {
                 node: c.route.target_node.clone(),
+                // The name hint is the node's UID (upstream's contract).
                 uid: c.name_hint.clone(),
                 kind: "Warning",
                 reason: "FailedToCreateRoute",
@@ -1519,27 +1462,46 @@ impl Controller {
                     err.message
                 ),
             },
-            cause,
+            cause: self.cause_of(pass),
         });
     }
 
     // --- node conditions ----------------------------------------------------------
 
+    fn write_condition_for(
+        &mut self,
+        node: &str,
+        routable: Option<bool>,
+        pass: u64,
+        out: &mut Vec<Command>,
+    ) {
+        if self.write_condition(node, routable, out)
+            && let Some(p) = self.open.get_mut(&pass)
+        {
+            p.report.conditions += 1;
+        }
+    }
+
     /// Writes `NetworkUnavailable` for `node` from what the cloud now holds, unless the
-    /// node already shows that value. `routable` is the planner's verdict; `None`
-    /// recomputes it (for retries of failed writes).
-    fn write_condition(&mut self, node: &str, out: &mut Vec<Command>, routable: Option<bool>) {
+    /// node already shows that value; returns whether a write was sent. `routable` is
+    /// the planner's verdict; `None` recomputes it (for retries of failed writes).
+    fn write_condition(
+        &mut self,
+        node: &str,
+        routable: Option<bool>,
+        out: &mut Vec<Command>,
+    ) -> bool {
         self.condition_retries.remove(node);
         if !self.leading || self.shutting_down {
-            return;
+            return false;
         }
         let Some(n) = self.nodes.get(node) else {
-            return;
+            return false;
         };
         let routes = self.view.as_ref().map(|v| v.routes_to(node)).unwrap_or(&[]);
         let managed = !n.pod_cidrs.is_empty() || !routes.is_empty();
         if !managed {
-            return;
+            return false;
         }
         let routable = routable.unwrap_or_else(|| is_routable(n));
         let all_routed = n
@@ -1560,23 +1522,27 @@ impl Controller {
             .get(node)
             .or(n.network_unavailable.as_ref());
         let Some(condition) = plan::network_condition(created, current) else {
-            return;
+            return false;
         };
         let uid = n.uid.clone();
         self.conditions_in_flight
             .insert(node.to_string(), condition.clone());
-        self.count(|r| r.conditions += 1);
-        let cause = self
-            .pass
-            .as_ref()
-            .map(|p| p.cause.clone())
-            .unwrap_or_default();
+        let cause = self.latest_cause();
         out.push(Command::WriteCondition {
             node: node.to_string(),
             uid,
             condition,
             cause,
         });
+        true
+    }
+
+    fn latest_cause(&self) -> Arc<Cause> {
+        self.open
+            .values()
+            .next_back()
+            .map(|p| p.report.cause.clone())
+            .unwrap_or_default()
     }
 
     fn on_condition_written(&mut self, node: String, result: Result<(), WriteError>, now: Instant) {
@@ -1650,233 +1616,4 @@ fn same_cidrs(a: &[String], b: &[String]) -> bool {
         out
     };
     parse(a) == parse(b)
-}
-
-// ---------------------------------------------------------------------------------
-
-/// Decides when the next pass starts.
-///
-/// Ours: the first trigger after a quiet period starts a pass at once; later ones wait
-/// until `debounce` has passed without a new trigger, but never longer than
-/// `max_wait` from the first. Timers (resync, poll, retries) start at once.
-///
-/// Upstream's: every trigger reserves a token from a bucket of one per 10 s; its delay
-/// is what the reservation needs, capped at 10 s. A key ready now is queued; one that
-/// must wait is parked, keeping the earliest ready time.
-enum Scheduler {
-    Ours {
-        pending: Option<Pending>,
-        /// The last node change seen, pending or not: the quiet period runs from it.
-        last_node_trigger: Option<Instant>,
-    },
-    Upstream {
-        queued: Option<Pending>,
-        parked: Option<(Instant, Pending)>,
-        next_token: Option<Instant>,
-    },
-}
-
-struct Pending {
-    cause: Cause,
-    times: Vec<Instant>,
-    first: Instant,
-    last_node_trigger: Option<Instant>,
-    immediate: bool,
-    force_list: bool,
-}
-
-/// The triggers a pass serves.
-struct Batch {
-    cause: Cause,
-    times: Vec<Instant>,
-    force_list: bool,
-}
-
-/// Upstream's `minRouteResyncInterval`: bucket rate and max-wait cap.
-const UPSTREAM_INTERVAL: Duration = Duration::from_secs(10);
-
-impl Pending {
-    fn new(now: Instant) -> Pending {
-        Pending {
-            cause: Cause::default(),
-            times: Vec::new(),
-            first: now,
-            last_node_trigger: None,
-            immediate: false,
-            force_list: false,
-        }
-    }
-
-    fn add(&mut self, trigger: Trigger, now: Instant) {
-        if trigger.is_timer() {
-            self.immediate = true;
-        } else {
-            self.last_node_trigger = Some(now);
-        }
-        self.force_list |= trigger.forces_list();
-        self.times.push(now);
-        self.cause.add(trigger);
-    }
-
-    fn merge(&mut self, other: Pending) {
-        self.first = self.first.min(other.first);
-        self.immediate |= other.immediate;
-        self.force_list |= other.force_list;
-        self.times.extend(other.times);
-        for t in other.cause.samples {
-            self.cause.add(t);
-        }
-    }
-
-    fn into_batch(self) -> Batch {
-        Batch {
-            cause: self.cause,
-            times: self.times,
-            force_list: self.force_list,
-        }
-    }
-}
-
-impl Scheduler {
-    fn new(mode: Mode) -> Scheduler {
-        match mode {
-            Mode::UpstreamWatch => Scheduler::Upstream {
-                queued: None,
-                parked: None,
-                next_token: None,
-            },
-            Mode::Watch | Mode::Poll => Scheduler::Ours {
-                pending: None,
-                last_node_trigger: None,
-            },
-        }
-    }
-
-    fn has_pending(&self) -> bool {
-        match self {
-            Scheduler::Ours { pending, .. } => pending.is_some(),
-            Scheduler::Upstream { queued, parked, .. } => queued.is_some() || parked.is_some(),
-        }
-    }
-
-    /// Adds a trigger. `busy` says a pass is running.
-    fn trigger(&mut self, trigger: Trigger, now: Instant, busy: bool, config: &Config) {
-        match self {
-            Scheduler::Ours {
-                pending,
-                last_node_trigger,
-            } => {
-                let fresh = pending.is_none();
-                let is_timer = trigger.is_timer();
-                let quiet = last_node_trigger
-                    .is_none_or(|t| now.saturating_duration_since(t) >= config.debounce);
-                if !is_timer {
-                    *last_node_trigger = Some(now);
-                }
-                let p = pending.get_or_insert_with(|| Pending::new(now));
-                p.add(trigger, now);
-                // Leading edge: the first node change after a quiet period, into an idle
-                // controller, starts a pass now.
-                if fresh && !busy && !is_timer && quiet {
-                    p.immediate = true;
-                }
-            }
-            Scheduler::Upstream {
-                queued,
-                parked,
-                next_token,
-            } => {
-                let token_at = next_token.map_or(now, |t| t.max(now));
-                *next_token = Some(token_at + UPSTREAM_INTERVAL);
-                let delay = token_at
-                    .saturating_duration_since(now)
-                    .min(UPSTREAM_INTERVAL);
-                if delay.is_zero() {
-                    let q = queued.get_or_insert_with(|| Pending::new(now));
-                    q.add(trigger, now);
-                    q.immediate = true;
-                } else {
-                    let ready = now + delay;
-                    match parked {
-                        Some((at, p)) => {
-                            *at = (*at).min(ready);
-                            p.add(trigger, now);
-                        }
-                        None => {
-                            let mut p = Pending::new(now);
-                            p.add(trigger, now);
-                            *parked = Some((ready, p));
-                        }
-                    }
-                }
-            }
-        }
-    }
-
-    /// Feeds a trigger into a pending batch without affecting when it runs (changes
-    /// found by a relist ride along with the relist's own trigger).
-    fn note(&mut self, trigger: Trigger, now: Instant) {
-        if let Scheduler::Ours {
-            pending: Some(p), ..
-        } = self
-        {
-            p.times.push(now);
-            p.cause.add(trigger);
-        }
-    }
-
-    /// Moves parked entries whose time has come into the queue.
-    fn advance(&mut self, now: Instant) {
-        if let Scheduler::Upstream { queued, parked, .. } = self
-            && parked.as_ref().is_some_and(|(at, _)| *at <= now)
-        {
-            let Some((_, mut p)) = parked.take() else {
-                return;
-            };
-            p.immediate = true;
-            match queued {
-                Some(q) => q.merge(p),
-                None => *queued = Some(p),
-            }
-        }
-    }
-
-    /// When the next pass may start, if one is pending.
-    fn due(&self, config: &Config) -> Option<Instant> {
-        match self {
-            Scheduler::Ours { pending: None, .. } => None,
-            Scheduler::Ours {
-                pending: Some(p), ..
-            } => {
-                if p.immediate {
-                    return Some(p.first);
-                }
-                let last = p.last_node_trigger.unwrap_or(p.first);
-                Some((last + config.debounce).min(p.first + config.max_wait))
-            }
-            Scheduler::Upstream { queued, parked, .. } => match (queued, parked) {
-                (Some(q), _) => Some(q.first),
-                (None, Some((at, _))) => Some(*at),
-                (None, None) => None,
-            },
-        }
-    }
-
-    fn take(&mut self, now: Instant) -> Option<Batch> {
-        self.advance(now);
-        match self {
-            Scheduler::Ours { pending, .. } => pending.take().map(Pending::into_batch),
-            Scheduler::Upstream { queued, .. } => queued.take().map(Pending::into_batch),
-        }
-    }
-
-    fn clear(&mut self) {
-        match self {
-            Scheduler::Ours { pending, .. } => *pending = None,
-            Scheduler::Upstream { queued, parked, .. } => {
-                *queued = None;
-                *parked = None;
-            }
-        }
-    }
 }

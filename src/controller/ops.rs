@@ -1,0 +1,203 @@
+//! The route operations of the controller between planning and their reply: queued in
+//! plan order, sent oldest first with at most one per destination CIDR in flight.
+
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::time::Instant;
+
+use super::OpId;
+use crate::model::Cidr;
+use crate::plan;
+
+/// A planned route operation.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(super) enum OpKind {
+    Create(plan::Create),
+    Delete(plan::Delete),
+}
+
+impl OpKind {
+    pub(super) fn cidr(&self) -> Cidr {
+        match self {
+            OpKind::Create(c) => c.cidr,
+            OpKind::Delete(d) => d.cidr,
+        }
+    }
+
+    pub(super) fn node(&self) -> &str {
+        match self {
+            OpKind::Create(c) => &c.route.target_node,
+            OpKind::Delete(d) => &d.route.target_node,
+        }
+    }
+
+    fn is_create(&self) -> bool {
+        matches!(self, OpKind::Create(_))
+    }
+}
+
+/// An operation waiting to be sent, with the pass that planned it.
+#[derive(Clone, Debug)]
+pub(super) struct Queued {
+    pub kind: OpKind,
+    pub pass: u64,
+}
+
+/// An operation sent and not yet answered; `kind` is `None` for a list.
+pub(super) struct Flight {
+    pub kind: Option<OpKind>,
+    pub pass: u64,
+    pub sent: Instant,
+}
+
+/// Queued and in-flight operations.
+#[derive(Default)]
+pub(super) struct Operations {
+    queue: VecDeque<Queued>,
+    in_flight: HashMap<OpId, Flight>,
+    /// Destinations with an operation in flight.
+    busy: HashSet<Cidr>,
+    /// Creates queued or in flight, per node: a node's condition waits for them.
+    node_creates: HashMap<String, usize>,
+}
+
+impl Operations {
+    pub(super) fn is_busy(&self, cidr: &Cidr) -> bool {
+        self.busy.contains(cidr)
+    }
+
+    pub(super) fn in_flight(&self) -> usize {
+        self.in_flight.len()
+    }
+
+    pub(super) fn mutations_in_flight(&self) -> usize {
+        self.in_flight.values().filter(|f| f.kind.is_some()).count()
+    }
+
+    pub(super) fn queued(&self) -> usize {
+        self.queue.len()
+    }
+
+    pub(super) fn is_idle(&self) -> bool {
+        self.queue.is_empty() && self.in_flight.is_empty()
+    }
+
+    pub(super) fn pending_creates(&self, node: &str) -> usize {
+        self.node_creates.get(node).copied().unwrap_or(0)
+    }
+
+    fn count_create(&mut self, kind: &OpKind, delta: isize) {
+        if !kind.is_create() {
+            return;
+        }
+        let node = kind.node().to_string();
+        let n = self.node_creates.entry(node.clone()).or_default();
+        *n = n.saturating_add_signed(delta);
+        if *n == 0 {
+            self.node_creates.remove(&node);
+        }
+    }
+
+    pub(super) fn enqueue(&mut self, kind: OpKind, pass: u64) {
+        self.count_create(&kind, 1);
+        self.queue.push_back(Queued { kind, pass });
+    }
+
+    /// Puts an operation back at the head of the queue (it was refused for a rate
+    /// limit and must go first when sending resumes).
+    pub(super) fn requeue_front(&mut self, queued: Queued) {
+        self.count_create(&queued.kind, 1);
+        self.queue.push_front(queued);
+    }
+
+    /// Keeps the queued operations for which `keep` says true and returns the others.
+    pub(super) fn retain_queued(&mut self, mut keep: impl FnMut(&Queued) -> bool) -> Vec<Queued> {
+        let (kept, dropped): (VecDeque<Queued>, VecDeque<Queued>) =
+            self.queue.drain(..).partition(|q| keep(q));
+        self.queue = kept;
+        for q in &dropped {
+            self.count_create(&q.kind, -1);
+        }
+        dropped.into()
+    }
+
+    /// Drops the queued operations a new plan does not repeat, and returns them. Those
+    /// whose destination has an operation in flight stay: the plan could not see that
+    /// operation's outcome.
+    pub(super) fn supersede(&mut self, planned: &[OpKind]) -> Vec<Queued> {
+        let busy = std::mem::take(&mut self.busy);
+        let dropped =
+            self.retain_queued(|q| busy.contains(&q.kind.cidr()) || planned.contains(&q.kind));
+        self.busy = busy;
+        dropped
+    }
+
+    /// Whether an identical operation is queued.
+    pub(super) fn is_queued(&self, kind: &OpKind) -> bool {
+        self.queue.iter().any(|q| q.kind == *kind)
+    }
+
+    /// The oldest operation that may be sent now: its destination has nothing in flight
+    /// and no older queued operation; deletes only when `deletes_allowed`.
+    pub(super) fn take_next(&mut self, deletes_allowed: bool) -> Option<Queued> {
+        let mut skipped: HashSet<Cidr> = HashSet::new();
+        let index = self.queue.iter().position(|q| {
+            let cidr = q.kind.cidr();
+            let blocked = self.busy.contains(&cidr)
+                || skipped.contains(&cidr)
+                || (!deletes_allowed && matches!(q.kind, OpKind::Delete(_)));
+            if blocked {
+                skipped.insert(cidr);
+            }
+            !blocked
+        })?;
+        let queued = self.queue.remove(index)?;
+        self.count_create(&queued.kind, -1);
+        Some(queued)
+    }
+
+    /// Records an operation as sent.
+    pub(super) fn sent(&mut self, id: OpId, queued: Queued, now: Instant) {
+        self.busy.insert(queued.kind.cidr());
+        self.count_create(&queued.kind, 1);
+        self.in_flight.insert(
+            id,
+            Flight {
+                kind: Some(queued.kind),
+                pass: queued.pass,
+                sent: now,
+            },
+        );
+    }
+
+    pub(super) fn list_sent(&mut self, id: OpId, pass: u64, now: Instant) {
+        self.in_flight.insert(
+            id,
+            Flight {
+                kind: None,
+                pass,
+                sent: now,
+            },
+        );
+    }
+
+    /// The operation answered by `id`, no longer in flight.
+    pub(super) fn complete(&mut self, id: OpId) -> Option<Flight> {
+        let flight = self.in_flight.remove(&id)?;
+        if let Some(kind) = &flight.kind {
+            self.busy.remove(&kind.cidr());
+            self.count_create(kind, -1);
+        }
+        Some(flight)
+    }
+
+    /// Removes the queued create for `cidr`, if any (its delete failed).
+    pub(super) fn remove_queued_create(&mut self, cidr: Cidr) -> Option<Queued> {
+        let i = self
+            .queue
+            .iter()
+            .position(|q| q.kind.is_create() && q.kind.cidr() == cidr)?;
+        let q = self.queue.remove(i)?;
+        self.count_create(&q.kind, -1);
+        Some(q)
+    }
+}
