@@ -16,6 +16,7 @@ pub mod config;
 pub mod env;
 pub mod error;
 pub mod stop;
+pub mod watch;
 
 pub use client::{Client, ClientOptions, Method};
 pub use config::{ConfigError, KubeConfig, LoadOptions};
