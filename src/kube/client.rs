@@ -200,6 +200,16 @@ impl Client {
         decode(resp, &self.url(path), SMALL_BODY_LIMIT)
     }
 
+    /// `GET path` with a total timeout of `timeout` instead of the client's.
+    pub fn get_json_timeout<T: DeserializeOwned>(
+        &self,
+        path: &str,
+        timeout: Duration,
+    ) -> Result<T, KubeError> {
+        let resp = self.send(Method::Get, path, None, None, Some(timeout))?;
+        decode(resp, &self.url(path), SMALL_BODY_LIMIT)
+    }
+
     /// `GET path` and decode the JSON answer, allowing a body of up to `limit` bytes;
     /// the body is decoded while it is read, without buffering it whole.
     pub fn get_json_large<T: DeserializeOwned>(

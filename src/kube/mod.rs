@@ -15,6 +15,7 @@ pub mod client;
 pub mod config;
 pub mod env;
 pub mod error;
+pub mod lease;
 pub mod status;
 pub mod stop;
 pub mod watch;
