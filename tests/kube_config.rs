@@ -54,10 +54,15 @@ fn kubeconfig_files_merge_with_the_first_to_set_a_value_winning() {
     assert_eq!(c.server, "https://first:6443");
     assert_eq!(c.namespace, "ns-a");
     match &c.auth {
-        Auth::TokenFile(p) => assert_eq!(p, &dir.path().join("a/token"), "relative to its own file"),
+        Auth::TokenFile(p) => {
+            assert_eq!(p, &dir.path().join("a/token"), "relative to its own file")
+        }
         other => panic!("expected the first file's tokenFile, got {other:?}"),
     }
-    assert_eq!(c.tls.ca_origin, dir.path().join("a/ca.pem").display().to_string());
+    assert_eq!(
+        c.tls.ca_origin,
+        dir.path().join("a/ca.pem").display().to_string()
+    );
     // An explicit context and --master override.
     let c = load(
         LoadOptions {
@@ -89,9 +94,13 @@ fn an_explicit_kubeconfig_must_exist_and_home_config_is_the_fallback() {
         "current-context: c\ncontexts:\n- name: c\n  context: {cluster: k, user: u}\nclusters:\n- name: k\n  cluster: {server: 'https://home:6443'}\nusers:\n- name: u\n  user: {token: t}\n",
     );
     let env = Env::empty().with_home(dir.path().join("home"));
-    assert_eq!(load(LoadOptions::default(), &env).server, "https://home:6443");
+    assert_eq!(
+        load(LoadOptions::default(), &env).server,
+        "https://home:6443"
+    );
 
-    let err = KubeConfig::load(&LoadOptions::default(), &Env::empty().with_home(dir.path())).unwrap_err();
+    let err =
+        KubeConfig::load(&LoadOptions::default(), &Env::empty().with_home(dir.path())).unwrap_err();
     assert!(err.to_string().contains("--kubeconfig"), "{err}");
 }
 
@@ -114,7 +123,10 @@ fn in_cluster_config_brackets_an_ipv6_service_host_and_reads_the_service_account
     assert_eq!(c.tls.ca_pem.as_deref(), Some(&b"CA"[..]));
 
     let env4 = env.clone().with_var("KUBERNETES_SERVICE_HOST", "10.96.0.1");
-    assert_eq!(load(LoadOptions::default(), &env4).server, "https://10.96.0.1:443");
+    assert_eq!(
+        load(LoadOptions::default(), &env4).server,
+        "https://10.96.0.1:443"
+    );
 
     // A missing token is a startup error naming the file.
     std::fs::remove_file(dir.path().join("sa/token")).unwrap();
@@ -156,7 +168,10 @@ fn a_rotated_token_file_is_picked_up_after_the_refresh_period() {
     dir.write("token", "new-token\n");
     std::thread::sleep(Duration::from_millis(80));
     client.get_json::<NodeList>("/api/v1/nodes").unwrap();
-    assert_eq!(bearer_tokens(&server), ["Bearer old-token", "Bearer new-token"]);
+    assert_eq!(
+        bearer_tokens(&server),
+        ["Bearer old-token", "Bearer new-token"]
+    );
 }
 
 #[test]
@@ -178,7 +193,10 @@ fn a_refused_token_makes_the_client_re_read_the_file_and_retry_once() {
     // A token that stays refused is an Unauthorized error, not a loop.
     server.accept_tokens(&["other"]);
     let err = client.get_json::<NodeList>("/api/v1/nodes").unwrap_err();
-    assert!(err.to_string().contains("credentials were refused"), "{err}");
+    assert!(
+        err.to_string().contains("credentials were refused"),
+        "{err}"
+    );
     assert_eq!(bearer_tokens(&server).len(), 5);
 }
 
@@ -204,7 +222,10 @@ fn exec_user(api_version: &str) -> String {
 
 #[test]
 fn exec_plugin_tokens_are_cached_without_expiry_and_rerun_after_a_refusal() {
-    for api_version in ["client.authentication.k8s.io/v1", "client.authentication.k8s.io/v1beta1"] {
+    for api_version in [
+        "client.authentication.k8s.io/v1",
+        "client.authentication.k8s.io/v1beta1",
+    ] {
         let dir = TempDir::new("exec");
         let server = FakeApiServer::start();
         plugin(&dir, api_version, "");
@@ -212,13 +233,21 @@ fn exec_plugin_tokens_are_cached_without_expiry_and_rerun_after_a_refusal() {
         let client = Client::new(&config, ClientOptions::default()).unwrap();
         client.get_json::<NodeList>("/api/v1/nodes").unwrap();
         client.get_json::<NodeList>("/api/v1/nodes").unwrap();
-        assert_eq!(bearer_tokens(&server), ["Bearer tok-1-x", "Bearer tok-1-x"], "{api_version}");
+        assert_eq!(
+            bearer_tokens(&server),
+            ["Bearer tok-1-x", "Bearer tok-1-x"],
+            "{api_version}"
+        );
         server.accept_tokens(&["tok-2-x"]);
         client.get_json::<NodeList>("/api/v1/nodes").unwrap();
-        assert_eq!(bearer_tokens(&server)[2..], ["Bearer tok-1-x", "Bearer tok-2-x"]);
-        let info: serde_json::Value =
-            serde_json::from_str(&std::fs::read_to_string(dir.path().join("bin/exec-info")).unwrap())
-                .unwrap();
+        assert_eq!(
+            bearer_tokens(&server)[2..],
+            ["Bearer tok-1-x", "Bearer tok-2-x"]
+        );
+        let info: serde_json::Value = serde_json::from_str(
+            &std::fs::read_to_string(dir.path().join("bin/exec-info")).unwrap(),
+        )
+        .unwrap();
         assert_eq!(info["apiVersion"], api_version);
         assert_eq!(info["kind"], "ExecCredential");
         assert_eq!(info["spec"]["interactive"], false);
@@ -243,7 +272,11 @@ fn exec_plugin_tokens_are_renewed_when_they_expire() {
     // A far expiry is cached.
     let dir = TempDir::new("exec-expiry-far");
     let server = FakeApiServer::start();
-    plugin(&dir, "client.authentication.k8s.io/v1", ",\"expirationTimestamp\":\"2099-01-01T00:00:00Z\"");
+    plugin(
+        &dir,
+        "client.authentication.k8s.io/v1",
+        ",\"expirationTimestamp\":\"2099-01-01T00:00:00Z\"",
+    );
     let config = kubeconfig(&dir, &server, &exec_user("client.authentication.k8s.io/v1"));
     let client = Client::new(&config, ClientOptions::default()).unwrap();
     client.get_json::<NodeList>("/api/v1/nodes").unwrap();
@@ -257,6 +290,11 @@ fn a_failing_exec_plugin_is_a_startup_error_with_its_install_hint() {
     let server = FakeApiServer::start();
     let user = "    exec:\n      apiVersion: client.authentication.k8s.io/v1\n      command: no-such-plugin-xyz\n      installHint: install no-such-plugin-xyz from the vendor\n";
     let config = kubeconfig(&dir, &server, user);
-    let err = Client::new(&config, ClientOptions::default()).unwrap_err().to_string();
-    assert!(err.contains("no-such-plugin-xyz") && err.contains("from the vendor"), "{err}");
+    let err = Client::new(&config, ClientOptions::default())
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("no-such-plugin-xyz") && err.contains("from the vendor"),
+        "{err}"
+    );
 }

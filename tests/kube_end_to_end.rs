@@ -20,7 +20,12 @@ use route_controller::metrics::Metrics;
 use route_controller::model::Cidr;
 
 /// Runs commands (and the commands their replies cause) to completion.
-fn run(controller: &mut Controller, cloud: &FakeCloud, metrics: &Metrics, mut commands: Vec<Command>) {
+fn run(
+    controller: &mut Controller,
+    cloud: &FakeCloud,
+    metrics: &Metrics,
+    mut commands: Vec<Command>,
+) {
     while let Some(command) = commands.pop() {
         let more = match command {
             Command::Cloud { id, op, .. } => {
@@ -59,7 +64,10 @@ fn watched_nodes_get_routes_and_a_node_deleted_in_the_watch_loses_its_route() {
     server.script_watch(WatchScript::Stream(vec![
         WatchStep::Event("ADDED", node_json("n3", 11, &["10.244.3.0/24"], "10.0.0.3")),
         WatchStep::WaitFor(delete_now.clone()),
-        WatchStep::Event("DELETED", node_json("n2", 12, &["10.244.2.0/24"], "10.0.0.2")),
+        WatchStep::Event(
+            "DELETED",
+            node_json("n2", 12, &["10.244.2.0/24"], "10.0.0.2"),
+        ),
         WatchStep::Stall,
     ]));
 

@@ -72,23 +72,48 @@ fn exactly_one_of_two_electors_leads_and_the_other_takes_over_when_it_stops_rene
     let (leader, follower) = first_leader(a, b);
     assert_eq!(holder(&server), leader.identity);
     // The follower stays a follower while the leader renews.
-    assert!(follower.leadership.recv_timeout(Duration::from_millis(1500)).is_err());
+    assert!(
+        follower
+            .leadership
+            .recv_timeout(Duration::from_millis(1500))
+            .is_err()
+    );
     assert_eq!(holder(&server), leader.identity);
     let renewals = server
         .requests()
         .iter()
-        .filter(|r| r.method == "PUT" && r.header("authorization") == Some(&format!("Bearer {}", leader.token)))
+        .filter(|r| {
+            r.method == "PUT"
+                && r.header("authorization") == Some(&format!("Bearer {}", leader.token))
+        })
         .count();
-    assert!(renewals >= 3, "the leader renews every retry period ({renewals} PUTs)");
+    assert!(
+        renewals >= 3,
+        "the leader renews every retry period ({renewals} PUTs)"
+    );
 
     // Cut the leader off: it reports the loss by its renew deadline, and the follower
     // takes over once the lease has not changed for a lease duration.
     let cut = Instant::now();
     server.block_token(&leader.token);
-    assert_eq!(leader.leadership.recv_timeout(Duration::from_secs(3)), Ok(false));
-    assert!(cut.elapsed() < Duration::from_millis(2500), "loss reported after {:?}", cut.elapsed());
-    assert_eq!(follower.leadership.recv_timeout(Duration::from_secs(6)), Ok(true));
-    assert!(cut.elapsed() >= Duration::from_millis(1500), "took over after {:?}", cut.elapsed());
+    assert_eq!(
+        leader.leadership.recv_timeout(Duration::from_secs(3)),
+        Ok(false)
+    );
+    assert!(
+        cut.elapsed() < Duration::from_millis(2500),
+        "loss reported after {:?}",
+        cut.elapsed()
+    );
+    assert_eq!(
+        follower.leadership.recv_timeout(Duration::from_secs(6)),
+        Ok(true)
+    );
+    assert!(
+        cut.elapsed() >= Duration::from_millis(1500),
+        "took over after {:?}",
+        cut.elapsed()
+    );
     assert_eq!(holder(&server), follower.identity);
     let lease = server.lease("kube-system", "route-controller").unwrap();
     assert_eq!(lease["spec"]["leaseTransitions"], 1);
@@ -103,14 +128,30 @@ fn exactly_one_of_two_electors_leads_and_the_other_takes_over_when_it_stops_rene
 #[test]
 fn releasing_the_lease_on_stop_lets_the_successor_take_over_at_once() {
     let server = FakeApiServer::start();
-    let a = candidate(&server, "a", Duration::from_secs(15), Duration::from_secs(10));
+    let a = candidate(
+        &server,
+        "a",
+        Duration::from_secs(15),
+        Duration::from_secs(10),
+    );
     assert_eq!(a.leadership.recv_timeout(Duration::from_secs(10)), Ok(true));
-    let b = candidate(&server, "b", Duration::from_secs(15), Duration::from_secs(10));
+    let b = candidate(
+        &server,
+        "b",
+        Duration::from_secs(15),
+        Duration::from_secs(10),
+    );
     let b_token = format!("Bearer {}", b.token);
-    assert!(server.wait_for(Duration::from_secs(5), |r| r
-        .iter()
-        .any(|r| r.method == "GET" && r.header("authorization") == Some(&b_token))));
-    assert!(b.leadership.recv_timeout(Duration::from_millis(500)).is_err());
+    assert!(
+        server.wait_for(Duration::from_secs(5), |r| r.iter().any(|r| r.method
+            == "GET"
+            && r.header("authorization") == Some(&b_token)))
+    );
+    assert!(
+        b.leadership
+            .recv_timeout(Duration::from_millis(500))
+            .is_err()
+    );
 
     let stopped = Instant::now();
     a.stop.stop();
@@ -124,8 +165,16 @@ fn releasing_the_lease_on_stop_lets_the_successor_take_over_at_once() {
         .unwrap()
         .json();
     assert_eq!(release["spec"]["leaseDurationSeconds"], 1);
-    assert!(release["spec"]["holderIdentity"].as_str().unwrap_or("").is_empty());
-    assert_eq!(a.leadership.try_recv(), Err(crossbeam_channel::TryRecvError::Disconnected));
+    assert!(
+        release["spec"]["holderIdentity"]
+            .as_str()
+            .unwrap_or("")
+            .is_empty()
+    );
+    assert_eq!(
+        a.leadership.try_recv(),
+        Err(crossbeam_channel::TryRecvError::Disconnected)
+    );
 
     // Far sooner than the 15 s lease duration.
     assert_eq!(b.leadership.recv_timeout(Duration::from_secs(3)), Ok(true));

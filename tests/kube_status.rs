@@ -9,7 +9,9 @@ use std::time::Duration;
 
 use fake_apiserver::{FakeApiServer, node_json};
 use route_controller::controller::{NodeEventRecord, WriteError};
-use route_controller::kube::status::{StatusConfig, StatusRequest, StatusWriter, spawn_status_writer};
+use route_controller::kube::status::{
+    StatusConfig, StatusRequest, StatusWriter, spawn_status_writer,
+};
 use route_controller::kube::{Client, ClientOptions, Env, KubeConfig, LoadOptions};
 use route_controller::metrics::Metrics;
 use route_controller::model::Condition;
@@ -94,7 +96,11 @@ fn the_condition_is_a_strategic_merge_patch_of_node_status_through_the_thread() 
     let t = c["lastTransitionTime"].as_str().unwrap();
     assert!(is_rfc3339_utc(t), "{t}");
     assert_eq!(c["lastHeartbeatTime"], c["lastTransitionTime"]);
-    assert_eq!(body.as_object().unwrap().len(), 1, "only status is patched: {body}");
+    assert_eq!(
+        body.as_object().unwrap().len(),
+        1,
+        "only status is patched: {body}"
+    );
     // The fake server merged it by type, keeping the Ready condition.
     let stored = server.node("n1").unwrap();
     assert_eq!(stored["status"]["conditions"].as_array().unwrap().len(), 2);
@@ -124,7 +130,11 @@ fn conflicts_are_retried_five_times_then_reported() {
         writer.write_condition("n1", "uid-n1", &no_route()),
         Err(WriteError::Failed(_))
     ));
-    assert_eq!(patches(&server), 9, "a server error is not retried here; the controller retries");
+    assert_eq!(
+        patches(&server),
+        9,
+        "a server error is not retried here; the controller retries"
+    );
     assert_eq!(metrics.condition_write_failures.get(), 2);
 }
 
@@ -144,7 +154,11 @@ fn failure(elapsed: &str) -> NodeEventRecord {
 fn a_repeated_failure_patches_the_count_of_one_event() {
     let server = FakeApiServer::start();
     let metrics = Arc::new(Metrics::new());
-    let mut writer = StatusWriter::new(client(&server), StatusConfig::new("cp-1_abc"), metrics.clone());
+    let mut writer = StatusWriter::new(
+        client(&server),
+        StatusConfig::new("cp-1_abc"),
+        metrics.clone(),
+    );
     writer.record_event(&failure("1.2s"));
     writer.record_event(&failure("2m0.5s"));
     let events = server.events();
@@ -169,7 +183,10 @@ fn a_repeated_failure_patches_the_count_of_one_event() {
     assert_eq!(requests[1].method, "PATCH");
     assert_eq!(
         requests[1].path,
-        format!("/api/v1/namespaces/default/events/{}", e["metadata"]["name"].as_str().unwrap())
+        format!(
+            "/api/v1/namespaces/default/events/{}",
+            e["metadata"]["name"].as_str().unwrap()
+        )
     );
     assert_eq!(
         requests[1].header("content-type"),

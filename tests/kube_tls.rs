@@ -53,7 +53,11 @@ fn a_custom_ca_is_trusted_and_public_roots_are_not() {
     // certificate-authority as a path relative to the kubeconfig's directory.
     let path = dir.write(
         "kubeconfig",
-        kubeconfig(&server.url(), "    certificate-authority: ca.crt\n", "    token: t\n"),
+        kubeconfig(
+            &server.url(),
+            "    certificate-authority: ca.crt\n",
+            "    token: t\n",
+        ),
     );
     let client = Client::new(&load(&path).unwrap(), ClientOptions::default()).unwrap();
     assert_eq!(list_nodes(&client).unwrap().items[0].name, "n1");
@@ -78,9 +82,14 @@ fn client_certificates_with_rsa_and_ec_keys_in_every_encoding_are_presented() {
         client_ca_pem: Some(pki.ca_pem.clone()),
     });
     let ca_data = format!("    certificate-authority-data: {}\n", b64(&pki.ca_pem));
-    for (i, format) in [KeyFormat::RsaPkcs1, KeyFormat::RsaPkcs8, KeyFormat::EcSec1, KeyFormat::EcPkcs8]
-        .into_iter()
-        .enumerate()
+    for (i, format) in [
+        KeyFormat::RsaPkcs1,
+        KeyFormat::RsaPkcs8,
+        KeyFormat::EcSec1,
+        KeyFormat::EcPkcs8,
+    ]
+    .into_iter()
+    .enumerate()
     {
         let pair = pki.client(&format!("client{i}"), format);
         // Alternate between file paths and inline base64 data.
@@ -97,15 +106,24 @@ fn client_certificates_with_rsa_and_ec_keys_in_every_encoding_are_presented() {
                 b64(&pair.key_pem)
             )
         };
-        let path = dir.write(&format!("kc{i}"), kubeconfig(&server.url(), &ca_data, &user));
+        let path = dir.write(
+            &format!("kc{i}"),
+            kubeconfig(&server.url(), &ca_data, &user),
+        );
         let client = Client::new(&load(&path).unwrap(), ClientOptions::default())
             .unwrap_or_else(|e| panic!("{format:?}: {e}"));
         list_nodes(&client).unwrap_or_else(|e| panic!("{format:?}: {e}"));
     }
     // Without a certificate the server refuses the handshake: an error, not a panic.
-    let path = dir.write("anon", kubeconfig(&server.url(), &ca_data, "    token: t\n"));
+    let path = dir.write(
+        "anon",
+        kubeconfig(&server.url(), &ca_data, "    token: t\n"),
+    );
     let client = Client::new(&load(&path).unwrap(), ClientOptions::default()).unwrap();
-    assert!(matches!(list_nodes(&client), Err(KubeError::Transport { .. })));
+    assert!(matches!(
+        list_nodes(&client),
+        Err(KubeError::Transport { .. })
+    ));
 }
 
 #[test]
@@ -126,7 +144,10 @@ fn a_certificate_and_key_that_do_not_match_fail_at_startup_not_at_the_first_requ
     let user = "    client-certificate-data: bm90IGEgY2VydA==\n    client-key-data: bm90IGEga2V5\n";
     let path = dir.write("garbage", kubeconfig("https://127.0.0.1:1", "", user));
     let err = Client::new(&load(&path).unwrap(), ClientOptions::default()).unwrap_err();
-    assert!(err.to_string().contains("client certificate of user \"u\""), "{err}");
+    assert!(
+        err.to_string().contains("client certificate of user \"u\""),
+        "{err}"
+    );
 }
 
 #[test]
@@ -145,10 +166,17 @@ fn unreadable_files_and_empty_ca_bundles_are_startup_errors_naming_the_file() {
     dir.write("empty-ca.crt", "not a certificate\n");
     let path = dir.write(
         "kc2",
-        kubeconfig("https://127.0.0.1:1", "    certificate-authority: empty-ca.crt\n", "    token: t\n"),
+        kubeconfig(
+            "https://127.0.0.1:1",
+            "    certificate-authority: empty-ca.crt\n",
+            "    token: t\n",
+        ),
     );
     let err = Client::new(&load(&path).unwrap(), ClientOptions::default()).unwrap_err();
-    assert!(err.to_string().contains("empty-ca.crt") && err.to_string().contains("no certificate"), "{err}");
+    assert!(
+        err.to_string().contains("empty-ca.crt") && err.to_string().contains("no certificate"),
+        "{err}"
+    );
 }
 
 #[test]
@@ -162,7 +190,11 @@ fn insecure_skip_tls_verify_connects_without_a_ca_and_refuses_to_combine_with_on
     });
     let path = dir.write(
         "kc",
-        kubeconfig(&server.url(), "    insecure-skip-tls-verify: true\n", "    token: t\n"),
+        kubeconfig(
+            &server.url(),
+            "    insecure-skip-tls-verify: true\n",
+            "    token: t\n",
+        ),
     );
     let client = Client::new(&load(&path).unwrap(), ClientOptions::default()).unwrap();
     list_nodes(&client).unwrap();
@@ -174,5 +206,10 @@ fn insecure_skip_tls_verify_connects_without_a_ca_and_refuses_to_combine_with_on
             "    token: t\n",
         ),
     );
-    assert!(load(&path).unwrap_err().to_string().contains("insecure-skip-tls-verify"));
+    assert!(
+        load(&path)
+            .unwrap_err()
+            .to_string()
+            .contains("insecure-skip-tls-verify")
+    );
 }

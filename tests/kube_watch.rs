@@ -41,7 +41,10 @@ fn fast_config() -> WatchConfig {
     }
 }
 
-fn start(server: &FakeApiServer, config: WatchConfig) -> (NodeWatch, Receiver<NodeEvent>, Arc<Metrics>) {
+fn start(
+    server: &FakeApiServer,
+    config: WatchConfig,
+) -> (NodeWatch, Receiver<NodeEvent>, Arc<Metrics>) {
     let (tx, rx) = crossbeam_channel::unbounded();
     let metrics = Arc::new(Metrics::new());
     let watch = spawn_node_watch(&client(server), config, tx, metrics.clone()).expect("spawn");
@@ -82,7 +85,12 @@ fn watch_rvs(server: &FakeApiServer) -> Vec<String> {
 
 fn seed_nodes(server: &FakeApiServer, names: &[&str]) {
     for (i, n) in names.iter().enumerate() {
-        server.put_node(node_json(n, 5, &[&format!("10.244.{i}.0/24")], &format!("10.0.0.{i}")));
+        server.put_node(node_json(
+            n,
+            5,
+            &[&format!("10.244.{i}.0/24")],
+            &format!("10.0.0.{i}"),
+        ));
     }
 }
 
@@ -90,25 +98,55 @@ fn seed_nodes(server: &FakeApiServer, names: &[&str]) {
 fn list_follows_continue_tokens_and_never_sends_a_resource_version_with_them() {
     let server = FakeApiServer::start();
     seed_nodes(&server, &["n1", "n2", "n3", "n4", "n5"]);
-    let (watch, rx, _) = start(&server, WatchConfig { page_size: 2, ..fast_config() });
+    let (watch, rx, _) = start(
+        &server,
+        WatchConfig {
+            page_size: 2,
+            ..fast_config()
+        },
+    );
     assert_eq!(
         take(&rx, 7),
-        ["Init", "InitApply n1", "InitApply n2", "InitApply n3", "InitApply n4", "InitApply n5", "InitDone"]
+        [
+            "Init",
+            "InitApply n1",
+            "InitApply n2",
+            "InitApply n3",
+            "InitApply n4",
+            "InitApply n5",
+            "InitDone"
+        ]
     );
-    let lists: Vec<_> = server.requests().into_iter().filter(|r| r.is_list()).collect();
+    let lists: Vec<_> = server
+        .requests()
+        .into_iter()
+        .filter(|r| r.is_list())
+        .collect();
     assert_eq!(lists.len(), 3);
     for (i, l) in lists.iter().enumerate() {
         assert_eq!(l.query("limit"), Some("2"));
-        assert_eq!(l.query("resourceVersion"), None, "list {i} must not carry a resourceVersion");
+        assert_eq!(
+            l.query("resourceVersion"),
+            None,
+            "list {i} must not carry a resourceVersion"
+        );
         assert_eq!(l.header("accept"), Some("application/json"));
-        assert!(l.header("user-agent").unwrap_or("").starts_with("route-controller/"));
+        assert!(
+            l.header("user-agent")
+                .unwrap_or("")
+                .starts_with("route-controller/")
+        );
     }
     assert_eq!(lists[0].query("continue"), None);
     assert_eq!(lists[1].query("continue"), Some("page-2"));
     assert_eq!(lists[2].query("continue"), Some("page-4"));
     // The watch starts from the list's resourceVersion with bookmarks and a server timeout.
     assert!(server.wait_for(Duration::from_secs(5), |r| r.iter().any(|r| r.is_watch())));
-    let w = server.requests().into_iter().find(|r| r.is_watch()).unwrap();
+    let w = server
+        .requests()
+        .into_iter()
+        .find(|r| r.is_watch())
+        .unwrap();
     assert_eq!(w.query("resourceVersion"), Some("10"));
     assert_eq!(w.query("allowWatchBookmarks"), Some("true"));
     let timeout: u64 = w.query("timeoutSeconds").unwrap().parse().unwrap();
@@ -121,10 +159,25 @@ fn an_expired_continue_token_restarts_the_list_with_init() {
     let server = FakeApiServer::start();
     seed_nodes(&server, &["n1", "n2", "n3"]);
     server.expire_continue_tokens(1);
-    let (watch, rx, _) = start(&server, WatchConfig { page_size: 2, ..fast_config() });
+    let (watch, rx, _) = start(
+        &server,
+        WatchConfig {
+            page_size: 2,
+            ..fast_config()
+        },
+    );
     assert_eq!(
         take(&rx, 8),
-        ["Init", "InitApply n1", "InitApply n2", "Init", "InitApply n1", "InitApply n2", "InitApply n3", "InitDone"]
+        [
+            "Init",
+            "InitApply n1",
+            "InitApply n2",
+            "Init",
+            "InitApply n1",
+            "InitApply n2",
+            "InitApply n3",
+            "InitDone"
+        ]
     );
     watch.stop();
 }
@@ -139,17 +192,30 @@ fn a_clean_watch_end_resumes_at_the_last_resource_version_without_relisting() {
         WatchStep::End,
     ]));
     server.script_watch(WatchScript::Stream(vec![
-        WatchStep::Event("MODIFIED", node_json("n2", 16, &["10.244.9.0/24"], "10.0.0.9")),
+        WatchStep::Event(
+            "MODIFIED",
+            node_json("n2", 16, &["10.244.9.0/24"], "10.0.0.9"),
+        ),
         WatchStep::Stall,
     ]));
     let (watch, rx, metrics) = start(&server, fast_config());
     assert_eq!(
         take(&rx, 5),
-        ["Init", "InitApply n1", "InitDone", "Added n2@11", "Modified n2@16"]
+        [
+            "Init",
+            "InitApply n1",
+            "InitDone",
+            "Added n2@11",
+            "Modified n2@16"
+        ]
     );
     assert_eq!(watch_rvs(&server), ["10", "15"]);
     assert_eq!(server.requests().iter().filter(|r| r.is_list()).count(), 1);
-    assert_eq!(metrics.watch_restarts.get(), 0, "a clean end is not a restart");
+    assert_eq!(
+        metrics.watch_restarts.get(),
+        0,
+        "a clean end is not a restart"
+    );
     assert_eq!(metrics.watch_healthy.get(), 1);
     watch.stop();
     assert_eq!(metrics.watch_healthy.get(), 0);
@@ -161,7 +227,10 @@ fn relist_after_410_as_http_status_and_as_error_event_emits_init_again() {
     seed_nodes(&server, &["n1", "n2"]);
     let vanished = Arc::new(AtomicBool::new(false));
     server.script_watch(WatchScript::Stream(vec![
-        WatchStep::Event("MODIFIED", node_json("n1", 20, &["10.244.0.0/24"], "10.0.0.0")),
+        WatchStep::Event(
+            "MODIFIED",
+            node_json("n1", 20, &["10.244.0.0/24"], "10.0.0.0"),
+        ),
         WatchStep::WaitFor(vanished.clone()),
         WatchStep::Expired,
     ]));
@@ -169,7 +238,13 @@ fn relist_after_410_as_http_status_and_as_error_event_emits_init_again() {
     let (watch, rx, metrics) = start(&server, fast_config());
     assert_eq!(
         take(&rx, 5),
-        ["Init", "InitApply n1", "InitApply n2", "InitDone", "Modified n1@20"]
+        [
+            "Init",
+            "InitApply n1",
+            "InitApply n2",
+            "InitDone",
+            "Modified n1@20"
+        ]
     );
     // n2 is deleted while the watch is away; the relist simply no longer lists it.
     server.remove_node("n2");
@@ -197,10 +272,21 @@ fn a_stalled_watch_is_detected_by_the_idle_timeout_and_resumed() {
     let (watch, rx, metrics) = start(&server, config);
     take(&rx, 3);
     let started = Instant::now();
-    assert!(server.wait_for(Duration::from_secs(5), |r| r.iter().filter(|r| r.is_watch()).count() >= 2));
-    assert!(started.elapsed() >= Duration::from_millis(250), "{:?}", started.elapsed());
+    assert!(server.wait_for(
+        Duration::from_secs(5),
+        |r| r.iter().filter(|r| r.is_watch()).count() >= 2
+    ));
+    assert!(
+        started.elapsed() >= Duration::from_millis(250),
+        "{:?}",
+        started.elapsed()
+    );
     assert_eq!(watch_rvs(&server)[..2], ["10", "12"]);
-    assert_eq!(server.requests().iter().filter(|r| r.is_list()).count(), 1, "no relist");
+    assert_eq!(
+        server.requests().iter().filter(|r| r.is_list()).count(),
+        1,
+        "no relist"
+    );
     assert!(metrics.watch_restarts.get() >= 1);
     watch.stop();
 }
@@ -237,7 +323,14 @@ fn garbage_cut_and_oversized_lines_restart_the_stream_without_losing_events() {
     let (watch, rx, metrics) = start(&server, config);
     assert_eq!(
         take(&rx, 6),
-        ["Init", "InitApply n1", "InitDone", "Added n2@11", "Added n3@12", "Deleted n2@13"]
+        [
+            "Init",
+            "InitApply n1",
+            "InitDone",
+            "Added n2@11",
+            "Added n3@12",
+            "Deleted n2@13"
+        ]
     );
     // Each bad stream was resumed from the last good version; nothing after a bad line
     // was taken from the broken stream.
@@ -273,5 +366,9 @@ fn stop_interrupts_a_blocked_watch_promptly() {
     std::thread::sleep(Duration::from_millis(50));
     let started = Instant::now();
     watch.stop();
-    assert!(started.elapsed() < Duration::from_secs(2), "took {:?}", started.elapsed());
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "took {:?}",
+        started.elapsed()
+    );
 }

@@ -144,10 +144,10 @@ impl ExecCache {
         now: SystemTime,
         run: impl FnOnce(&ExecConfig, &str) -> Result<Vec<u8>, String>,
     ) -> Result<ExecCredential, KubeError> {
-        let fresh = self.cached.as_ref().is_some_and(|c| {
-            c.expires
-                .is_none_or(|exp| now + EXEC_EXPIRY_MARGIN < exp)
-        });
+        let fresh = self
+            .cached
+            .as_ref()
+            .is_some_and(|c| c.expires.is_none_or(|exp| now + EXEC_EXPIRY_MARGIN < exp));
         if !fresh {
             let output = run(&self.config, &self.exec_info).map_err(KubeError::Credentials)?;
             self.cached = Some(parse_exec_output(&output, &self.config)?);
@@ -185,9 +185,7 @@ struct WireExecStatus {
 /// Parses a plugin's stdout: an `ExecCredential` in JSON, or in YAML as some plugins
 /// print it.
 pub fn parse_exec_output(output: &[u8], config: &ExecConfig) -> Result<ExecCredential, KubeError> {
-    let fail = |m: String| {
-        KubeError::Credentials(format!("exec plugin {:?}: {m}", config.command))
-    };
+    let fail = |m: String| KubeError::Credentials(format!("exec plugin {:?}: {m}", config.command));
     let wire: WireExecCredential = match serde_json::from_slice(output) {
         Ok(w) => w,
         Err(json_err) => {
@@ -216,9 +214,10 @@ pub fn parse_exec_output(output: &[u8], config: &ExecConfig) -> Result<ExecCrede
         .status
         .ok_or_else(|| fail("its output has no status".into()))?;
     let expires = match &status.expiration_timestamp {
-        Some(ts) if !ts.is_empty() => Some(parse_rfc3339(ts).map_err(|e| {
-            fail(format!("expirationTimestamp {ts:?} is not RFC 3339: {e}"))
-        })?),
+        Some(ts) if !ts.is_empty() => Some(
+            parse_rfc3339(ts)
+                .map_err(|e| fail(format!("expirationTimestamp {ts:?} is not RFC 3339: {e}")))?,
+        ),
         _ => None,
     };
     let identity = match (status.client_certificate_data, status.client_key_data) {
@@ -395,12 +394,16 @@ mod tests {
         let t = f.token(t0 + Duration::from_secs(59), |_| panic!("read too early"));
         assert_eq!(t.unwrap().expose(), "a");
         assert_eq!(
-            f.token(t0 + Duration::from_secs(60), read("b\n")).unwrap().expose(),
+            f.token(t0 + Duration::from_secs(60), read("b\n"))
+                .unwrap()
+                .expose(),
             "b"
         );
         f.invalidate();
         assert_eq!(
-            f.token(t0 + Duration::from_secs(61), read("c")).unwrap().expose(),
+            f.token(t0 + Duration::from_secs(61), read("c"))
+                .unwrap()
+                .expose(),
             "c"
         );
         assert_eq!(reads, 3);
@@ -414,7 +417,9 @@ mod tests {
         f.token(t0, |_| Ok("good".into())).unwrap();
         let later = t0 + Duration::from_secs(120);
         assert_eq!(
-            f.token(later, |_| Err(io::Error::other("rotating"))).unwrap().expose(),
+            f.token(later, |_| Err(io::Error::other("rotating")))
+                .unwrap()
+                .expose(),
             "good"
         );
         assert_eq!(
@@ -486,7 +491,9 @@ mod tests {
         let v1 = exec_config("client.authentication.k8s.io/v1");
         let e = parse_exec_output(yaml, &v1).unwrap_err().to_string();
         assert!(e.contains("v1beta1") && e.contains("asks for"), "{e}");
-        let e = parse_exec_output(b"not a credential", &v1).unwrap_err().to_string();
+        let e = parse_exec_output(b"not a credential", &v1)
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("not an ExecCredential"), "{e}");
     }
 
@@ -502,6 +509,9 @@ mod tests {
             expires: None,
         };
         let debug = format!("{c:?}");
-        assert!(!debug.contains("s3cr3t") && !debug.contains("PRIVATEKEY"), "{debug}");
+        assert!(
+            !debug.contains("s3cr3t") && !debug.contains("PRIVATEKEY"),
+            "{debug}"
+        );
     }
 }

@@ -323,10 +323,10 @@ impl Client {
     /// The agent for these credentials, (re)built when the client certificate changed.
     fn agent_for(&self, creds: &Credentials) -> Result<Agent, KubeError> {
         let mut slot = self.agent.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(agent) = &slot.agent {
-            if slot.identity == creds.identity {
-                return Ok(agent.clone());
-            }
+        if let Some(agent) = &slot.agent
+            && slot.identity == creds.identity
+        {
+            return Ok(agent.clone());
         }
         let tls = tls_config(&self.shared.tls, creds.identity.as_ref())
             .map_err(|e| KubeError::Credentials(e.0))?;

@@ -66,7 +66,10 @@ pub enum Auth {
     /// A bearer token read from a file and re-read periodically (rotated
     /// service-account tokens).
     TokenFile(PathBuf),
-    Basic { username: String, password: Secret },
+    Basic {
+        username: String,
+        password: Secret,
+    },
     /// A client-go credential plugin.
     Exec(ExecConfig),
 }
@@ -421,8 +424,8 @@ impl Kubeconfig {
     /// Parses one file (YAML or JSON, possibly several documents) and resolves its
     /// relative paths against its directory.
     fn parse(bytes: &[u8], path: &Path) -> Result<Kubeconfig, ConfigError> {
-        let text = decode_text(bytes)
-            .map_err(|e| err(format!("kubeconfig {}: {e}", path.display())))?;
+        let text =
+            decode_text(bytes).map_err(|e| err(format!("kubeconfig {}: {e}", path.display())))?;
         let docs: Vec<FileDoc> = serde_saphyr::from_multiple(&text).map_err(|e| {
             err(format!(
                 "kubeconfig {} is not valid YAML/JSON: {e}",
@@ -454,10 +457,11 @@ impl Kubeconfig {
 
     fn resolve_paths(&mut self, dir: &Path) {
         let resolve = |p: &mut Option<PathBuf>| {
-            if let Some(path) = p {
-                if path.is_relative() && !path.as_os_str().is_empty() {
-                    *path = dir.join(&*path);
-                }
+            if let Some(path) = p
+                && path.is_relative()
+                && !path.as_os_str().is_empty()
+            {
+                *path = dir.join(&*path);
             }
         };
         for (_, c) in &mut self.clusters {
@@ -575,9 +579,15 @@ fn cluster_tls(
     cluster_name: &str,
     user_name: &str,
 ) -> Result<TlsSettings, ConfigError> {
-    let (ca_pem, ca_origin) = match (&cluster.certificate_authority_data, &cluster.certificate_authority) {
+    let (ca_pem, ca_origin) = match (
+        &cluster.certificate_authority_data,
+        &cluster.certificate_authority,
+    ) {
         (Some(data), _) if !data.is_empty() => (
-            Some(decode_base64(data, &format!("certificate-authority-data of cluster {cluster_name:?}"))?),
+            Some(decode_base64(
+                data,
+                &format!("certificate-authority-data of cluster {cluster_name:?}"),
+            )?),
             format!("certificate-authority-data of cluster {cluster_name:?}"),
         ),
         (_, Some(path)) if !path.as_os_str().is_empty() => (
@@ -648,7 +658,11 @@ fn user_auth(user: &User, user_name: &str) -> Result<Auth, ConfigError> {
     if let Some(token) = user.token.as_ref().filter(|t| !t.is_empty()) {
         return Ok(Auth::Token(Secret::new(token.trim())));
     }
-    if let Some(path) = user.token_file.as_ref().filter(|p| !p.as_os_str().is_empty()) {
+    if let Some(path) = user
+        .token_file
+        .as_ref()
+        .filter(|p| !p.as_os_str().is_empty())
+    {
         read_file(path, "tokenFile")?;
         return Ok(Auth::TokenFile(path.clone()));
     }

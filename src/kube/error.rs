@@ -191,9 +191,9 @@ impl fmt::Display for ApiError {
             write!(f, ": {}", self.message)?;
         }
         match self.kind() {
-            ApiErrorKind::Forbidden => f.write_str(
-                " (check the RBAC rules of the controller's service account or user)",
-            ),
+            ApiErrorKind::Forbidden => {
+                f.write_str(" (check the RBAC rules of the controller's service account or user)")
+            }
             ApiErrorKind::Unauthorized => {
                 f.write_str(" (the credentials were refused; check the token or certificate)")
             }
@@ -262,7 +262,11 @@ mod tests {
 
     #[test]
     fn retry_after_comes_from_the_header_or_the_status_details() {
-        let body = status_body(429, "TooManyRequests", r#","details":{"retryAfterSeconds":7}"#);
+        let body = status_body(
+            429,
+            "TooManyRequests",
+            r#","details":{"retryAfterSeconds":7}"#,
+        );
         let from_details = ApiError::from_response("GET /x".into(), 429, None, &body);
         assert_eq!(from_details.kind(), ApiErrorKind::TooManyRequests);
         assert_eq!(from_details.retry_after, Some(Duration::from_secs(7)));

@@ -429,10 +429,10 @@ pub fn spawn_leader_election(
                     break;
                 }
                 attempt(&client, &mut elector);
-                if let Some(leading) = elector.leadership_change(Instant::now()) {
-                    if leadership.send(leading).is_err() {
-                        break;
-                    }
+                if let Some(leading) = elector.leadership_change(Instant::now())
+                    && leadership.send(leading).is_err()
+                {
+                    break;
                 }
                 let now = Instant::now();
                 let next = elector.next_attempt(now, rand::rng().random_range(0.0..1.0));
@@ -518,11 +518,7 @@ fn release(client: &Client, elector: &mut Elector) {
         &lease,
         Some(elector.request_timeout()),
     ) {
-        Ok(_) => log::info!(
-            "released lease {}/{}",
-            config.namespace,
-            config.name
-        ),
+        Ok(_) => log::info!("released lease {}/{}", config.namespace, config.name),
         Err(e) => log::warn!(
             "releasing lease {}/{} failed: {e}; a successor takes over when it expires",
             config.namespace,
@@ -604,12 +600,24 @@ mod tests {
         let t0 = Instant::now();
         let mut e = Elector::new(LeaseConfig::new("me"));
         // The remote renewTime is far in the past; only the local clock counts.
-        assert_eq!(e.on_get(Ok(Some(held_by("other", 5, 0))), t0, wall(900)), None);
+        assert_eq!(
+            e.on_get(Ok(Some(held_by("other", 5, 0))), t0, wall(900)),
+            None
+        );
         let t = |s: u64| t0 + Duration::from_secs(s);
-        assert_eq!(e.on_get(Ok(Some(held_by("other", 5, 0))), t(14), wall(914)), None);
+        assert_eq!(
+            e.on_get(Ok(Some(held_by("other", 5, 0))), t(14), wall(914)),
+            None
+        );
         // The holder renewed (seen at t0+14): the clock restarts there.
-        assert_eq!(e.on_get(Ok(Some(held_by("other", 6, 10))), t(14), wall(914)), None);
-        assert_eq!(e.on_get(Ok(Some(held_by("other", 6, 10))), t(28), wall(928)), None);
+        assert_eq!(
+            e.on_get(Ok(Some(held_by("other", 6, 10))), t(14), wall(914)),
+            None
+        );
+        assert_eq!(
+            e.on_get(Ok(Some(held_by("other", 6, 10))), t(28), wall(928)),
+            None
+        );
         let take = e
             .on_get(Ok(Some(held_by("other", 6, 10))), t(29), wall(929))
             .expect("an expired lease is taken over");
@@ -621,7 +629,11 @@ mod tests {
         assert_eq!(s.holder_identity.as_deref(), Some("me"));
         assert_eq!(s.lease_transitions, Some(4));
         assert_eq!(s.acquire_time, Some(micro_time(wall(929))));
-        assert_eq!(e.leadership_change(t(29)), None, "not leader before the write succeeds");
+        assert_eq!(
+            e.leadership_change(t(29)),
+            None,
+            "not leader before the write succeeds"
+        );
     }
 
     #[test]
@@ -652,11 +664,18 @@ mod tests {
         };
         assert_eq!(lease.metadata.resource_version.as_deref(), Some("1"));
         let s = spec(&renew);
-        assert_eq!(s.acquire_time, Some(micro_time(wall(0))), "acquire time kept");
+        assert_eq!(
+            s.acquire_time,
+            Some(micro_time(wall(0))),
+            "acquire time kept"
+        );
         assert_eq!(s.renew_time, Some(micro_time(wall(2))));
         assert_eq!(s.lease_transitions, Some(0));
         e.on_write(Err(&conflict()), t2);
-        assert_eq!(e.attempt(t0 + Duration::from_secs(4), wall(4)), LeaseAction::Get);
+        assert_eq!(
+            e.attempt(t0 + Duration::from_secs(4), wall(4)),
+            LeaseAction::Get
+        );
     }
 
     #[test]
@@ -677,12 +696,19 @@ mod tests {
             let t = t0 + Duration::from_secs(s);
             e.attempt(t, wall(s));
             e.on_write(Err(&down), t);
-            assert_eq!(e.leadership_change(t), None, "still within the deadline at {s}s");
+            assert_eq!(
+                e.leadership_change(t),
+                None,
+                "still within the deadline at {s}s"
+            );
         }
         // Never sleeps past the deadline.
         let t8 = t0 + Duration::from_secs(8);
         assert_eq!(e.next_attempt(t8, 0.0), t0 + Duration::from_secs(10));
-        assert_eq!(e.leadership_change(t0 + Duration::from_secs(10)), Some(false));
+        assert_eq!(
+            e.leadership_change(t0 + Duration::from_secs(10)),
+            Some(false)
+        );
         assert!(!e.is_leader());
     }
 
@@ -696,8 +722,15 @@ mod tests {
         e.on_write(Ok(stored(lease, 1)), t0);
         e.leadership_change(t0);
         e.on_write(Err(&conflict()), t0 + Duration::from_secs(2));
-        e.on_get(Ok(Some(held_by("thief", 7, 2))), t0 + Duration::from_secs(2), wall(2));
-        assert_eq!(e.leadership_change(t0 + Duration::from_secs(2)), Some(false));
+        e.on_get(
+            Ok(Some(held_by("thief", 7, 2))),
+            t0 + Duration::from_secs(2),
+            wall(2),
+        );
+        assert_eq!(
+            e.leadership_change(t0 + Duration::from_secs(2)),
+            Some(false)
+        );
     }
 
     #[test]

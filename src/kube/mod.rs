@@ -24,4 +24,7 @@ pub use client::{Client, ClientOptions, Method};
 pub use config::{ConfigError, KubeConfig, LoadOptions};
 pub use env::Env;
 pub use error::{ApiError, ApiErrorKind, KubeError};
+pub use lease::{LeaseConfig, default_identity, spawn_leader_election};
+pub use status::{StatusConfig, StatusRequest, spawn_status_writer};
 pub use stop::StopHandle;
+pub use watch::{NodeWatch, WatchConfig, spawn_node_watch};

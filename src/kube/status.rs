@@ -535,7 +535,13 @@ mod tests {
         let decisions: Vec<EventDecision> = (0..30)
             .map(|i| c.observe(&failure("n1", "1s", &format!("error {i}")), t0))
             .collect();
-        assert_eq!(decisions.iter().filter(|d| **d == EventDecision::Drop).count(), 5);
+        assert_eq!(
+            decisions
+                .iter()
+                .filter(|d| **d == EventDecision::Drop)
+                .count(),
+            5
+        );
         assert_eq!(decisions[24], EventDecision::Create);
         assert_eq!(decisions[25], EventDecision::Drop);
         // Another node has its own budget.
@@ -545,8 +551,14 @@ mod tests {
         );
         // One token comes back every five minutes.
         let later = t0 + Duration::from_secs(300);
-        assert_eq!(c.observe(&failure("n1", "1s", "y"), later), EventDecision::Create);
-        assert_eq!(c.observe(&failure("n1", "1s", "z"), later), EventDecision::Drop);
+        assert_eq!(
+            c.observe(&failure("n1", "1s", "y"), later),
+            EventDecision::Create
+        );
+        assert_eq!(
+            c.observe(&failure("n1", "1s", "z"), later),
+            EventDecision::Drop
+        );
     }
 
     #[test]

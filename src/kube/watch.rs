@@ -169,6 +169,9 @@ pub enum Action {
 }
 
 /// The result of one watch line.
+// The event is moved straight on to the channel; boxing it would cost an allocation
+// per event to save stack space of a short-lived return value.
+#[allow(clippy::large_enum_variant)]
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum LineOutcome {
     /// Forward this event to the controller.
@@ -262,7 +265,8 @@ impl Reflector {
             | WatchState::Watching { resource_version } => {
                 let (min, max) = self.config.watch_timeout;
                 let secs = if max > min {
-                    self.rng.random_range(min.as_secs()..max.as_secs().max(min.as_secs() + 1))
+                    self.rng
+                        .random_range(min.as_secs()..max.as_secs().max(min.as_secs() + 1))
                 } else {
                     min.as_secs()
                 };
@@ -331,7 +335,9 @@ impl Reflector {
                 self.backoff.healthy(now);
             }
             Err(e) if e.is(ApiErrorKind::Gone) => {
-                log::info!("watching nodes from resourceVersion {rv} answered 410 ({e}); relisting");
+                log::info!(
+                    "watching nodes from resourceVersion {rv} answered 410 ({e}); relisting"
+                );
                 self.relist(now);
             }
             Err(e) => {
@@ -423,7 +429,10 @@ impl Reflector {
                     log::warn!("the node watch ended at once with no event; backing off");
                     self.fail(now, None);
                 } else {
-                    log::debug!("the node watch ended; resuming from resourceVersion {}", self.resource_version());
+                    log::debug!(
+                        "the node watch ended; resuming from resourceVersion {}",
+                        self.resource_version()
+                    );
                 }
             }
             WatchEnd::IdleTimeout => {
@@ -496,7 +505,10 @@ impl Reflector {
 
     fn fail(&mut self, now: Instant, at_least: Option<Duration>) {
         let jitter = self.rng.random_range(0.0..1.0);
-        let delay = self.backoff.failure(now, jitter).max(at_least.unwrap_or_default());
+        let delay = self
+            .backoff
+            .failure(now, jitter)
+            .max(at_least.unwrap_or_default());
         self.not_before = Some(now + delay);
     }
 }
@@ -836,7 +848,12 @@ mod tests {
     fn a_paginated_list_is_framed_by_init_markers_and_followed_by_a_watch_from_its_version() {
         let t0 = Instant::now();
         let mut r = reflector();
-        assert_eq!(r.next_action(t0), Action::List { continue_token: None });
+        assert_eq!(
+            r.next_action(t0),
+            Action::List {
+                continue_token: None
+            }
+        );
         let first = r.on_list_page(Ok(page(&["a", "b"], "", "tok-1")), t0);
         assert_eq!(
             first,
@@ -879,7 +896,12 @@ mod tests {
         let Action::Wait(until) = r.next_action(t0) else {
             panic!("expected a backoff");
         };
-        assert_eq!(r.next_action(until), Action::List { continue_token: None });
+        assert_eq!(
+            r.next_action(until),
+            Action::List {
+                continue_token: None
+            }
+        );
         // The new list starts with Init again, so the controller drops the partial one.
         assert_eq!(
             r.on_list_page(Ok(page(&[], "9", "")), until),
@@ -892,12 +914,14 @@ mod tests {
         let t0 = Instant::now();
         let mut r = reflector();
         watching(&mut r, t0);
-        let added = br#"{"type":"ADDED","object":{"metadata":{"name":"c","resourceVersion":"101"}}}"#;
+        let added =
+            br#"{"type":"ADDED","object":{"metadata":{"name":"c","resourceVersion":"101"}}}"#;
         assert_eq!(
             r.on_watch_line(added, t0),
             LineOutcome::Event(NodeEvent::Added(node("c", "101")))
         );
-        let bookmark = br#"{"type":"BOOKMARK","object":{"kind":"Node","metadata":{"resourceVersion":"150"}}}"#;
+        let bookmark =
+            br#"{"type":"BOOKMARK","object":{"kind":"Node","metadata":{"resourceVersion":"150"}}}"#;
         assert_eq!(r.on_watch_line(bookmark, t0), LineOutcome::Nothing);
         let later = t0 + Duration::from_secs(400);
         r.on_watch_end(WatchEnd::Clean, later);
@@ -1004,11 +1028,17 @@ mod tests {
         assert_eq!(ms, vec![800, 1600, 3200, 6400, 12800, 25600, 30000, 30000]);
         // Healthy for less than two minutes: the backoff keeps growing.
         b.healthy(t0);
-        assert_eq!(b.failure(t0 + Duration::from_secs(119), 0.5).as_millis(), 30000);
+        assert_eq!(
+            b.failure(t0 + Duration::from_secs(119), 0.5).as_millis(),
+            30000
+        );
         // Healthy for two minutes: back to the start.
         let t1 = t0 + Duration::from_secs(200);
         b.healthy(t1);
-        assert_eq!(b.failure(t1 + Duration::from_secs(120), 0.5).as_millis(), 800);
+        assert_eq!(
+            b.failure(t1 + Duration::from_secs(120), 0.5).as_millis(),
+            800
+        );
         // Jitter spreads each delay by ±25 %.
         let mut b = Backoff::new(BackoffConfig::default());
         assert_eq!(b.failure(t0, 0.0).as_millis(), 600);
@@ -1020,9 +1050,15 @@ mod tests {
     fn capped_line_reads_tell_lines_truncation_and_oversize_apart() {
         let mut r = io::Cursor::new(b"one\ntwo\npart".to_vec());
         let mut buf = Vec::new();
-        assert_eq!(read_line_capped(&mut r, &mut buf, 10).unwrap(), ReadLine::Line);
+        assert_eq!(
+            read_line_capped(&mut r, &mut buf, 10).unwrap(),
+            ReadLine::Line
+        );
         assert_eq!(buf, b"one");
-        assert_eq!(read_line_capped(&mut r, &mut buf, 10).unwrap(), ReadLine::Line);
+        assert_eq!(
+            read_line_capped(&mut r, &mut buf, 10).unwrap(),
+            ReadLine::Line
+        );
         assert_eq!(buf, b"two");
         assert_eq!(
             read_line_capped(&mut r, &mut buf, 10).unwrap(),
@@ -1035,7 +1071,10 @@ mod tests {
         );
         assert_eq!(buf, b"0123456789");
         let mut r = io::Cursor::new(Vec::new());
-        assert_eq!(read_line_capped(&mut r, &mut buf, 10).unwrap(), ReadLine::Eof);
+        assert_eq!(
+            read_line_capped(&mut r, &mut buf, 10).unwrap(),
+            ReadLine::Eof
+        );
     }
 
     #[test]

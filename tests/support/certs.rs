@@ -66,11 +66,84 @@ impl Pki {
         std::fs::write(dir.join("ca.cnf"), CA_CNF).unwrap();
         std::fs::write(dir.join("server.ext"), SERVER_EXT).unwrap();
         std::fs::write(dir.join("client.ext"), CLIENT_EXT).unwrap();
-        openssl(dir, &["genpkey", "-algorithm", "EC", "-pkeyopt", "ec_paramgen_curve:P-256", "-out", "ca.key"]);
-        openssl(dir, &["req", "-x509", "-new", "-key", "ca.key", "-config", "ca.cnf", "-extensions", "v3_ca", "-days", "2", "-out", "ca.crt"]);
-        openssl(dir, &["genpkey", "-algorithm", "EC", "-pkeyopt", "ec_paramgen_curve:P-256", "-out", "server.key"]);
-        openssl(dir, &["req", "-new", "-key", "server.key", "-subj", "/CN=127.0.0.1", "-out", "server.csr"]);
-        openssl(dir, &["x509", "-req", "-in", "server.csr", "-CA", "ca.crt", "-CAkey", "ca.key", "-set_serial", "2", "-days", "2", "-extfile", "server.ext", "-extensions", "ext", "-out", "server.crt"]);
+        openssl(
+            dir,
+            &[
+                "genpkey",
+                "-algorithm",
+                "EC",
+                "-pkeyopt",
+                "ec_paramgen_curve:P-256",
+                "-out",
+                "ca.key",
+            ],
+        );
+        openssl(
+            dir,
+            &[
+                "req",
+                "-x509",
+                "-new",
+                "-key",
+                "ca.key",
+                "-config",
+                "ca.cnf",
+                "-extensions",
+                "v3_ca",
+                "-days",
+                "2",
+                "-out",
+                "ca.crt",
+            ],
+        );
+        openssl(
+            dir,
+            &[
+                "genpkey",
+                "-algorithm",
+                "EC",
+                "-pkeyopt",
+                "ec_paramgen_curve:P-256",
+                "-out",
+                "server.key",
+            ],
+        );
+        openssl(
+            dir,
+            &[
+                "req",
+                "-new",
+                "-key",
+                "server.key",
+                "-subj",
+                "/CN=127.0.0.1",
+                "-out",
+                "server.csr",
+            ],
+        );
+        openssl(
+            dir,
+            &[
+                "x509",
+                "-req",
+                "-in",
+                "server.csr",
+                "-CA",
+                "ca.crt",
+                "-CAkey",
+                "ca.key",
+                "-set_serial",
+                "2",
+                "-days",
+                "2",
+                "-extfile",
+                "server.ext",
+                "-extensions",
+                "ext",
+                "-out",
+                "server.crt",
+            ],
+        );
         Pki {
             dir: dir.to_path_buf(),
             ca_pem: std::fs::read(dir.join("ca.crt")).unwrap(),
@@ -86,11 +159,35 @@ impl Pki {
         let key = format!("{name}.key");
         let raw = format!("{name}.raw.key");
         match format {
-            KeyFormat::RsaPkcs1 | KeyFormat::RsaPkcs8 => openssl(dir, &["genpkey", "-algorithm", "RSA", "-pkeyopt", "rsa_keygen_bits:2048", "-out", &raw]),
-            KeyFormat::EcSec1 | KeyFormat::EcPkcs8 => openssl(dir, &["genpkey", "-algorithm", "EC", "-pkeyopt", "ec_paramgen_curve:P-256", "-out", &raw]),
+            KeyFormat::RsaPkcs1 | KeyFormat::RsaPkcs8 => openssl(
+                dir,
+                &[
+                    "genpkey",
+                    "-algorithm",
+                    "RSA",
+                    "-pkeyopt",
+                    "rsa_keygen_bits:2048",
+                    "-out",
+                    &raw,
+                ],
+            ),
+            KeyFormat::EcSec1 | KeyFormat::EcPkcs8 => openssl(
+                dir,
+                &[
+                    "genpkey",
+                    "-algorithm",
+                    "EC",
+                    "-pkeyopt",
+                    "ec_paramgen_curve:P-256",
+                    "-out",
+                    &raw,
+                ],
+            ),
         }
         match format {
-            KeyFormat::RsaPkcs1 => openssl(dir, &["rsa", "-in", &raw, "-traditional", "-out", &key]),
+            KeyFormat::RsaPkcs1 => {
+                openssl(dir, &["rsa", "-in", &raw, "-traditional", "-out", &key])
+            }
             KeyFormat::EcSec1 => openssl(dir, &["ec", "-in", &raw, "-out", &key]),
             KeyFormat::RsaPkcs8 | KeyFormat::EcPkcs8 => {
                 std::fs::copy(dir.join(&raw), dir.join(&key)).unwrap();
@@ -98,16 +195,57 @@ impl Pki {
         }
         let csr = format!("{name}.csr");
         let crt = format!("{name}.crt");
-        openssl(dir, &["req", "-new", "-key", &key, "-subj", &format!("/CN={name}"), "-out", &csr]);
-        openssl(dir, &["x509", "-req", "-in", &csr, "-CA", "ca.crt", "-CAkey", "ca.key", "-set_serial", "3", "-days", "2", "-extfile", "client.ext", "-extensions", "ext", "-out", &crt]);
+        openssl(
+            dir,
+            &[
+                "req",
+                "-new",
+                "-key",
+                &key,
+                "-subj",
+                &format!("/CN={name}"),
+                "-out",
+                &csr,
+            ],
+        );
+        openssl(
+            dir,
+            &[
+                "x509",
+                "-req",
+                "-in",
+                &csr,
+                "-CA",
+                "ca.crt",
+                "-CAkey",
+                "ca.key",
+                "-set_serial",
+                "3",
+                "-days",
+                "2",
+                "-extfile",
+                "client.ext",
+                "-extensions",
+                "ext",
+                "-out",
+                &crt,
+            ],
+        );
         let key_pem = std::fs::read(dir.join(&key)).unwrap();
-        let header = String::from_utf8_lossy(&key_pem).lines().next().unwrap_or("").to_string();
+        let header = String::from_utf8_lossy(&key_pem)
+            .lines()
+            .next()
+            .unwrap_or("")
+            .to_string();
         let expected = match format {
             KeyFormat::RsaPkcs1 => "-----BEGIN RSA PRIVATE KEY-----",
             KeyFormat::EcSec1 => "-----BEGIN EC PRIVATE KEY-----",
             KeyFormat::RsaPkcs8 | KeyFormat::EcPkcs8 => "-----BEGIN PRIVATE KEY-----",
         };
-        assert_eq!(header, expected, "openssl wrote an unexpected key format for {format:?}");
+        assert_eq!(
+            header, expected,
+            "openssl wrote an unexpected key format for {format:?}"
+        );
         ClientPair {
             cert_path: dir.join(&crt),
             key_path: dir.join(&key),

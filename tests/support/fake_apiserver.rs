@@ -193,7 +193,10 @@ impl FakeApiServer {
 
     /// Adds or replaces a node (as in a list; watch events are scripted separately).
     pub fn put_node(&self, node: Value) {
-        let name = node["metadata"]["name"].as_str().unwrap_or_default().to_string();
+        let name = node["metadata"]["name"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string();
         self.state().nodes.insert(name, node);
     }
 
@@ -253,7 +256,10 @@ impl FakeApiServer {
     }
 
     pub fn lease(&self, namespace: &str, name: &str) -> Option<Value> {
-        self.state().leases.get(&format!("{namespace}/{name}")).cloned()
+        self.state()
+            .leases
+            .get(&format!("{namespace}/{name}"))
+            .cloned()
     }
 
     pub fn events(&self) -> Vec<Value> {
@@ -345,15 +351,19 @@ fn server_tls_config(t: TlsOptions) -> rustls::ServerConfig {
             for c in CertificateDer::pem_slice_iter(&ca) {
                 roots.add(c.expect("client CA PEM")).expect("client CA");
             }
-            let verifier =
-                rustls::server::WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider)
-                    .build()
-                    .expect("client verifier");
+            let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(
+                Arc::new(roots),
+                provider,
+            )
+            .build()
+            .expect("client verifier");
             builder.with_client_cert_verifier(verifier)
         }
         None => builder.with_no_client_auth(),
     };
-    builder.with_single_cert(chain, key).expect("server certificate and key")
+    builder
+        .with_single_cert(chain, key)
+        .expect("server certificate and key")
 }
 
 fn serve_connection(
@@ -527,10 +537,15 @@ fn route(shared: &Shared, request: Recorded) -> Response {
             }
         }
         ("GET", ["api", "v1", "nodes"]) => list_nodes(&mut st, &request),
-        ("PATCH", ["api", "v1", "nodes", name, "status"]) => patch_node_status(&mut st, name, &request),
+        ("PATCH", ["api", "v1", "nodes", name, "status"]) => {
+            patch_node_status(&mut st, name, &request)
+        }
         ("POST", ["api", "v1", "namespaces", _, "events"]) => {
             let body = request.json();
-            let name = body["metadata"]["name"].as_str().unwrap_or_default().to_string();
+            let name = body["metadata"]["name"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string();
             if st.events.contains_key(&name) {
                 return error(409, "event already exists");
             }
@@ -549,9 +564,18 @@ fn route(shared: &Shared, request: Recorded) -> Response {
             }
             full(200, &event.clone())
         }
-        (method, ["apis", "coordination.k8s.io", "v1", "namespaces", ns, "leases", rest @ ..]) => {
-            lease(&mut st, method, ns, rest.first().copied(), &request)
-        }
+        (
+            method,
+            [
+                "apis",
+                "coordination.k8s.io",
+                "v1",
+                "namespaces",
+                ns,
+                "leases",
+                rest @ ..,
+            ],
+        ) => lease(&mut st, method, ns, rest.first().copied(), &request),
         _ => error(404, "no such path in the fake API server"),
     }
 }
@@ -578,7 +602,13 @@ fn list_nodes(st: &mut State, request: &Recorded) -> Response {
         }
         None => 0,
     };
-    let items: Vec<Value> = st.nodes.values().skip(offset).take(limit).cloned().collect();
+    let items: Vec<Value> = st
+        .nodes
+        .values()
+        .skip(offset)
+        .take(limit)
+        .cloned()
+        .collect();
     let next = offset + items.len();
     let mut metadata = json!({"resourceVersion": st.resource_version.to_string()});
     if next < st.nodes.len() {
@@ -598,9 +628,16 @@ fn patch_node_status(st: &mut State, name: &str, request: &Recorded) -> Response
         return error(404, &format!("nodes \"{name}\" not found"));
     };
     let patch = request.json();
-    let conditions = node["status"]["conditions"].as_array().cloned().unwrap_or_default();
+    let conditions = node["status"]["conditions"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
     let mut merged: Vec<Value> = conditions;
-    for c in patch["status"]["conditions"].as_array().cloned().unwrap_or_default() {
+    for c in patch["status"]["conditions"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default()
+    {
         merged.retain(|old| old["type"] != c["type"]);
         merged.push(c);
     }
@@ -619,16 +656,26 @@ fn lease(
     match (method, name) {
         ("GET", Some(name)) => match st.leases.get(&format!("{ns}/{name}")) {
             Some(l) => full(200, l),
-            None => error(404, &format!("leases.coordination.k8s.io \"{name}\" not found")),
+            None => error(
+                404,
+                &format!("leases.coordination.k8s.io \"{name}\" not found"),
+            ),
         },
         ("POST", None) => {
             let mut body = request.json();
-            let name = body["metadata"]["name"].as_str().unwrap_or_default().to_string();
+            let name = body["metadata"]["name"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string();
             let key = format!("{ns}/{name}");
             if st.leases.contains_key(&key) {
                 return full(
                     409,
-                    &status_json(409, "AlreadyExists", "leases.coordination.k8s.io already exists"),
+                    &status_json(
+                        409,
+                        "AlreadyExists",
+                        "leases.coordination.k8s.io already exists",
+                    ),
                 );
             }
             st.resource_version += 1;
@@ -663,7 +710,11 @@ fn lease(
 
 fn stream_watch(mut conn: Box<dyn Conn>, steps: Vec<WatchStep>, shared: &Shared) {
     let head = "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n";
-    if conn.write_all(head.as_bytes()).and_then(|_| conn.flush()).is_err() {
+    if conn
+        .write_all(head.as_bytes())
+        .and_then(|_| conn.flush())
+        .is_err()
+    {
         return;
     }
     let stopping = || shared.stopping.load(Ordering::SeqCst);
@@ -685,12 +736,16 @@ fn stream_watch(mut conn: Box<dyn Conn>, steps: Vec<WatchStep>, shared: &Shared)
             }
             WatchStep::Bookmark(rv) => chunk(
                 &mut conn,
-                &line(json!({"type": "BOOKMARK", "object": {"kind": "Node", "apiVersion": "v1",
-                        "metadata": {"resourceVersion": rv}}})),
+                &line(
+                    json!({"type": "BOOKMARK", "object": {"kind": "Node", "apiVersion": "v1",
+                        "metadata": {"resourceVersion": rv}}}),
+                ),
             ),
             WatchStep::Expired => chunk(
                 &mut conn,
-                &line(json!({"type": "ERROR", "object": status_json(410, "Expired", "too old resource version")})),
+                &line(
+                    json!({"type": "ERROR", "object": status_json(410, "Expired", "too old resource version")}),
+                ),
             ),
             WatchStep::Error(code, reason) => chunk(
                 &mut conn,
