@@ -11,7 +11,6 @@
 //! client fetch its credentials again (token file, exec plugin) and retry once.
 //! TLS material is validated when the client is built, never at the first request.
 
-use std::io::Read;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -383,7 +382,6 @@ fn decode<T: DeserializeOwned>(
             Some(_) => format!("reading the body failed: {e} (limit {limit} bytes)"),
             None => format!("invalid JSON: {e}"),
         };
-        let _ = reader.read(&mut [0u8; 0]);
         KubeError::Decode {
             url: url.to_string(),
             message,

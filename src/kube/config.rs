@@ -181,6 +181,16 @@ impl KubeConfig {
                 }
             }
         }
+        if merged.is_empty() && explicit {
+            return Err(err(format!(
+                "kubeconfig {} defines no cluster, user or context",
+                paths
+                    .iter()
+                    .map(|p| p.display().to_string())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )));
+        }
         if merged.is_empty() {
             if in_cluster_possible(env) {
                 let mut config = KubeConfig::in_cluster(env)?;
