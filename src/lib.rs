@@ -71,6 +71,7 @@ pub mod cloud;
 pub mod config;
 pub mod controller;
 pub mod duration;
+pub mod kube;
 pub mod metrics;
 pub mod model;
 pub mod plan;

@@ -1,0 +1,30 @@
+//! A small, blocking Kubernetes client: just what the route controller needs.
+//!
+//! - [`config`]: where the cluster and the credentials are (kubeconfig, in-cluster).
+//! - [`client`]: HTTP on ureq with `Status` decoding, write rate limiting, TLS checks.
+//! - [`watch`]: the node reflector thread (list, watch, relist) feeding the controller.
+//! - [`status`]: the thread that writes node conditions and records events.
+//! - [`lease`]: leader election on a coordination.k8s.io/v1 Lease.
+//!
+//! The decision logic of each thread (watch states and backoff, event aggregation,
+//! leader election) is a sans-IO struct fed with the time; the threads are thin
+//! drivers. Nothing here holds a copy of the nodes: the controller owns that view.
+
+pub mod auth;
+pub mod client;
+pub mod config;
+pub mod env;
+pub mod error;
+pub mod lease;
+pub mod status;
+pub mod stop;
+pub mod watch;
+
+pub use client::{Client, ClientOptions, Method};
+pub use config::{ConfigError, KubeConfig, LoadOptions};
+pub use env::Env;
+pub use error::{ApiError, ApiErrorKind, KubeError};
+pub use lease::{LeaseConfig, default_identity, spawn_leader_election};
+pub use status::{StatusConfig, StatusRequest, spawn_status_writer};
+pub use stop::StopHandle;
+pub use watch::{NodeWatch, WatchConfig, spawn_node_watch};

@@ -1,0 +1,374 @@
+//! The node watch thread against the fake API server: pagination, resuming, relists
+//! after 410, stalls, bad lines, and stopping.
+
+#[path = "support/fake_apiserver.rs"]
+mod fake_apiserver;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::Receiver;
+use fake_apiserver::{FakeApiServer, WatchScript, WatchStep, node_json};
+use route_controller::controller::NodeEvent;
+use route_controller::kube::watch::{BackoffConfig, NodeWatch, WatchConfig, spawn_node_watch};
+use route_controller::kube::{Client, ClientOptions, Env, KubeConfig, LoadOptions};
+use route_controller::metrics::Metrics;
+
+fn client(server: &FakeApiServer) -> Client {
+    let config = KubeConfig::load(
+        &LoadOptions {
+            master: Some(server.url()),
+            ..LoadOptions::default()
+        },
+        &Env::empty(),
+    )
+    .expect("config from --master");
+    Client::new(&config, ClientOptions::default()).expect("client")
+}
+
+/// Short timings so that faults resolve in milliseconds.
+fn fast_config() -> WatchConfig {
+    WatchConfig {
+        idle_timeout: Duration::from_secs(30),
+        backoff: BackoffConfig {
+            initial: Duration::from_millis(10),
+            max: Duration::from_millis(50),
+            reset_after: Duration::from_secs(120),
+        },
+        seed: Some(1),
+        ..WatchConfig::default()
+    }
+}
+
+fn start(
+    server: &FakeApiServer,
+    config: WatchConfig,
+) -> (NodeWatch, Receiver<NodeEvent>, Arc<Metrics>) {
+    let (tx, rx) = crossbeam_channel::unbounded();
+    let metrics = Arc::new(Metrics::new());
+    let watch = spawn_node_watch(&client(server), config, tx, metrics.clone()).expect("spawn");
+    (watch, rx, metrics)
+}
+
+/// Receives events until `n` have arrived (or fails after 10 s).
+fn take(rx: &Receiver<NodeEvent>, n: usize) -> Vec<String> {
+    let mut out = Vec::new();
+    while out.len() < n {
+        match rx.recv_timeout(Duration::from_secs(10)) {
+            Ok(e) => out.push(describe(&e)),
+            Err(_) => panic!("only {} of {n} events arrived: {out:?}", out.len()),
+        }
+    }
+    out
+}
+
+fn describe(e: &NodeEvent) -> String {
+    match e {
+        NodeEvent::Init => "Init".into(),
+        NodeEvent::InitApply(n) => format!("InitApply {}", n.name),
+        NodeEvent::InitDone => "InitDone".into(),
+        NodeEvent::Added(n) => format!("Added {}@{}", n.name, n.resource_version),
+        NodeEvent::Modified(n) => format!("Modified {}@{}", n.name, n.resource_version),
+        NodeEvent::Deleted(n) => format!("Deleted {}@{}", n.name, n.resource_version),
+    }
+}
+
+fn watch_rvs(server: &FakeApiServer) -> Vec<String> {
+    server
+        .requests()
+        .iter()
+        .filter(|r| r.is_watch())
+        .map(|r| r.query("resourceVersion").unwrap_or("").to_string())
+        .collect()
+}
+
+fn seed_nodes(server: &FakeApiServer, names: &[&str]) {
+    for (i, n) in names.iter().enumerate() {
+        server.put_node(node_json(
+            n,
+            5,
+            &[&format!("10.244.{i}.0/24")],
+            &format!("10.0.0.{i}"),
+        ));
+    }
+}
+
+#[test]
+fn list_follows_continue_tokens_and_never_sends_a_resource_version_with_them() {
+    let server = FakeApiServer::start();
+    seed_nodes(&server, &["n1", "n2", "n3", "n4", "n5"]);
+    let (watch, rx, _) = start(
+        &server,
+        WatchConfig {
+            page_size: 2,
+            ..fast_config()
+        },
+    );
+    assert_eq!(
+        take(&rx, 7),
+        [
+            "Init",
+            "InitApply n1",
+            "InitApply n2",
+            "InitApply n3",
+            "InitApply n4",
+            "InitApply n5",
+            "InitDone"
+        ]
+    );
+    let lists: Vec<_> = server
+        .requests()
+        .into_iter()
+        .filter(|r| r.is_list())
+        .collect();
+    assert_eq!(lists.len(), 3);
+    for (i, l) in lists.iter().enumerate() {
+        assert_eq!(l.query("limit"), Some("2"));
+        assert_eq!(
+            l.query("resourceVersion"),
+            None,
+            "list {i} must not carry a resourceVersion"
+        );
+        assert_eq!(l.header("accept"), Some("application/json"));
+        assert!(
+            l.header("user-agent")
+                .unwrap_or("")
+                .starts_with("route-controller/")
+        );
+    }
+    assert_eq!(lists[0].query("continue"), None);
+    assert_eq!(lists[1].query("continue"), Some("page-2"));
+    assert_eq!(lists[2].query("continue"), Some("page-4"));
+    // The watch starts from the list's resourceVersion with bookmarks and a server timeout.
+    assert!(server.wait_for(Duration::from_secs(5), |r| r.iter().any(|r| r.is_watch())));
+    let w = server
+        .requests()
+        .into_iter()
+        .find(|r| r.is_watch())
+        .unwrap();
+    assert_eq!(w.query("resourceVersion"), Some("10"));
+    assert_eq!(w.query("allowWatchBookmarks"), Some("true"));
+    let timeout: u64 = w.query("timeoutSeconds").unwrap().parse().unwrap();
+    assert!((300..600).contains(&timeout), "{timeout}");
+    watch.stop();
+}
+
+#[test]
+fn an_expired_continue_token_restarts_the_list_with_init() {
+    let server = FakeApiServer::start();
+    seed_nodes(&server, &["n1", "n2", "n3"]);
+    server.expire_continue_tokens(1);
+    let (watch, rx, _) = start(
+        &server,
+        WatchConfig {
+            page_size: 2,
+            ..fast_config()
+        },
+    );
+    assert_eq!(
+        take(&rx, 8),
+        [
+            "Init",
+            "InitApply n1",
+            "InitApply n2",
+            "Init",
+            "InitApply n1",
+            "InitApply n2",
+            "InitApply n3",
+            "InitDone"
+        ]
+    );
+    watch.stop();
+}
+
+#[test]
+fn a_clean_watch_end_resumes_at_the_last_resource_version_without_relisting() {
+    let server = FakeApiServer::start();
+    seed_nodes(&server, &["n1"]);
+    server.script_watch(WatchScript::Stream(vec![
+        WatchStep::Event("ADDED", node_json("n2", 11, &["10.244.9.0/24"], "10.0.0.9")),
+        WatchStep::Bookmark("15".into()),
+        WatchStep::End,
+    ]));
+    server.script_watch(WatchScript::Stream(vec![
+        WatchStep::Event(
+            "MODIFIED",
+            node_json("n2", 16, &["10.244.9.0/24"], "10.0.0.9"),
+        ),
+        WatchStep::Stall,
+    ]));
+    let (watch, rx, metrics) = start(&server, fast_config());
+    assert_eq!(
+        take(&rx, 5),
+        [
+            "Init",
+            "InitApply n1",
+            "InitDone",
+            "Added n2@11",
+            "Modified n2@16"
+        ]
+    );
+    assert_eq!(watch_rvs(&server), ["10", "15"]);
+    assert_eq!(server.requests().iter().filter(|r| r.is_list()).count(), 1);
+    assert_eq!(
+        metrics.watch_restarts.get(),
+        0,
+        "a clean end is not a restart"
+    );
+    assert_eq!(metrics.watch_healthy.get(), 1);
+    watch.stop();
+    assert_eq!(metrics.watch_healthy.get(), 0);
+}
+
+#[test]
+fn relist_after_410_as_http_status_and_as_error_event_emits_init_again() {
+    let server = FakeApiServer::start();
+    seed_nodes(&server, &["n1", "n2"]);
+    let vanished = Arc::new(AtomicBool::new(false));
+    server.script_watch(WatchScript::Stream(vec![
+        WatchStep::Event(
+            "MODIFIED",
+            node_json("n1", 20, &["10.244.0.0/24"], "10.0.0.0"),
+        ),
+        WatchStep::WaitFor(vanished.clone()),
+        WatchStep::Expired,
+    ]));
+    server.script_watch(WatchScript::Status(410, "Expired"));
+    let (watch, rx, metrics) = start(&server, fast_config());
+    assert_eq!(
+        take(&rx, 5),
+        [
+            "Init",
+            "InitApply n1",
+            "InitApply n2",
+            "InitDone",
+            "Modified n1@20"
+        ]
+    );
+    // n2 is deleted while the watch is away; the relist simply no longer lists it.
+    server.remove_node("n2");
+    vanished.store(true, Ordering::SeqCst);
+    // The ERROR event relists; the next watch answers HTTP 410 and relists again.
+    assert_eq!(take(&rx, 3), ["Init", "InitApply n1", "InitDone"]);
+    assert_eq!(take(&rx, 3), ["Init", "InitApply n1", "InitDone"]);
+    assert_eq!(server.requests().iter().filter(|r| r.is_list()).count(), 3);
+    assert_eq!(metrics.watch_restarts.get(), 2);
+    watch.stop();
+}
+
+#[test]
+fn a_stalled_watch_is_detected_by_the_idle_timeout_and_resumed() {
+    let server = FakeApiServer::start();
+    seed_nodes(&server, &["n1"]);
+    server.script_watch(WatchScript::Stream(vec![
+        WatchStep::Bookmark("12".into()),
+        WatchStep::Stall,
+    ]));
+    let config = WatchConfig {
+        idle_timeout: Duration::from_millis(300),
+        ..fast_config()
+    };
+    let (watch, rx, metrics) = start(&server, config);
+    take(&rx, 3);
+    let started = Instant::now();
+    assert!(server.wait_for(
+        Duration::from_secs(5),
+        |r| r.iter().filter(|r| r.is_watch()).count() >= 2
+    ));
+    assert!(
+        started.elapsed() >= Duration::from_millis(250),
+        "{:?}",
+        started.elapsed()
+    );
+    assert_eq!(watch_rvs(&server)[..2], ["10", "12"]);
+    assert_eq!(
+        server.requests().iter().filter(|r| r.is_list()).count(),
+        1,
+        "no relist"
+    );
+    assert!(metrics.watch_restarts.get() >= 1);
+    watch.stop();
+}
+
+#[test]
+fn garbage_cut_and_oversized_lines_restart_the_stream_without_losing_events() {
+    let server = FakeApiServer::start();
+    seed_nodes(&server, &["n1"]);
+    server.script_watch(WatchScript::Stream(vec![
+        WatchStep::Event("ADDED", node_json("n2", 11, &[], "10.0.0.2")),
+        WatchStep::Line("this is not json".into()),
+        WatchStep::Event("ADDED", node_json("lost", 99, &[], "10.0.0.99")),
+    ]));
+    server.script_watch(WatchScript::Stream(vec![WatchStep::Line(format!(
+        "{{\"type\":\"ADDED\",\"object\":{{\"padding\":\"{}\"}}}}",
+        "x".repeat(4096)
+    ))]));
+    server.script_watch(WatchScript::Stream(vec![WatchStep::Line(
+        r#"{"type":"SURPRISE","object":{}}"#.into(),
+    )]));
+    server.script_watch(WatchScript::Stream(vec![
+        WatchStep::Event("ADDED", node_json("n3", 12, &[], "10.0.0.3")),
+        WatchStep::Raw(br#"{"type":"ADDED","object":{"metad"#.to_vec()),
+        WatchStep::Drop,
+    ]));
+    server.script_watch(WatchScript::Stream(vec![
+        WatchStep::Event("DELETED", node_json("n2", 13, &[], "10.0.0.2")),
+        WatchStep::Stall,
+    ]));
+    let config = WatchConfig {
+        max_line: 2048,
+        ..fast_config()
+    };
+    let (watch, rx, metrics) = start(&server, config);
+    assert_eq!(
+        take(&rx, 6),
+        [
+            "Init",
+            "InitApply n1",
+            "InitDone",
+            "Added n2@11",
+            "Added n3@12",
+            "Deleted n2@13"
+        ]
+    );
+    // Each bad stream was resumed from the last good version; nothing after a bad line
+    // was taken from the broken stream.
+    assert_eq!(watch_rvs(&server), ["10", "11", "11", "11", "12"]);
+    assert_eq!(metrics.watch_restarts.get(), 4);
+    assert!(rx.recv_timeout(Duration::from_millis(100)).is_err());
+    watch.stop();
+}
+
+#[test]
+fn server_errors_on_list_and_watch_are_retried_with_backoff() {
+    let server = FakeApiServer::start();
+    seed_nodes(&server, &["n1"]);
+    server.fail_next("GET", "/api/v1/nodes", 500, None, 2);
+    server.fail_next("GET", "/api/v1/nodes", 429, Some(0), 1);
+    let (watch, rx, _) = start(&server, fast_config());
+    assert_eq!(take(&rx, 3), ["Init", "InitApply n1", "InitDone"]);
+    assert!(server.requests().iter().filter(|r| r.is_list()).count() >= 4);
+    watch.stop();
+}
+
+#[test]
+fn stop_interrupts_a_blocked_watch_promptly() {
+    let server = FakeApiServer::start();
+    seed_nodes(&server, &["n1"]);
+    let config = WatchConfig {
+        idle_timeout: Duration::from_secs(60),
+        ..fast_config()
+    };
+    let (watch, rx, _) = start(&server, config);
+    take(&rx, 3);
+    assert!(server.wait_for(Duration::from_secs(5), |r| r.iter().any(|r| r.is_watch())));
+    std::thread::sleep(Duration::from_millis(50));
+    let started = Instant::now();
+    watch.stop();
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "took {:?}",
+        started.elapsed()
+    );
+}
