@@ -36,18 +36,7 @@ pub const STRATEGIC_MERGE_PATCH: &str = "application/strategic-merge-patch+json"
 /// The component name upstream's route controller records events under.
 pub const COMPONENT: &str = "route_controller";
 
-/// What the controller asks the status writer to do.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum StatusRequest {
-    /// Patch the node's `NetworkUnavailable` condition; answered on the reply channel.
-    WriteCondition {
-        node: String,
-        uid: String,
-        condition: Condition,
-    },
-    /// Record an event on a node (not answered).
-    RecordEvent(NodeEventRecord),
-}
+pub use crate::actor::StatusRequest;
 
 /// Settings of the status writer.
 #[derive(Clone, Debug)]

@@ -460,12 +460,13 @@ fn percent_decode(s: &str) -> String {
     let mut out = Vec::with_capacity(bytes.len());
     let mut i = 0;
     while i < bytes.len() {
-        if bytes[i] == b'%' && i + 3 <= bytes.len() {
-            if let Ok(b) = u8::from_str_radix(&s[i + 1..i + 3], 16) {
-                out.push(b);
-                i += 3;
-                continue;
-            }
+        if bytes[i] == b'%'
+            && i + 3 <= bytes.len()
+            && let Ok(b) = u8::from_str_radix(&s[i + 1..i + 3], 16)
+        {
+            out.push(b);
+            i += 3;
+            continue;
         }
         out.push(bytes[i]);
         i += 1;
@@ -505,10 +506,10 @@ fn route(shared: &Shared, request: Recorded) -> Response {
     if st.blocked_tokens.contains(&token) {
         return error(500, "this client is cut off (test fault)");
     }
-    if let Some(tokens) = &st.tokens {
-        if !tokens.contains(&token) {
-            return error(401, "Unauthorized");
-        }
+    if let Some(tokens) = &st.tokens
+        && !tokens.contains(&token)
+    {
+        return error(401, "Unauthorized");
     }
     if let Some(f) = st.faults.iter_mut().find(|f| {
         f.times > 0 && f.method == request.method && request.path.starts_with(&f.path_prefix)
