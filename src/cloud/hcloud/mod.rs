@@ -153,7 +153,95 @@ impl HcloudRoutes {
         }
         problems
     }
+}
 
+impl Routes for HcloudRoutes {
+    fn provider_name(&self) -> &'static str {
+        "hcloud"
+    }
+
+    fn list_routes(
+        &self,
+        _cluster_name: &str,
+        nodes: &NodeDirectory,
+    ) -> Result<Vec<Route>, CloudError> {
+        let network = self.load_network()?;
+        let gateway_unknown = |s: &ServerSnapshot| {
+            network.routes.iter().any(|r| {
+                r.gateway
+                    .parse::<Ipv4Addr>()
+                    .map_or(true, |ip| s.by_gateway(ip).is_none())
+            })
+        };
+        let servers = self.servers_unless_missing(self.server_cache_max_age, gateway_unknown)?;
+        self.remember_all(&network.routes);
+        let nodes = NodeIndex::new(nodes);
+        Ok(network
+            .routes
+            .iter()
+            .map(|r| self.to_route(r, &servers, &nodes))
+            .collect())
+    }
+
+    fn create_route(
+        &self,
+        _cluster_name: &str,
+        _name_hint: &str,
+        route: &Route,
+        target: &RouteTarget,
+    ) -> Result<(), CloudError> {
+        let destination = ipv4_destination(&route.destination_cidr)?;
+        let gateway = self.gateway_for(target)?;
+        let body = RouteBody::new(destination, gateway);
+        let _slot = self.mutations.acquire();
+        match self.route_action("add_route", &body) {
+            Ok(()) => {
+                self.gateways().insert(destination, gateway);
+                Ok(())
+            }
+            Err(e) if e.is("invalid_input") || e.is("uniqueness_error") => {
+                self.explain_refused_create(destination, gateway, e)
+            }
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    fn delete_route(&self, _cluster_name: &str, route: &Route) -> Result<(), CloudError> {
+        let destination = Cidr::parse(&route.destination_cidr).map_err(|e| {
+            CloudError::invalid(format!("hcloud: cannot delete route {:?}: {e}", route.name))
+        })?;
+        let gone = || {
+            CloudError::new(
+                CloudErrorKind::NotFound,
+                format!(
+                    "hcloud: network {} has no route {destination} to node {:?}",
+                    self.network.name, route.target_node
+                ),
+            )
+        };
+        if !destination.is_ipv4() {
+            return Err(gone());
+        }
+        let Some(gateway) = self.gateway_of(route, destination)? else {
+            return Err(gone());
+        };
+        let body = RouteBody::new(destination, gateway);
+        let _slot = self.mutations.acquire();
+        match self.route_action("delete_route", &body) {
+            Ok(()) => {
+                self.gateways().remove(&destination);
+                Ok(())
+            }
+            Err(e) if e.is("not_found") => {
+                self.gateways().remove(&destination);
+                Err(CloudError::new(CloudErrorKind::NotFound, e.message))
+            }
+            Err(e) => Err(e.into()),
+        }
+    }
+}
+
+impl HcloudRoutes {
     // --- reading the network and the servers ------------------------------------
 
     fn network_path(&self) -> String {
@@ -378,92 +466,6 @@ impl HcloudRoutes {
             route.target_node
         );
         Ok(None)
-    }
-}
-
-impl Routes for HcloudRoutes {
-    fn provider_name(&self) -> &'static str {
-        "hcloud"
-    }
-
-    fn list_routes(
-        &self,
-        _cluster_name: &str,
-        nodes: &NodeDirectory,
-    ) -> Result<Vec<Route>, CloudError> {
-        let network = self.load_network()?;
-        let gateway_unknown = |s: &ServerSnapshot| {
-            network.routes.iter().any(|r| {
-                r.gateway
-                    .parse::<Ipv4Addr>()
-                    .map_or(true, |ip| s.by_gateway(ip).is_none())
-            })
-        };
-        let servers = self.servers_unless_missing(self.server_cache_max_age, gateway_unknown)?;
-        self.remember_all(&network.routes);
-        let nodes = NodeIndex::new(nodes);
-        Ok(network
-            .routes
-            .iter()
-            .map(|r| self.to_route(r, &servers, &nodes))
-            .collect())
-    }
-
-    fn create_route(
-        &self,
-        _cluster_name: &str,
-        _name_hint: &str,
-        route: &Route,
-        target: &RouteTarget,
-    ) -> Result<(), CloudError> {
-        let destination = ipv4_destination(&route.destination_cidr)?;
-        let gateway = self.gateway_for(target)?;
-        let body = RouteBody::new(destination, gateway);
-        let _slot = self.mutations.acquire();
-        match self.route_action("add_route", &body) {
-            Ok(()) => {
-                self.gateways().insert(destination, gateway);
-                Ok(())
-            }
-            Err(e) if e.is("invalid_input") || e.is("uniqueness_error") => {
-                self.explain_refused_create(destination, gateway, e)
-            }
-            Err(e) => Err(e.into()),
-        }
-    }
-
-    fn delete_route(&self, _cluster_name: &str, route: &Route) -> Result<(), CloudError> {
-        let destination = Cidr::parse(&route.destination_cidr).map_err(|e| {
-            CloudError::invalid(format!("hcloud: cannot delete route {:?}: {e}", route.name))
-        })?;
-        let gone = || {
-            CloudError::new(
-                CloudErrorKind::NotFound,
-                format!(
-                    "hcloud: network {} has no route {destination} to node {:?}",
-                    self.network.name, route.target_node
-                ),
-            )
-        };
-        if !destination.is_ipv4() {
-            return Err(gone());
-        }
-        let Some(gateway) = self.gateway_of(route, destination)? else {
-            return Err(gone());
-        };
-        let body = RouteBody::new(destination, gateway);
-        let _slot = self.mutations.acquire();
-        match self.route_action("delete_route", &body) {
-            Ok(()) => {
-                self.gateways().remove(&destination);
-                Ok(())
-            }
-            Err(e) if e.is("not_found") => {
-                self.gateways().remove(&destination);
-                Err(CloudError::new(CloudErrorKind::NotFound, e.message))
-            }
-            Err(e) => Err(e.into()),
-        }
     }
 }
 
