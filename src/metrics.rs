@@ -5,6 +5,7 @@
 //! Label sets are closed enums, so every series exists from the start (a scrape shows
 //! zeros rather than missing series) and recording is a single atomic add.
 
+use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
@@ -219,6 +220,9 @@ pub struct Metrics {
     provider: Mutex<&'static str>,
     cloud_requests: [[Counter; 8]; 3],
     cloud_duration: [Histogram; 3],
+    /// HTTP requests to a provider's API by (provider, endpoint, status); status 0 is
+    /// "no reply". Endpoints carry `-` for IDs, so the set stays small.
+    cloud_api: Mutex<BTreeMap<(&'static str, &'static str, u16), u64>>,
     /// Routes by state: `ok` (in the cloud as wanted), `pending` (an operation is
     /// queued or in flight) and `failing` (the last operation failed; a retry waits).
     pub routes_ok: Gauge,
@@ -257,6 +261,7 @@ impl Metrics {
             provider: Mutex::new(""),
             cloud_requests: Default::default(),
             cloud_duration: std::array::from_fn(|_| Histogram::new(REQUEST_BUCKETS)),
+            cloud_api: Mutex::new(BTreeMap::new()),
             routes_ok: Gauge::default(),
             routes_pending: Gauge::default(),
             routes_failing: Gauge::default(),
@@ -314,6 +319,28 @@ impl Metrics {
         self.cloud_requests[op as usize]
             .iter()
             .map(Counter::get)
+            .sum()
+    }
+
+    /// Records one HTTP request to a provider's API: `endpoint` with IDs replaced by
+    /// `-` (e.g. `/networks/-/actions/add_route`), `status` `None` when no reply came.
+    pub fn cloud_api_request(
+        &self,
+        provider: &'static str,
+        endpoint: &'static str,
+        status: Option<u16>,
+    ) {
+        let mut map = self.cloud_api.lock().unwrap_or_else(|e| e.into_inner());
+        *map.entry((provider, endpoint, status.unwrap_or(0)))
+            .or_default() += 1;
+    }
+
+    /// HTTP requests to `endpoint` of `provider`'s API, all statuses.
+    pub fn cloud_api_requests(&self, provider: &str, endpoint: &str) -> u64 {
+        let map = self.cloud_api.lock().unwrap_or_else(|e| e.into_inner());
+        map.iter()
+            .filter(|((p, e, _), _)| *p == provider && *e == endpoint)
+            .map(|(_, n)| n)
             .sum()
     }
 
@@ -405,6 +432,23 @@ impl Metrics {
                 &mut out,
                 "route_controller_cloud_request_duration_seconds",
                 &labels,
+            );
+        }
+        header(
+            &mut out,
+            "route_controller_cloud_api_requests_total",
+            "counter",
+            "HTTP requests to the cloud provider's API by endpoint and status code (code 0: no reply).",
+        );
+        for ((provider, endpoint, code), n) in self
+            .cloud_api
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+        {
+            let _ = writeln!(
+                out,
+                "route_controller_cloud_api_requests_total{{provider=\"{provider}\",endpoint=\"{endpoint}\",code=\"{code}\"}} {n}"
             );
         }
         header(
@@ -537,5 +581,19 @@ mod tests {
             "route_controller_cloud_requests_total{provider=\"fake\",operation=\"create\",outcome=\"conflict\"} 1"
         ));
         assert_eq!(m.cloud_requests(CloudOperation::Create), 2);
+    }
+
+    #[test]
+    fn cloud_api_requests_are_labelled_by_endpoint_and_status() {
+        let m = Metrics::new();
+        m.cloud_api_request("hcloud", "/networks/-", Some(200));
+        m.cloud_api_request("hcloud", "/networks/-", Some(200));
+        m.cloud_api_request("hcloud", "/networks/-", None);
+        let text = m.encode();
+        assert!(text.contains(
+            "route_controller_cloud_api_requests_total{provider=\"hcloud\",endpoint=\"/networks/-\",code=\"200\"} 2"
+        ), "{text}");
+        assert!(text.contains("code=\"0\"} 1"), "{text}");
+        assert_eq!(m.cloud_api_requests("hcloud", "/networks/-"), 3);
     }
 }

@@ -12,6 +12,7 @@ use std::time::Duration;
 use crate::model::{NodeAddress, Route};
 
 pub mod fake;
+pub mod hcloud;
 pub mod ratelimit;
 pub mod workers;
 

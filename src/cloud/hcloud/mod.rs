@@ -1,0 +1,789 @@
+//! The Hetzner Cloud provider: the routes of one private network, each sending a pod
+//! CIDR to the private IP of a node's server.
+//!
+//! - **List**: `GET /networks/{id}` for the routes, plus the server list (cached for
+//!   a few seconds) to map each gateway IP to its server and the server to its node,
+//!   by providerID `hcloud://<id>` first and by name second. A gateway that matches no
+//!   server is reported as a blackhole with no target; it never fails the list.
+//! - **Create**: the node's server by providerID (or name) from the cached server
+//!   list, then `add_route` and a wait for its action. Nothing else: the controller
+//!   holds a fresh view of the routes, so the network is reloaded only when the API
+//!   refuses the route.
+//! - **Delete**: `delete_route` with the destination and the gateway the route was
+//!   listed or created with, and a wait for its action.
+//!
+//! Route actions on the network run one at a time (see
+//! [`Config::max_concurrent_mutations`]): the API refuses a change with `conflict` while
+//! another one is running on the same network, so running them in parallel would only
+//! turn into refusals and retries, each paid from the request budget.
+//!
+//! Every request goes through one rate limiter that follows the API's rate-limit
+//! headers, so that the API never has to refuse a request for its budget.
+//!
+//! This provider never decides which routes to delete (the controller's cluster-CIDR
+//! rule does), never changes a route of another network, and never logs the token.
+
+mod actions;
+mod api;
+mod config;
+mod servers;
+
+use std::collections::HashMap;
+use std::net::Ipv4Addr;
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+
+pub use config::{
+    Config, ConfigError, DEFAULT_ENDPOINT, ENV_ENDPOINT, ENV_NETWORK, ENV_SERVER_CACHE_MAX_AGE,
+    ENV_TOKEN, ENV_TOKEN_FILE, NetworkRef, Secret, TokenSource,
+};
+
+use actions::{ActionEnd, ActionPoller};
+use api::{
+    ActionEnvelope, ApiError, Client, NetworkEnvelope, NetworkJson, NetworksEnvelope, Request,
+    RouteJson, ServersEnvelope,
+};
+use servers::{Server, ServerCache, ServerSnapshot};
+
+use super::{CloudError, CloudErrorKind, NodeDirectory, RouteTarget, Routes};
+use crate::model::{Cidr, Route};
+
+/// Servers per page when listing (the API's maximum).
+const SERVERS_PER_PAGE: u32 = 50;
+
+/// A guard against a server list whose pagination never ends.
+const MAX_SERVER_PAGES: u64 = 10_000;
+
+/// The managed network as resolved at start.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NetworkInfo {
+    pub id: u64,
+    pub name: String,
+    /// The network's IP range, e.g. `10.0.0.0/8`.
+    pub ip_range: String,
+    /// The IP ranges of its subnets; route destinations must not overlap them.
+    pub subnets: Vec<String>,
+}
+
+/// The Hetzner Cloud implementation of [`Routes`]. Safe to share between threads.
+#[derive(Debug)]
+pub struct HcloudRoutes {
+    client: Client,
+    network: NetworkInfo,
+    server_cache_max_age: Duration,
+    server_lookup_max_age: Duration,
+    refresh_on_miss_after: Duration,
+    servers: ServerCache,
+    actions: ActionPoller,
+    mutations: Slots,
+    /// The gateway of each destination, from the last list or our own changes: a
+    /// delete needs it, and a route the controller created carries no name.
+    gateways: Mutex<HashMap<Cidr, Ipv4Addr>>,
+}
+
+impl HcloudRoutes {
+    /// Builds the provider and resolves the network once (one or two requests): a
+    /// numeric network is looked up by ID and then by name, anything else by name. The
+    /// error names the variable to fix.
+    pub fn connect(config: Config) -> Result<HcloudRoutes, ConfigError> {
+        let client = Client::new(&config);
+        client
+            .check_token()
+            .map_err(|e| ConfigError::new(ENV_TOKEN_FILE, e.message))?;
+        let network = resolve_network(&client, &config.network)?;
+        let info = NetworkInfo {
+            id: network.id,
+            name: network.name.clone(),
+            ip_range: network.ip_range.clone(),
+            subnets: network.subnets.iter().map(|s| s.ip_range.clone()).collect(),
+        };
+        log::info!(
+            "hcloud: managing the routes of network {} ({}, {}); {} routes in it now",
+            info.name,
+            info.id,
+            info.ip_range,
+            network.routes.len()
+        );
+        let provider = HcloudRoutes {
+            client,
+            servers: ServerCache::new(info.id),
+            network: info,
+            server_cache_max_age: config.server_cache_max_age,
+            server_lookup_max_age: config.server_lookup_max_age,
+            refresh_on_miss_after: config.refresh_on_miss_after,
+            actions: ActionPoller::new(
+                config.action_first_poll,
+                config.action_poll_interval,
+                config.action_timeout,
+            ),
+            mutations: Slots::new(config.max_concurrent_mutations.max(1)),
+            gateways: Mutex::new(HashMap::new()),
+        };
+        provider.remember_all(&network.routes);
+        Ok(provider)
+    }
+
+    /// The network this provider manages.
+    pub fn network(&self) -> &NetworkInfo {
+        &self.network
+    }
+
+    /// Problems with the cluster CIDRs for this network: the API refuses a route whose
+    /// destination overlaps a subnet, so a pod CIDR inside one can never be routed.
+    pub fn cluster_cidr_problems(&self, cluster_cidrs: &[Cidr]) -> Vec<String> {
+        let mut problems = Vec::new();
+        for cidr in cluster_cidrs {
+            if !cidr.is_ipv4() {
+                problems.push(format!(
+                    "cluster CIDR {cidr} is IPv6; Hetzner Cloud networks route IPv4 only"
+                ));
+                continue;
+            }
+            for subnet in &self.network.subnets {
+                if Cidr::parse(subnet).is_ok_and(|s| overlaps(&s, cidr)) {
+                    problems.push(format!(
+                        "cluster CIDR {cidr} overlaps subnet {subnet} of network {}; routes into it \
+                         will be refused: choose a --cluster-cidr outside the network's subnets",
+                        self.network.name
+                    ));
+                }
+            }
+        }
+        problems
+    }
+}
+
+impl Routes for HcloudRoutes {
+    fn provider_name(&self) -> &'static str {
+        "hcloud"
+    }
+
+    fn list_routes(
+        &self,
+        _cluster_name: &str,
+        nodes: &NodeDirectory,
+    ) -> Result<Vec<Route>, CloudError> {
+        let network = self.load_network()?;
+        let gateway_unknown = |s: &ServerSnapshot| {
+            network.routes.iter().any(|r| {
+                r.gateway
+                    .parse::<Ipv4Addr>()
+                    .map_or(true, |ip| s.by_gateway(ip).is_none())
+            })
+        };
+        let servers = self.servers_unless_missing(self.server_cache_max_age, gateway_unknown)?;
+        self.remember_all(&network.routes);
+        let nodes = NodeIndex::new(nodes);
+        Ok(network
+            .routes
+            .iter()
+            .map(|r| self.to_route(r, &servers, &nodes))
+            .collect())
+    }
+
+    fn create_route(
+        &self,
+        _cluster_name: &str,
+        _name_hint: &str,
+        route: &Route,
+        target: &RouteTarget,
+    ) -> Result<(), CloudError> {
+        let destination = ipv4_destination(&route.destination_cidr)?;
+        let gateway = self.gateway_for(target)?;
+        let body = RouteBody::new(destination, gateway);
+        let _slot = self.mutations.acquire();
+        match self.route_action("add_route", &body) {
+            Ok(()) => {
+                self.gateways().insert(destination, gateway);
+                Ok(())
+            }
+            Err(e) if e.is("invalid_input") || e.is("uniqueness_error") => {
+                self.explain_refused_create(destination, gateway, e)
+            }
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    fn delete_route(&self, _cluster_name: &str, route: &Route) -> Result<(), CloudError> {
+        let destination = Cidr::parse(&route.destination_cidr).map_err(|e| {
+            CloudError::invalid(format!("hcloud: cannot delete route {:?}: {e}", route.name))
+        })?;
+        let gone = || {
+            CloudError::new(
+                CloudErrorKind::NotFound,
+                format!(
+                    "hcloud: network {} has no route {destination} to node {:?}",
+                    self.network.name, route.target_node
+                ),
+            )
+        };
+        if !destination.is_ipv4() {
+            return Err(gone());
+        }
+        let Some(gateway) = self.gateway_of(route, destination)? else {
+            return Err(gone());
+        };
+        let body = RouteBody::new(destination, gateway);
+        let _slot = self.mutations.acquire();
+        match self.route_action("delete_route", &body) {
+            Ok(()) => {
+                self.gateways().remove(&destination);
+                Ok(())
+            }
+            Err(e) if e.is("not_found") => {
+                self.gateways().remove(&destination);
+                Err(CloudError::new(CloudErrorKind::NotFound, e.message))
+            }
+            Err(e) => Err(e.into()),
+        }
+    }
+}
+
+impl HcloudRoutes {
+    // --- reading the network and the servers ------------------------------------
+
+    fn network_path(&self) -> String {
+        format!("/networks/{}", self.network.id)
+    }
+
+    fn load_network(&self) -> Result<NetworkJson, ApiError> {
+        let request = Request::get(self.network_path(), "/networks/-");
+        self.client
+            .get::<NetworkEnvelope>(&request)
+            .map(|e| e.network)
+    }
+
+    fn servers(&self, max_age: Duration) -> Result<Arc<ServerSnapshot>, ApiError> {
+        self.servers.get(max_age, || list_servers(&self.client))
+    }
+
+    /// The server list, refreshed once if `missing` holds for it and it is older than
+    /// `refresh_on_miss_after`: a server created a moment ago may not be in it.
+    fn servers_unless_missing(
+        &self,
+        max_age: Duration,
+        missing: impl Fn(&ServerSnapshot) -> bool,
+    ) -> Result<Arc<ServerSnapshot>, ApiError> {
+        let snapshot = self.servers(max_age)?;
+        if missing(&snapshot) && snapshot.age(Instant::now()) > self.refresh_on_miss_after {
+            return self.servers(self.refresh_on_miss_after);
+        }
+        Ok(snapshot)
+    }
+
+    fn gateways(&self) -> MutexGuard<'_, HashMap<Cidr, Ipv4Addr>> {
+        self.gateways.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn remember_all(&self, routes: &[RouteJson]) {
+        let mut map = self.gateways();
+        map.clear();
+        for r in routes {
+            if let (Ok(d), Ok(g)) = (Cidr::parse(&r.destination), r.gateway.parse()) {
+                map.insert(d, g);
+            }
+        }
+    }
+
+    // --- mapping routes to nodes and nodes to servers ----------------------------
+
+    fn to_route(&self, r: &RouteJson, servers: &ServerSnapshot, nodes: &NodeIndex<'_>) -> Route {
+        let server = r
+            .gateway
+            .parse::<Ipv4Addr>()
+            .ok()
+            .and_then(|ip| servers.by_gateway(ip));
+        let name = format!("{}-{}", r.gateway, r.destination);
+        match server {
+            Some(server) => Route {
+                name,
+                target_node: nodes.node_of(server),
+                destination_cidr: r.destination.clone(),
+                ..Route::default()
+            },
+            None => {
+                log::debug!(
+                    "hcloud: route {} via {}: no server has that IP in network {}; \
+                     reported as a blackhole",
+                    r.destination,
+                    r.gateway,
+                    self.network.name
+                );
+                Route {
+                    name,
+                    destination_cidr: r.destination.clone(),
+                    blackhole: true,
+                    ..Route::default()
+                }
+            }
+        }
+    }
+
+    /// The private IP of the node's server in the network: the gateway of its routes.
+    fn gateway_for(&self, target: &RouteTarget) -> Result<Ipv4Addr, CloudError> {
+        let key = ServerKey::of(target)?;
+        let find = |s: &ServerSnapshot| key.find(s, &target.node_name).cloned();
+        let snapshot = self.servers_unless_missing(self.server_lookup_max_age, |s| {
+            find(s).and_then(|server| server.ip).is_none()
+        })?;
+        match find(&snapshot) {
+            Some(Server { ip: Some(ip), .. }) => Ok(ip),
+            Some(server) => Err(CloudError::new(
+                CloudErrorKind::Retry { after: None },
+                format!(
+                    "hcloud: server {} ({}) of node {} is not attached to network {} ({}) yet; \
+                     attach it (hcloud server attach-to-network) and the route follows",
+                    server.name, server.id, target.node_name, self.network.name, self.network.id
+                ),
+            )),
+            None => Err(CloudError::invalid(format!(
+                "hcloud: no server for node {} ({}) among the {} servers of the token's project",
+                target.node_name,
+                key,
+                snapshot.len()
+            ))),
+        }
+    }
+
+    // --- changing the network -----------------------------------------------------
+
+    /// Sends one route action and waits for it to end.
+    fn route_action(&self, command: &'static str, body: &RouteBody) -> Result<(), ApiError> {
+        let endpoint = match command {
+            "add_route" => "/networks/-/actions/add_route",
+            _ => "/networks/-/actions/delete_route",
+        };
+        let path = format!("{}/actions/{command}", self.network_path());
+        let what = format!("POST {path} {} via {}", body.destination, body.gateway);
+        let payload = serde_json::to_vec(body)
+            .map_err(|e| ApiError::new(CloudErrorKind::Invalid, format!("hcloud: {what}: {e}")))?;
+        let request = Request::post(path, endpoint, payload);
+        let action = self.client.post::<ActionEnvelope>(&request)?.action;
+        match self.actions.wait(&self.client, &action, &what)? {
+            ActionEnd::Success => Ok(()),
+            ActionEnd::Failed { code, message } => Err(ApiError {
+                kind: api::action_failure_kind(&code),
+                message: format!(
+                    "hcloud: {what}: action {} failed: {message} ({code})",
+                    action.id
+                ),
+                code: Some(code),
+            }),
+        }
+    }
+
+    /// The API refused to add the route (`invalid_input`, `uniqueness_error`): most
+    /// often because a route for the destination exists. One reload tells: the same
+    /// gateway means the route is there as wanted.
+    fn explain_refused_create(
+        &self,
+        destination: Cidr,
+        gateway: Ipv4Addr,
+        refusal: ApiError,
+    ) -> Result<(), CloudError> {
+        let network = self.load_network()?;
+        self.remember_all(&network.routes);
+        let existing = network
+            .routes
+            .iter()
+            .find(|r| Cidr::parse(&r.destination).ok() == Some(destination));
+        if let Some(r) = existing {
+            if r.gateway.parse::<Ipv4Addr>().ok() == Some(gateway) {
+                return Ok(());
+            }
+            return Err(CloudError::new(
+                CloudErrorKind::AlreadyExists,
+                format!(
+                    "hcloud: network {} already routes {destination} via {}, not {gateway}",
+                    self.network.name, r.gateway
+                ),
+            ));
+        }
+        let overlapping = network
+            .subnets
+            .iter()
+            .map(|s| ("subnet", s.ip_range.as_str()))
+            .chain(
+                network
+                    .routes
+                    .iter()
+                    .map(|r| ("route", r.destination.as_str())),
+            )
+            .find(|(_, range)| Cidr::parse(range).is_ok_and(|c| overlaps(&c, &destination)));
+        match overlapping {
+            Some((kind, range)) => Err(CloudError::invalid(format!(
+                "hcloud: {destination} overlaps {kind} {range} of network {}; route destinations \
+                 must lie outside the network's subnets and other routes (check --cluster-cidr) \
+                 [{}]",
+                self.network.name, refusal.message
+            ))),
+            None => Err(refusal.into()),
+        }
+    }
+
+    /// The gateway a route to delete was created with: from its name
+    /// (`<gateway>-<destination>`), from what this provider last saw, or from a reload
+    /// of the network, where it must point at the route's node. `None`: no such route.
+    fn gateway_of(&self, route: &Route, destination: Cidr) -> Result<Option<Ipv4Addr>, CloudError> {
+        if let Some((gateway, dest)) = route.name.split_once('-')
+            && let (Ok(g), Ok(d)) = (gateway.parse::<Ipv4Addr>(), Cidr::parse(dest))
+            && d == destination
+        {
+            return Ok(Some(g));
+        }
+        if let Some(g) = self.gateways().get(&destination) {
+            return Ok(Some(*g));
+        }
+        let network = self.load_network()?;
+        self.remember_all(&network.routes);
+        let Some(gateway) = network
+            .routes
+            .iter()
+            .find(|r| Cidr::parse(&r.destination).ok() == Some(destination))
+            .and_then(|r| r.gateway.parse::<Ipv4Addr>().ok())
+        else {
+            return Ok(None);
+        };
+        if route
+            .target_node_addresses
+            .iter()
+            .any(|a| a.address.parse::<Ipv4Addr>().ok() == Some(gateway))
+        {
+            return Ok(Some(gateway));
+        }
+        let servers = self.servers(self.server_cache_max_age)?;
+        let points_at_node = servers
+            .by_gateway(gateway)
+            .is_some_and(|s| !route.target_node.is_empty() && s.name == route.target_node);
+        if points_at_node {
+            return Ok(Some(gateway));
+        }
+        log::info!(
+            "hcloud: {destination} is routed via {gateway}, which is not node {}; the route to \
+             delete is already gone",
+            route.target_node
+        );
+        Ok(None)
+    }
+}
+
+/// The body of `add_route` and `delete_route`.
+#[derive(Serialize, Debug)]
+struct RouteBody {
+    destination: String,
+    gateway: String,
+}
+
+impl RouteBody {
+    fn new(destination: Cidr, gateway: Ipv4Addr) -> RouteBody {
+        RouteBody {
+            destination: destination.to_string(),
+            gateway: gateway.to_string(),
+        }
+    }
+}
+
+/// How to find a node's server.
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum ServerKey {
+    /// From `spec.providerID` `hcloud://<id>`.
+    Id(u64),
+    /// The node has no providerID: the server named like the node.
+    Name,
+}
+
+impl ServerKey {
+    fn of(target: &RouteTarget) -> Result<ServerKey, CloudError> {
+        let Some(provider_id) = target.provider_id.as_deref().filter(|p| !p.is_empty()) else {
+            return Ok(ServerKey::Name);
+        };
+        let robot = || {
+            CloudError::invalid(format!(
+                "hcloud: node {} is a Robot (dedicated) server ({provider_id}); network routes \
+                 can only point at cloud servers",
+                target.node_name
+            ))
+        };
+        if provider_id.starts_with("hrobot://") {
+            return Err(robot());
+        }
+        match provider_id.strip_prefix("hcloud://") {
+            Some(id) if id.starts_with("bm-") => Err(robot()),
+            Some(id) => id.parse().map(ServerKey::Id).map_err(|_| {
+                CloudError::invalid(format!(
+                    "hcloud: node {} has a malformed providerID {provider_id:?} (want hcloud://<id>)",
+                    target.node_name
+                ))
+            }),
+            None => Err(CloudError::invalid(format!(
+                "hcloud: node {} has providerID {provider_id:?}, which is not a Hetzner Cloud \
+                 server",
+                target.node_name
+            ))),
+        }
+    }
+
+    /// The server by ID, or by the node's name when it has no providerID or no server
+    /// has that ID.
+    fn find<'a>(&self, servers: &'a ServerSnapshot, node_name: &str) -> Option<&'a Server> {
+        match self {
+            ServerKey::Id(id) => servers.by_id(*id).or_else(|| servers.by_name(node_name)),
+            ServerKey::Name => servers.by_name(node_name),
+        }
+    }
+}
+
+impl std::fmt::Display for ServerKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ServerKey::Id(id) => write!(f, "server ID {id} from its providerID, or by name"),
+            ServerKey::Name => f.write_str("no providerID; looked up by name"),
+        }
+    }
+}
+
+/// Nodes by providerID and by name, for mapping servers to nodes during one list.
+struct NodeIndex<'a> {
+    nodes: &'a NodeDirectory,
+    provider_id_of: HashMap<&'a str, &'a str>,
+}
+
+impl<'a> NodeIndex<'a> {
+    fn new(nodes: &'a NodeDirectory) -> NodeIndex<'a> {
+        NodeIndex {
+            nodes,
+            provider_id_of: nodes.provider_ids().map(|(id, name)| (name, id)).collect(),
+        }
+    }
+
+    /// The node of a server: by providerID first, so that a node named differently
+    /// from its server is still found (HCCM maps by server name, and churns such
+    /// routes); then a node with the server's name, unless that node's providerID names
+    /// another server. A server with no node keeps its own name, so the controller sees
+    /// a route to a node that does not exist; a server whose name belongs to another
+    /// server's node gets no target at all.
+    fn node_of(&self, server: &Server) -> String {
+        let provider_id = server.provider_id();
+        if let Some(node) = self.nodes.node_by_provider_id(&provider_id) {
+            return node.to_string();
+        }
+        match self.provider_id_of.get(server.name.as_str()) {
+            Some(other) if *other != provider_id => String::new(),
+            _ => server.name.clone(),
+        }
+    }
+}
+
+/// The destination of a new route, which must be IPv4: private networks route IPv4
+/// only, and the API would refuse anything else after a request.
+fn ipv4_destination(text: &str) -> Result<Cidr, CloudError> {
+    let cidr = Cidr::parse(text)
+        .map_err(|e| CloudError::invalid(format!("hcloud: cannot create a route: {e}")))?;
+    if !cidr.is_ipv4() {
+        return Err(CloudError::invalid(format!(
+            "hcloud: {cidr} is IPv6; Hetzner Cloud networks route IPv4 only (give this cluster's \
+             IPv6 pod CIDRs another route provider or none)"
+        )));
+    }
+    Ok(cidr)
+}
+
+/// Whether two networks share an address (one contains the other's first address).
+fn overlaps(a: &Cidr, b: &Cidr) -> bool {
+    a.contains(b.network()) || b.contains(a.network())
+}
+
+/// Resolves `HCLOUD_NETWORK` to a network, naming the variable to fix on failure.
+fn resolve_network(client: &Client, network: &NetworkRef) -> Result<NetworkJson, ConfigError> {
+    let by_name = |name: &str| -> Result<NetworkJson, ConfigError> {
+        let request = Request::get("/networks".to_string(), "/networks").query("name", name);
+        let found = client
+            .get::<NetworksEnvelope>(&request)
+            .map_err(setup_error)?;
+        found.networks.into_iter().next().ok_or_else(|| {
+            ConfigError::new(
+                ENV_NETWORK,
+                format!(
+                    "no network with the ID or name {name:?} in the project of the token; \
+                     `hcloud network list` shows the networks"
+                ),
+            )
+        })
+    };
+    match network {
+        NetworkRef::Name(name) => by_name(name),
+        NetworkRef::Id(id) => {
+            let request = Request::get(format!("/networks/{id}"), "/networks/-");
+            match client.get::<NetworkEnvelope>(&request) {
+                Ok(e) => Ok(e.network),
+                Err(e) if e.is("not_found") => by_name(&id.to_string()),
+                Err(e) => Err(setup_error(e)),
+            }
+        }
+    }
+}
+
+/// A failure while resolving the network, blamed on the setting most likely wrong.
+fn setup_error(e: ApiError) -> ConfigError {
+    let variable = match e.code.as_deref() {
+        Some("unauthorized" | "forbidden" | "token_readonly") => ENV_TOKEN,
+        Some(_) => ENV_NETWORK,
+        None if e.kind == CloudErrorKind::Invalid => ENV_TOKEN,
+        None => ENV_ENDPOINT,
+    };
+    ConfigError::new(variable, e.message)
+}
+
+/// Every server of the project, page by page.
+fn list_servers(client: &Client) -> Result<Vec<api::ServerJson>, ApiError> {
+    let mut all = Vec::new();
+    let mut page = 1u64;
+    loop {
+        let request = Request::get("/servers".to_string(), "/servers")
+            .query("page", page)
+            .query("per_page", SERVERS_PER_PAGE);
+        let reply = client.get::<ServersEnvelope>(&request)?;
+        all.extend(reply.servers);
+        let next = reply
+            .meta
+            .and_then(|m| m.pagination)
+            .and_then(|p| p.next_page);
+        match next {
+            Some(n) if n > page && n <= MAX_SERVER_PAGES => page = n,
+            Some(n) if n <= page => {
+                return Err(ApiError::new(
+                    CloudErrorKind::Retry { after: None },
+                    format!("hcloud: GET /servers?page={page}: next_page {n} does not advance"),
+                ));
+            }
+            _ => return Ok(all),
+        }
+    }
+}
+
+/// A counting semaphore: at most `n` holders at once.
+#[derive(Debug)]
+struct Slots {
+    free: Mutex<usize>,
+    released: Condvar,
+}
+
+struct SlotGuard<'a>(&'a Slots);
+
+impl Slots {
+    fn new(n: usize) -> Slots {
+        Slots {
+            free: Mutex::new(n),
+            released: Condvar::new(),
+        }
+    }
+
+    fn acquire(&self) -> SlotGuard<'_> {
+        let mut free = self.free.lock().unwrap_or_else(|e| e.into_inner());
+        while *free == 0 {
+            free = self.released.wait(free).unwrap_or_else(|e| e.into_inner());
+        }
+        *free -= 1;
+        SlotGuard(self)
+    }
+}
+
+impl Drop for SlotGuard<'_> {
+    fn drop(&mut self) {
+        *self.0.free.lock().unwrap_or_else(|e| e.into_inner()) += 1;
+        self.0.released.notify_one();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::NodeAddress;
+
+    fn target(node: &str, provider_id: Option<&str>) -> RouteTarget {
+        RouteTarget {
+            node_name: node.into(),
+            provider_id: provider_id.map(str::to_string),
+            addresses: vec![NodeAddress::internal_ip("10.0.0.2")],
+        }
+    }
+
+    #[test]
+    fn provider_ids_pick_the_server_lookup() {
+        assert_eq!(
+            ServerKey::of(&target("n", Some("hcloud://42"))),
+            Ok(ServerKey::Id(42))
+        );
+        assert_eq!(ServerKey::of(&target("n", None)), Ok(ServerKey::Name));
+        assert_eq!(ServerKey::of(&target("n", Some(""))), Ok(ServerKey::Name));
+        for robot in ["hrobot://1234", "hcloud://bm-1234"] {
+            let e = ServerKey::of(&target("n", Some(robot))).unwrap_err();
+            assert_eq!(e.kind, CloudErrorKind::Invalid);
+            assert!(e.message.contains("Robot"), "{e}");
+        }
+        for bad in ["hcloud://x", "aws:///eu-west-1a/i-0abc"] {
+            assert_eq!(
+                ServerKey::of(&target("n", Some(bad))).unwrap_err().kind,
+                CloudErrorKind::Invalid
+            );
+        }
+    }
+
+    fn server(id: u64, name: &str) -> Server {
+        Server {
+            id,
+            name: name.into(),
+            ip: None,
+        }
+    }
+
+    #[test]
+    fn servers_map_to_nodes_by_provider_id_before_name() {
+        let dir = NodeDirectory::new([
+            ("node-a", Some("hcloud://2")),
+            ("srv-1", None),
+            ("srv-3", Some("hcloud://4")),
+        ]);
+        let nodes = NodeIndex::new(&dir);
+        assert_eq!(nodes.node_of(&server(2, "srv-2")), "node-a");
+        assert_eq!(nodes.node_of(&server(1, "srv-1")), "srv-1");
+        // Named like a node that is another server: not that node's route.
+        assert_eq!(nodes.node_of(&server(3, "srv-3")), "");
+        // No node at all: the server's name, which the controller finds is no node.
+        assert_eq!(nodes.node_of(&server(5, "srv-5")), "srv-5");
+    }
+
+    #[test]
+    fn ipv6_and_garbage_destinations_are_invalid() {
+        assert!(ipv4_destination("10.244.1.0/24").is_ok());
+        for bad in ["fd00::/64", "10.244.1.0", "x"] {
+            assert_eq!(
+                ipv4_destination(bad).unwrap_err().kind,
+                CloudErrorKind::Invalid
+            );
+        }
+    }
+
+    #[test]
+    fn overlap_is_symmetric_and_adjacent_ranges_do_not_overlap() {
+        let c = |s: &str| Cidr::parse(s).unwrap();
+        assert!(overlaps(&c("10.0.0.0/8"), &c("10.244.0.0/16")));
+        assert!(overlaps(&c("10.244.0.0/16"), &c("10.0.0.0/8")));
+        assert!(!overlaps(&c("10.0.0.0/24"), &c("10.0.1.0/24")));
+    }
+
+    #[test]
+    fn setup_errors_blame_the_likely_setting() {
+        let coded = |code: &str| ApiError {
+            kind: CloudErrorKind::Invalid,
+            code: Some(code.into()),
+            message: "m".into(),
+        };
+        assert_eq!(setup_error(coded("unauthorized")).variable, ENV_TOKEN);
+        assert_eq!(setup_error(coded("not_found")).variable, ENV_NETWORK);
+        let unreachable = ApiError::new(CloudErrorKind::Retry { after: None }, "refused");
+        assert_eq!(setup_error(unreachable).variable, ENV_ENDPOINT);
+    }
+}

@@ -1,0 +1,907 @@
+//! The Hetzner Cloud provider against the test double: the `Routes` round trip, node
+//! mapping, pagination, actions, error mapping, serialised network changes, the rate
+//! limiter under a burst, and the controller driving the provider.
+
+#[path = "support/hcloud_double.rs"]
+mod hcloud_double;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use hcloud_double::{Fault, HcloudDouble};
+use route_controller::cloud::hcloud::{Config, HcloudRoutes};
+use route_controller::cloud::{CloudErrorKind, NodeDirectory, RouteTarget, Routes};
+use route_controller::metrics::Metrics;
+use route_controller::model::{Cidr, NodeAddress, Route};
+
+const TOKEN: &str = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
+const NET: u64 = 4711;
+const CLUSTER: &str = "kubernetes";
+
+fn ms(n: u64) -> Duration {
+    Duration::from_millis(n)
+}
+
+/// A double with network `k8s` (10.0.0.0/8, subnet 10.0.0.0/24) and `servers`
+/// servers `worker-<i>` (ID 100+i) attached with IP 10.0.0.<i+1>.
+fn cluster(servers: u64) -> HcloudDouble {
+    let double = HcloudDouble::start(TOKEN);
+    double.add_network(NET, "k8s", "10.0.0.0/8", &["10.0.0.0/24"]);
+    for i in 1..=servers {
+        double.add_server(100 + i, &worker(i), Some((NET, &ip(i))));
+    }
+    double
+}
+
+fn worker(i: u64) -> String {
+    format!("worker-{i}")
+}
+
+fn ip(i: u64) -> String {
+    format!("10.0.{}.{}", (i + 1) / 256, (i + 1) % 256)
+}
+
+fn pod_cidr(i: u64) -> String {
+    format!("10.244.{i}.0/24")
+}
+
+/// Settings read the way the binary reads them, from an environment, with the timing
+/// scaled down for tests.
+fn config(double: &HcloudDouble, network: &str) -> Config {
+    let env: HashMap<&str, String> = HashMap::from([
+        ("HCLOUD_TOKEN", double.token().to_string()),
+        ("HCLOUD_NETWORK", network.to_string()),
+        ("HCLOUD_ENDPOINT", double.endpoint()),
+    ]);
+    let mut c = Config::from_env(|k| env.get(k).cloned()).expect("valid test configuration");
+    c.action_first_poll = ms(20);
+    c.action_poll_interval = ms(40);
+    c.request_timeout = Duration::from_secs(3);
+    c.rate_limit_per_second = 100_000.0;
+    c
+}
+
+fn connect(double: &HcloudDouble) -> HcloudRoutes {
+    HcloudRoutes::connect(config(double, &NET.to_string())).expect("connect to the double")
+}
+
+/// Nodes named like their servers, with providerIDs.
+fn nodes(count: u64) -> NodeDirectory {
+    let names: Vec<(String, String)> = (1..=count)
+        .map(|i| (worker(i), format!("hcloud://{}", 100 + i)))
+        .collect();
+    NodeDirectory::new(names.iter().map(|(n, p)| (n.as_str(), Some(p.as_str()))))
+}
+
+fn target(i: u64) -> RouteTarget {
+    RouteTarget {
+        node_name: worker(i),
+        provider_id: Some(format!("hcloud://{}", 100 + i)),
+        addresses: vec![NodeAddress::internal_ip(&ip(i))],
+    }
+}
+
+/// A route as the controller asks for it: no name.
+fn wanted(i: u64, cidr: &str) -> Route {
+    Route {
+        target_node: worker(i),
+        target_node_addresses: target(i).addresses,
+        destination_cidr: cidr.to_string(),
+        ..Route::default()
+    }
+}
+
+fn create(p: &HcloudRoutes, i: u64, cidr: &str) -> Result<(), route_controller::cloud::CloudError> {
+    p.create_route(CLUSTER, "uid", &wanted(i, cidr), &target(i))
+}
+
+fn kind_of<T: std::fmt::Debug>(
+    r: Result<T, route_controller::cloud::CloudError>,
+) -> CloudErrorKind {
+    r.expect_err("the call should fail").kind
+}
+
+#[test]
+fn round_trip_create_list_delete_through_the_routes_trait() {
+    let double = cluster(2);
+    let p = connect(&double);
+    let routes: &dyn Routes = &p;
+    assert_eq!(routes.provider_name(), "hcloud");
+    create(&p, 1, &pod_cidr(1)).unwrap();
+    create(&p, 2, &pod_cidr(2)).unwrap();
+    assert_eq!(
+        double.routes(NET),
+        vec![(pod_cidr(1), ip(1)), (pod_cidr(2), ip(2)),]
+    );
+    let listed = routes.list_routes(CLUSTER, &nodes(2)).unwrap();
+    assert_eq!(listed.len(), 2);
+    assert_eq!(listed[0].name, format!("{}-{}", ip(1), pod_cidr(1)));
+    assert_eq!(listed[0].target_node, "worker-1");
+    assert_eq!(listed[1].target_node, "worker-2");
+    assert!(listed.iter().all(|r| !r.blackhole));
+
+    // One delete with the listed route, one as the controller sends a route it
+    // created itself (no name).
+    routes.delete_route(CLUSTER, &listed[0]).unwrap();
+    routes
+        .delete_route(CLUSTER, &wanted(2, &pod_cidr(2)))
+        .unwrap();
+    assert!(double.routes(NET).is_empty());
+    assert_eq!(
+        kind_of(routes.delete_route(CLUSTER, &listed[0])),
+        CloudErrorKind::NotFound
+    );
+}
+
+#[test]
+fn requests_per_create_delete_and_list_are_the_physical_minimum() {
+    let double = cluster(3);
+    double.set_action_duration(Duration::ZERO);
+    let p = connect(&double);
+    p.list_routes(CLUSTER, &nodes(3)).unwrap();
+    double.clear_requests();
+
+    create(&p, 1, &pod_cidr(1)).unwrap();
+    let paths: Vec<String> = double
+        .requests()
+        .iter()
+        .map(|r| format!("{} {}", r.method, r.path))
+        .collect();
+    assert_eq!(
+        paths,
+        vec![
+            format!("POST /networks/{NET}/actions/add_route"),
+            "GET /actions".to_string()
+        ],
+        "a create is the action and one poll, with no reload of the network"
+    );
+
+    double.clear_requests();
+    p.delete_route(CLUSTER, &wanted(1, &pod_cidr(1))).unwrap();
+    assert_eq!(double.requests().len(), 2, "{:?}", double.requests());
+
+    // A list within the server cache's age is one request; the cache is 10 s.
+    double.clear_requests();
+    p.list_routes(CLUSTER, &nodes(3)).unwrap();
+    assert_eq!(double.requests().len(), 1, "{:?}", double.requests());
+}
+
+#[test]
+fn routes_map_to_nodes_by_provider_id_even_when_node_and_server_names_differ() {
+    let double = cluster(1);
+    let p = connect(&double);
+    let node = RouteTarget {
+        node_name: "node-a".into(),
+        provider_id: Some("hcloud://101".into()),
+        addresses: vec![],
+    };
+    p.create_route(
+        CLUSTER,
+        "u",
+        &Route {
+            destination_cidr: pod_cidr(1),
+            ..Route::default()
+        },
+        &node,
+    )
+    .unwrap();
+    assert_eq!(double.routes(NET), vec![(pod_cidr(1), ip(1))]);
+    let dir = NodeDirectory::new([("node-a", Some("hcloud://101"))]);
+    let listed = p.list_routes(CLUSTER, &dir).unwrap();
+    assert_eq!(
+        listed[0].target_node, "node-a",
+        "not the server name worker-1"
+    );
+}
+
+#[test]
+fn nodes_without_provider_id_map_to_the_server_of_the_same_name() {
+    let double = cluster(2);
+    let p = connect(&double);
+    let node = RouteTarget {
+        node_name: worker(2),
+        provider_id: None,
+        addresses: vec![],
+    };
+    p.create_route(CLUSTER, "u", &wanted(2, &pod_cidr(2)), &node)
+        .unwrap();
+    assert_eq!(double.routes(NET), vec![(pod_cidr(2), ip(2))]);
+    let dir = NodeDirectory::new([(worker(2).as_str(), None)]);
+    assert_eq!(
+        p.list_routes(CLUSTER, &dir).unwrap()[0].target_node,
+        worker(2)
+    );
+}
+
+#[test]
+fn route_to_a_vanished_server_is_a_blackhole_and_the_list_still_succeeds() {
+    let double = cluster(2);
+    let p = connect(&double);
+    create(&p, 1, &pod_cidr(1)).unwrap();
+    create(&p, 2, &pod_cidr(2)).unwrap();
+    double.remove_server(102);
+    double.put_route(NET, "10.244.9.0/24", "10.0.0.99");
+    let mut config = config(&double, &NET.to_string());
+    config.refresh_on_miss_after = Duration::ZERO;
+    let fresh = HcloudRoutes::connect(config).unwrap();
+    double.clear_requests();
+    let listed = fresh.list_routes(CLUSTER, &nodes(2)).unwrap();
+    assert_eq!(listed.len(), 3);
+    let by_dest = |d: &str| listed.iter().find(|r| r.destination_cidr == d).unwrap();
+    assert_eq!(by_dest(&pod_cidr(1)).target_node, worker(1));
+    for gone in [pod_cidr(2), "10.244.9.0/24".to_string()] {
+        let r = by_dest(&gone);
+        assert!(r.blackhole, "{r:?}");
+        assert_eq!(r.target_node, "");
+    }
+    // The unknown gateways made it list the servers once more, and only once.
+    assert_eq!(
+        double.count("GET", "/servers"),
+        2,
+        "{:?}",
+        double.requests()
+    );
+}
+
+#[test]
+fn a_server_list_younger_than_the_refresh_threshold_is_not_listed_again_for_unknown_gateways() {
+    let double = cluster(1);
+    double.put_route(NET, "10.244.9.0/24", "10.0.0.99");
+    let p = connect(&double);
+    double.clear_requests();
+    for _ in 0..3 {
+        let listed = p.list_routes(CLUSTER, &nodes(1)).unwrap();
+        assert!(listed[0].blackhole);
+    }
+    assert_eq!(
+        double.count("GET", "/servers"),
+        1,
+        "{:?}",
+        double.requests()
+    );
+}
+
+#[test]
+fn a_server_created_after_the_last_listing_is_found_by_listing_again() {
+    let double = cluster(1);
+    let mut config = config(&double, &NET.to_string());
+    config.refresh_on_miss_after = Duration::ZERO;
+    let p = HcloudRoutes::connect(config).unwrap();
+    p.list_routes(CLUSTER, &nodes(1)).unwrap();
+    double.add_server(102, &worker(2), Some((NET, &ip(2))));
+    create(&p, 2, &pod_cidr(2)).unwrap();
+    assert_eq!(double.routes(NET), vec![(pod_cidr(2), ip(2))]);
+}
+
+#[test]
+fn server_list_pagination_is_followed_past_fifty_servers() {
+    let double = cluster(120);
+    let p = connect(&double);
+    double.put_route(NET, &pod_cidr(117), &ip(117));
+    let listed = p.list_routes(CLUSTER, &nodes(120)).unwrap();
+    assert_eq!(listed[0].target_node, worker(117));
+    let pages: Vec<String> = double
+        .requests()
+        .iter()
+        .filter(|r| r.path == "/servers")
+        .map(|r| r.query.clone())
+        .collect();
+    assert_eq!(
+        pages,
+        vec![
+            "page=1&per_page=50",
+            "page=2&per_page=50",
+            "page=3&per_page=50"
+        ]
+    );
+}
+
+#[test]
+fn an_action_that_runs_for_several_polls_is_waited_for() {
+    let double = cluster(1);
+    double.set_action_duration(ms(200));
+    let p = connect(&double);
+    let started = Instant::now();
+    create(&p, 1, &pod_cidr(1)).unwrap();
+    assert!(started.elapsed() >= ms(200));
+    assert_eq!(double.routes(NET).len(), 1);
+    let polls = double.count("GET", "/actions");
+    // 20 ms to the first poll, then every 40 ms until 200 ms: five or six polls.
+    assert!((3..=7).contains(&polls), "{polls} polls");
+}
+
+#[test]
+fn an_action_that_ends_in_error_maps_its_code_and_adds_nothing() {
+    let double = cluster(1);
+    let p = connect(&double);
+    double.fail_next_action("add_route", "locked", "network is locked");
+    assert_eq!(
+        kind_of(create(&p, 1, &pod_cidr(1))),
+        CloudErrorKind::Conflict
+    );
+    double.fail_next_action("add_route", "action_failed", "route could not be applied");
+    let err = create(&p, 1, &pod_cidr(1)).unwrap_err();
+    assert_eq!(err.kind, CloudErrorKind::Retry { after: None });
+    assert!(err.message.contains("route could not be applied"), "{err}");
+    assert!(double.routes(NET).is_empty());
+    // The next attempt goes through.
+    create(&p, 1, &pod_cidr(1)).unwrap();
+}
+
+#[test]
+fn every_mapped_error_code_on_add_route_reaches_its_cloud_error_kind() {
+    let double = cluster(1);
+    let p = connect(&double);
+    let add_route = format!("/networks/{NET}/actions/add_route");
+    let cases: Vec<(Fault, CloudErrorKind)> = vec![
+        (Fault::error(409, "conflict"), CloudErrorKind::Conflict),
+        (Fault::error(423, "locked"), CloudErrorKind::Conflict),
+        (
+            Fault::error(423, "resource_locked"),
+            CloudErrorKind::Conflict,
+        ),
+        (Fault::error(403, "forbidden"), CloudErrorKind::Invalid),
+        (Fault::error(403, "token_readonly"), CloudErrorKind::Invalid),
+        (Fault::error(401, "unauthorized"), CloudErrorKind::Invalid),
+        (
+            Fault::error(403, "resource_limit_exceeded"),
+            CloudErrorKind::Invalid,
+        ),
+        (Fault::error(423, "protected"), CloudErrorKind::Invalid),
+        (Fault::error(400, "invalid_input"), CloudErrorKind::Invalid),
+        (Fault::error(500, "server_error"), CloudErrorKind::Ambiguous),
+        (
+            Fault::error(503, "service_error"),
+            CloudErrorKind::Ambiguous,
+        ),
+        (Fault::error(502, "bad_gateway"), CloudErrorKind::Ambiguous),
+        (Fault::error(504, "timeout"), CloudErrorKind::Ambiguous),
+        (Fault::error(503, "maintenance"), CloudErrorKind::Ambiguous),
+        (Fault::error(503, "unavailable"), CloudErrorKind::Ambiguous),
+        (Fault::BareStatus(502), CloudErrorKind::Ambiguous),
+        (Fault::Garbage, CloudErrorKind::Ambiguous),
+        (Fault::Close, CloudErrorKind::Ambiguous),
+    ];
+    for (fault, expected) in cases {
+        double.inject("POST", &add_route, 1, fault.clone());
+        let err = create(&p, 1, "10.244.50.0/24").unwrap_err();
+        assert_eq!(err.kind, expected, "{fault:?}: {err}");
+        assert!(err.message.contains(&add_route), "{fault:?}: {err}");
+    }
+    double.inject(
+        "POST",
+        &add_route,
+        1,
+        Fault::error(429, "rate_limit_exceeded"),
+    );
+    assert!(matches!(
+        kind_of(create(&p, 1, "10.244.50.0/24")),
+        CloudErrorKind::RateLimited { .. }
+    ));
+}
+
+#[test]
+fn errors_on_reads_are_retried_not_ambiguous() {
+    let double = cluster(1);
+    let p = connect(&double);
+    let network = format!("/networks/{NET}");
+    for fault in [
+        Fault::error(500, "server_error"),
+        Fault::error(503, "unavailable"),
+        Fault::error(504, "timeout"),
+        Fault::BareStatus(503),
+        Fault::Garbage,
+        Fault::Close,
+    ] {
+        double.inject("GET", &network, 1, fault.clone());
+        assert_eq!(
+            kind_of(p.list_routes(CLUSTER, &nodes(1))),
+            CloudErrorKind::Retry { after: None },
+            "{fault:?}"
+        );
+    }
+    double.inject("GET", &network, 1, Fault::error(409, "conflict"));
+    assert_eq!(
+        kind_of(p.list_routes(CLUSTER, &nodes(1))),
+        CloudErrorKind::Conflict
+    );
+    assert!(p.list_routes(CLUSTER, &nodes(1)).is_ok());
+}
+
+#[test]
+fn a_rate_limited_read_is_waited_out_and_sent_again() {
+    let double = cluster(1);
+    let p = connect(&double);
+    double.clear_requests();
+    let network = format!("/networks/{NET}");
+    double.inject("GET", &network, 1, Fault::error(429, "rate_limit_exceeded"));
+    p.list_routes(CLUSTER, &nodes(1)).unwrap();
+    assert_eq!(double.count("GET", &network), 2);
+    // Refused every time: reported, not retried forever.
+    double.inject("GET", &network, 3, Fault::error(429, "rate_limit_exceeded"));
+    assert!(matches!(
+        kind_of(p.list_routes(CLUSTER, &nodes(1))),
+        CloudErrorKind::RateLimited { .. }
+    ));
+}
+
+#[test]
+fn delete_of_a_route_that_is_already_gone_is_not_found() {
+    let double = cluster(1);
+    let p = connect(&double);
+    create(&p, 1, &pod_cidr(1)).unwrap();
+    let delete_route = format!("/networks/{NET}/actions/delete_route");
+    double.inject("POST", &delete_route, 1, Fault::error(404, "not_found"));
+    assert_eq!(
+        kind_of(p.delete_route(CLUSTER, &wanted(1, &pod_cidr(1)))),
+        CloudErrorKind::NotFound
+    );
+    // Never created and unknown to the network: no action at all.
+    double.clear_requests();
+    assert_eq!(
+        kind_of(p.delete_route(CLUSTER, &wanted(1, "10.244.77.0/24"))),
+        CloudErrorKind::NotFound
+    );
+    assert_eq!(
+        double.count("POST", "/networks"),
+        0,
+        "{:?}",
+        double.requests()
+    );
+}
+
+#[test]
+fn an_identical_existing_route_counts_as_created() {
+    let double = cluster(2);
+    let p = connect(&double);
+    p.list_routes(CLUSTER, &nodes(2)).unwrap();
+    // Another client (or an earlier attempt whose reply was lost) added it since.
+    double.put_route(NET, &pod_cidr(1), &ip(1));
+    double.clear_requests();
+    create(&p, 1, &pod_cidr(1)).unwrap();
+    assert_eq!(double.routes(NET), vec![(pod_cidr(1), ip(1))]);
+    // The refusal, then one reload of the network to see why.
+    assert_eq!(double.requests().len(), 2, "{:?}", double.requests());
+}
+
+#[test]
+fn an_existing_route_to_another_server_is_already_exists() {
+    let double = cluster(2);
+    double.put_route(NET, &pod_cidr(1), &ip(2));
+    let p = connect(&double);
+    let err = create(&p, 1, &pod_cidr(1)).unwrap_err();
+    assert_eq!(err.kind, CloudErrorKind::AlreadyExists);
+    assert!(err.message.contains(&ip(2)), "{err}");
+}
+
+#[test]
+fn a_destination_overlapping_a_subnet_is_invalid_and_names_the_cluster_cidr() {
+    let double = cluster(1);
+    let p = connect(&double);
+    let err = create(&p, 1, "10.0.0.128/25").unwrap_err();
+    assert_eq!(err.kind, CloudErrorKind::Invalid);
+    assert!(err.message.contains("--cluster-cidr"), "{err}");
+    assert!(err.message.contains("10.0.0.0/24"), "{err}");
+    let problems = p.cluster_cidr_problems(&[Cidr::parse("10.0.0.0/16").unwrap()]);
+    assert_eq!(problems.len(), 1, "{problems:?}");
+    assert!(
+        p.cluster_cidr_problems(&[Cidr::parse("10.244.0.0/16").unwrap()])
+            .is_empty()
+    );
+}
+
+#[test]
+fn a_timeout_on_add_route_is_ambiguous() {
+    let double = cluster(1);
+    let mut config = config(&double, &NET.to_string());
+    config.request_timeout = ms(300);
+    let p = HcloudRoutes::connect(config).unwrap();
+    p.list_routes(CLUSTER, &nodes(1)).unwrap();
+    let add_route = format!("/networks/{NET}/actions/add_route");
+    double.inject("POST", &add_route, 1, Fault::Stall(ms(800)));
+    let err = create(&p, 1, &pod_cidr(1)).unwrap_err();
+    assert_eq!(err.kind, CloudErrorKind::Ambiguous, "{err}");
+    assert!(err.message.contains("may or may not"), "{err}");
+}
+
+#[test]
+fn an_ipv6_destination_is_invalid_without_any_request() {
+    let double = cluster(1);
+    let p = connect(&double);
+    double.clear_requests();
+    let err = create(&p, 1, "fd00:10:244:1::/64").unwrap_err();
+    assert_eq!(err.kind, CloudErrorKind::Invalid);
+    assert!(err.message.contains("IPv4 only"), "{err}");
+    assert!(double.requests().is_empty(), "{:?}", double.requests());
+}
+
+#[test]
+fn robot_servers_are_refused_without_any_request() {
+    let double = cluster(1);
+    let p = connect(&double);
+    double.clear_requests();
+    for provider_id in ["hrobot://321", "hcloud://bm-321"] {
+        let node = RouteTarget {
+            node_name: "dedicated".into(),
+            provider_id: Some(provider_id.into()),
+            addresses: vec![],
+        };
+        let err = p
+            .create_route(CLUSTER, "u", &wanted(1, &pod_cidr(1)), &node)
+            .unwrap_err();
+        assert_eq!(err.kind, CloudErrorKind::Invalid, "{provider_id}");
+    }
+    assert!(double.requests().is_empty());
+}
+
+#[test]
+fn a_server_not_attached_to_the_network_is_retried_with_a_clear_message() {
+    let double = cluster(1);
+    double.add_server(102, &worker(2), None);
+    let p = connect(&double);
+    let err = create(&p, 2, &pod_cidr(2)).unwrap_err();
+    assert_eq!(err.kind, CloudErrorKind::Retry { after: None });
+    assert!(err.message.contains("not attached"), "{err}");
+    assert!(err.message.contains("k8s"), "{err}");
+    // A node that has no server at all cannot be routed.
+    let err = create(&p, 9, &pod_cidr(9)).unwrap_err();
+    assert_eq!(err.kind, CloudErrorKind::Invalid, "{err}");
+}
+
+#[test]
+fn a_read_only_token_fails_creates_with_advice_about_the_scope() {
+    let double = cluster(1);
+    double.set_read_only_token("readonly-token");
+    let mut config = config(&double, "k8s");
+    config.token = route_controller::cloud::hcloud::TokenSource::Value(
+        route_controller::cloud::hcloud::Secret::new("readonly-token"),
+    );
+    let p = HcloudRoutes::connect(config).expect("reads work with a read-only token");
+    let err = create(&p, 1, &pod_cidr(1)).unwrap_err();
+    assert_eq!(err.kind, CloudErrorKind::Invalid);
+    assert!(err.message.contains("Read & Write"), "{err}");
+}
+
+#[test]
+fn connect_resolves_the_network_by_id_by_name_and_by_numeric_name() {
+    let double = cluster(0);
+    double.add_network(7, "12345", "10.0.0.0/8", &["10.0.0.0/24"]);
+    assert_eq!(
+        HcloudRoutes::connect(config(&double, "4711"))
+            .unwrap()
+            .network()
+            .id,
+        NET
+    );
+    assert_eq!(
+        HcloudRoutes::connect(config(&double, "k8s"))
+            .unwrap()
+            .network()
+            .id,
+        NET
+    );
+    double.clear_requests();
+    let p = HcloudRoutes::connect(config(&double, "12345")).unwrap();
+    assert_eq!(p.network().id, 7);
+    let queries: Vec<String> = double
+        .requests()
+        .iter()
+        .map(|r| format!("{}?{}", r.path, r.query))
+        .collect();
+    assert_eq!(queries, vec!["/networks/12345?", "/networks?name=12345"]);
+}
+
+#[test]
+fn a_token_file_is_read_again_when_the_secret_is_rotated() {
+    let double = cluster(1);
+    let dir = std::env::temp_dir().join(format!("hcloud-it-token-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("token");
+    std::fs::write(&file, format!("{TOKEN}\n")).unwrap();
+    let mut config = config(&double, "k8s");
+    config.token = route_controller::cloud::hcloud::TokenSource::File(file.clone());
+    let p = HcloudRoutes::connect(config).unwrap();
+    std::fs::write(&file, "revoked-token").unwrap();
+    let err = p.list_routes(CLUSTER, &nodes(1)).unwrap_err();
+    assert_eq!(err.kind, CloudErrorKind::Invalid);
+    assert!(err.message.contains("HCLOUD_TOKEN"), "{err}");
+    std::fs::write(&file, TOKEN).unwrap();
+    assert!(p.list_routes(CLUSTER, &nodes(1)).is_ok());
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn connect_errors_name_the_variable_to_fix() {
+    let double = cluster(0);
+    let err = HcloudRoutes::connect(config(&double, "nope")).unwrap_err();
+    assert_eq!(err.variable, "HCLOUD_NETWORK");
+    assert!(err.to_string().contains("nope"), "{err}");
+
+    let mut bad_token = config(&double, "k8s");
+    bad_token.token = route_controller::cloud::hcloud::TokenSource::Value(
+        route_controller::cloud::hcloud::Secret::new("wrong"),
+    );
+    let err = HcloudRoutes::connect(bad_token).unwrap_err();
+    assert_eq!(err.variable, "HCLOUD_TOKEN");
+    assert!(!err.to_string().contains(TOKEN));
+
+    let mut missing_file = config(&double, "k8s");
+    missing_file.token = route_controller::cloud::hcloud::TokenSource::File(
+        std::env::temp_dir().join("route-controller-test-no-such-token-file"),
+    );
+    let err = HcloudRoutes::connect(missing_file).unwrap_err();
+    assert_eq!(err.variable, "HCLOUD_TOKEN_FILE", "{err}");
+
+    let mut unreachable = config(&double, "k8s");
+    // A port nothing listens on: bind one, note it, and free it.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .unwrap()
+        .port();
+    unreachable.endpoint = format!("http://127.0.0.1:{port}/v1");
+    let err = HcloudRoutes::connect(unreachable).unwrap_err();
+    assert_eq!(err.variable, "HCLOUD_ENDPOINT", "{err}");
+}
+
+#[test]
+fn concurrent_creates_from_eight_threads_never_conflict_and_all_land() {
+    let double = cluster(40);
+    double.set_action_duration(ms(15));
+    let p = Arc::new(connect(&double));
+    let threads: Vec<_> = (0..8u64)
+        .map(|t| {
+            let p = p.clone();
+            std::thread::spawn(move || {
+                for k in 0..5u64 {
+                    let i = t * 5 + k + 1;
+                    create(&p, i, &pod_cidr(i)).unwrap();
+                }
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().unwrap();
+    }
+    assert_eq!(double.conflicts(), 0);
+    let mut routes = double.routes(NET);
+    routes.sort();
+    let mut expected: Vec<_> = (1..=40).map(|i| (pod_cidr(i), ip(i))).collect();
+    expected.sort();
+    assert_eq!(routes, expected);
+    // One server listing shared by all threads.
+    assert_eq!(double.count("GET", "/servers"), 1);
+}
+
+#[test]
+fn polls_of_concurrent_actions_share_requests() {
+    let double = cluster(8);
+    double.allow_concurrent_actions(true);
+    double.set_action_duration(ms(300));
+    let mut config = config(&double, &NET.to_string());
+    config.max_concurrent_mutations = 8;
+    config.action_first_poll = ms(100);
+    config.action_poll_interval = ms(100);
+    let p = Arc::new(HcloudRoutes::connect(config).unwrap());
+    p.list_routes(CLUSTER, &nodes(8)).unwrap();
+    let threads: Vec<_> = (1..=8u64)
+        .map(|i| {
+            let p = p.clone();
+            std::thread::spawn(move || create(&p, i, &pod_cidr(i)))
+        })
+        .collect();
+    for t in threads {
+        t.join().unwrap().unwrap();
+    }
+    assert_eq!(double.routes(NET).len(), 8);
+    let polls: Vec<_> = double
+        .requests()
+        .into_iter()
+        .filter(|r| r.path == "/actions")
+        .collect();
+    // Alone, each action would need about three polls: 24 requests.
+    assert!(polls.len() <= 8, "{} polls: {polls:?}", polls.len());
+    assert!(
+        polls.iter().any(|r| r.query.matches("id=").count() > 1),
+        "{polls:?}"
+    );
+}
+
+#[test]
+fn a_burst_of_creates_stays_under_the_api_rate_limit_and_finishes_near_the_minimum_time() {
+    // Hetzner's 3600/h (one per second, bucket of 3600) scaled down so the test takes
+    // seconds: a bucket of 10 refilled at 20 per second.
+    const BURST: u32 = 10;
+    const RATE: f64 = 20.0;
+    const CREATES: u64 = 40;
+    let double = cluster(CREATES);
+    double.set_action_duration(Duration::ZERO);
+    double.set_rate_limit(BURST, RATE);
+    let mut config = config(&double, &NET.to_string());
+    config.rate_limit_per_second = RATE;
+    let metrics = Arc::new(Metrics::new());
+    config.metrics = Some(metrics.clone());
+
+    let started = Instant::now();
+    let p = Arc::new(HcloudRoutes::connect(config).unwrap());
+    let threads: Vec<_> = (0..8u64)
+        .map(|t| {
+            let p = p.clone();
+            std::thread::spawn(move || {
+                for k in 0..CREATES / 8 {
+                    let i = t * (CREATES / 8) + k + 1;
+                    create(&p, i, &pod_cidr(i)).unwrap();
+                }
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().unwrap();
+    }
+    let took = started.elapsed();
+    // For a failure message: when each request arrived, relative to the start.
+    let timeline: Vec<String> = double
+        .requests()
+        .iter()
+        .map(|r| format!("{}ms {} {}", (r.at - started).as_millis(), r.method, r.path))
+        .collect();
+
+    assert_eq!(
+        double.throttled(),
+        0,
+        "the API refused requests for its rate limit"
+    );
+    assert_eq!(double.routes(NET).len() as u64, CREATES);
+    // The physical minimum: the network lookup, one server page, and per create the
+    // action plus one poll. The bucket lets the first BURST go at once.
+    let minimum_requests = 1 + 1 + 2 * CREATES;
+    assert_eq!(double.requests().len() as u64, minimum_requests);
+    let minimum = Duration::from_secs_f64((minimum_requests - u64::from(BURST)) as f64 / RATE);
+    assert!(
+        took <= minimum.mul_f64(1.25),
+        "took {took:?}, the limit allows {minimum:?}; requests: {timeline:#?}"
+    );
+    assert!(
+        took >= minimum.mul_f64(0.9),
+        "took {took:?}, faster than the limit allows?"
+    );
+    assert_eq!(
+        metrics.cloud_api_requests("hcloud", "/networks/-/actions/add_route"),
+        CREATES
+    );
+    assert_eq!(metrics.cloud_api_requests("hcloud", "/actions"), CREATES);
+}
+
+// ---------------------------------------------------------------------------------
+// The controller against the double.
+
+mod controller_against_the_double {
+    use super::*;
+    use route_controller::cloud::workers::run_op;
+    use route_controller::controller::{
+        Command, Config as ControllerConfig, Controller, Input, Mode, NodeEvent,
+    };
+    use route_controller::model::Node;
+
+    fn node(i: u64) -> Node {
+        Node {
+            name: worker(i),
+            uid: format!("uid-{i}"),
+            resource_version: "1".into(),
+            provider_id: Some(format!("hcloud://{}", 100 + i)),
+            pod_cidrs: vec![pod_cidr(i)],
+            addresses: vec![NodeAddress::internal_ip(&ip(i))],
+            network_unavailable: None,
+        }
+    }
+
+    /// Carries out the controller's commands (cloud operations against the provider,
+    /// condition writes that succeed) and feeds the replies back, advancing the
+    /// virtual clock to the controller's deadlines, until it is quiet for `horizon`.
+    fn drive(
+        c: &mut Controller,
+        provider: &dyn Routes,
+        metrics: &Metrics,
+        mut commands: Vec<Command>,
+        now: &mut Instant,
+    ) {
+        let horizon = Duration::from_secs(5);
+        for _ in 0..1000 {
+            let mut inputs = Vec::new();
+            for command in commands.drain(..) {
+                match command {
+                    Command::Cloud { id, op, .. } => inputs.push(Input::Cloud {
+                        id,
+                        reply: run_op(provider, CLUSTER, &op, metrics),
+                    }),
+                    Command::WriteCondition { node, .. } => inputs.push(Input::ConditionWritten {
+                        node,
+                        result: Ok(()),
+                    }),
+                    Command::RecordEvent { event, .. } => {
+                        panic!("unexpected event {event:?}")
+                    }
+                    Command::PassFinished(_) => {}
+                }
+            }
+            if inputs.is_empty() {
+                match c.next_deadline() {
+                    Some(d) if d <= *now + horizon => {
+                        *now = d.max(*now);
+                        commands = c.handle(Input::Tick, *now);
+                        continue;
+                    }
+                    _ => return,
+                }
+            }
+            for input in inputs {
+                commands.extend(c.handle(input, *now));
+            }
+        }
+        panic!("the controller did not settle");
+    }
+
+    #[test]
+    fn watch_mode_controller_creates_and_deletes_routes_in_the_double() {
+        let double = cluster(4);
+        double.set_action_duration(Duration::ZERO);
+        let provider = connect(&double);
+        let metrics = Arc::new(Metrics::new());
+        let mut config = ControllerConfig::new(vec![Cidr::parse("10.244.0.0/16").unwrap()]);
+        config.mode = Mode::Watch;
+        config.seed = Some(7);
+        let mut c = Controller::new(config, metrics.clone());
+        let mut now = Instant::now();
+
+        // A foreign route outside the cluster CIDR must survive everything.
+        double.put_route(NET, "192.168.0.0/24", &ip(1));
+        double.clear_requests();
+
+        let mut commands = c.handle(Input::Node(NodeEvent::Init), now);
+        for i in 1..=3 {
+            commands.extend(c.handle(Input::Node(NodeEvent::InitApply(node(i))), now));
+        }
+        commands.extend(c.handle(Input::Node(NodeEvent::InitDone), now));
+        drive(&mut c, &provider, &metrics, commands, &mut now);
+        let mut routes = double.routes(NET);
+        routes.sort();
+        assert_eq!(
+            routes,
+            vec![
+                ("10.244.1.0/24".to_string(), ip(1)),
+                ("10.244.2.0/24".to_string(), ip(2)),
+                ("10.244.3.0/24".to_string(), ip(3)),
+                ("192.168.0.0/24".to_string(), ip(1)),
+            ]
+        );
+        // The start: the network and one server page, then an action and a poll per
+        // route.
+        assert_eq!(
+            double.requests().len(),
+            2 + 3 * 2,
+            "{:?}",
+            double.requests()
+        );
+
+        // A node joins: its route costs the action and one poll, nothing else.
+        double.clear_requests();
+        now += ms(100);
+        let commands = c.handle(Input::Node(NodeEvent::Added(node(4))), now);
+        drive(&mut c, &provider, &metrics, commands, &mut now);
+        assert!(double.routes(NET).contains(&(pod_cidr(4), ip(4))));
+        assert_eq!(double.requests().len(), 2, "{:?}", double.requests());
+
+        // A node leaves: its route goes, the others and the foreign one stay. The
+        // route was created in this run, so the delete needs no lookup either.
+        double.clear_requests();
+        now += ms(100);
+        let commands = c.handle(Input::Node(NodeEvent::Deleted(node(2))), now);
+        drive(&mut c, &provider, &metrics, commands, &mut now);
+        let routes = double.routes(NET);
+        assert!(!routes.iter().any(|(d, _)| *d == pod_cidr(2)), "{routes:?}");
+        assert_eq!(routes.len(), 4, "{routes:?}");
+        assert_eq!(double.requests().len(), 2, "{:?}", double.requests());
+        assert_eq!(double.throttled(), 0);
+        assert_eq!(double.conflicts(), 0);
+    }
+}

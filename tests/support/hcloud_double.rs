@@ -1,0 +1,1015 @@
+//! A Hetzner Cloud API test double: a loopback HTTP/1.1 server (std only, one thread
+//! per connection) that follows the documented API closely enough to test a provider
+//! against it: networks with subnets and routes, paginated servers, route actions that
+//! run for a configurable time, validation and error bodies like the real API,
+//! rate-limit headers on every reply and 429s when the budget is exceeded, bearer
+//! token checks, and fault injection.
+//!
+//! It records every request so that tests can count requests per operation and
+//! assert that no request was refused for the rate limit.
+#![allow(dead_code)]
+// Each test binary uses only part of this support module.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use serde_json::{Value, json};
+
+/// What an injected fault does to a matching request.
+#[derive(Clone, Debug)]
+pub enum Fault {
+    /// Answer with this status and JSON error code, without processing the request.
+    Error { status: u16, code: String },
+    /// Answer with this status and an empty body (a proxy's reply).
+    BareStatus(u16),
+    /// Wait this long, then process the request and answer (normally too late).
+    Stall(Duration),
+    /// Read the request and close the connection without processing or answering.
+    Close,
+    /// Process the request, then answer 200 with a body that is not JSON.
+    Garbage,
+}
+
+impl Fault {
+    pub fn error(status: u16, code: &str) -> Fault {
+        Fault::Error {
+            status,
+            code: code.to_string(),
+        }
+    }
+}
+
+/// One request as the double saw it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Recorded {
+    pub method: String,
+    /// The API path without the `/v1` prefix, e.g. `/networks/1/actions/add_route`.
+    pub path: String,
+    pub query: String,
+    /// The status answered; 0 when the connection was closed instead.
+    pub status: u16,
+    pub at: Instant,
+}
+
+/// A route of a network: destination and gateway as strings, as the API shows them.
+pub type RouteEntry = (String, String);
+
+#[derive(Clone, Debug)]
+struct Network {
+    id: u64,
+    name: String,
+    ip_range: String,
+    subnets: Vec<String>,
+    routes: Vec<RouteEntry>,
+}
+
+#[derive(Clone, Debug)]
+struct Server {
+    id: u64,
+    name: String,
+    /// (network ID, private IP).
+    private_net: Vec<(u64, String)>,
+}
+
+#[derive(Clone, Debug)]
+struct Action {
+    id: u64,
+    command: String,
+    network: u64,
+    route: RouteEntry,
+    finishes: Instant,
+    /// Set when the action ends in error instead of making the change.
+    error: Option<(String, String)>,
+    /// `running`, `success` or `error`.
+    status: &'static str,
+}
+
+struct InjectedFault {
+    method: String,
+    path: String,
+    remaining: usize,
+    fault: Fault,
+}
+
+/// The server-side token bucket.
+struct Budget {
+    limit: f64,
+    per_second: f64,
+    tokens: f64,
+    at: Instant,
+}
+
+impl Budget {
+    fn refill(&mut self, now: Instant) {
+        let elapsed = now.saturating_duration_since(self.at).as_secs_f64();
+        self.tokens = (self.tokens + elapsed * self.per_second).min(self.limit);
+        self.at = now;
+    }
+
+    fn headers(&self) -> Vec<(String, String)> {
+        let missing = (self.limit - self.tokens).max(0.0);
+        let reset = unix_now() + (missing / self.per_second).ceil() as u64;
+        vec![
+            ("RateLimit-Limit".into(), format!("{}", self.limit as u64)),
+            (
+                "RateLimit-Remaining".into(),
+                format!("{}", self.tokens.max(0.0).floor() as u64),
+            ),
+            ("RateLimit-Reset".into(), reset.to_string()),
+        ]
+    }
+}
+
+struct State {
+    networks: BTreeMap<u64, Network>,
+    servers: BTreeMap<u64, Server>,
+    actions: BTreeMap<u64, Action>,
+    next_action: u64,
+    action_duration: Duration,
+    concurrent_actions: bool,
+    /// The next actions of a command end in error with (code, message).
+    failing_actions: VecDeque<(String, String, String)>,
+    budget: Budget,
+    faults: Vec<InjectedFault>,
+    log: Vec<Recorded>,
+    read_only_token: Option<String>,
+}
+
+struct Inner {
+    token: String,
+    state: Mutex<State>,
+    shutdown: AtomicBool,
+    connections: Mutex<Vec<TcpStream>>,
+}
+
+/// The running double. Dropping it stops the server.
+pub struct HcloudDouble {
+    inner: Arc<Inner>,
+    addr: SocketAddr,
+    acceptor: Option<JoinHandle<()>>,
+}
+
+impl HcloudDouble {
+    /// Starts a double on a free loopback port that accepts `token`. It has no
+    /// networks or servers, actions finish after 50 ms, and its rate limit is too high
+    /// to matter until [`HcloudDouble::set_rate_limit`] lowers it.
+    pub fn start(token: &str) -> HcloudDouble {
+        let listener =
+            TcpListener::bind("127.0.0.1:0").expect("bind the hcloud double to a loopback port");
+        let addr = listener
+            .local_addr()
+            .expect("local address of the hcloud double");
+        let inner = Arc::new(Inner {
+            token: token.to_string(),
+            state: Mutex::new(State {
+                networks: BTreeMap::new(),
+                servers: BTreeMap::new(),
+                actions: BTreeMap::new(),
+                next_action: 1000,
+                action_duration: Duration::from_millis(50),
+                concurrent_actions: false,
+                failing_actions: VecDeque::new(),
+                budget: Budget {
+                    limit: 1_000_000.0,
+                    per_second: 1_000_000.0,
+                    tokens: 1_000_000.0,
+                    at: Instant::now(),
+                },
+                faults: Vec::new(),
+                log: Vec::new(),
+                read_only_token: None,
+            }),
+            shutdown: AtomicBool::new(false),
+            connections: Mutex::new(Vec::new()),
+        });
+        let acceptor = {
+            let inner = inner.clone();
+            std::thread::Builder::new()
+                .name("hcloud-double".into())
+                .spawn(move || accept_loop(listener, inner))
+                .expect("spawn the hcloud double")
+        };
+        HcloudDouble {
+            inner,
+            addr,
+            acceptor: Some(acceptor),
+        }
+    }
+
+    /// The base URL to configure as `HCLOUD_ENDPOINT`.
+    pub fn endpoint(&self) -> String {
+        format!("http://{}/v1", self.addr)
+    }
+
+    pub fn token(&self) -> &str {
+        &self.inner.token
+    }
+
+    fn state(&self) -> MutexGuard<'_, State> {
+        self.inner.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub fn add_network(&self, id: u64, name: &str, ip_range: &str, subnets: &[&str]) {
+        self.state().networks.insert(
+            id,
+            Network {
+                id,
+                name: name.into(),
+                ip_range: ip_range.into(),
+                subnets: subnets.iter().map(|s| s.to_string()).collect(),
+                routes: Vec::new(),
+            },
+        );
+    }
+
+    /// Adds a server, attached to `network` with `ip` if given.
+    pub fn add_server(&self, id: u64, name: &str, attach: Option<(u64, &str)>) {
+        self.state().servers.insert(
+            id,
+            Server {
+                id,
+                name: name.into(),
+                private_net: attach
+                    .map(|(n, ip)| vec![(n, ip.to_string())])
+                    .unwrap_or_default(),
+            },
+        );
+    }
+
+    pub fn attach_server(&self, id: u64, network: u64, ip: &str) {
+        if let Some(s) = self.state().servers.get_mut(&id) {
+            s.private_net.push((network, ip.to_string()));
+        }
+    }
+
+    pub fn remove_server(&self, id: u64) {
+        self.state().servers.remove(&id);
+    }
+
+    /// Puts a route in the network directly, as another client would have.
+    pub fn put_route(&self, network: u64, destination: &str, gateway: &str) {
+        if let Some(n) = self.state().networks.get_mut(&network) {
+            n.routes.push((destination.into(), gateway.into()));
+        }
+    }
+
+    /// The network's routes once every finished action has taken effect.
+    pub fn routes(&self, network: u64) -> Vec<RouteEntry> {
+        let mut state = self.state();
+        settle(&mut state, Instant::now());
+        state
+            .networks
+            .get(&network)
+            .map(|n| n.routes.clone())
+            .unwrap_or_default()
+    }
+
+    /// How long new actions run before they end.
+    pub fn set_action_duration(&self, d: Duration) {
+        self.state().action_duration = d;
+    }
+
+    /// Lets actions run at the same time on one network (the real API answers
+    /// `conflict` instead).
+    pub fn allow_concurrent_actions(&self, allow: bool) {
+        self.state().concurrent_actions = allow;
+    }
+
+    /// The next action of `command` (`add_route`, `delete_route`) ends in error.
+    pub fn fail_next_action(&self, command: &str, code: &str, message: &str) {
+        self.state()
+            .failing_actions
+            .push_back((command.into(), code.into(), message.into()));
+    }
+
+    /// A bucket of `limit` requests that refills at `per_second`, starting full.
+    pub fn set_rate_limit(&self, limit: u32, per_second: f64) {
+        self.state().budget = Budget {
+            limit: f64::from(limit),
+            per_second,
+            tokens: f64::from(limit),
+            at: Instant::now(),
+        };
+    }
+
+    /// A second token that may read but not write (`token_readonly` on POST).
+    pub fn set_read_only_token(&self, token: &str) {
+        self.state().read_only_token = Some(token.into());
+    }
+
+    /// The next `times` requests with this method and exact path (without `/v1`)
+    /// suffer `fault`.
+    pub fn inject(&self, method: &str, path: &str, times: usize, fault: Fault) {
+        self.state().faults.push(InjectedFault {
+            method: method.into(),
+            path: path.into(),
+            remaining: times,
+            fault,
+        });
+    }
+
+    /// Every request so far, in order of arrival.
+    pub fn requests(&self) -> Vec<Recorded> {
+        self.state().log.clone()
+    }
+
+    pub fn clear_requests(&self) {
+        self.state().log.clear();
+    }
+
+    /// Requests with this method whose path starts with `prefix`.
+    pub fn count(&self, method: &str, prefix: &str) -> usize {
+        self.state()
+            .log
+            .iter()
+            .filter(|r| r.method == method && r.path.starts_with(prefix))
+            .count()
+    }
+
+    /// Requests answered 429 `rate_limit_exceeded`.
+    pub fn throttled(&self) -> usize {
+        self.state().log.iter().filter(|r| r.status == 429).count()
+    }
+
+    /// Requests answered 409 `conflict` (the network was busy).
+    pub fn conflicts(&self) -> usize {
+        self.state().log.iter().filter(|r| r.status == 409).count()
+    }
+}
+
+impl Drop for HcloudDouble {
+    fn drop(&mut self) {
+        self.inner.shutdown.store(true, Ordering::SeqCst);
+        for c in self
+            .inner
+            .connections
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .drain(..)
+        {
+            let _ = c.shutdown(std::net::Shutdown::Both);
+        }
+        // Wake the acceptor so that it sees the flag.
+        let _ = TcpStream::connect(self.addr);
+        if let Some(t) = self.acceptor.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+fn accept_loop(listener: TcpListener, inner: Arc<Inner>) {
+    for stream in listener.incoming() {
+        if inner.shutdown.load(Ordering::SeqCst) {
+            return;
+        }
+        let Ok(stream) = stream else { continue };
+        let _ = stream.set_nodelay(true);
+        if let Ok(clone) = stream.try_clone() {
+            inner
+                .connections
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .push(clone);
+        }
+        let inner = inner.clone();
+        let _ = std::thread::Builder::new()
+            .name("hcloud-double-conn".into())
+            .spawn(move || serve_connection(stream, &inner));
+    }
+}
+
+// ---------------------------------------------------------------------------------
+// HTTP/1.1, just enough: request line, headers, Content-Length bodies, keep-alive.
+
+struct HttpRequest {
+    method: String,
+    path: String,
+    query: String,
+    headers: Vec<(String, String)>,
+    body: Vec<u8>,
+}
+
+impl HttpRequest {
+    fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(k, _)| k.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+    }
+
+    fn query_values(&self, key: &str) -> Vec<String> {
+        self.query
+            .split('&')
+            .filter_map(|pair| pair.split_once('='))
+            .filter(|(k, _)| *k == key)
+            .map(|(_, v)| percent_decode(v))
+            .collect()
+    }
+}
+
+struct Reply {
+    status: u16,
+    body: Value,
+}
+
+fn reply(status: u16, body: Value) -> Reply {
+    Reply { status, body }
+}
+
+fn error_reply(status: u16, code: &str, message: &str) -> Reply {
+    reply(
+        status,
+        json!({"error": {"code": code, "message": message, "details": {}}}),
+    )
+}
+
+fn read_request(reader: &mut BufReader<TcpStream>) -> Option<HttpRequest> {
+    let mut line = String::new();
+    if reader.read_line(&mut line).ok()? == 0 {
+        return None;
+    }
+    let mut parts = line.split_whitespace();
+    let method = parts.next()?.to_string();
+    let target = parts.next()?.to_string();
+    let mut headers = Vec::new();
+    loop {
+        let mut h = String::new();
+        if reader.read_line(&mut h).ok()? == 0 {
+            return None;
+        }
+        let h = h.trim_end();
+        if h.is_empty() {
+            break;
+        }
+        if let Some((k, v)) = h.split_once(':') {
+            headers.push((k.trim().to_string(), v.trim().to_string()));
+        }
+    }
+    let length = headers
+        .iter()
+        .find(|(k, _)| k.eq_ignore_ascii_case("content-length"))
+        .and_then(|(_, v)| v.parse::<usize>().ok())
+        .unwrap_or(0);
+    let mut body = vec![0; length];
+    reader.read_exact(&mut body).ok()?;
+    let (path, query) = match target.split_once('?') {
+        Some((p, q)) => (p.to_string(), q.to_string()),
+        None => (target, String::new()),
+    };
+    let path = path.strip_prefix("/v1").unwrap_or(&path).to_string();
+    Some(HttpRequest {
+        method,
+        path,
+        query,
+        headers,
+        body,
+    })
+}
+
+fn write_reply(stream: &mut TcpStream, status: u16, headers: &[(String, String)], body: &[u8]) {
+    let reason = match status {
+        200 => "OK",
+        201 => "Created",
+        400 => "Bad Request",
+        401 => "Unauthorized",
+        403 => "Forbidden",
+        404 => "Not Found",
+        409 => "Conflict",
+        423 => "Locked",
+        429 => "Too Many Requests",
+        500 => "Internal Server Error",
+        502 => "Bad Gateway",
+        503 => "Service Unavailable",
+        504 => "Gateway Timeout",
+        _ => "Status",
+    };
+    let mut head = format!(
+        "HTTP/1.1 {status} {reason}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n",
+        body.len()
+    );
+    for (k, v) in headers {
+        head.push_str(&format!("{k}: {v}\r\n"));
+    }
+    head.push_str("\r\n");
+    // One write: a head and a body in two small segments would meet Nagle's algorithm
+    // and the peer's delayed ACK, 40 ms per reply.
+    let mut message = head.into_bytes();
+    message.extend_from_slice(body);
+    let _ = stream.write_all(&message);
+    let _ = stream.flush();
+}
+
+fn serve_connection(stream: TcpStream, inner: &Inner) {
+    let Ok(read_half) = stream.try_clone() else {
+        return;
+    };
+    let mut reader = BufReader::new(read_half);
+    let mut stream = stream;
+    let mut served: u64 = 0;
+    while let Some(request) = read_request(&mut reader) {
+        served += 1;
+        let correlation = format!("{:016x}", unix_now() ^ served.rotate_left(17));
+        let outcome = handle(inner, &request);
+        let (status, body, headers) = match outcome {
+            Outcome::Close => return,
+            Outcome::Reply {
+                status,
+                body,
+                mut headers,
+            } => {
+                headers.push(("X-Correlation-Id".into(), correlation));
+                (status, body, headers)
+            }
+        };
+        write_reply(&mut stream, status, &headers, &body);
+        if request
+            .header("connection")
+            .is_some_and(|v| v.eq_ignore_ascii_case("close"))
+        {
+            return;
+        }
+    }
+}
+
+enum Outcome {
+    Reply {
+        status: u16,
+        body: Vec<u8>,
+        headers: Vec<(String, String)>,
+    },
+    Close,
+}
+
+/// Authenticates, charges the budget, applies injected faults and routes the request.
+fn handle(inner: &Inner, request: &HttpRequest) -> Outcome {
+    let now = Instant::now();
+    let mut state = inner.state.lock().unwrap_or_else(|e| e.into_inner());
+    state.budget.refill(now);
+    let record = |state: &mut State, status: u16| {
+        state.log.push(Recorded {
+            method: request.method.clone(),
+            path: request.path.clone(),
+            query: request.query.clone(),
+            status,
+            at: now,
+        });
+    };
+    if state.budget.tokens < 1.0 {
+        let headers = state.budget.headers();
+        record(&mut state, 429);
+        return json_outcome(
+            error_reply(
+                429,
+                "rate_limit_exceeded",
+                "limit of requests per hour reached",
+            ),
+            headers,
+        );
+    }
+    state.budget.tokens -= 1.0;
+    let headers = state.budget.headers();
+
+    let token = request
+        .header("authorization")
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .unwrap_or("");
+    let read_only = state.read_only_token.as_deref() == Some(token);
+    if token != inner.token && !read_only {
+        record(&mut state, 401);
+        return json_outcome(
+            error_reply(401, "unauthorized", "unable to authenticate"),
+            headers,
+        );
+    }
+    if read_only && request.method == "POST" {
+        record(&mut state, 403);
+        return json_outcome(
+            error_reply(403, "token_readonly", "the token is read-only"),
+            headers,
+        );
+    }
+
+    let fault = take_fault(&mut state, request);
+    match fault {
+        Some(Fault::Error { status, code }) => {
+            record(&mut state, status);
+            return json_outcome(error_reply(status, &code, "injected failure"), headers);
+        }
+        Some(Fault::BareStatus(status)) => {
+            record(&mut state, status);
+            return Outcome::Reply {
+                status,
+                body: Vec::new(),
+                headers,
+            };
+        }
+        Some(Fault::Close) => {
+            record(&mut state, 0);
+            return Outcome::Close;
+        }
+        Some(Fault::Stall(d)) => {
+            drop(state);
+            std::thread::sleep(d);
+            state = inner.state.lock().unwrap_or_else(|e| e.into_inner());
+        }
+        Some(Fault::Garbage) | None => {}
+    }
+    settle(&mut state, Instant::now());
+    let answer = route(&mut state, request);
+    record(&mut state, answer.status);
+    if matches!(fault, Some(Fault::Garbage)) {
+        return Outcome::Reply {
+            status: 200,
+            body: b"<html>not json</html>".to_vec(),
+            headers,
+        };
+    }
+    json_outcome(answer, headers)
+}
+
+fn json_outcome(reply: Reply, headers: Vec<(String, String)>) -> Outcome {
+    Outcome::Reply {
+        status: reply.status,
+        body: serde_json::to_vec(&reply.body).unwrap_or_default(),
+        headers,
+    }
+}
+
+fn take_fault(state: &mut State, request: &HttpRequest) -> Option<Fault> {
+    let i = state
+        .faults
+        .iter()
+        .position(|f| f.remaining > 0 && f.method == request.method && f.path == request.path)?;
+    let f = &mut state.faults[i];
+    f.remaining -= 1;
+    let fault = f.fault.clone();
+    if f.remaining == 0 {
+        state.faults.remove(i);
+    }
+    Some(fault)
+}
+
+/// Ends the actions whose time has come, making their changes in order.
+fn settle(state: &mut State, now: Instant) {
+    let due: Vec<u64> = state
+        .actions
+        .values()
+        .filter(|a| a.status == "running" && a.finishes <= now)
+        .map(|a| a.id)
+        .collect();
+    for id in due {
+        let Some(action) = state.actions.get(&id).cloned() else {
+            continue;
+        };
+        let status = if action.error.is_some() {
+            "error"
+        } else {
+            if let Some(n) = state.networks.get_mut(&action.network) {
+                match action.command.as_str() {
+                    "add_route" => n.routes.push(action.route.clone()),
+                    _ => n.routes.retain(|r| *r != action.route),
+                }
+            }
+            "success"
+        };
+        if let Some(a) = state.actions.get_mut(&id) {
+            a.status = status;
+        }
+    }
+}
+
+fn route(state: &mut State, request: &HttpRequest) -> Reply {
+    let segments: Vec<&str> = request.path.trim_matches('/').split('/').collect();
+    match (request.method.as_str(), segments.as_slice()) {
+        ("GET", ["networks"]) => list_networks(state, request),
+        ("GET", ["networks", id]) => match network_by_id(state, id) {
+            Some(n) => reply(200, json!({"network": network_json(n)})),
+            None => error_reply(404, "not_found", "network not found"),
+        },
+        (
+            "POST",
+            [
+                "networks",
+                id,
+                "actions",
+                command @ ("add_route" | "delete_route"),
+            ],
+        ) => route_action(state, id, command, &request.body),
+        ("GET", ["servers"]) => list_servers(state, request),
+        ("GET", ["servers", id]) => match id.parse().ok().and_then(|id| state.servers.get(&id)) {
+            Some(s) => reply(200, json!({"server": server_json(s)})),
+            None => error_reply(404, "not_found", "server not found"),
+        },
+        ("GET", ["actions"]) => {
+            let ids: Vec<u64> = request
+                .query_values("id")
+                .iter()
+                .filter_map(|v| v.parse().ok())
+                .collect();
+            if ids.is_empty() {
+                return error_reply(
+                    400,
+                    "invalid_input",
+                    "listing actions without an id is no longer supported",
+                );
+            }
+            let actions: Vec<Value> = ids
+                .iter()
+                .filter_map(|id| state.actions.get(id))
+                .map(action_json)
+                .collect();
+            reply(
+                200,
+                json!({"actions": actions, "meta": pagination(1, 25, actions.len())}),
+            )
+        }
+        ("GET", ["actions", id]) => match id.parse().ok().and_then(|id| state.actions.get(&id)) {
+            Some(a) => reply(200, json!({"action": action_json(a)})),
+            None => error_reply(404, "not_found", "action not found"),
+        },
+        _ => error_reply(404, "not_found", "no such endpoint"),
+    }
+}
+
+fn network_by_id<'a>(state: &'a State, id: &str) -> Option<&'a Network> {
+    id.parse().ok().and_then(|id| state.networks.get(&id))
+}
+
+fn list_networks(state: &State, request: &HttpRequest) -> Reply {
+    let name = request.query_values("name").into_iter().next();
+    let networks: Vec<Value> = state
+        .networks
+        .values()
+        .filter(|n| name.as_ref().is_none_or(|want| *want == n.name))
+        .map(network_json)
+        .collect();
+    let total = networks.len();
+    reply(
+        200,
+        json!({"networks": networks, "meta": pagination(1, 25, total)}),
+    )
+}
+
+fn list_servers(state: &State, request: &HttpRequest) -> Reply {
+    let first = |key: &str| request.query_values(key).into_iter().next();
+    let page: usize = first("page")
+        .and_then(|p| p.parse().ok())
+        .unwrap_or(1)
+        .max(1);
+    let per_page: usize = first("per_page")
+        .and_then(|p| p.parse().ok())
+        .unwrap_or(25)
+        .clamp(1, 50);
+    let name = first("name");
+    let matching: Vec<&Server> = state
+        .servers
+        .values()
+        .filter(|s| name.as_ref().is_none_or(|want| *want == s.name))
+        .collect();
+    let servers: Vec<Value> = matching
+        .iter()
+        .skip((page - 1) * per_page)
+        .take(per_page)
+        .map(|s| server_json(s))
+        .collect();
+    reply(
+        200,
+        json!({"servers": servers, "meta": pagination(page, per_page, matching.len())}),
+    )
+}
+
+fn pagination(page: usize, per_page: usize, total: usize) -> Value {
+    let last = total.div_ceil(per_page).max(1);
+    json!({"pagination": {
+        "page": page,
+        "per_page": per_page,
+        "previous_page": if page > 1 { json!(page - 1) } else { Value::Null },
+        "next_page": if page < last { json!(page + 1) } else { Value::Null },
+        "last_page": last,
+        "total_entries": total,
+    }})
+}
+
+fn route_action(state: &mut State, network_id: &str, command: &str, body: &[u8]) -> Reply {
+    let Some(network) = network_by_id(state, network_id).cloned() else {
+        return error_reply(404, "not_found", "network not found");
+    };
+    let Ok(body) = serde_json::from_slice::<Value>(body) else {
+        return error_reply(400, "json_error", "request body is not valid JSON");
+    };
+    let field = |k: &str| {
+        body.get(k)
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .to_string()
+    };
+    let (destination, gateway) = (field("destination"), field("gateway"));
+    let Some(dest) = parse_cidr(&destination) else {
+        return error_reply(400, "invalid_input", "invalid input in field 'destination'");
+    };
+    let Ok(gw) = gateway.parse::<Ipv4Addr>() else {
+        return error_reply(400, "invalid_input", "invalid input in field 'gateway'");
+    };
+    let busy = state
+        .actions
+        .values()
+        .any(|a| a.network == network.id && a.status == "running");
+    if busy && !state.concurrent_actions {
+        return error_reply(
+            409,
+            "conflict",
+            "a change is currently being performed on this network",
+        );
+    }
+    let route = (format_cidr(dest), gw.to_string());
+    match command {
+        "add_route" => {
+            if let Some(problem) = add_route_problem(&network, dest, gw) {
+                return error_reply(400, "invalid_input", problem);
+            }
+        }
+        _ => {
+            let exists = network.routes.iter().any(|(d, g)| {
+                parse_cidr(d) == Some(dest) && g.parse::<Ipv4Addr>().ok() == Some(gw)
+            });
+            if !exists {
+                return error_reply(404, "not_found", "route not found");
+            }
+        }
+    }
+    let id = state.next_action;
+    state.next_action += 1;
+    let error = match state
+        .failing_actions
+        .iter()
+        .position(|(c, _, _)| c == command)
+    {
+        Some(i) => state
+            .failing_actions
+            .remove(i)
+            .map(|(_, code, message)| (code, message)),
+        None => None,
+    };
+    let action = Action {
+        id,
+        command: command.to_string(),
+        network: network.id,
+        route,
+        finishes: Instant::now() + state.action_duration,
+        error,
+        status: "running",
+    };
+    let json = action_json(&action);
+    state.actions.insert(id, action);
+    reply(201, json!({"action": json}))
+}
+
+/// What the real API would refuse about a new route (reference §3.6).
+fn add_route_problem(
+    network: &Network,
+    dest: (u32, u8),
+    gateway: Ipv4Addr,
+) -> Option<&'static str> {
+    let private = [("10.0.0.0/8"), ("172.16.0.0/12"), ("192.168.0.0/16")]
+        .iter()
+        .filter_map(|r| parse_cidr(r))
+        .any(|r| contains(r, dest));
+    if !private && dest != (0, 0) {
+        return Some("network route destination must be a private IPv4 range or 0.0.0.0/0");
+    }
+    let taken = network
+        .subnets
+        .iter()
+        .chain(network.routes.iter().map(|(d, _)| d))
+        .filter_map(|r| parse_cidr(r))
+        .any(|r| contains(r, dest) || contains(dest, r));
+    if taken {
+        return Some("network route destination overlaps with another subnetwork or network route");
+    }
+    let in_range =
+        parse_cidr(&network.ip_range).is_some_and(|r| contains(r, (u32::from(gateway), 32)));
+    if !in_range || gateway == Ipv4Addr::new(172, 31, 1, 1) {
+        return Some("invalid gateway");
+    }
+    None
+}
+
+/// (network address, prefix) of an IPv4 CIDR, masked.
+fn parse_cidr(s: &str) -> Option<(u32, u8)> {
+    let (addr, prefix) = s.split_once('/')?;
+    let addr: Ipv4Addr = addr.parse().ok()?;
+    let prefix: u8 = prefix.parse().ok()?;
+    if prefix > 32 {
+        return None;
+    }
+    Some((u32::from(addr) & mask(prefix), prefix))
+}
+
+fn mask(prefix: u8) -> u32 {
+    if prefix == 0 {
+        0
+    } else {
+        u32::MAX << (32 - u32::from(prefix))
+    }
+}
+
+/// Whether `outer` contains all of `inner`.
+fn contains(outer: (u32, u8), inner: (u32, u8)) -> bool {
+    outer.1 <= inner.1 && inner.0 & mask(outer.1) == outer.0
+}
+
+fn format_cidr((addr, prefix): (u32, u8)) -> String {
+    format!("{}/{prefix}", Ipv4Addr::from(addr))
+}
+
+fn network_json(n: &Network) -> Value {
+    json!({
+        "id": n.id,
+        "name": n.name,
+        "ip_range": n.ip_range,
+        "subnets": n.subnets.iter().map(|s| json!({
+            "type": "cloud", "ip_range": s, "network_zone": "eu-central", "gateway": "10.0.0.1"
+        })).collect::<Vec<_>>(),
+        "routes": n.routes.iter().map(|(d, g)| json!({"destination": d, "gateway": g})).collect::<Vec<_>>(),
+        "servers": [],
+        "load_balancers": [],
+        "protection": {"delete": false},
+        "labels": {},
+        "created": "2016-01-30T23:55:00+00:00",
+        "expose_routes_to_vswitch": false
+    })
+}
+
+fn server_json(s: &Server) -> Value {
+    json!({
+        "id": s.id,
+        "name": s.name,
+        "status": "running",
+        "public_net": {"ipv4": {"id": s.id, "ip": "198.51.100.1", "blocked": false}, "ipv6": null,
+                       "floating_ips": [], "firewalls": []},
+        "private_net": s.private_net.iter().map(|(n, ip)| json!({
+            "network": n, "ip": ip, "alias_ips": [], "mac_address": "86:00:00:00:00:01"
+        })).collect::<Vec<_>>(),
+        "labels": {}
+    })
+}
+
+fn action_json(a: &Action) -> Value {
+    json!({
+        "id": a.id,
+        "command": a.command,
+        "status": a.status,
+        "progress": if a.status == "running" { 0 } else { 100 },
+        "started": "2016-01-30T23:50:00+00:00",
+        "finished": if a.status == "running" { Value::Null } else { json!("2016-01-30T23:50:01+00:00") },
+        "resources": [{"id": a.network, "type": "network"}],
+        "error": match (&a.error, a.status) {
+            (Some((code, message)), "error") => json!({"code": code, "message": message}),
+            _ => Value::Null,
+        },
+    })
+}
+
+fn percent_decode(s: &str) -> String {
+    let bytes = s.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        match bytes[i] {
+            b'%' if i + 2 < bytes.len() => {
+                let hex = std::str::from_utf8(&bytes[i + 1..i + 3]).ok();
+                match hex.and_then(|h| u8::from_str_radix(h, 16).ok()) {
+                    Some(b) => {
+                        out.push(b);
+                        i += 3;
+                    }
+                    None => {
+                        out.push(b'%');
+                        i += 1;
+                    }
+                }
+            }
+            b'+' => {
+                out.push(b' ');
+                i += 1;
+            }
+            b => {
+                out.push(b);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+fn unix_now() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0)
+}
