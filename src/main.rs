@@ -5,7 +5,7 @@ use route_controller::cli::{self, Command, EXIT_USAGE};
 
 fn main() {
     let args: Vec<String> = std::env::args().collect();
-    let cli = cli::parse(&args);
+    let (cli, _warnings) = cli::parse(&args);
     match cli.command {
         Command::Plan(args) => finish(cli::run_plan(&args)),
         Command::Simulate(args) => finish(cli::run_simulate(&args)),

@@ -90,13 +90,53 @@ pub struct PlanArgs {
     pub output: String,
 }
 
-/// Flags that are booleans: `--flag` alone means true.
-const BOOL_FLAGS: &[&str] = &[];
+/// Flags of `run` that are booleans: `--flag` alone means true.
+const BOOL_FLAGS: &[&str] = &["--leader-elect", "--configure-cloud-routes"];
 
-/// Rewrites `--flag=value` as `--flag value`, and a boolean `--flag` given alone as
-/// `--flag true`, so that argh accepts the spellings of Go's pflag.
-pub fn normalize_args(args: &[String]) -> Vec<String> {
+/// Flags of the cloud-controller-manager that do not apply here. They are accepted, so
+/// that flags copied from a CCM manifest work, and ignored with a warning. The second
+/// field says whether the flag is a boolean (it may stand alone).
+const IGNORED_CCM_FLAGS: &[(&str, bool)] = &[
+    ("--allocate-node-cidrs", true),
+    ("--authentication-kubeconfig", false),
+    ("--authentication-skip-lookup", true),
+    ("--authorization-always-allow-paths", false),
+    ("--authorization-kubeconfig", false),
+    ("--bind-address", false),
+    ("--cert-dir", false),
+    ("--cidr-allocator-type", false),
+    ("--concurrent-service-syncs", false),
+    ("--contention-profiling", true),
+    ("--controllers", false),
+    ("--enable-leader-migration", true),
+    ("--external-cloud-volume-plugin", false),
+    ("--leader-migration-config", false),
+    ("--node-monitor-period", false),
+    ("--node-status-update-frequency", false),
+    ("--node-sync-period", false),
+    ("--profiling", true),
+    ("--requestheader-client-ca-file", false),
+    ("--secure-port", false),
+    ("--tls-cert-file", false),
+    ("--tls-private-key-file", false),
+    ("--use-service-account-credentials", true),
+    ("--webhook-secure-port", false),
+];
+
+/// Arguments as argh reads them, plus warnings about flags that were ignored.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Normalized {
+    pub args: Vec<String>,
+    pub warnings: Vec<String>,
+}
+
+/// Rewrites the spellings of Go's pflag into argh's: `--flag=value` becomes `--flag
+/// value`, and a boolean `--flag` given alone becomes `--flag true`. For `run`, the
+/// cloud-controller-manager's flags that do not apply are dropped with a warning.
+pub fn normalize_args(args: &[String]) -> Normalized {
+    let is_run = args.first().is_some_and(|a| a == "run");
     let mut out = Vec::with_capacity(args.len() + 4);
+    let mut warnings = Vec::new();
     let mut iter = args.iter().peekable();
     while let Some(arg) = iter.next() {
         if arg == "--" {
@@ -104,30 +144,43 @@ pub fn normalize_args(args: &[String]) -> Vec<String> {
             out.extend(iter.by_ref().cloned());
             break;
         }
-        if let Some(rest) = arg.strip_prefix("--")
-            && let Some((name, value)) = rest.split_once('=')
-        {
-            out.push(format!("--{name}"));
-            out.push(value.to_string());
+        let (name, value) = match arg.split_once('=') {
+            Some((n, v)) if n.starts_with("--") => (n, Some(v)),
+            _ => (arg.as_str(), None),
+        };
+        if is_run && let Some((_, boolean)) = IGNORED_CCM_FLAGS.iter().find(|(f, _)| *f == name) {
+            let takes_next =
+                value.is_none() && !boolean && iter.peek().is_some_and(|n| !n.starts_with("--"));
+            if takes_next {
+                iter.next();
+            }
+            warnings.push(format!("{name} is a cloud-controller-manager flag that route-controller does not use; ignored"));
             continue;
         }
-        out.push(arg.clone());
-        if BOOL_FLAGS.contains(&arg.as_str())
-            && iter.peek().is_none_or(|next| next.starts_with("--"))
-        {
-            out.push("true".to_string());
+        out.push(name.to_string());
+        match value {
+            Some(v) => out.push(v.to_string()),
+            None if BOOL_FLAGS.contains(&name)
+                && iter.peek().is_none_or(|n| n.starts_with("--")) =>
+            {
+                out.push("true".to_string());
+            }
+            None => {}
         }
     }
-    out
+    Normalized {
+        args: out,
+        warnings,
+    }
 }
 
 /// Parses the process arguments; on `--help` prints help and exits 0, on bad flags
-/// prints one line and exits 2.
-pub fn parse(args: &[String]) -> Cli {
+/// prints one line and exits 2. Returns warnings about ignored flags, for the log.
+pub fn parse(args: &[String]) -> (Cli, Vec<String>) {
     let normalized = normalize_args(args.get(1..).unwrap_or(&[]));
-    let strs: Vec<&str> = normalized.iter().map(String::as_str).collect();
+    let strs: Vec<&str> = normalized.args.iter().map(String::as_str).collect();
     match Cli::from_args(&["route-controller"], &strs) {
-        Ok(cli) => cli,
+        Ok(cli) => (cli, normalized.warnings),
         Err(early) => match early.status {
             Ok(()) => {
                 println!("{}", early.output);
@@ -486,13 +539,54 @@ mod tests {
                 "--cluster-cidr=10.0.0.0/8",
                 "--nodes",
                 "n.json"
-            ])),
+            ]))
+            .args,
             s(&["plan", "--cluster-cidr", "10.0.0.0/8", "--nodes", "n.json"])
         );
     }
 
     #[test]
     fn values_after_double_dash_are_left_alone() {
-        assert_eq!(normalize_args(&s(&["--", "--a=b"])), s(&["--", "--a=b"]));
+        assert_eq!(
+            normalize_args(&s(&["--", "--a=b"])).args,
+            s(&["--", "--a=b"])
+        );
+    }
+
+    #[test]
+    fn booleans_take_pflag_spellings() {
+        let n = normalize_args(&s(&[
+            "run",
+            "--leader-elect",
+            "--configure-cloud-routes=false",
+            "--leader-elect=false",
+        ]));
+        assert_eq!(
+            n.args,
+            s(&[
+                "run",
+                "--leader-elect",
+                "true",
+                "--configure-cloud-routes",
+                "false",
+                "--leader-elect",
+                "false"
+            ])
+        );
+    }
+
+    #[test]
+    fn ccm_flags_that_do_not_apply_are_dropped_with_a_warning() {
+        let n = normalize_args(&s(&[
+            "run",
+            "--allocate-node-cidrs",
+            "--controllers=*,-cloud-node",
+            "--secure-port",
+            "10258",
+            "--cluster-cidr=10.0.0.0/8",
+        ]));
+        assert_eq!(n.args, s(&["run", "--cluster-cidr", "10.0.0.0/8"]));
+        assert_eq!(n.warnings.len(), 3);
+        assert!(n.warnings[1].starts_with("--controllers is a cloud-controller-manager flag"));
     }
 }
