@@ -200,6 +200,14 @@ const CREDENTIAL_CODES: &[&str] = &[
     "OptInRequired",
 ];
 
+/// EC2 says `UnauthorizedOperation`; moto (like most other AWS services) says
+/// `AccessDenied`.
+const PERMISSION_CODES: &[&str] = &[
+    "UnauthorizedOperation",
+    "AccessDenied",
+    "AccessDeniedException",
+];
+
 const BAD_INPUT_CODES: &[&str] = &[
     "InvalidParameterValue",
     "InvalidParameter",
@@ -262,7 +270,7 @@ impl CallError {
                     (K::NotFound, String::new())
                 } else if code == "RouteAlreadyExists" {
                     (K::AlreadyExists, String::new())
-                } else if code == "UnauthorizedOperation" {
+                } else if PERMISSION_CODES.contains(&code) {
                     let hint = format!(
                         "; the IAM identity may not call ec2:{}: allow it in the policy \
                          (see the README's AWS IAM policy)",

@@ -755,6 +755,8 @@ impl Routes for AwsProvider {
     ) -> Result<(), CloudError> {
         let cidr = ipv4_destination(&route.destination_cidr)?;
         let instance = self.instance_for(target)?;
+        // The table first: a configuration error should not cost a mutation.
+        self.route_table_id(cluster_name)?;
         self.disable_source_dest_check(&instance)?;
         let (table, result) = self.with_table(cluster_name, |table| {
             self.call(
