@@ -8,12 +8,20 @@ mod moto;
 #[path = "support/stub_http.rs"]
 mod stub_http;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use route_controller::cloud::aws::credentials::AwsEnv;
+use route_controller::cloud::aws::sigv4::{self, RequestParts, SigningKey};
 use route_controller::cloud::aws::{AwsConfig, AwsProvider};
+use route_controller::cloud::workers::run_op;
 use route_controller::cloud::{CloudErrorKind, NodeDirectory, RouteTarget, Routes};
-use route_controller::model::{NodeAddress, Route};
+use route_controller::controller::{Command, Config, Controller, Input, NodeEvent, PassReport};
+use route_controller::metrics::Metrics;
+use route_controller::model::{Cidr, Node, NodeAddress, Route};
+use stub_http::{Reply, Request, StubServer};
 
 const CLUSTER: &str = "test-cluster";
 
@@ -123,7 +131,9 @@ fn list_create_delete_round_trip_against_moto() {
         .expect("create b");
 
     let before = provider.api_calls();
+    let started = Instant::now();
     let listed = provider.list_routes(CLUSTER, &nodes).expect("list");
+    let list_took = started.elapsed();
     let warm_list = calls_delta(&before, &provider.api_calls());
     assert_eq!(
         summary(&listed),
@@ -148,7 +158,9 @@ fn list_create_delete_round_trip_against_moto() {
         .iter()
         .find(|r| r.target_node == "node-b")
         .expect("b's route");
+    let started = Instant::now();
     provider.delete_route(CLUSTER, b_route).expect("delete");
+    let delete_took = started.elapsed();
     let delete = calls_delta(&before, &provider.api_calls());
     assert_eq!(
         summary(&provider.list_routes(CLUSTER, &nodes).expect("list")),
@@ -172,6 +184,7 @@ fn list_create_delete_round_trip_against_moto() {
     eprintln!(
         "[aws] calls: first list {first_list:?}; first create {first_create:?}; list {warm_list:?}; delete {delete:?}"
     );
+    eprintln!("[aws] against moto: list took {list_took:?}, delete took {delete_took:?}");
 }
 
 fn owned_tag() -> (String, &'static str) {
@@ -683,13 +696,6 @@ fn missing_iam_permission_is_invalid_and_names_the_action_to_allow() {
 }
 
 // --- what moto never produces: scripted EC2 replies --------------------------------------
-
-use std::sync::Arc;
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
-
-use route_controller::cloud::aws::sigv4::{self, RequestParts, SigningKey};
-use stub_http::{Reply, Request, StubServer};
 
 const NS: &str = "http://ec2.amazonaws.com/doc/2016-11-15/";
 
@@ -1356,13 +1362,6 @@ fn scope_key(req: &Request) -> String {
 }
 
 // --- the controller against moto ------------------------------------------------------
-
-use std::collections::VecDeque;
-
-use route_controller::cloud::workers::run_op;
-use route_controller::controller::{Command, Config, Controller, Input, NodeEvent, PassReport};
-use route_controller::metrics::Metrics;
-use route_controller::model::{Cidr, Node};
 
 /// Drives a [`Controller`] by hand in virtual time, running its cloud operations
 /// against a real provider and answering condition writes with success.

@@ -518,13 +518,24 @@ impl Ec2 {
         self.call("DeleteRouteTable", Params::new().add("RouteTableId", id));
     }
 
-    /// An Amazon-owned AMI to launch from (moto ships a catalogue).
+    /// An Amazon-owned AMI to launch from. moto ships a fixed catalogue that survives
+    /// a reset, and listing it takes about a second, so the answer is kept per server
+    /// and region.
     pub fn any_ami(&self) -> String {
+        static KNOWN: Mutex<Vec<(String, String, String)>> = Mutex::new(Vec::new());
+        let (url, region) = (&self.client.endpoint().url, self.client.region());
+        let mut known = KNOWN.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((_, _, ami)) = known.iter().find(|(u, r, _)| u == url && r == region) {
+            return ami.clone();
+        }
         let root = self.call("DescribeImages", Params::new().add("Owner.1", "amazon"));
-        root.items("imagesSet")
+        let ami = root
+            .items("imagesSet")
             .find_map(|i| i.text_of("imageId"))
             .map(str::to_string)
-            .expect("moto lists at least one Amazon AMI")
+            .expect("moto lists at least one Amazon AMI");
+        known.push((url.clone(), region.to_string(), ami.clone()));
+        ami
     }
 
     pub fn run_instance(&self, ami: &str, subnet: &str) -> TestInstance {

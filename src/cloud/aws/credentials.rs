@@ -707,6 +707,63 @@ mod tests {
         );
     }
 
+    fn temp_file(name: &str, text: &str) -> PathBuf {
+        let path = std::env::temp_dir().join(format!("{name}-{}", std::process::id()));
+        std::fs::write(&path, text).expect("write temp file");
+        path
+    }
+
+    #[test]
+    fn a_named_profile_missing_from_the_file_is_an_error_naming_both() {
+        let path = temp_file(
+            "aws-creds-missing-profile",
+            "[default]\naws_access_key_id=A\n",
+        );
+        let env = AwsEnv::new()
+            .with_var("AWS_SHARED_CREDENTIALS_FILE", &path.display().to_string())
+            .with_var("AWS_PROFILE", "prod");
+        let err = CredentialSource::resolve(&env, None).expect_err("no [prod]");
+        assert!(err.message.contains("[prod]"), "{}", err.message);
+        assert!(
+            err.message.contains(&path.display().to_string()),
+            "{}",
+            err.message
+        );
+        // The default profile exists but lacks its secret.
+        let env =
+            AwsEnv::new().with_var("AWS_SHARED_CREDENTIALS_FILE", &path.display().to_string());
+        let err = CredentialSource::resolve(&env, None).expect_err("no secret");
+        assert!(
+            err.message.contains("aws_secret_access_key"),
+            "{}",
+            err.message
+        );
+        let _ = std::fs::remove_file(path);
+    }
+
+    #[test]
+    fn a_credentials_file_named_by_the_variable_must_exist() {
+        let env = AwsEnv::new().with_var(
+            "AWS_SHARED_CREDENTIALS_FILE",
+            "/nonexistent/aws/credentials",
+        );
+        let err = CredentialSource::resolve(&env, None).expect_err("missing file");
+        assert!(
+            err.message.contains("/nonexistent/aws/credentials"),
+            "{}",
+            err.message
+        );
+        // Without the variable, a missing ~/.aws/credentials just moves on (here to
+        // "no credentials", the metadata service being disabled).
+        let env = AwsEnv::new().with_home("/nonexistent-home");
+        let err = CredentialSource::resolve(&env, None).expect_err("nothing at all");
+        assert!(
+            err.message.contains("no AWS credentials"),
+            "{}",
+            err.message
+        );
+    }
+
     #[test]
     fn debug_output_never_shows_secrets() {
         let creds = Credentials::new("AKIDEXAMPLE1234", "very-secret-key")

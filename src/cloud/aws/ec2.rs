@@ -178,6 +178,8 @@ pub struct CallError {
     pub backoff: Option<Duration>,
     /// The endpoint, for messages.
     pub endpoint: String,
+    /// Where the signing credentials came from, for messages about rejected ones.
+    pub credentials: String,
 }
 
 const THROTTLING: &[&str] = &[
@@ -278,11 +280,14 @@ impl CallError {
                     );
                     (K::Invalid, hint)
                 } else if CREDENTIAL_CODES.contains(&code) {
-                    let hint = "; AWS rejected the credentials: check the access key and \
-                                secret (AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, the profile, \
-                                or the instance role), the session token's expiry, the region \
-                                and the system clock";
-                    (K::Invalid, hint.to_string())
+                    let hint = format!(
+                        "; AWS rejected the credentials from {}: check the access key and \
+                         secret (AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, the profile, or the \
+                         instance role), the session token's expiry, the region and the system \
+                         clock",
+                        self.credentials
+                    );
+                    (K::Invalid, hint)
                 } else if BAD_INPUT_CODES.contains(&code) {
                     (K::Invalid, String::new())
                 } else if code == "InvalidInstanceID.NotFound" {
@@ -464,6 +469,7 @@ mod tests {
                 None
             },
             endpoint: "http://127.0.0.1:1/".into(),
+            credentials: "profile \"dev\" in /home/x/.aws/credentials".into(),
         }
     }
 
@@ -592,6 +598,7 @@ mod tests {
             }),
             backoff: None,
             endpoint: "e".into(),
+            credentials: "c".into(),
         };
         let retry = CloudErrorKind::Retry { after: None };
         assert_eq!(

@@ -252,6 +252,7 @@ impl AwsProvider {
                     error: Box::new(error),
                     backoff,
                     endpoint: self.ec2.endpoint().url.clone(),
+                    credentials: self.ec2.credentials().origin(),
                 })
             }
         }
@@ -919,6 +920,19 @@ mod tests {
             "{}",
             bad.message
         );
+    }
+
+    #[test]
+    fn debug_output_of_the_provider_shows_no_secret() {
+        let env = AwsEnv::new()
+            .with_var("AWS_ACCESS_KEY_ID", "AKIDDEBUGTEST")
+            .with_var("AWS_SECRET_ACCESS_KEY", "super-secret-value")
+            .with_var("AWS_SESSION_TOKEN", "super-secret-token")
+            .with_var("AWS_REGION", "eu-west-1");
+        let provider = AwsProvider::new(AwsConfig::default(), &env).expect("provider");
+        let text = format!("{provider:?}");
+        assert!(!text.contains("super-secret"), "{text}");
+        assert!(text.contains("eu-west-1"), "{text}");
     }
 
     #[test]
