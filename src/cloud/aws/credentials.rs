@@ -464,6 +464,8 @@ impl Imds {
             .timeout_global(Some(Duration::from_secs(3)))
             .http_status_as_error(false)
             .max_redirects(0)
+            // The metadata service is link-local: never through an HTTP(S)_PROXY.
+            .proxy(None)
             .build()
             .new_agent();
         Imds {

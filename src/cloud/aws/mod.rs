@@ -52,6 +52,10 @@ pub const EC2_API_VERSION: &str = "2016-11-15";
 const INSTANCE_BATCH: usize = 100;
 /// A defence against a server that never stops paging.
 const MAX_PAGES: usize = 1000;
+/// The per-instance memories (source/dest check done, instance gone) are forgotten
+/// beyond this many instances, so that years of instance churn cannot grow them
+/// without bound; forgetting costs at most one repeated call per instance.
+const MAX_REMEMBERED_INSTANCES: usize = 10_000;
 
 /// Settings of the AWS provider. Every field has a default ([`AwsConfig::default`]).
 #[derive(Clone, Debug, PartialEq)]
@@ -469,10 +473,13 @@ impl AwsProvider {
     /// Done once per instance and process: it is a mutating call that spends the
     /// account's mutating budget.
     fn disable_source_dest_check(&self, instance: &str) -> Result<(), CloudError> {
-        let slot = lock(&self.source_dest_check)
-            .entry(instance.to_string())
-            .or_default()
-            .clone();
+        let slot = {
+            let mut done = lock(&self.source_dest_check);
+            if done.len() >= MAX_REMEMBERED_INSTANCES && !done.contains_key(instance) {
+                done.clear();
+            }
+            done.entry(instance.to_string()).or_default().clone()
+        };
         let mut done = lock(&slot);
         if *done {
             return Ok(());
@@ -511,6 +518,9 @@ impl AwsProvider {
             self.look_up_batch(batch, &mut out)?;
         }
         let mut gone = lock(&self.gone);
+        if gone.len() >= MAX_REMEMBERED_INSTANCES {
+            gone.clear();
+        }
         for (id, lookup) in &out {
             if *lookup == Lookup::Gone {
                 gone.insert(id.clone());
