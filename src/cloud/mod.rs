@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use crate::model::{NodeAddress, Route};
 
+pub mod aws;
 pub mod fake;
 pub mod hcloud;
 pub mod ratelimit;

@@ -131,6 +131,12 @@ impl RateLimiter {
         wait
     }
 
+    /// When a request reserved at `now` could be sent, without reserving (for
+    /// diagnostics and tests).
+    pub fn available_at(&self, now: Instant) -> Instant {
+        self.lock().available_at(now)
+    }
+
     pub fn observe_budget(&self, limit: Option<u64>, remaining: u64) {
         self.lock().observe_budget(limit, remaining, Instant::now());
     }

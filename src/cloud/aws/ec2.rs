@@ -1,0 +1,627 @@
+//! The slice of the EC2 API the provider uses, as plain data: route tables, routes and
+//! instances read from XML replies, instance IDs read from provider IDs, and what each
+//! EC2 error means for the controller.
+//!
+//! Pure functions only (no IO), so every mapping is unit-tested with XML fixtures,
+//! including what moto never produces (blackhole routes, paging, throttling).
+
+use std::time::Duration;
+
+use super::query::QueryError;
+use super::xml::Element;
+use crate::cloud::{CloudError, CloudErrorKind};
+
+pub const DESCRIBE_ROUTE_TABLES: &str = "DescribeRouteTables";
+pub const DESCRIBE_INSTANCES: &str = "DescribeInstances";
+pub const MODIFY_INSTANCE_ATTRIBUTE: &str = "ModifyInstanceAttribute";
+pub const CREATE_ROUTE: &str = "CreateRoute";
+pub const REPLACE_ROUTE: &str = "ReplaceRoute";
+pub const DELETE_ROUTE: &str = "DeleteRoute";
+
+/// The cluster tag of the current scheme (any value: `owned` or `shared`).
+pub fn cluster_tag_key(cluster_name: &str) -> String {
+    format!("kubernetes.io/cluster/{cluster_name}")
+}
+
+/// The legacy cluster tag: key `KubernetesCluster`, value the cluster name.
+pub const LEGACY_CLUSTER_TAG: &str = "KubernetesCluster";
+
+/// A route table as `DescribeRouteTables` reports it.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RouteTable {
+    pub id: String,
+    pub vpc_id: String,
+    pub routes: Vec<RouteEntry>,
+}
+
+/// One route of a table.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RouteEntry {
+    /// `destinationCidrBlock`; absent for IPv6 and prefix-list routes.
+    pub destination: Option<String>,
+    pub instance_id: Option<String>,
+    /// `gatewayId`, `natGatewayId`, `networkInterfaceId`, …: whatever else it targets,
+    /// for messages.
+    pub other_target: Option<String>,
+    /// `active` or `blackhole`.
+    pub state: String,
+}
+
+impl RouteEntry {
+    pub fn is_blackhole(&self) -> bool {
+        self.state == "blackhole"
+    }
+
+    /// What the route points at, for messages.
+    pub fn target(&self) -> &str {
+        self.instance_id
+            .as_deref()
+            .or(self.other_target.as_deref())
+            .unwrap_or("nothing")
+    }
+}
+
+/// Reads a `DescribeRouteTablesResponse`: its tables and the `nextToken` if more
+/// pages follow.
+pub fn parse_route_tables(root: &Element) -> (Vec<RouteTable>, Option<String>) {
+    let tables = root
+        .items("routeTableSet")
+        .map(|t| RouteTable {
+            id: t.text_of("routeTableId").unwrap_or_default().to_string(),
+            vpc_id: t.text_of("vpcId").unwrap_or_default().to_string(),
+            routes: t.items("routeSet").map(parse_route).collect(),
+        })
+        .filter(|t| !t.id.is_empty())
+        .collect();
+    (tables, next_token(root))
+}
+
+fn parse_route(item: &Element) -> RouteEntry {
+    const OTHER_TARGETS: &[&str] = &[
+        "gatewayId",
+        "natGatewayId",
+        "networkInterfaceId",
+        "transitGatewayId",
+        "vpcPeeringConnectionId",
+        "egressOnlyInternetGatewayId",
+        "localGatewayId",
+        "carrierGatewayId",
+        "coreNetworkArn",
+    ];
+    RouteEntry {
+        destination: item.text_of("destinationCidrBlock").map(str::to_string),
+        instance_id: item.text_of("instanceId").map(str::to_string),
+        other_target: OTHER_TARGETS
+            .iter()
+            .find_map(|n| item.text_of(n))
+            .map(str::to_string),
+        state: item.text_of("state").unwrap_or("active").to_string(),
+    }
+}
+
+pub fn next_token(root: &Element) -> Option<String> {
+    root.text_of("nextToken").map(str::to_string)
+}
+
+/// What the provider needs to know about an instance.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Instance {
+    pub id: String,
+    pub private_dns_name: Option<String>,
+    /// `pending`, `running`, `shutting-down`, `terminated`, `stopping`, `stopped`.
+    pub state: String,
+}
+
+impl Instance {
+    /// A terminated (or terminating) instance never comes back: routes to it are dead.
+    pub fn is_gone(&self) -> bool {
+        matches!(self.state.as_str(), "terminated" | "shutting-down")
+    }
+}
+
+/// Reads a `DescribeInstancesResponse`.
+pub fn parse_instances(root: &Element) -> (Vec<Instance>, Option<String>) {
+    let instances = root
+        .items("reservationSet")
+        .flat_map(|r| r.items("instancesSet"))
+        .filter_map(|i| {
+            Some(Instance {
+                id: i.text_of("instanceId")?.to_string(),
+                private_dns_name: i.text_of("privateDnsName").map(str::to_string),
+                state: i
+                    .child("instanceState")
+                    .and_then(|s| s.text_of("name"))
+                    .unwrap_or_default()
+                    .to_string(),
+            })
+        })
+        .collect();
+    (instances, next_token(root))
+}
+
+/// The EC2 instance ID in a node's `spec.providerID`: `aws:///us-east-1a/i-0abc`,
+/// `aws:////i-0abc` or a bare `i-0abc`. `None` for anything else (another cloud,
+/// Fargate's `aws:///zone/fargate-…`).
+pub fn instance_id_from_provider_id(provider_id: &str) -> Option<&str> {
+    let id = match provider_id.strip_prefix("aws://") {
+        // The "host" part must be empty: aws:///zone/i-…
+        Some(rest) if rest.starts_with('/') => rest.rsplit('/').next()?,
+        Some(_) => return None,
+        None => provider_id,
+    };
+    is_instance_id(id).then_some(id)
+}
+
+/// `i-` followed by 8 or 17 lower-case hex digits (older and newer formats); moto's
+/// IDs have the same shape.
+pub fn is_instance_id(id: &str) -> bool {
+    id.strip_prefix("i-").is_some_and(|hex| {
+        !hex.is_empty() && hex.len() <= 17 && hex.bytes().all(|b| b.is_ascii_hexdigit())
+    })
+}
+
+/// Whether a call changes anything: a failed mutation may be ambiguous, a failed
+/// describe never is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CallKind {
+    Describe,
+    Mutation,
+}
+
+/// A failed EC2 call with what is needed to explain and classify it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CallError {
+    pub action: &'static str,
+    pub kind: CallKind,
+    pub error: Box<QueryError>,
+    /// Set when the call was throttled: how long the provider now holds back.
+    pub backoff: Option<Duration>,
+    /// The endpoint, for messages.
+    pub endpoint: String,
+    /// Where the signing credentials came from, for messages about rejected ones.
+    pub credentials: String,
+}
+
+const THROTTLING: &[&str] = &[
+    "RequestLimitExceeded",
+    "Throttling",
+    "ThrottlingException",
+    "RequestThrottled",
+    "RequestThrottledException",
+    "TooManyRequestsException",
+];
+
+const CREDENTIAL_CODES: &[&str] = &[
+    "AuthFailure",
+    "SignatureDoesNotMatch",
+    "InvalidClientTokenId",
+    "IncompleteSignature",
+    "MissingAuthenticationToken",
+    "ExpiredToken",
+    "RequestExpired",
+    "OptInRequired",
+];
+
+/// EC2 says `UnauthorizedOperation`; moto (like most other AWS services) says
+/// `AccessDenied`.
+const PERMISSION_CODES: &[&str] = &[
+    "UnauthorizedOperation",
+    "AccessDenied",
+    "AccessDeniedException",
+];
+
+const BAD_INPUT_CODES: &[&str] = &[
+    "InvalidParameterValue",
+    "InvalidParameter",
+    "InvalidParameterCombination",
+    "MissingParameter",
+    "InvalidInstanceID.Malformed",
+    "InvalidRouteTableId.Malformed",
+    "InvalidRouteTableID.Malformed",
+    "InvalidAction",
+];
+
+const SERVER_CODES: &[&str] = &[
+    "InternalError",
+    "InternalFailure",
+    "Unavailable",
+    "ServiceUnavailable",
+];
+
+/// Whether an error code is EC2 telling us to slow down.
+pub fn is_throttling(code: &str) -> bool {
+    THROTTLING.contains(&code)
+}
+
+impl CallError {
+    /// The EC2 error code, empty if the failure was not an error reply.
+    pub fn code(&self) -> &str {
+        match self.error.as_ref() {
+            QueryError::Service { code, .. } => code,
+            _ => "",
+        }
+    }
+
+    /// What the failure means for the controller, with a message naming the action,
+    /// the endpoint, the request ID and what to fix.
+    pub fn into_cloud(self) -> CloudError {
+        use CloudErrorKind as K;
+        let mutation = self.kind == CallKind::Mutation;
+        let uncertain = if mutation {
+            K::Ambiguous
+        } else {
+            K::Retry { after: None }
+        };
+        let (kind, hint) = match self.error.as_ref() {
+            QueryError::Credentials(e) => return e.clone(),
+            QueryError::Transport { maybe_sent, .. } => {
+                let kind = if *maybe_sent {
+                    uncertain
+                } else {
+                    K::Retry { after: None }
+                };
+                (kind, String::new())
+            }
+            QueryError::Unreadable { .. } => (uncertain, String::new()),
+            QueryError::Service { status, code, .. } => {
+                let code = code.as_str();
+                if is_throttling(code) {
+                    let after = self.backoff.unwrap_or(Duration::from_secs(1));
+                    (K::RateLimited { after }, String::new())
+                } else if code == "InvalidRoute.NotFound" {
+                    (K::NotFound, String::new())
+                } else if code == "RouteAlreadyExists" {
+                    (K::AlreadyExists, String::new())
+                } else if PERMISSION_CODES.contains(&code) {
+                    let hint = format!(
+                        "; the IAM identity may not call ec2:{}: allow it in the policy \
+                         (see the README's AWS IAM policy)",
+                        self.action
+                    );
+                    (K::Invalid, hint)
+                } else if CREDENTIAL_CODES.contains(&code) {
+                    let hint = format!(
+                        "; AWS rejected the credentials from {}: check the access key and \
+                         secret (AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, the profile, or the \
+                         instance role), the session token's expiry, the region and the system \
+                         clock",
+                        self.credentials
+                    );
+                    (K::Invalid, hint)
+                } else if BAD_INPUT_CODES.contains(&code) {
+                    (K::Invalid, String::new())
+                } else if code == "InvalidInstanceID.NotFound" {
+                    // New instances take a moment to become visible to every EC2 API.
+                    (K::Retry { after: None }, String::new())
+                } else if code == "InvalidRouteTableID.NotFound" {
+                    let hint = "; the route table is gone: fix the configured route table ID \
+                                or the cluster tag";
+                    (K::Invalid, hint.to_string())
+                } else if SERVER_CODES.contains(&code) || *status >= 500 {
+                    (uncertain, String::new())
+                } else {
+                    (K::Retry { after: None }, String::new())
+                }
+            }
+        };
+        let message = format!(
+            "EC2 {} at {} failed: {}{hint}",
+            self.action, self.endpoint, self.error
+        );
+        CloudError::new(kind, message)
+    }
+}
+
+/// The provider-wide backoff after throttling: exponential in the number of throttled
+/// replies in a row, reset by any success. Sans-IO: the caller supplies the jitter.
+#[derive(Clone, Debug)]
+pub struct ThrottleBackoff {
+    consecutive: u32,
+    base: Duration,
+    max: Duration,
+}
+
+impl ThrottleBackoff {
+    /// Starts at one second and caps at 20 s, like the AWS SDKs' standard retry mode.
+    pub fn new() -> ThrottleBackoff {
+        ThrottleBackoff {
+            consecutive: 0,
+            base: Duration::from_secs(1),
+            max: Duration::from_secs(20),
+        }
+    }
+
+    /// Another throttled reply: how long to hold back, given `jitter` in [0, 1).
+    /// The delay lies in [½, 1] of `base × 2^(n-1)` capped at `max`.
+    pub fn on_throttled(&mut self, jitter: f64) -> Duration {
+        self.consecutive = self.consecutive.saturating_add(1);
+        let exp = self
+            .base
+            .saturating_mul(1u32 << (self.consecutive - 1).min(16))
+            .min(self.max);
+        exp.mul_f64(0.5 + 0.5 * jitter.clamp(0.0, 1.0))
+    }
+
+    pub fn on_success(&mut self) {
+        self.consecutive = 0;
+    }
+}
+
+impl Default for ThrottleBackoff {
+    fn default() -> ThrottleBackoff {
+        ThrottleBackoff::new()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(xml: &str) -> Element {
+        Element::parse(xml).expect("fixture parses")
+    }
+
+    #[test]
+    fn route_tables_are_read_from_real_aws_xml() {
+        // Shape of a real AWS reply: trailing-slash namespace, instanceOwnerId,
+        // networkInterfaceId, a blackhole route, an IPv6 route and a NAT route.
+        let root = parse(
+            r#"<DescribeRouteTablesResponse xmlns="http://ec2.amazonaws.com/doc/2016-11-15/">
+              <requestId>8f1c</requestId>
+              <routeTableSet><item>
+                <routeTableId>rtb-0a1</routeTableId><vpcId>vpc-9</vpcId>
+                <routeSet>
+                  <item><destinationCidrBlock>10.0.0.0/16</destinationCidrBlock>
+                    <gatewayId>local</gatewayId><state>active</state><origin>CreateRouteTable</origin></item>
+                  <item><destinationCidrBlock>10.244.1.0/24</destinationCidrBlock>
+                    <instanceId>i-0123456789abcdef0</instanceId><instanceOwnerId>123</instanceOwnerId>
+                    <networkInterfaceId>eni-1</networkInterfaceId><state>active</state></item>
+                  <item><destinationCidrBlock>10.244.2.0/24</destinationCidrBlock>
+                    <networkInterfaceId>eni-2</networkInterfaceId><state>blackhole</state></item>
+                  <item><destinationIpv6CidrBlock>2001:db8::/64</destinationIpv6CidrBlock>
+                    <instanceId>i-0123456789abcdef0</instanceId><state>active</state></item>
+                  <item><destinationCidrBlock>0.0.0.0/0</destinationCidrBlock>
+                    <natGatewayId>nat-1</natGatewayId><state>active</state></item>
+                </routeSet>
+                <tagSet><item><key>kubernetes.io/cluster/c</key><value>owned</value></item></tagSet>
+              </item></routeTableSet>
+              <nextToken>page-2</nextToken>
+            </DescribeRouteTablesResponse>"#,
+        );
+        let (tables, next) = parse_route_tables(&root);
+        assert_eq!(next.as_deref(), Some("page-2"));
+        assert_eq!(tables.len(), 1);
+        let t = &tables[0];
+        assert_eq!((t.id.as_str(), t.vpc_id.as_str()), ("rtb-0a1", "vpc-9"));
+        assert_eq!(t.routes.len(), 5);
+        assert_eq!(
+            t.routes[1].instance_id.as_deref(),
+            Some("i-0123456789abcdef0")
+        );
+        assert!(t.routes[2].is_blackhole());
+        assert_eq!(t.routes[2].target(), "eni-2");
+        assert_eq!(t.routes[3].destination, None);
+        assert_eq!(t.routes[4].target(), "nat-1");
+    }
+
+    #[test]
+    fn instances_are_read_across_reservations() {
+        let root = parse(
+            "<DescribeInstancesResponse><reservationSet>\
+               <item><instancesSet><item><instanceId>i-1</instanceId>\
+                 <privateDnsName>ip-10-0-1-4.ec2.internal</privateDnsName>\
+                 <instanceState><code>16</code><name>running</name></instanceState></item></instancesSet></item>\
+               <item><instancesSet><item><instanceId>i-2</instanceId><privateDnsName/>\
+                 <instanceState><code>48</code><name>terminated</name></instanceState></item></instancesSet></item>\
+             </reservationSet></DescribeInstancesResponse>",
+        );
+        let (instances, next) = parse_instances(&root);
+        assert_eq!(next, None);
+        assert_eq!(instances.len(), 2);
+        assert_eq!(
+            instances[0].private_dns_name.as_deref(),
+            Some("ip-10-0-1-4.ec2.internal")
+        );
+        assert!(!instances[0].is_gone());
+        assert_eq!(instances[1].private_dns_name, None);
+        assert!(instances[1].is_gone());
+    }
+
+    #[test]
+    fn provider_ids_of_every_spelling_yield_the_instance_id() {
+        let id = "i-0123456789abcdef0";
+        assert_eq!(
+            instance_id_from_provider_id("aws:///us-east-1a/i-0123456789abcdef0"),
+            Some(id)
+        );
+        assert_eq!(
+            instance_id_from_provider_id("aws:////i-0123456789abcdef0"),
+            Some(id)
+        );
+        assert_eq!(instance_id_from_provider_id(id), Some(id));
+        assert_eq!(
+            instance_id_from_provider_id("i-1234abcd"),
+            Some("i-1234abcd")
+        );
+        assert_eq!(instance_id_from_provider_id("hcloud://42"), None);
+        assert_eq!(
+            instance_id_from_provider_id("aws:///us-east-1a/fargate-ip-10-0-1-4"),
+            None
+        );
+        assert_eq!(instance_id_from_provider_id("aws://host/i-1234abcd"), None);
+        assert_eq!(instance_id_from_provider_id("i-"), None);
+        assert_eq!(instance_id_from_provider_id("i-zz"), None);
+    }
+
+    fn service_error(action: &'static str, kind: CallKind, status: u16, code: &str) -> CallError {
+        CallError {
+            action,
+            kind,
+            error: Box::new(QueryError::Service {
+                status,
+                code: code.into(),
+                message: "msg".into(),
+                request_id: Some("req-7".into()),
+            }),
+            backoff: if is_throttling(code) {
+                Some(Duration::from_secs(3))
+            } else {
+                None
+            },
+            endpoint: "http://127.0.0.1:1/".into(),
+            credentials: "profile \"dev\" in /home/x/.aws/credentials".into(),
+        }
+    }
+
+    #[test]
+    fn every_mapped_error_code_gets_its_kind() {
+        use CallKind::*;
+        use CloudErrorKind as K;
+        let retry = K::Retry { after: None };
+        let cases: &[(&'static str, CallKind, u16, &str, CloudErrorKind)] = &[
+            (
+                CREATE_ROUTE,
+                Mutation,
+                503,
+                "RequestLimitExceeded",
+                K::RateLimited {
+                    after: Duration::from_secs(3),
+                },
+            ),
+            (
+                DESCRIBE_ROUTE_TABLES,
+                Describe,
+                400,
+                "Throttling",
+                K::RateLimited {
+                    after: Duration::from_secs(3),
+                },
+            ),
+            (
+                DELETE_ROUTE,
+                Mutation,
+                400,
+                "InvalidRoute.NotFound",
+                K::NotFound,
+            ),
+            (
+                CREATE_ROUTE,
+                Mutation,
+                400,
+                "RouteAlreadyExists",
+                K::AlreadyExists,
+            ),
+            (
+                CREATE_ROUTE,
+                Mutation,
+                400,
+                "InvalidParameterValue",
+                K::Invalid,
+            ),
+            (
+                CREATE_ROUTE,
+                Mutation,
+                403,
+                "UnauthorizedOperation",
+                K::Invalid,
+            ),
+            (
+                DESCRIBE_ROUTE_TABLES,
+                Describe,
+                401,
+                "AuthFailure",
+                K::Invalid,
+            ),
+            (
+                CREATE_ROUTE,
+                Mutation,
+                400,
+                "InvalidInstanceID.Malformed",
+                K::Invalid,
+            ),
+            (
+                CREATE_ROUTE,
+                Mutation,
+                400,
+                "InvalidInstanceID.NotFound",
+                retry,
+            ),
+            (CREATE_ROUTE, Mutation, 500, "InternalError", K::Ambiguous),
+            (DESCRIBE_ROUTE_TABLES, Describe, 500, "InternalError", retry),
+            (DELETE_ROUTE, Mutation, 503, "Unavailable", K::Ambiguous),
+            (DESCRIBE_INSTANCES, Describe, 503, "Unavailable", retry),
+            (CREATE_ROUTE, Mutation, 500, "", K::Ambiguous),
+            (CREATE_ROUTE, Mutation, 400, "SomethingNew", retry),
+        ];
+        for (action, kind, status, code, want) in cases {
+            let err = service_error(action, *kind, *status, code).into_cloud();
+            assert_eq!(err.kind, *want, "{action} {code}");
+            assert!(err.message.contains(action), "{}", err.message);
+            if !code.is_empty() {
+                assert!(err.message.contains("req-7"), "{}", err.message);
+            }
+        }
+    }
+
+    #[test]
+    fn permission_and_credential_errors_say_what_to_fix() {
+        let err = service_error(
+            CREATE_ROUTE,
+            CallKind::Mutation,
+            403,
+            "UnauthorizedOperation",
+        )
+        .into_cloud();
+        assert!(err.message.contains("ec2:CreateRoute"), "{}", err.message);
+        let err = service_error(
+            DESCRIBE_ROUTE_TABLES,
+            CallKind::Describe,
+            401,
+            "AuthFailure",
+        )
+        .into_cloud();
+        assert!(
+            err.message.contains("AWS_SECRET_ACCESS_KEY"),
+            "{}",
+            err.message
+        );
+    }
+
+    #[test]
+    fn transport_failures_are_ambiguous_only_for_mutations_that_may_have_been_sent() {
+        let failure = |kind, maybe_sent| CallError {
+            action: CREATE_ROUTE,
+            kind,
+            error: Box::new(QueryError::Transport {
+                maybe_sent,
+                message: "timed out".into(),
+            }),
+            backoff: None,
+            endpoint: "e".into(),
+            credentials: "c".into(),
+        };
+        let retry = CloudErrorKind::Retry { after: None };
+        assert_eq!(
+            failure(CallKind::Mutation, true).into_cloud().kind,
+            CloudErrorKind::Ambiguous
+        );
+        assert_eq!(failure(CallKind::Mutation, false).into_cloud().kind, retry);
+        assert_eq!(failure(CallKind::Describe, true).into_cloud().kind, retry);
+    }
+
+    #[test]
+    fn throttle_backoff_doubles_caps_and_resets() {
+        let mut b = ThrottleBackoff::new();
+        let secs = |s: f64| Duration::from_secs_f64(s);
+        // Jitter 1.0 gives the full delay; 0.0 gives half of it.
+        assert_eq!(b.on_throttled(1.0), secs(1.0));
+        assert_eq!(b.on_throttled(1.0), secs(2.0));
+        assert_eq!(b.on_throttled(0.0), secs(2.0));
+        for _ in 0..10 {
+            b.on_throttled(0.5);
+        }
+        assert_eq!(b.on_throttled(1.0), secs(20.0));
+        b.on_success();
+        assert_eq!(b.on_throttled(1.0), secs(1.0));
+    }
+}

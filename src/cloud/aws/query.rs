@@ -1,0 +1,400 @@
+//! One signed call of an AWS Query API (EC2; IAM in the tests): a form-encoded POST
+//! to the endpoint, signed with SigV4, answered with XML.
+//!
+//! This layer knows HTTP, signing and the XML error shape, but not what an error
+//! means for the controller; the provider decides that. It never logs credentials or
+//! the `Authorization` header, and never retries: one `call` is one request.
+
+use std::fmt;
+use std::time::Duration;
+
+use super::credentials::{Clock, CredentialSource};
+use super::sigv4::{self, RequestParts, SigningKey};
+use super::xml::{Element, ErrorReply};
+use crate::cloud::CloudError;
+
+const CONTENT_TYPE: &str = "application/x-www-form-urlencoded; charset=utf-8";
+/// Error bodies are quoted in messages only this far.
+const BODY_SNIPPET: usize = 300;
+
+/// Where requests go: `https://ec2.eu-west-1.amazonaws.com/`, or an override such as
+/// moto's `http://127.0.0.1:PORT`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Endpoint {
+    /// The URL requests are sent to.
+    pub url: String,
+    /// The `Host` header, as signed: host, plus the port if the URL names one.
+    pub host: String,
+    /// The request path (`/` unless the override has one).
+    pub path: String,
+}
+
+impl Endpoint {
+    /// Parses an `http://` or `https://` URL with an optional port and path.
+    pub fn parse(url: &str) -> Result<Endpoint, String> {
+        let url = url.trim();
+        let rest = url
+            .strip_prefix("https://")
+            .or_else(|| url.strip_prefix("http://"))
+            .ok_or_else(|| format!("endpoint {url:?} must start with https:// or http://"))?;
+        let (authority, path) = match rest.find('/') {
+            Some(i) => (&rest[..i], &rest[i..]),
+            None => (rest, "/"),
+        };
+        if authority.is_empty() || authority.contains(['@', '?', '#', ' ']) {
+            return Err(format!("endpoint {url:?} has no usable host"));
+        }
+        if path.contains(['?', '#']) {
+            return Err(format!(
+                "endpoint {url:?} must not have a query or fragment"
+            ));
+        }
+        let scheme = &url[..url.len() - rest.len()];
+        Ok(Endpoint {
+            url: format!("{scheme}{authority}{path}"),
+            host: authority.to_string(),
+            path: path.to_string(),
+        })
+    }
+
+    /// The public endpoint of `service` in `region`.
+    pub fn for_region(service: &str, region: &str) -> Endpoint {
+        let domain = if region.starts_with("cn-") {
+            "amazonaws.com.cn"
+        } else {
+            "amazonaws.com"
+        };
+        let host = format!("{service}.{region}.{domain}");
+        Endpoint {
+            url: format!("https://{host}/"),
+            host,
+            path: "/".into(),
+        }
+    }
+}
+
+/// Query parameters in the order they are sent.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Params(Vec<(String, String)>);
+
+impl Params {
+    pub fn new() -> Params {
+        Params::default()
+    }
+
+    pub fn add(mut self, name: impl Into<String>, value: impl Into<String>) -> Params {
+        self.0.push((name.into(), value.into()));
+        self
+    }
+
+    /// `Filter.N.Name=name` with `Filter.N.Value.M=values[M-1]`.
+    pub fn filter(mut self, n: usize, name: &str, values: &[&str]) -> Params {
+        self.0.push((format!("Filter.{n}.Name"), name.to_string()));
+        for (m, value) in values.iter().enumerate() {
+            self.0
+                .push((format!("Filter.{n}.Value.{}", m + 1), value.to_string()));
+        }
+        self
+    }
+
+    /// `Prefix.1=values[0]`, `Prefix.2=…` (EC2's `InstanceId.N`).
+    pub fn list(mut self, prefix: &str, values: &[&str]) -> Params {
+        for (i, value) in values.iter().enumerate() {
+            self.0
+                .push((format!("{prefix}.{}", i + 1), value.to_string()));
+        }
+        self
+    }
+
+    pub fn get(&self, name: &str) -> Option<&str> {
+        self.0
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, v)| v.as_str())
+    }
+
+    fn encode(&self, action: &str, version: &str) -> String {
+        let mut body = format!("Action={}&Version={}", enc(action), enc(version));
+        for (name, value) in &self.0 {
+            body.push('&');
+            body.push_str(&enc(name));
+            body.push('=');
+            body.push_str(&enc(value));
+        }
+        body
+    }
+}
+
+fn enc(s: &str) -> String {
+    sigv4::uri_encode(s, true)
+}
+
+/// Why a call failed, before any interpretation.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum QueryError {
+    /// The service answered with an error status. `code` is empty when the body was
+    /// not an AWS error document (moto's HTML 500s); `message` then quotes the body.
+    Service {
+        status: u16,
+        code: String,
+        message: String,
+        request_id: Option<String>,
+    },
+    /// The request failed in transit. `maybe_sent` is false only when it certainly
+    /// never reached the service (no connection was made).
+    Transport { maybe_sent: bool, message: String },
+    /// A success status with a body that is not the expected XML.
+    Unreadable { status: u16, message: String },
+    /// No credentials to sign with.
+    Credentials(CloudError),
+}
+
+impl fmt::Display for QueryError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            QueryError::Service {
+                status,
+                code,
+                message,
+                request_id,
+            } => {
+                if code.is_empty() {
+                    write!(f, "HTTP {status}: {message}")?;
+                } else {
+                    write!(f, "{code}: {message} (HTTP {status})")?;
+                }
+                if let Some(id) = request_id {
+                    write!(f, " [request {id}]")?;
+                }
+                Ok(())
+            }
+            QueryError::Transport { message, .. } => f.write_str(message),
+            QueryError::Unreadable { status, message } => {
+                write!(f, "unreadable reply (HTTP {status}): {message}")
+            }
+            QueryError::Credentials(e) => f.write_str(&e.message),
+        }
+    }
+}
+
+/// A client of one Query API at one endpoint, signing with one credential source.
+pub struct QueryClient {
+    agent: ureq::Agent,
+    endpoint: Endpoint,
+    region: String,
+    service: &'static str,
+    version: &'static str,
+    credentials: CredentialSource,
+    clock: Clock,
+}
+
+impl fmt::Debug for QueryClient {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("QueryClient")
+            .field("endpoint", &self.endpoint.url)
+            .field("region", &self.region)
+            .field("service", &self.service)
+            .field("credentials", &self.credentials.origin())
+            .finish_non_exhaustive()
+    }
+}
+
+/// Settings of a [`QueryClient`].
+pub struct QueryClientConfig {
+    pub endpoint: Endpoint,
+    pub region: String,
+    /// The signing name: `ec2`, `iam`.
+    pub service: &'static str,
+    /// The API version: `2016-11-15` for EC2, `2010-05-08` for IAM.
+    pub version: &'static str,
+    pub credentials: CredentialSource,
+    pub clock: Clock,
+    /// Whole-request timeout; connecting has its own, shorter one.
+    pub timeout: Duration,
+}
+
+impl QueryClient {
+    pub fn new(config: QueryClientConfig) -> QueryClient {
+        let agent = ureq::Agent::config_builder()
+            .timeout_connect(Some(config.timeout.min(Duration::from_secs(5))))
+            .timeout_global(Some(config.timeout))
+            .http_status_as_error(false)
+            // A redirect would need a new signature; the Query APIs never send one.
+            .max_redirects(0)
+            .user_agent(concat!("route-controller/", env!("CARGO_PKG_VERSION")))
+            .build()
+            .new_agent();
+        QueryClient {
+            agent,
+            endpoint: config.endpoint,
+            region: config.region,
+            service: config.service,
+            version: config.version,
+            credentials: config.credentials,
+            clock: config.clock,
+        }
+    }
+
+    pub fn endpoint(&self) -> &Endpoint {
+        &self.endpoint
+    }
+
+    pub fn region(&self) -> &str {
+        &self.region
+    }
+
+    pub fn credentials(&self) -> &CredentialSource {
+        &self.credentials
+    }
+
+    /// Sends `action` with `params` and returns the reply's root element.
+    pub fn call(&self, action: &str, params: &Params) -> Result<Element, QueryError> {
+        let now = (self.clock)();
+        let credentials = self
+            .credentials
+            .current(now)
+            .map_err(QueryError::Credentials)?;
+        let body = params.encode(action, self.version);
+        let amz_date = sigv4::amz_date(now);
+        let mut headers: Vec<(&str, &str)> = vec![
+            ("Content-Type", CONTENT_TYPE),
+            ("Host", &self.endpoint.host),
+            ("X-Amz-Date", &amz_date),
+        ];
+        if let Some(token) = credentials.session_token() {
+            headers.push(("X-Amz-Security-Token", token));
+        }
+        let signature = sigv4::sign(
+            SigningKey {
+                access_key_id: credentials.access_key_id(),
+                secret_access_key: credentials.secret_access_key(),
+                region: &self.region,
+                service: self.service,
+            },
+            RequestParts {
+                method: "POST",
+                path: &self.endpoint.path,
+                query: &[],
+                headers: &headers,
+                payload: body.as_bytes(),
+            },
+            &amz_date,
+        );
+        let mut request = self.agent.post(&self.endpoint.url);
+        for (name, value) in &headers {
+            request = request.header(*name, *value);
+        }
+        let result = request
+            .header("Authorization", &signature.authorization)
+            .send(body.as_bytes());
+        let mut response = result.map_err(|e| transport_error(&e))?;
+        let status = response.status().as_u16();
+        let text = response
+            .body_mut()
+            .read_to_string()
+            .map_err(|e| QueryError::Transport {
+                maybe_sent: true,
+                message: format!("reading the reply: {e}"),
+            })?;
+        if !(200..300).contains(&status) {
+            return Err(match ErrorReply::parse(&text) {
+                Some(reply) => QueryError::Service {
+                    status,
+                    code: reply.code,
+                    message: reply.message,
+                    request_id: reply.request_id,
+                },
+                None => QueryError::Service {
+                    status,
+                    code: String::new(),
+                    message: snippet(&text),
+                    request_id: None,
+                },
+            });
+        }
+        let root = Element::parse(&text).map_err(|e| QueryError::Unreadable {
+            status,
+            message: format!("{e}; body starts {:?}", snippet(&text)),
+        })?;
+        // A reply for another action means the request went somewhere else (moto
+        // routes unsigned requests to S3): never treat that as success.
+        let expected = format!("{action}Response");
+        if root.name != expected {
+            return Err(QueryError::Unreadable {
+                status,
+                message: format!("expected <{expected}>, got <{}>", root.name),
+            });
+        }
+        Ok(root)
+    }
+}
+
+fn snippet(text: &str) -> String {
+    let text = text.trim();
+    match text.char_indices().nth(BODY_SNIPPET) {
+        Some((i, _)) => format!("{}…", &text[..i]),
+        None => text.to_string(),
+    }
+}
+
+/// Whether a failed request may have reached the service decides whether a failed
+/// mutation is ambiguous; only failures before a connection existed are certain.
+fn transport_error(error: &ureq::Error) -> QueryError {
+    use ureq::Timeout;
+    let maybe_sent = match error {
+        ureq::Error::Timeout(Timeout::Resolve | Timeout::Connect) => false,
+        ureq::Error::HostNotFound | ureq::Error::ConnectionFailed => false,
+        ureq::Error::BadUri(_) | ureq::Error::Http(_) => false,
+        ureq::Error::Io(e) => !matches!(
+            e.kind(),
+            std::io::ErrorKind::ConnectionRefused | std::io::ErrorKind::AddrNotAvailable
+        ),
+        _ => true,
+    };
+    QueryError::Transport {
+        maybe_sent,
+        message: error.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn endpoints_parse_with_port_and_path() {
+        let e = Endpoint::parse("http://127.0.0.1:5000").expect("parses");
+        assert_eq!(
+            (e.url.as_str(), e.host.as_str(), e.path.as_str()),
+            ("http://127.0.0.1:5000/", "127.0.0.1:5000", "/")
+        );
+        let e = Endpoint::parse("https://vpce-1.ec2.eu-west-1.vpce.amazonaws.com/x/").expect("ok");
+        assert_eq!(e.path, "/x/");
+        assert!(Endpoint::parse("ec2.amazonaws.com").is_err());
+        assert!(Endpoint::parse("https://").is_err());
+        assert!(Endpoint::parse("https://h/?a=b").is_err());
+        assert_eq!(
+            Endpoint::for_region("ec2", "cn-north-1").url,
+            "https://ec2.cn-north-1.amazonaws.com.cn/"
+        );
+        assert_eq!(
+            Endpoint::for_region("ec2", "eu-west-1").host,
+            "ec2.eu-west-1.amazonaws.com"
+        );
+    }
+
+    #[test]
+    fn params_encode_like_botocore() {
+        let p = Params::new()
+            .add("RouteTableId", "rtb-1")
+            .add("DestinationCidrBlock", "10.244.5.0/24")
+            .filter(1, "tag-key", &["kubernetes.io/cluster/c"])
+            .list("InstanceId", &["i-1", "i-2"]);
+        assert_eq!(
+            p.encode("CreateRoute", "2016-11-15"),
+            "Action=CreateRoute&Version=2016-11-15&RouteTableId=rtb-1&\
+             DestinationCidrBlock=10.244.5.0%2F24&Filter.1.Name=tag-key&\
+             Filter.1.Value.1=kubernetes.io%2Fcluster%2Fc&InstanceId.1=i-1&InstanceId.2=i-2"
+        );
+    }
+}

@@ -1,0 +1,1528 @@
+//! The AWS EC2 provider against moto's EC2 emulator (round trips, route table
+//! discovery, source/destination check, signature checking, the controller driving
+//! it) and against scripted HTTP stubs for what moto never produces (blackholes,
+//! paging, throttling, timeouts, IMDSv2).
+
+#[path = "support/moto.rs"]
+mod moto;
+#[path = "support/stub_http.rs"]
+mod stub_http;
+
+use std::collections::{BTreeMap, VecDeque};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use route_controller::cloud::aws::credentials::AwsEnv;
+use route_controller::cloud::aws::sigv4::{self, RequestParts, SigningKey};
+use route_controller::cloud::aws::{AwsConfig, AwsProvider};
+use route_controller::cloud::workers::run_op;
+use route_controller::cloud::{CloudErrorKind, NodeDirectory, RouteTarget, Routes};
+use route_controller::controller::{Command, Config, Controller, Input, NodeEvent, PassReport};
+use route_controller::metrics::Metrics;
+use route_controller::model::{Cidr, Node, NodeAddress, Route};
+use stub_http::{Reply, Request, StubServer};
+
+const CLUSTER: &str = "test-cluster";
+
+/// An environment with the dummy keys and nothing else: no home directory, no
+/// instance metadata service.
+fn test_env() -> AwsEnv {
+    AwsEnv::new()
+        .with_var("AWS_ACCESS_KEY_ID", moto::TEST_KEY_ID)
+        .with_var("AWS_SECRET_ACCESS_KEY", moto::TEST_SECRET)
+        .with_var("AWS_EC2_METADATA_DISABLED", "true")
+}
+
+fn provider_at(url: &str, config: AwsConfig, env: &AwsEnv) -> AwsProvider {
+    AwsProvider::new(
+        AwsConfig {
+            region: Some(moto::REGION.into()),
+            endpoint: Some(url.into()),
+            ..config
+        },
+        env,
+    )
+    .expect("provider")
+}
+
+fn route(destination: &str) -> Route {
+    Route {
+        destination_cidr: destination.into(),
+        ..Route::default()
+    }
+}
+
+fn target(node: &str, provider_id: Option<&str>) -> RouteTarget {
+    RouteTarget {
+        node_name: node.into(),
+        provider_id: provider_id.map(str::to_string),
+        addresses: vec![NodeAddress::internal_ip("10.0.1.10")],
+    }
+}
+
+/// `(destination, target node, blackhole)` of listed routes, sorted.
+fn summary(routes: &[Route]) -> Vec<(String, String, bool)> {
+    let mut s: Vec<_> = routes
+        .iter()
+        .map(|r| {
+            (
+                r.destination_cidr.clone(),
+                r.target_node.clone(),
+                r.blackhole,
+            )
+        })
+        .collect();
+    s.sort();
+    s
+}
+
+fn calls_delta(
+    before: &BTreeMap<&'static str, u64>,
+    after: &BTreeMap<&'static str, u64>,
+) -> BTreeMap<&'static str, u64> {
+    after
+        .iter()
+        .filter_map(|(k, v)| {
+            let d = v - before.get(k).copied().unwrap_or(0);
+            (d > 0).then_some((*k, d))
+        })
+        .collect()
+}
+
+#[test]
+fn list_create_delete_round_trip_against_moto() {
+    let moto = moto::shared();
+    let ec2 = moto.ec2();
+    let net = moto::network(&ec2);
+    let table = ec2.create_route_table(
+        &net.vpc,
+        &[(&format!("kubernetes.io/cluster/{CLUSTER}"), "owned")],
+    );
+    let a = ec2.run_instance(&net.ami, &net.subnet);
+    let b = ec2.run_instance(&net.ami, &net.subnet);
+    let provider = provider_at(moto.url(), AwsConfig::default(), &test_env());
+    let nodes = NodeDirectory::new([
+        ("node-a", Some(a.provider_id().as_str())),
+        ("node-b", Some(b.provider_id().as_str())),
+    ]);
+
+    let before = provider.api_calls();
+    assert_eq!(provider.list_routes(CLUSTER, &nodes).expect("list"), vec![]);
+    let first_list = calls_delta(&before, &provider.api_calls());
+
+    let before = provider.api_calls();
+    provider
+        .create_route(
+            CLUSTER,
+            "uid-a",
+            &route("10.244.1.0/24"),
+            &target("node-a", Some(&a.provider_id())),
+        )
+        .expect("create a");
+    let first_create = calls_delta(&before, &provider.api_calls());
+    provider
+        .create_route(
+            CLUSTER,
+            "uid-b",
+            &route("10.244.2.0/24"),
+            &target("node-b", Some(&b.provider_id())),
+        )
+        .expect("create b");
+
+    let before = provider.api_calls();
+    let started = Instant::now();
+    let listed = provider.list_routes(CLUSTER, &nodes).expect("list");
+    let list_took = started.elapsed();
+    let warm_list = calls_delta(&before, &provider.api_calls());
+    assert_eq!(
+        summary(&listed),
+        vec![
+            ("10.244.1.0/24".into(), "node-a".into(), false),
+            ("10.244.2.0/24".into(), "node-b".into(), false),
+        ]
+    );
+    assert!(
+        listed
+            .iter()
+            .any(|r| r.name == format!("{CLUSTER}-10.244.1.0/24"))
+    );
+    // The local route of the VPC is not the controller's business.
+    assert!(listed.iter().all(|r| r.destination_cidr != "10.0.0.0/16"));
+    let in_moto = ec2.routes(&table);
+    assert!(in_moto.contains(&("10.244.1.0/24".into(), Some(a.id.clone()), "active".into())));
+    assert!(in_moto.contains(&("10.244.2.0/24".into(), Some(b.id.clone()), "active".into())));
+
+    let before = provider.api_calls();
+    let b_route = listed
+        .iter()
+        .find(|r| r.target_node == "node-b")
+        .expect("b's route");
+    let started = Instant::now();
+    provider.delete_route(CLUSTER, b_route).expect("delete");
+    let delete_took = started.elapsed();
+    let delete = calls_delta(&before, &provider.api_calls());
+    assert_eq!(
+        summary(&provider.list_routes(CLUSTER, &nodes).expect("list")),
+        vec![("10.244.1.0/24".into(), "node-a".into(), false)]
+    );
+    let again = provider
+        .delete_route(CLUSTER, b_route)
+        .expect_err("already gone");
+    assert_eq!(again.kind, CloudErrorKind::NotFound, "{}", again.message);
+
+    // The physical minimum: discovery once, then one call per operation (plus the
+    // once-per-instance source/dest check).
+    let m = |pairs: &[(&'static str, u64)]| pairs.iter().copied().collect::<BTreeMap<_, _>>();
+    assert_eq!(first_list, m(&[("DescribeRouteTables", 2)]));
+    assert_eq!(
+        first_create,
+        m(&[("CreateRoute", 1), ("ModifyInstanceAttribute", 1)])
+    );
+    assert_eq!(warm_list, m(&[("DescribeRouteTables", 1)]));
+    assert_eq!(delete, m(&[("DeleteRoute", 1)]));
+    eprintln!(
+        "[aws] calls: first list {first_list:?}; first create {first_create:?}; list {warm_list:?}; delete {delete:?}"
+    );
+    eprintln!("[aws] against moto: list took {list_took:?}, delete took {delete_took:?}");
+}
+
+fn owned_tag() -> (String, &'static str) {
+    (format!("kubernetes.io/cluster/{CLUSTER}"), "owned")
+}
+
+#[test]
+fn route_table_is_found_by_the_legacy_cluster_tag() {
+    let moto = moto::shared();
+    let ec2 = moto.ec2();
+    let net = moto::network(&ec2);
+    let _untagged = ec2.create_route_table(&net.vpc, &[]);
+    let _other_cluster = ec2.create_route_table(&net.vpc, &[("KubernetesCluster", "other")]);
+    let table = ec2.create_route_table(&net.vpc, &[]);
+    ec2.tag(&table, "KubernetesCluster", CLUSTER);
+    let a = ec2.run_instance(&net.ami, &net.subnet);
+    let provider = provider_at(moto.url(), AwsConfig::default(), &test_env());
+
+    assert_eq!(provider.route_table_id(CLUSTER).expect("found"), table);
+    provider
+        .create_route(
+            CLUSTER,
+            "uid",
+            &route("10.244.7.0/24"),
+            &target("a", Some(&a.provider_id())),
+        )
+        .expect("create");
+    assert!(
+        ec2.routes(&table)
+            .iter()
+            .any(|(d, i, _)| d == "10.244.7.0/24" && i.as_deref() == Some(a.id.as_str()))
+    );
+}
+
+#[test]
+fn route_table_is_found_by_the_cluster_tag_key_with_any_value() {
+    let moto = moto::shared();
+    let ec2 = moto.ec2();
+    let net = moto::network(&ec2);
+    let _other = ec2.create_route_table(&net.vpc, &[("kubernetes.io/cluster/other", "owned")]);
+    let (key, _) = owned_tag();
+    let table = ec2.create_route_table(&net.vpc, &[(&key, "shared")]);
+    let provider = provider_at(moto.url(), AwsConfig::default(), &test_env());
+    assert_eq!(provider.route_table_id(CLUSTER).expect("found"), table);
+}
+
+#[test]
+fn route_table_given_by_id_needs_no_tag_and_no_discovery() {
+    let moto = moto::shared();
+    let ec2 = moto.ec2();
+    let net = moto::network(&ec2);
+    let table = ec2.create_route_table(&net.vpc, &[]);
+    let a = ec2.run_instance(&net.ami, &net.subnet);
+    let provider = provider_at(
+        moto.url(),
+        AwsConfig {
+            route_table_id: Some(table.clone()),
+            ..AwsConfig::default()
+        },
+        &test_env(),
+    );
+    provider
+        .create_route(
+            CLUSTER,
+            "uid",
+            &route("10.244.8.0/24"),
+            &target("a", Some(&a.provider_id())),
+        )
+        .expect("create");
+    let nodes = NodeDirectory::new([("a", Some(a.provider_id().as_str()))]);
+    assert_eq!(
+        summary(&provider.list_routes(CLUSTER, &nodes).expect("list")),
+        vec![("10.244.8.0/24".into(), "a".into(), false)]
+    );
+    // One describe for the list, none for the create: no discovery at all.
+    assert_eq!(provider.api_calls().get("DescribeRouteTables"), Some(&1));
+}
+
+#[test]
+fn no_tagged_route_table_is_an_error_that_says_how_to_tag_one() {
+    let moto = moto::shared();
+    let ec2 = moto.ec2();
+    let net = moto::network(&ec2);
+    ec2.create_route_table(&net.vpc, &[("kubernetes.io/cluster/other", "owned")]);
+    let provider = provider_at(moto.url(), AwsConfig::default(), &test_env());
+    let err = provider
+        .list_routes(CLUSTER, &NodeDirectory::default())
+        .expect_err("nothing tagged");
+    assert_eq!(err.kind, CloudErrorKind::Invalid);
+    assert!(err.message.contains("no route table"), "{}", err.message);
+    assert!(
+        err.message
+            .contains(&format!("kubernetes.io/cluster/{CLUSTER}")),
+        "{}",
+        err.message
+    );
+    assert!(
+        err.message
+            .contains(&format!("KubernetesCluster={CLUSTER}")),
+        "{}",
+        err.message
+    );
+    assert!(err.message.contains("route table ID"), "{}", err.message);
+}
+
+#[test]
+fn two_tagged_route_tables_are_an_error_naming_both() {
+    let moto = moto::shared();
+    let ec2 = moto.ec2();
+    let net = moto::network(&ec2);
+    let (key, value) = owned_tag();
+    let new_style = ec2.create_route_table(&net.vpc, &[(&key, value)]);
+    let legacy = ec2.create_route_table(&net.vpc, &[("KubernetesCluster", CLUSTER)]);
+    let provider = provider_at(moto.url(), AwsConfig::default(), &test_env());
+    let err = provider
+        .create_route(
+            CLUSTER,
+            "uid",
+            &route("10.244.1.0/24"),
+            &target("i-0123abcd", None),
+        )
+        .expect_err("ambiguous table");
+    assert_eq!(err.kind, CloudErrorKind::Invalid);
+    assert!(err.message.contains("2 route tables"), "{}", err.message);
+    assert!(
+        err.message.contains(&new_style) && err.message.contains(&legacy),
+        "{}",
+        err.message
+    );
+}
+
+#[test]
+fn source_dest_check_is_disabled_once_per_instance() {
+    let moto = moto::shared();
+    let ec2 = moto.ec2();
+    let net = moto::network(&ec2);
+    let (key, value) = owned_tag();
+    ec2.create_route_table(&net.vpc, &[(&key, value)]);
+    let a = ec2.run_instance(&net.ami, &net.subnet);
+    let b = ec2.run_instance(&net.ami, &net.subnet);
+    assert!(
+        ec2.source_dest_check(&a.id),
+        "moto starts with the check on"
+    );
+    let provider = provider_at(moto.url(), AwsConfig::default(), &test_env());
+    provider.route_table_id(CLUSTER).expect("table");
+
+    // Four routes to a (concurrently, as the worker pool would) and one to b.
+    std::thread::scope(|s| {
+        for i in 0..4 {
+            let (provider, a) = (&provider, &a);
+            s.spawn(move || {
+                provider
+                    .create_route(
+                        CLUSTER,
+                        "uid-a",
+                        &route(&format!("10.244.{}.0/24", 20 + i)),
+                        &target("node-a", Some(&a.provider_id())),
+                    )
+                    .expect("create for a")
+            });
+        }
+    });
+    provider
+        .create_route(
+            CLUSTER,
+            "uid-b",
+            &route("10.244.30.0/24"),
+            &target("node-b", Some(&b.provider_id())),
+        )
+        .expect("create for b");
+
+    assert!(!ec2.source_dest_check(&a.id));
+    assert!(!ec2.source_dest_check(&b.id));
+    let calls = provider.api_calls();
+    assert_eq!(calls.get("ModifyInstanceAttribute"), Some(&2), "{calls:?}");
+    assert_eq!(calls.get("CreateRoute"), Some(&5), "{calls:?}");
+}
+
+#[test]
+fn route_to_a_terminated_instance_is_a_blackhole_and_does_not_fail_the_list() {
+    let moto = moto::shared();
+    let ec2 = moto.ec2();
+    let net = moto::network(&ec2);
+    let (key, value) = owned_tag();
+    let table = ec2.create_route_table(&net.vpc, &[(&key, value)]);
+    let a = ec2.run_instance(&net.ami, &net.subnet);
+    let b = ec2.run_instance(&net.ami, &net.subnet);
+    ec2.create_route(&table, "10.244.1.0/24", &a.id);
+    ec2.create_route(&table, "10.244.2.0/24", &b.id);
+    ec2.terminate(&b.id);
+    // moto keeps the route active; real AWS would say blackhole.
+    assert!(ec2.routes(&table).contains(&(
+        "10.244.2.0/24".into(),
+        Some(b.id.clone()),
+        "active".into()
+    )));
+    let provider = provider_at(moto.url(), AwsConfig::default(), &test_env());
+    // Node b is gone from the cluster too.
+    let nodes = NodeDirectory::new([("node-a", Some(a.provider_id().as_str()))]);
+
+    let listed = provider
+        .list_routes(CLUSTER, &nodes)
+        .expect("the list succeeds");
+    assert_eq!(
+        summary(&listed),
+        vec![
+            ("10.244.1.0/24".into(), "node-a".into(), false),
+            ("10.244.2.0/24".into(), "".into(), true),
+        ]
+    );
+    assert_eq!(provider.api_calls().get("DescribeInstances"), Some(&1));
+    // A gone instance stays gone: the next list does not ask again.
+    provider.list_routes(CLUSTER, &nodes).expect("list");
+    assert_eq!(provider.api_calls().get("DescribeInstances"), Some(&1));
+}
+
+#[test]
+fn create_replaces_a_route_to_a_terminated_instance() {
+    let moto = moto::shared();
+    let ec2 = moto.ec2();
+    let net = moto::network(&ec2);
+    let (key, value) = owned_tag();
+    let table = ec2.create_route_table(&net.vpc, &[(&key, value)]);
+    let a = ec2.run_instance(&net.ami, &net.subnet);
+    let old = ec2.run_instance(&net.ami, &net.subnet);
+    ec2.create_route(&table, "10.244.2.0/24", &old.id);
+    ec2.terminate(&old.id);
+    let provider = provider_at(moto.url(), AwsConfig::default(), &test_env());
+    let nodes = NodeDirectory::new([("node-a", Some(a.provider_id().as_str()))]);
+    provider
+        .list_routes(CLUSTER, &nodes)
+        .expect("list learns the instance is gone");
+
+    provider
+        .create_route(
+            CLUSTER,
+            "uid-a",
+            &route("10.244.2.0/24"),
+            &target("node-a", Some(&a.provider_id())),
+        )
+        .expect("the dead route is replaced");
+    assert!(ec2.routes(&table).contains(&(
+        "10.244.2.0/24".into(),
+        Some(a.id.clone()),
+        "active".into()
+    )));
+    let calls = provider.api_calls();
+    assert_eq!(calls.get("ReplaceRoute"), Some(&1), "{calls:?}");
+}
+
+#[test]
+fn existing_route_to_the_same_instance_counts_as_created_and_to_another_is_already_exists() {
+    let moto = moto::shared();
+    let ec2 = moto.ec2();
+    let net = moto::network(&ec2);
+    let (key, value) = owned_tag();
+    let table = ec2.create_route_table(&net.vpc, &[(&key, value)]);
+    let a = ec2.run_instance(&net.ami, &net.subnet);
+    let b = ec2.run_instance(&net.ami, &net.subnet);
+    ec2.create_route(&table, "10.244.1.0/24", &a.id);
+    let provider = provider_at(moto.url(), AwsConfig::default(), &test_env());
+
+    provider
+        .create_route(
+            CLUSTER,
+            "uid-a",
+            &route("10.244.1.0/24"),
+            &target("node-a", Some(&a.provider_id())),
+        )
+        .expect("identical route counts as created");
+    let err = provider
+        .create_route(
+            CLUSTER,
+            "uid-b",
+            &route("10.244.1.0/24"),
+            &target("node-b", Some(&b.provider_id())),
+        )
+        .expect_err("the destination belongs to a");
+    assert_eq!(err.kind, CloudErrorKind::AlreadyExists);
+    assert!(
+        err.message.contains(&a.id) && err.message.contains(&b.id),
+        "{}",
+        err.message
+    );
+    // Nothing was replaced.
+    assert!(ec2.routes(&table).contains(&(
+        "10.244.1.0/24".into(),
+        Some(a.id.clone()),
+        "active".into()
+    )));
+    assert_eq!(provider.api_calls().get("ReplaceRoute"), None);
+}
+
+#[test]
+fn node_without_provider_id_is_found_by_its_private_dns_name() {
+    let moto = moto::shared();
+    let ec2 = moto.ec2();
+    let net = moto::network(&ec2);
+    let (key, value) = owned_tag();
+    let table = ec2.create_route_table(&net.vpc, &[(&key, value)]);
+    let a = ec2.run_instance(&net.ami, &net.subnet);
+    let _b = ec2.run_instance(&net.ami, &net.subnet);
+    let provider = provider_at(moto.url(), AwsConfig::default(), &test_env());
+    let node = a.private_dns_name.as_str();
+
+    provider
+        .create_route(CLUSTER, "uid", &route("10.244.3.0/24"), &target(node, None))
+        .expect("create by DNS name");
+    assert!(ec2.routes(&table).contains(&(
+        "10.244.3.0/24".into(),
+        Some(a.id.clone()),
+        "active".into()
+    )));
+    // Listing maps the instance back to that node by its private DNS name.
+    let nodes = NodeDirectory::new([(node, None)]);
+    assert_eq!(
+        summary(&provider.list_routes(CLUSTER, &nodes).expect("list")),
+        vec![("10.244.3.0/24".into(), node.to_string(), false)]
+    );
+
+    let err = provider
+        .create_route(
+            CLUSTER,
+            "uid",
+            &route("10.244.4.0/24"),
+            &target("ip-10-9-9-9.ec2.internal", None),
+        )
+        .expect_err("no such instance");
+    assert_eq!(err.kind, CloudErrorKind::Invalid);
+    assert!(err.message.contains("providerID"), "{}", err.message);
+}
+
+#[test]
+fn route_table_is_found_again_after_the_cached_one_is_deleted() {
+    let moto = moto::shared();
+    let ec2 = moto.ec2();
+    let net = moto::network(&ec2);
+    let (key, value) = owned_tag();
+    let first = ec2.create_route_table(&net.vpc, &[(&key, value)]);
+    let a = ec2.run_instance(&net.ami, &net.subnet);
+    let provider = provider_at(moto.url(), AwsConfig::default(), &test_env());
+    assert_eq!(provider.route_table_id(CLUSTER).expect("first"), first);
+
+    ec2.delete_route_table(&first);
+    let second = ec2.create_route_table(&net.vpc, &[(&key, value)]);
+    provider
+        .create_route(
+            CLUSTER,
+            "uid",
+            &route("10.244.5.0/24"),
+            &target("a", Some(&a.provider_id())),
+        )
+        .expect("create after rediscovery");
+    assert_eq!(provider.route_table_id(CLUSTER).expect("second"), second);
+    assert!(
+        ec2.routes(&second)
+            .iter()
+            .any(|(d, _, _)| d == "10.244.5.0/24")
+    );
+}
+
+// --- signature checking ---------------------------------------------------------------
+
+/// Exactly the actions the README's IAM policy grants.
+const README_POLICY_ACTIONS: &[&str] = &[
+    "ec2:DescribeRouteTables",
+    "ec2:DescribeInstances",
+    "ec2:CreateRoute",
+    "ec2:ReplaceRoute",
+    "ec2:DeleteRoute",
+    "ec2:ModifyInstanceAttribute",
+];
+
+struct AuthMoto {
+    moto: moto::Moto,
+    /// ec2:* for test setup.
+    admin: (String, String),
+    /// The README policy.
+    controller: (String, String),
+    /// The README policy without ec2:CreateRoute.
+    no_create: (String, String),
+}
+
+/// One server with signature checking for all tests of this section; each test works
+/// in its own region, so they need no reset (which would also drop the IAM users).
+fn auth_moto() -> &'static AuthMoto {
+    static SERVER: std::sync::OnceLock<AuthMoto> = std::sync::OnceLock::new();
+    SERVER.get_or_init(|| {
+        // Three IAM actions per user run before the checks start.
+        let moto = moto::Moto::start_with_auth(9);
+        let admin = moto::create_iam_user(&moto, "admin", &moto::allow_policy(&["ec2:*"]));
+        let controller = moto::create_iam_user(
+            &moto,
+            "route-controller",
+            &moto::allow_policy(README_POLICY_ACTIONS),
+        );
+        let without: Vec<&str> = README_POLICY_ACTIONS
+            .iter()
+            .copied()
+            .filter(|a| *a != "ec2:CreateRoute")
+            .collect();
+        let no_create = moto::create_iam_user(&moto, "no-create", &moto::allow_policy(&without));
+        AuthMoto {
+            moto,
+            admin,
+            controller,
+            no_create,
+        }
+    })
+}
+
+fn env_with_keys((key_id, secret): &(String, String)) -> AwsEnv {
+    AwsEnv::new()
+        .with_var("AWS_ACCESS_KEY_ID", key_id)
+        .with_var("AWS_SECRET_ACCESS_KEY", secret)
+        .with_var("AWS_EC2_METADATA_DISABLED", "true")
+}
+
+fn auth_provider(server: &AuthMoto, keys: &(String, String), region: &str) -> AwsProvider {
+    AwsProvider::new(
+        AwsConfig {
+            region: Some(region.into()),
+            endpoint: Some(server.moto.url().into()),
+            ..AwsConfig::default()
+        },
+        &env_with_keys(keys),
+    )
+    .expect("provider")
+}
+
+#[test]
+fn signed_requests_pass_moto_signature_checks_with_the_readme_iam_policy() {
+    let server = auth_moto();
+    let region = "eu-west-1";
+    let ec2 = server.moto.ec2_as(&server.admin.0, &server.admin.1, region);
+    let vpc = ec2.create_vpc("10.1.0.0/16");
+    let subnet = ec2.create_subnet(&vpc, "10.1.1.0/24", "eu-west-1a");
+    let ami = ec2.any_ami();
+    let (key, value) = owned_tag();
+    let table = ec2.create_route_table(&vpc, &[(&key, value)]);
+    let a = ec2.run_instance(&ami, &subnet);
+    let provider = auth_provider(server, &server.controller, region);
+    let nodes = NodeDirectory::new([("node-a", Some(a.provider_id().as_str()))]);
+
+    provider
+        .create_route(
+            CLUSTER,
+            "uid",
+            &route("10.244.1.0/24"),
+            &target("node-a", Some(&a.provider_id())),
+        )
+        .expect("create under the README policy");
+    assert_eq!(
+        summary(&provider.list_routes(CLUSTER, &nodes).expect("list")),
+        vec![("10.244.1.0/24".into(), "node-a".into(), false)]
+    );
+    provider
+        .delete_route(CLUSTER, &route("10.244.1.0/24"))
+        .expect("delete");
+    assert!(
+        ec2.routes(&table)
+            .iter()
+            .all(|(d, _, _)| d != "10.244.1.0/24")
+    );
+}
+
+#[test]
+fn wrong_secret_is_rejected_as_auth_failure_and_reported_as_invalid() {
+    let server = auth_moto();
+    let wrong = (server.admin.0.clone(), "not-the-secret".to_string());
+    let provider = auth_provider(server, &wrong, "ap-south-1");
+    let err = provider
+        .list_routes(CLUSTER, &NodeDirectory::default())
+        .expect_err("bad signature");
+    assert_eq!(err.kind, CloudErrorKind::Invalid, "{}", err.message);
+    assert!(err.message.contains("AuthFailure"), "{}", err.message);
+    assert!(
+        err.message.contains("DescribeRouteTables"),
+        "{}",
+        err.message
+    );
+    assert!(!err.message.contains("not-the-secret"), "{}", err.message);
+}
+
+#[test]
+fn missing_iam_permission_is_invalid_and_names_the_action_to_allow() {
+    let server = auth_moto();
+    let region = "eu-central-1";
+    let ec2 = server.moto.ec2_as(&server.admin.0, &server.admin.1, region);
+    let vpc = ec2.create_vpc("10.2.0.0/16");
+    let subnet = ec2.create_subnet(&vpc, "10.2.1.0/24", "eu-central-1a");
+    let ami = ec2.any_ami();
+    let (key, value) = owned_tag();
+    ec2.create_route_table(&vpc, &[(&key, value)]);
+    let a = ec2.run_instance(&ami, &subnet);
+    let provider = auth_provider(server, &server.no_create, region);
+
+    let err = provider
+        .create_route(
+            CLUSTER,
+            "uid",
+            &route("10.244.1.0/24"),
+            &target("node-a", Some(&a.provider_id())),
+        )
+        .expect_err("not allowed");
+    assert_eq!(err.kind, CloudErrorKind::Invalid, "{}", err.message);
+    assert!(err.message.contains("ec2:CreateRoute"), "{}", err.message);
+}
+
+// --- what moto never produces: scripted EC2 replies --------------------------------------
+
+const NS: &str = "http://ec2.amazonaws.com/doc/2016-11-15/";
+
+/// A route as `(destination, instance, other target, state)`.
+type FixtureRoute<'a> = (&'a str, Option<&'a str>, Option<&'a str>, &'a str);
+
+fn route_tables_xml(tables: &[(&str, &[FixtureRoute])], next: Option<&str>) -> String {
+    let mut xml = format!(
+        "<DescribeRouteTablesResponse xmlns=\"{NS}\"><requestId>stub-rt</requestId><routeTableSet>"
+    );
+    for (id, routes) in tables {
+        xml.push_str(&format!(
+            "<item><routeTableId>{id}</routeTableId><vpcId>vpc-stub</vpcId><routeSet>"
+        ));
+        for (dest, instance, other, state) in routes.iter() {
+            let dest_tag = if dest.contains(':') {
+                "destinationIpv6CidrBlock"
+            } else {
+                "destinationCidrBlock"
+            };
+            xml.push_str(&format!("<item><{dest_tag}>{dest}</{dest_tag}>"));
+            if let Some(i) = instance {
+                xml.push_str(&format!(
+                    "<instanceId>{i}</instanceId><instanceOwnerId>123456789012</instanceOwnerId>"
+                ));
+            }
+            if let Some(o) = other {
+                let tag = if o.starts_with("eni-") {
+                    "networkInterfaceId"
+                } else {
+                    "gatewayId"
+                };
+                xml.push_str(&format!("<{tag}>{o}</{tag}>"));
+            }
+            xml.push_str(&format!(
+                "<origin>CreateRoute</origin><state>{state}</state></item>"
+            ));
+        }
+        xml.push_str("</routeSet><tagSet/></item>");
+    }
+    xml.push_str("</routeTableSet>");
+    if let Some(n) = next {
+        xml.push_str(&format!("<nextToken>{n}</nextToken>"));
+    }
+    xml.push_str("</DescribeRouteTablesResponse>");
+    xml
+}
+
+fn instances_xml(instances: &[(&str, &str, &str)]) -> String {
+    let mut xml = format!(
+        "<DescribeInstancesResponse xmlns=\"{NS}\"><requestId>stub-i</requestId><reservationSet>"
+    );
+    for (id, dns, state) in instances {
+        xml.push_str(&format!(
+            "<item><reservationId>r-1</reservationId><instancesSet><item><instanceId>{id}</instanceId>\
+             <privateDnsName>{dns}</privateDnsName><instanceState><code>16</code><name>{state}</name>\
+             </instanceState></item></instancesSet></item>"
+        ));
+    }
+    xml.push_str("</reservationSet></DescribeInstancesResponse>");
+    xml
+}
+
+fn ok_xml(action: &str) -> String {
+    format!(
+        "<{action}Response xmlns=\"{NS}\"><requestId>stub-ok</requestId><return>true</return></{action}Response>"
+    )
+}
+
+/// The `InstanceId.N` values of a request.
+fn instance_ids(req: &Request) -> Vec<String> {
+    (1..)
+        .map_while(|n| req.form(&format!("InstanceId.{n}")))
+        .collect()
+}
+
+fn is_tag_key_query(req: &Request) -> bool {
+    req.form("Filter.1.Name").as_deref() == Some("tag-key")
+}
+
+#[test]
+fn blackholes_and_routes_to_vanished_instances_are_blackholes_and_the_list_succeeds() {
+    let stub = StubServer::start(|req| match req.action().as_str() {
+        "DescribeRouteTables" if is_tag_key_query(req) => Reply::xml(
+            200,
+            route_tables_xml(
+                &[(
+                    "rtb-0stub",
+                    &[
+                        ("10.0.0.0/16", None, Some("local"), "active"),
+                        ("10.244.1.0/24", Some("i-0000000a"), None, "active"),
+                        ("10.244.2.0/24", None, Some("eni-0dead"), "blackhole"),
+                        (
+                            "10.244.3.0/24",
+                            Some("i-0000000b"),
+                            Some("eni-0b"),
+                            "blackhole",
+                        ),
+                        ("10.244.4.0/24", Some("i-0000000c"), None, "active"),
+                        ("10.244.5.0/24", Some("i-0000000d"), None, "active"),
+                        ("10.244.6.0/24", Some("i-0000000e"), None, "active"),
+                        ("2001:db8::/64", Some("i-0000000a"), None, "active"),
+                    ],
+                )],
+                None,
+            ),
+        ),
+        "DescribeRouteTables" => Reply::xml(200, route_tables_xml(&[], None)),
+        "DescribeInstances" => {
+            let ids = instance_ids(req);
+            if ids.iter().any(|i| i == "i-0000000c") {
+                return Reply::ec2_error(
+                    400,
+                    "InvalidInstanceID.NotFound",
+                    "The instance ID 'i-0000000c' does not exist",
+                );
+            }
+            let known = [
+                ("i-0000000d", "ip-10-0-1-5.ec2.internal", "running"),
+                ("i-0000000e", "ip-10-0-1-6.ec2.internal", "terminated"),
+            ];
+            let found: Vec<_> = known
+                .into_iter()
+                .filter(|(id, _, _)| ids.iter().any(|i| i == id))
+                .collect();
+            Reply::xml(200, instances_xml(&found))
+        }
+        other => Reply::ec2_error(400, "InvalidAction", &format!("unexpected {other}")),
+    });
+    let provider = provider_at(&stub.url(), AwsConfig::default(), &test_env());
+    let nodes = NodeDirectory::new([
+        ("node-a", Some("aws:///us-east-1a/i-0000000a")),
+        ("ip-10-0-1-5.ec2.internal", None),
+    ]);
+
+    let listed = provider
+        .list_routes(CLUSTER, &nodes)
+        .expect("the list succeeds");
+    assert_eq!(
+        summary(&listed),
+        vec![
+            ("10.244.1.0/24".into(), "node-a".into(), false),
+            ("10.244.2.0/24".into(), "".into(), true),
+            ("10.244.3.0/24".into(), "".into(), true),
+            ("10.244.4.0/24".into(), "".into(), true),
+            (
+                "10.244.5.0/24".into(),
+                "ip-10-0-1-5.ec2.internal".into(),
+                false
+            ),
+            ("10.244.6.0/24".into(), "".into(), true),
+        ]
+    );
+    // Blackholes and known nodes are never looked up; the batch that EC2 refused is
+    // split until the missing instance is isolated: [c d e] -> [c] + [d e].
+    let lookups: Vec<Vec<String>> = stub
+        .requests()
+        .iter()
+        .filter(|r| r.action() == "DescribeInstances")
+        .map(instance_ids)
+        .collect();
+    assert_eq!(
+        lookups,
+        vec![
+            vec![
+                "i-0000000c".to_string(),
+                "i-0000000d".into(),
+                "i-0000000e".into()
+            ],
+            vec!["i-0000000c".to_string()],
+            vec!["i-0000000d".to_string(), "i-0000000e".into()],
+        ]
+    );
+}
+
+#[test]
+fn route_table_pages_are_followed_with_next_token() {
+    let stub = StubServer::start(|req| {
+        let token = req.form("NextToken");
+        match (req.action().as_str(), token.as_deref()) {
+            ("DescribeRouteTables", None) if is_tag_key_query(req) => {
+                Reply::xml(200, route_tables_xml(&[], Some("page-2")))
+            }
+            ("DescribeRouteTables", Some("page-2")) if is_tag_key_query(req) => Reply::xml(
+                200,
+                route_tables_xml(
+                    &[(
+                        "rtb-0paged",
+                        &[("10.244.9.0/24", Some("i-0000000a"), None, "active")],
+                    )],
+                    None,
+                ),
+            ),
+            ("DescribeRouteTables", None) => Reply::xml(200, route_tables_xml(&[], None)),
+            _ => Reply::ec2_error(400, "InvalidParameterValue", "unexpected request"),
+        }
+    });
+    let provider = provider_at(&stub.url(), AwsConfig::default(), &test_env());
+    let nodes = NodeDirectory::new([("node-a", Some("i-0000000a"))]);
+    assert_eq!(
+        summary(&provider.list_routes(CLUSTER, &nodes).expect("list")),
+        vec![("10.244.9.0/24".into(), "node-a".into(), false)]
+    );
+    let tokens: Vec<Option<String>> = stub
+        .requests()
+        .iter()
+        .map(|r| r.form("NextToken"))
+        .collect();
+    assert_eq!(tokens, vec![None, Some("page-2".into()), None]);
+}
+
+#[test]
+fn throttling_is_rate_limited_and_holds_back_the_whole_provider() {
+    let stub = StubServer::start(|_| {
+        Reply::ec2_error(503, "RequestLimitExceeded", "Request limit exceeded.")
+    });
+    let provider = provider_at(
+        &stub.url(),
+        AwsConfig {
+            route_table_id: Some("rtb-0stub".into()),
+            requests_per_second: 1000.0,
+            burst: 1000,
+            ..AwsConfig::default()
+        },
+        &test_env(),
+    );
+    let before = Instant::now();
+    assert!(provider.rate_limiter().available_at(before) <= before + Duration::from_millis(1));
+
+    let err = provider
+        .delete_route(CLUSTER, &route("10.244.1.0/24"))
+        .expect_err("throttled");
+    let CloudErrorKind::RateLimited { after } = err.kind else {
+        panic!("expected RateLimited, got {:?}: {}", err.kind, err.message);
+    };
+    // The first throttle holds back for a jittered [0.5, 1] s.
+    assert!(
+        (Duration::from_millis(500)..=Duration::from_secs(1)).contains(&after),
+        "{after:?}"
+    );
+    assert!(
+        err.message.contains("RequestLimitExceeded") && err.message.contains("DeleteRoute"),
+        "{}",
+        err.message
+    );
+    // Every later call of this provider (any thread, any action) now waits: the
+    // shared limiter is blocked for `after` from the moment the reply came in.
+    let now = Instant::now();
+    let next_send = provider.rate_limiter().available_at(now);
+    assert!(
+        next_send >= before + after,
+        "limiter not backed off: {:?}",
+        next_send - now
+    );
+    // No retry behind the controller's back.
+    assert_eq!(stub.actions(), vec!["DeleteRoute".to_string()]);
+}
+
+#[test]
+fn timeout_after_sending_create_route_is_ambiguous() {
+    let stub = StubServer::start(|req| match req.action().as_str() {
+        "ModifyInstanceAttribute" => Reply::xml(200, ok_xml("ModifyInstanceAttribute")),
+        "CreateRoute" => Reply::Hang(Duration::from_secs(5)),
+        _ => Reply::ec2_error(400, "InvalidAction", "unexpected"),
+    });
+    let provider = provider_at(
+        &stub.url(),
+        AwsConfig {
+            route_table_id: Some("rtb-0stub".into()),
+            timeout: Duration::from_millis(400),
+            ..AwsConfig::default()
+        },
+        &test_env(),
+    );
+    let started = Instant::now();
+    let err = provider
+        .create_route(
+            CLUSTER,
+            "uid",
+            &route("10.244.1.0/24"),
+            &target("a", Some("i-0000000a")),
+        )
+        .expect_err("timed out");
+    assert_eq!(err.kind, CloudErrorKind::Ambiguous, "{}", err.message);
+    assert!(err.message.contains("CreateRoute"), "{}", err.message);
+    assert!(
+        started.elapsed() < Duration::from_secs(4),
+        "the timeout did not apply"
+    );
+}
+
+#[test]
+fn timeout_of_a_describe_is_retry_not_ambiguous() {
+    let stub = StubServer::start(|_| Reply::Hang(Duration::from_secs(5)));
+    let provider = provider_at(
+        &stub.url(),
+        AwsConfig {
+            route_table_id: Some("rtb-0stub".into()),
+            timeout: Duration::from_millis(300),
+            ..AwsConfig::default()
+        },
+        &test_env(),
+    );
+    let err = provider
+        .list_routes(CLUSTER, &NodeDirectory::default())
+        .expect_err("timed out");
+    assert_eq!(
+        err.kind,
+        CloudErrorKind::Retry { after: None },
+        "{}",
+        err.message
+    );
+}
+
+#[test]
+fn server_errors_are_ambiguous_for_mutations_and_retry_for_describes() {
+    // moto answers unimplemented things with an HTML 500; real EC2 with XML.
+    for reply in [
+        || {
+            Reply::text(
+                500,
+                "<!doctype html><title>500 Internal Server Error</title>",
+            )
+        },
+        || Reply::ec2_error(503, "Unavailable", "The server is overloaded"),
+    ] {
+        let stub = StubServer::start(move |_| reply());
+        let provider = provider_at(
+            &stub.url(),
+            AwsConfig {
+                route_table_id: Some("rtb-0stub".into()),
+                ..AwsConfig::default()
+            },
+            &test_env(),
+        );
+        let delete = provider
+            .delete_route(CLUSTER, &route("10.244.1.0/24"))
+            .expect_err("5xx");
+        assert_eq!(delete.kind, CloudErrorKind::Ambiguous, "{}", delete.message);
+        let list = provider
+            .list_routes(CLUSTER, &NodeDirectory::default())
+            .expect_err("5xx");
+        assert_eq!(
+            list.kind,
+            CloudErrorKind::Retry { after: None },
+            "{}",
+            list.message
+        );
+    }
+}
+
+#[test]
+fn refused_connection_is_retry_even_for_a_mutation() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("free port")
+        .port();
+    let provider = provider_at(
+        &format!("http://127.0.0.1:{port}"),
+        AwsConfig {
+            route_table_id: Some("rtb-0stub".into()),
+            ..AwsConfig::default()
+        },
+        &test_env(),
+    );
+    let err = provider
+        .delete_route(CLUSTER, &route("10.244.1.0/24"))
+        .expect_err("nothing listens");
+    assert_eq!(
+        err.kind,
+        CloudErrorKind::Retry { after: None },
+        "{}",
+        err.message
+    );
+    assert!(
+        err.message.contains(&format!("127.0.0.1:{port}")),
+        "{}",
+        err.message
+    );
+}
+
+// --- credentials ------------------------------------------------------------------------
+
+/// Recomputes the signature of a captured request with `secret` and checks it, and
+/// returns the `Credential=` scope it was signed for.
+fn verify_signature(req: &Request, secret: &str) -> String {
+    let auth = req.header("authorization").expect("signed");
+    let field = |name: &str| {
+        auth.split(", ")
+            .find_map(|p| {
+                p.split_once(&format!("{name}="))
+                    .map(|(_, v)| v.to_string())
+            })
+            .unwrap_or_else(|| panic!("{name} missing in {auth}"))
+    };
+    let credential = field("Credential");
+    let signed = field("SignedHeaders");
+    let parts: Vec<&str> = credential.split('/').collect();
+    let headers: Vec<(&str, &str)> = signed
+        .split(';')
+        .map(|h| {
+            (
+                h,
+                req.header(h)
+                    .unwrap_or_else(|| panic!("signed header {h} not sent")),
+            )
+        })
+        .collect();
+    let date = req.header("x-amz-date").expect("x-amz-date");
+    let expected = sigv4::sign(
+        SigningKey {
+            access_key_id: parts[0],
+            secret_access_key: secret,
+            region: parts[2],
+            service: parts[3],
+        },
+        RequestParts {
+            method: &req.method,
+            path: &req.path,
+            query: &[],
+            headers: &headers,
+            payload: req.body.as_bytes(),
+        },
+        date,
+    );
+    assert_eq!(auth, expected.authorization, "signature does not verify");
+    credential
+}
+
+fn tagged_table_stub() -> StubServer {
+    StubServer::start(|req| match req.action().as_str() {
+        "DescribeRouteTables" if is_tag_key_query(req) => {
+            Reply::xml(200, route_tables_xml(&[("rtb-0stub", &[])], None))
+        }
+        "DescribeRouteTables" => Reply::xml(200, route_tables_xml(&[], None)),
+        _ => Reply::ec2_error(400, "InvalidAction", "unexpected"),
+    })
+}
+
+fn temp_home(name: &str) -> std::path::PathBuf {
+    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("aws-home-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(dir.join(".aws")).expect("create temp home");
+    std::fs::write(
+        dir.join(".aws/credentials"),
+        "[default]\naws_access_key_id = AKIDDEFAULT\naws_secret_access_key = default-secret\n\n\
+         [dev]\naws_access_key_id=AKIDDEV\naws_secret_access_key=dev-secret\n\
+         aws_session_token = dev-session-token\n",
+    )
+    .expect("write credentials");
+    std::fs::write(
+        dir.join(".aws/config"),
+        "[default]\nregion = us-west-2\n[profile dev]\nregion = eu-north-1\n",
+    )
+    .expect("write config");
+    dir
+}
+
+#[test]
+fn shared_credentials_file_profile_signs_requests_with_its_session_token() {
+    let stub = tagged_table_stub();
+    let env = AwsEnv::new()
+        .with_home(temp_home("dev"))
+        .with_var("AWS_PROFILE", "dev")
+        .with_var("AWS_EC2_METADATA_DISABLED", "true");
+    let provider = AwsProvider::new(
+        AwsConfig {
+            endpoint: Some(stub.url()),
+            ..AwsConfig::default()
+        },
+        &env,
+    )
+    .expect("provider from the dev profile");
+    assert_eq!(
+        provider.region(),
+        "eu-north-1",
+        "region from [profile dev] in ~/.aws/config"
+    );
+    provider
+        .list_routes(CLUSTER, &NodeDirectory::default())
+        .expect("list");
+
+    let req = &stub.requests()[0];
+    let scope = verify_signature(req, "dev-secret");
+    assert!(
+        scope.starts_with("AKIDDEV/") && scope.ends_with("/eu-north-1/ec2/aws4_request"),
+        "{scope}"
+    );
+    assert_eq!(
+        req.header("x-amz-security-token"),
+        Some("dev-session-token")
+    );
+    let auth = req.header("authorization").unwrap_or_default();
+    assert!(
+        auth.contains("SignedHeaders=content-type;host;x-amz-date;x-amz-security-token"),
+        "{auth}"
+    );
+}
+
+#[test]
+fn default_profile_is_used_when_aws_profile_is_unset() {
+    let stub = tagged_table_stub();
+    let env = AwsEnv::new()
+        .with_home(temp_home("default"))
+        .with_var("AWS_EC2_METADATA_DISABLED", "true");
+    let provider = AwsProvider::new(
+        AwsConfig {
+            endpoint: Some(stub.url()),
+            ..AwsConfig::default()
+        },
+        &env,
+    )
+    .expect("provider from the default profile");
+    provider
+        .list_routes(CLUSTER, &NodeDirectory::default())
+        .expect("list");
+    let req = &stub.requests()[0];
+    let scope = verify_signature(req, "default-secret");
+    assert!(
+        scope.starts_with("AKIDDEFAULT/") && scope.contains("/us-west-2/"),
+        "{scope}"
+    );
+    assert_eq!(req.header("x-amz-security-token"), None);
+}
+
+#[test]
+fn environment_variables_win_over_the_shared_file_and_carry_the_session_token() {
+    let stub = tagged_table_stub();
+    let env = AwsEnv::new()
+        .with_home(temp_home("env"))
+        .with_var("AWS_ACCESS_KEY_ID", "AKIDFROMENV")
+        .with_var("AWS_SECRET_ACCESS_KEY", "env-secret")
+        .with_var("AWS_SESSION_TOKEN", "env-token")
+        .with_var("AWS_REGION", "ap-southeast-2")
+        .with_var("AWS_ENDPOINT_URL_EC2", &stub.url())
+        .with_var("AWS_EC2_METADATA_DISABLED", "true");
+    let provider = AwsProvider::new(AwsConfig::default(), &env).expect("provider");
+    assert_eq!(provider.endpoint(), format!("{}/", stub.url()));
+    provider
+        .list_routes(CLUSTER, &NodeDirectory::default())
+        .expect("list");
+    let req = &stub.requests()[0];
+    let scope = verify_signature(req, "env-secret");
+    assert!(
+        scope.starts_with("AKIDFROMENV/") && scope.contains("/ap-southeast-2/"),
+        "{scope}"
+    );
+    assert_eq!(req.header("x-amz-security-token"), Some("env-token"));
+}
+
+/// An IMDSv2 emulator: a session token from PUT, required on every GET; role
+/// credentials that expire an hour after each fetch's slot.
+fn imds_stub(fetches: Arc<AtomicU32>) -> StubServer {
+    StubServer::start(move |req| {
+        const TOKEN: &str = "imds-session-token";
+        if req.method == "PUT" && req.path == "/latest/api/token" {
+            return match req.header("x-aws-ec2-metadata-token-ttl-seconds") {
+                Some(_) => Reply::text(200, TOKEN),
+                None => Reply::text(400, "missing TTL"),
+            };
+        }
+        if req.method != "GET" || req.header("x-aws-ec2-metadata-token") != Some(TOKEN) {
+            return Reply::text(401, "IMDSv2 token required");
+        }
+        match req.path.as_str() {
+            "/latest/meta-data/placement/region" => Reply::text(200, "eu-north-1"),
+            "/latest/meta-data/iam/security-credentials/" => Reply::text(200, "node-role\n"),
+            "/latest/meta-data/iam/security-credentials/node-role" => {
+                let n = fetches.fetch_add(1, Ordering::SeqCst) + 1;
+                Reply::text(
+                    200,
+                    format!(
+                        "{{\"Code\":\"Success\",\"LastUpdated\":\"2030-01-01T00:00:00Z\",\"Type\":\"AWS-HMAC\",\
+                         \"AccessKeyId\":\"ASIAROLE{n}\",\"SecretAccessKey\":\"role-secret-{n}\",\
+                         \"Token\":\"role-token-{n}\",\"Expiration\":\"2030-01-01T0{n}:00:00Z\"}}"
+                    ),
+                )
+            }
+            _ => Reply::text(404, "not found"),
+        }
+    })
+}
+
+#[test]
+fn instance_role_credentials_come_from_imds_v2_and_are_refreshed_before_expiry() {
+    let fetches = Arc::new(AtomicU32::new(0));
+    let imds = imds_stub(fetches.clone());
+    let ec2 = tagged_table_stub();
+    // A virtual wall clock, starting at 2030-01-01T00:00:00Z.
+    let clock_secs = Arc::new(AtomicU64::new(1_893_456_000));
+    let clock = {
+        let secs = clock_secs.clone();
+        Arc::new(move || UNIX_EPOCH + Duration::from_secs(secs.load(Ordering::SeqCst)))
+            as Arc<dyn Fn() -> SystemTime + Send + Sync>
+    };
+    let env = AwsEnv::new()
+        .with_var("AWS_EC2_METADATA_SERVICE_ENDPOINT", &imds.url())
+        .with_var("AWS_ENDPOINT_URL_EC2", &ec2.url())
+        .with_clock(clock);
+    let provider = AwsProvider::new(AwsConfig::default(), &env).expect("provider on an 'instance'");
+    assert_eq!(provider.region(), "eu-north-1", "region from IMDS");
+    assert_eq!(
+        fetches.load(Ordering::SeqCst),
+        1,
+        "credentials fetched at start"
+    );
+
+    let key_used = |i: usize| {
+        let req = &ec2.requests()[i];
+        let n = scope_key(req).trim_start_matches("ASIAROLE").to_string();
+        let scope = verify_signature(req, &format!("role-secret-{n}"));
+        (
+            scope.split('/').next().unwrap_or_default().to_string(),
+            req.header("x-amz-security-token").map(str::to_string),
+        )
+    };
+    provider
+        .list_routes(CLUSTER, &NodeDirectory::default())
+        .expect("list 1");
+    let n = ec2.requests().len();
+    assert_eq!(
+        key_used(n - 1),
+        ("ASIAROLE1".into(), Some("role-token-1".into()))
+    );
+
+    // Ten minutes before expiry: still the same credentials, IMDS not asked.
+    clock_secs.fetch_add(50 * 60, Ordering::SeqCst);
+    provider
+        .list_routes(CLUSTER, &NodeDirectory::default())
+        .expect("list 2");
+    assert_eq!(fetches.load(Ordering::SeqCst), 1);
+    assert_eq!(key_used(ec2.requests().len() - 1).0, "ASIAROLE1");
+
+    // Four minutes before expiry: refreshed before use.
+    clock_secs.fetch_add(6 * 60, Ordering::SeqCst);
+    provider
+        .list_routes(CLUSTER, &NodeDirectory::default())
+        .expect("list 3");
+    assert_eq!(fetches.load(Ordering::SeqCst), 2);
+    assert_eq!(
+        key_used(ec2.requests().len() - 1),
+        ("ASIAROLE2".into(), Some("role-token-2".into()))
+    );
+
+    // One IMDSv2 session token served every metadata request (it lives six hours).
+    let puts = imds.requests().iter().filter(|r| r.method == "PUT").count();
+    assert_eq!(puts, 1);
+    assert!(
+        imds.requests()
+            .iter()
+            .all(|r| r.method == "PUT" || r.header("x-aws-ec2-metadata-token").is_some())
+    );
+}
+
+/// The access key ID a request was signed with.
+fn scope_key(req: &Request) -> String {
+    let auth = req.header("authorization").unwrap_or_default();
+    auth.split("Credential=")
+        .nth(1)
+        .and_then(|c| c.split('/').next())
+        .unwrap_or_default()
+        .to_string()
+}
+
+// --- the controller against moto ------------------------------------------------------
+
+/// Drives a [`Controller`] by hand in virtual time, running its cloud operations
+/// against a real provider and answering condition writes with success.
+struct Drive<'a> {
+    controller: Controller,
+    provider: &'a AwsProvider,
+    metrics: Arc<Metrics>,
+    now: Instant,
+    reports: Vec<PassReport>,
+}
+
+impl Drive<'_> {
+    fn input(&mut self, input: Input) {
+        let commands = self.controller.handle(input, self.now);
+        self.run(commands);
+        self.settle();
+    }
+
+    fn run(&mut self, commands: Vec<Command>) {
+        let mut queue = VecDeque::from(commands);
+        while let Some(command) = queue.pop_front() {
+            let next = match command {
+                Command::Cloud { id, op, .. } => {
+                    let reply = run_op(self.provider, CLUSTER, &op, &self.metrics);
+                    self.controller.handle(Input::Cloud { id, reply }, self.now)
+                }
+                Command::WriteCondition { node, .. } => self.controller.handle(
+                    Input::ConditionWritten {
+                        node,
+                        result: Ok(()),
+                    },
+                    self.now,
+                ),
+                Command::PassFinished(report) => {
+                    self.reports.push(report);
+                    Vec::new()
+                }
+                Command::RecordEvent { .. } => Vec::new(),
+            };
+            queue.extend(next);
+        }
+    }
+
+    /// Lets virtual time run to every deadline due within a few seconds (debounce,
+    /// retries), not to the 12–24 h resync.
+    fn settle(&mut self) {
+        for _ in 0..100 {
+            match self.controller.next_deadline() {
+                Some(at) if at <= self.now + Duration::from_secs(5) => {
+                    self.now = self.now.max(at);
+                    let commands = self.controller.handle(Input::Tick, self.now);
+                    self.run(commands);
+                }
+                _ => return,
+            }
+        }
+        panic!("the controller kept asking to be woken");
+    }
+}
+
+fn node(name: &str, uid: &str, provider_id: &str, pod_cidr: &str) -> Node {
+    Node {
+        name: name.into(),
+        uid: uid.into(),
+        resource_version: "1".into(),
+        provider_id: Some(provider_id.into()),
+        pod_cidrs: vec![pod_cidr.into()],
+        addresses: vec![NodeAddress::internal_ip("10.0.1.10")],
+        network_unavailable: None,
+    }
+}
+
+#[test]
+fn controller_in_watch_mode_creates_routes_in_moto_and_deletes_them_when_a_node_goes() {
+    let moto = moto::shared();
+    let ec2 = moto.ec2();
+    let net = moto::network(&ec2);
+    let (key, value) = owned_tag();
+    let table = ec2.create_route_table(&net.vpc, &[(&key, value)]);
+    let a = ec2.run_instance(&net.ami, &net.subnet);
+    let b = ec2.run_instance(&net.ami, &net.subnet);
+    // A foreign route outside the cluster CIDR must survive everything below.
+    ec2.create_route(&table, "192.168.0.0/24", &a.id);
+    let provider = provider_at(moto.url(), AwsConfig::default(), &test_env());
+    let metrics = Arc::new(Metrics::new());
+    let mut config = Config::new(vec![Cidr::parse("10.244.0.0/16").expect("cidr")]);
+    config.cluster_name = CLUSTER.into();
+    config.seed = Some(7);
+    let mut drive = Drive {
+        controller: Controller::new(config, metrics.clone()),
+        provider: &provider,
+        metrics,
+        now: Instant::now(),
+        reports: Vec::new(),
+    };
+    let node_a = node("node-a", "uid-a", &a.provider_id(), "10.244.1.0/24");
+    let node_b = node("node-b", "uid-b", &b.provider_id(), "10.244.2.0/24");
+
+    drive.input(Input::Node(NodeEvent::Init));
+    drive.input(Input::Node(NodeEvent::InitApply(node_a.clone())));
+    drive.input(Input::Node(NodeEvent::InitApply(node_b.clone())));
+    drive.input(Input::Node(NodeEvent::InitDone));
+    let routes = ec2.routes(&table);
+    assert!(
+        routes.contains(&("10.244.1.0/24".into(), Some(a.id.clone()), "active".into())),
+        "{routes:?}"
+    );
+    assert!(
+        routes.contains(&("10.244.2.0/24".into(), Some(b.id.clone()), "active".into())),
+        "{routes:?}"
+    );
+    let startup = drive.reports.last().expect("a pass ran").clone();
+    assert_eq!((startup.created, startup.deleted), (2, 0), "{startup}");
+
+    // A node joins: one route, no list (the view is fresh).
+    let c = ec2.run_instance(&net.ami, &net.subnet);
+    drive.now += Duration::from_secs(10);
+    let before = provider.api_calls();
+    drive.input(Input::Node(NodeEvent::Added(node(
+        "node-c",
+        "uid-c",
+        &c.provider_id(),
+        "10.244.3.0/24",
+    ))));
+    assert!(ec2.routes(&table).contains(&(
+        "10.244.3.0/24".into(),
+        Some(c.id.clone()),
+        "active".into()
+    )));
+    let added = calls_delta(&before, &provider.api_calls());
+
+    // A node leaves: its route goes, with one DeleteRoute and nothing else.
+    drive.now += Duration::from_secs(10);
+    let before = provider.api_calls();
+    drive.input(Input::Node(NodeEvent::Deleted(node_b)));
+    let deleted = calls_delta(&before, &provider.api_calls());
+    let routes = ec2.routes(&table);
+    assert!(
+        routes.iter().all(|(d, _, _)| d != "10.244.2.0/24"),
+        "{routes:?}"
+    );
+    assert!(
+        routes.iter().any(|(d, _, _)| d == "10.244.1.0/24"),
+        "{routes:?}"
+    );
+    assert!(
+        routes.iter().any(|(d, _, _)| d == "192.168.0.0/24"),
+        "foreign route deleted: {routes:?}"
+    );
+    let last = drive.reports.last().expect("a pass ran");
+    assert_eq!(
+        (last.created, last.deleted, last.failed),
+        (0, 1, 0),
+        "{last}"
+    );
+
+    let m = |pairs: &[(&'static str, u64)]| pairs.iter().copied().collect::<BTreeMap<_, _>>();
+    assert_eq!(
+        added,
+        m(&[("CreateRoute", 1), ("ModifyInstanceAttribute", 1)])
+    );
+    assert_eq!(deleted, m(&[("DeleteRoute", 1)]));
+    eprintln!("[aws] controller: node added {added:?}; node deleted {deleted:?}");
+}
