@@ -296,10 +296,10 @@ impl Moto {
         let deadline = Instant::now() + limit;
         let url = format!("{}/moto-api/", self.url);
         while Instant::now() < deadline {
-            if let Ok(r) = self.agent.get(&url).call() {
-                if r.status().is_success() {
-                    return;
-                }
+            if let Ok(r) = self.agent.get(&url).call()
+                && r.status().is_success()
+            {
+                return;
             }
             std::thread::sleep(Duration::from_millis(50));
         }
