@@ -36,6 +36,7 @@ import (
 	"time"
 
 	"go.etcd.io/etcd/server/v3/embed"
+	"go.etcd.io/etcd/server/v3/storage/wal"
 
 	"github.com/spf13/pflag"
 	utilerrors "k8s.io/apimachinery/pkg/util/errors"
@@ -86,6 +87,7 @@ func main() {
 	logToStderr := flag.Bool("log-to-stderr", false, "send kube-apiserver and etcd logs to stderr instead of files in --data-dir")
 	watchStdin := flag.Bool("exit-on-stdin-close", true, "shut down when stdin reaches EOF")
 	readyTimeout := flag.Duration("ready-timeout", 2*time.Minute, "give up if not ready after this long")
+	removeOnExit := flag.Bool("remove-data-dir-on-exit", false, "delete --data-dir after shutting down (for throwaway instances)")
 	flag.Parse()
 	if *dataDir == "" {
 		fatalf("--data-dir is required")
@@ -114,12 +116,20 @@ func main() {
 	ctx, stop := shutdownContext(*watchStdin)
 	defer stop()
 
-	if err := run(ctx, readyOut, dir, kcDir, *port, *verbosity, *logToStderr, *readyTimeout); err != nil {
+	err = run(ctx, readyOut, dir, kcDir, *port, *verbosity, *logToStderr, *readyTimeout)
+	if err != nil {
 		fmt.Fprintf(os.Stderr, "kube-apiserver harness: %v\n", err)
 		if !*logToStderr {
 			dumpTail(filepath.Join(dir, "kube-apiserver.log"), 40)
 			dumpTail(filepath.Join(dir, "etcd.log"), 20)
 		}
+	}
+	if *removeOnExit {
+		if rmErr := os.RemoveAll(dir); rmErr != nil {
+			fmt.Fprintf(os.Stderr, "kube-apiserver harness: remove data dir: %v\n", rmErr)
+		}
+	}
+	if err != nil {
 		os.Exit(1)
 	}
 }
@@ -298,6 +308,10 @@ func startEtcd(ctx context.Context, dir, logOutput string) (*embed.Etcd, string,
 	cfg.AutoCompactionMode = "periodic"
 	cfg.AutoCompactionRetention = "5m"
 
+	// etcd preallocates each WAL segment (and the next one) at 64 MB; a test
+	// cluster writes far less, so keep the disk footprint small.
+	wal.SegmentSizeBytes = 8 * 1000 * 1000
+
 	e, err := embed.StartEtcd(cfg)
 	if err != nil {
 		return nil, "", err
@@ -468,6 +482,11 @@ func writeKubeconfig(path, server string, caPEM []byte, user, token string) erro
 // shutdownContext is cancelled on SIGTERM/SIGINT or, if watchStdin, when
 // stdin reaches EOF. A second signal exits at once.
 func shutdownContext(watchStdin bool) (context.Context, context.CancelFunc) {
+	// The parent usually exits first (that is what closes stdin), taking the
+	// read ends of our stdout and stderr with it. Without this, Go would kill
+	// the process with SIGPIPE at its next log line, before a clean shutdown.
+	signal.Ignore(syscall.SIGPIPE)
+
 	ctx, cancel := context.WithCancel(context.Background())
 	sigs := make(chan os.Signal, 2)
 	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
