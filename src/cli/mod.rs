@@ -15,6 +15,10 @@ use crate::config::parse_cluster_cidrs;
 use crate::model::{Node, NodeAddress, NodeList, Route};
 use crate::plan::{self, Plan};
 
+pub mod run;
+
+pub use run::RunArgs;
+
 /// Exit status for invalid configuration or input.
 pub const EXIT_USAGE: i32 = 2;
 
@@ -29,6 +33,7 @@ pub struct Cli {
 #[derive(FromArgs, Debug)]
 #[argh(subcommand)]
 pub enum Command {
+    Run(RunArgs),
     Plan(PlanArgs),
     Simulate(SimulateArgs),
 }
@@ -66,18 +71,20 @@ pub struct SimulateArgs {
 }
 
 #[derive(FromArgs, Debug)]
-/// Show what one reconcile pass would do, from a node list and a route list, changing
-/// nothing. NODES.json is `kubectl get nodes -o json` output ("-" reads stdin);
-/// ROUTES.json is {"routes":[{"name","targetNode","destinationCIDR","blackhole",
-/// "targetNodeAddresses","enableNodeAddresses"}]}.
+/// Show what one reconcile pass would do, changing nothing. Nodes come from a file
+/// (`kubectl get nodes -o json` output, "-" for stdin) or, without --nodes, from the
+/// cluster; routes from a file ({"routes":[{"name","targetNode","destinationCIDR",
+/// "blackhole","targetNodeAddresses","enableNodeAddresses"}]}) or, without --routes,
+/// from the cloud named by --cloud-provider.
 #[argh(subcommand, name = "plan")]
 pub struct PlanArgs {
-    /// the nodes: a NodeList as `kubectl get nodes -o json` prints it, or "-" for stdin
+    /// the nodes: a NodeList as `kubectl get nodes -o json` prints it, or "-" for
+    /// stdin (default: list them from the cluster)
     #[argh(option)]
-    pub nodes: String,
-    /// the cloud routes: {"routes":[...]}
+    pub nodes: Option<String>,
+    /// the cloud routes: {"routes":[...]} (default: list them from --cloud-provider)
     #[argh(option)]
-    pub routes: String,
+    pub routes: Option<String>,
     /// the pod network: one CIDR, or an IPv4 and an IPv6 CIDR separated by a comma;
     /// routes outside it are never deleted
     #[argh(option)]
@@ -88,6 +95,19 @@ pub struct PlanArgs {
     /// output format: table (default) or json
     #[argh(option, default = "String::from(\"table\")")]
     pub output: String,
+    /// without --nodes: the kubeconfig to read the cluster with (default: $KUBECONFIG,
+    /// ~/.kube/config, in-cluster)
+    #[argh(option)]
+    pub kubeconfig: Option<String>,
+    /// without --nodes: the API server URL, overriding the kubeconfig's
+    #[argh(option)]
+    pub master: Option<String>,
+    /// without --routes: the cloud to list routes from: hcloud, aws or fake
+    #[argh(option)]
+    pub cloud_provider: Option<String>,
+    /// without --routes: the provider settings file (see `run --help`)
+    #[argh(option)]
+    pub cloud_config: Option<String>,
 }
 
 /// Flags of `run` that are booleans: `--flag` alone means true.
@@ -324,13 +344,30 @@ struct RouteFile {
 pub fn run_plan(args: &PlanArgs) -> Result<String, UsageError> {
     let cluster_cidrs = parse_cluster_cidrs(&args.cluster_cidr).map_err(UsageError)?;
     if args.output != "table" && args.output != "json" {
-        return Err(UsageError(format!(
-            "--output: {:?} is not a format; use table or json",
-            args.output
-        )));
+        return Err(UsageError(format!("--output: {:?} is not a format; use table or json", args.output)));
     }
-    let nodes = read_nodes(&args.nodes)?;
-    let routes = read_routes(&args.routes)?;
+    if args.routes.is_none() && args.cloud_provider.is_none() {
+        return Err(UsageError(
+            "--routes or --cloud-provider is required: read routes from a file or from the cloud".into(),
+        ));
+    }
+    let nodes = match &args.nodes {
+        Some(path) => read_nodes(path)?,
+        None => live_nodes(args)?,
+    };
+    let routes = match (&args.routes, &args.cloud_provider) {
+        (Some(path), _) => read_routes(path)?,
+        (None, Some(name)) => {
+            let cloud = run::provider(name, args.cloud_config.as_ref().map(std::path::PathBuf::from).as_ref(), &cluster_cidrs)?;
+            let directory = crate::cloud::NodeDirectory::new(
+                nodes.iter().map(|n| (n.name.as_str(), n.provider_id.as_deref())),
+            );
+            cloud
+                .list_routes(&args.cluster_name, &directory)
+                .map_err(|e| UsageError(format!("--cloud-provider {name}: listing routes failed: {e}")))?
+        }
+        (None, None) => unreachable!("checked above"),
+    };
     let plan = plan::plan(&nodes, &routes, &cluster_cidrs);
     for p in &plan.problems {
         eprintln!("warning: {p}");
@@ -339,6 +376,22 @@ pub fn run_plan(args: &PlanArgs) -> Result<String, UsageError> {
         "json" => plan_json(&plan),
         _ => plan_table(&plan),
     })
+}
+
+/// Lists the nodes of the cluster that `--kubeconfig`/`--master` (or the usual
+/// resolution) names.
+fn live_nodes(args: &PlanArgs) -> Result<Vec<Node>, UsageError> {
+    use crate::kube::{Client, ClientOptions, Env, KubeConfig, LoadOptions, WatchConfig};
+    let load = LoadOptions {
+        kubeconfig: args.kubeconfig.as_ref().map(std::path::PathBuf::from),
+        master: args.master.clone(),
+        context: None,
+    };
+    let kube = KubeConfig::load(&load, &Env::from_process())
+        .map_err(|e| UsageError(format!("without --nodes, nodes come from the cluster: {e}")))?;
+    let client = Client::new(&kube, ClientOptions::default()).map_err(|e| UsageError(format!("Kubernetes client: {e}")))?;
+    crate::kube::list_nodes(&client, &WatchConfig::default())
+        .map_err(|e| UsageError(format!("listing nodes from {}: {e}", kube.server)))
 }
 
 fn read_input(path: &str, flag: &str) -> Result<String, UsageError> {

@@ -27,4 +27,4 @@ pub use error::{ApiError, ApiErrorKind, KubeError};
 pub use lease::{LeaseConfig, default_identity, spawn_leader_election};
 pub use status::{StatusConfig, StatusRequest, spawn_status_writer};
 pub use stop::StopHandle;
-pub use watch::{NodeWatch, WatchConfig, spawn_node_watch};
+pub use watch::{NodeWatch, WatchConfig, list_nodes, spawn_node_watch};

@@ -785,6 +785,26 @@ fn read_line_capped(r: &mut impl BufRead, buf: &mut Vec<u8>, max: usize) -> io::
     }
 }
 
+/// Lists every node once, following continue tokens (for `route-controller plan`
+/// against a live cluster; the controller itself uses the watch).
+pub fn list_nodes(client: &Client, config: &WatchConfig) -> Result<Vec<Node>, KubeError> {
+    let mut nodes = Vec::new();
+    let mut continue_token: Option<String> = None;
+    loop {
+        let mut path = format!("/api/v1/nodes?limit={}", config.page_size);
+        if let Some(token) = &continue_token {
+            path.push_str("&continue=");
+            path.push_str(&encode_query(token));
+        }
+        let page: NodeList = client.get_json_large(&path, config.max_page_bytes)?;
+        nodes.extend(page.items);
+        if page.metadata.continue_token.is_empty() {
+            return Ok(nodes);
+        }
+        continue_token = Some(page.metadata.continue_token);
+    }
+}
+
 /// Percent-encodes a query value (resourceVersions and continue tokens are opaque).
 fn encode_query(value: &str) -> String {
     let mut out = String::with_capacity(value.len());
