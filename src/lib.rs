@@ -75,4 +75,5 @@ pub mod kube;
 pub mod metrics;
 pub mod model;
 pub mod plan;
+pub mod serve;
 pub mod sim;
