@@ -72,6 +72,7 @@ pub mod config;
 pub mod controller;
 pub mod duration;
 pub mod kube;
+pub mod logging;
 pub mod manifests;
 pub mod metrics;
 pub mod model;
