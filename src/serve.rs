@@ -6,7 +6,7 @@
 //! its response, so a connection is a small state machine: read the request head,
 //! write the response, then drain what the client still sends until it closes
 //! (closing a socket with unread input would reset it and could destroy the response
-//! on its way). That machine, [`Conn`], is written against `Read + Write` and the
+//! on its way). That machine, `Conn`, is written against `Read + Write` and the
 //! current instant, so its timing and its partial reads and writes are tested without
 //! sockets or sleeps; the poll loop only moves readiness events and deadlines to it.
 //!
@@ -50,7 +50,8 @@ pub type HealthFn = Arc<dyn Fn() -> Health + Send + Sync>;
 /// Prometheus servers and probed by the kubelet.
 #[derive(Clone, Debug)]
 pub struct ServerConfig {
-    /// Connections served at once; more wait in the listen backlog (default 64).
+    /// Connections served at once; more wait in the listen backlog (default 64, at
+    /// least 1).
     pub max_connections: usize,
     /// Time a client has to send its whole request head, and the longest pause while
     /// it reads the response (default 10 s).
@@ -96,6 +97,10 @@ pub fn spawn_server_with(
     health: HealthFn,
     config: ServerConfig,
 ) -> io::Result<ServerHandle> {
+    let config = ServerConfig {
+        max_connections: config.max_connections.max(1),
+        ..config
+    };
     let mut listener = TcpListener::bind(addr)?;
     let local_addr = listener.local_addr()?;
     let poll = Poll::new()?;
@@ -254,7 +259,7 @@ impl Server {
                         log::warn!("metrics server: cannot watch the connection from {peer}: {e}");
                         continue;
                     }
-                    let deadline = now + self.config.idle_timeout;
+                    let deadline = later(now, self.config.idle_timeout);
                     self.conns.insert(token, Conn::new(stream, peer, deadline));
                     // Data may have arrived before registration; an edge is reported
                     // for it on registration, so no read is needed here.
@@ -332,6 +337,12 @@ impl Server {
             deregister(self.poll.registry(), &mut conn.stream);
         }
     }
+}
+
+/// `now + d`, saturating far in the future for an absurd configured timeout.
+fn later(now: Instant, d: Duration) -> Instant {
+    now.checked_add(d)
+        .unwrap_or_else(|| now + Duration::from_secs(365 * 24 * 3600))
 }
 
 fn deregister(registry: &Registry, stream: &mut TcpStream) {
@@ -420,7 +431,7 @@ impl<S: Transport> Conn<S> {
                         log::debug!("metrics server: {} {}", self.peer, parsed.describe());
                         let out = respond(&parsed);
                         self.phase = Phase::Writing { out, written: 0 };
-                        self.deadline = now + config.idle_timeout;
+                        self.deadline = later(now, config.idle_timeout);
                     }
                 },
                 Phase::Writing { out, written } => {
@@ -428,10 +439,10 @@ impl<S: Transport> Conn<S> {
                         Ok(true) => {
                             self.stream.shutdown_write();
                             self.phase = Phase::Lingering { discarded: 0 };
-                            self.deadline = now + LINGER.min(config.idle_timeout);
+                            self.deadline = later(now, LINGER.min(config.idle_timeout));
                         }
                         Ok(false) => {
-                            self.deadline = now + config.idle_timeout;
+                            self.deadline = later(now, config.idle_timeout);
                             return Step::Wait(Interest::READABLE | Interest::WRITABLE);
                         }
                         Err(e) => {
@@ -905,6 +916,44 @@ mod tests {
                 }
                 other => panic!("{}: {other:?}", String::from_utf8_lossy(raw)),
             }
+        }
+    }
+
+    #[test]
+    fn random_bytes_never_panic_the_parser() {
+        use rand::rngs::SmallRng;
+        use rand::{RngExt, SeedableRng};
+        let pieces: &[&[u8]] = &[
+            b"GET",
+            b"HEAD",
+            b" ",
+            b"/",
+            b"?",
+            b"://",
+            b"HTTP/1.1",
+            b"HTTP/9.",
+            b"\r",
+            b"\n",
+            b"\r\n",
+            b":",
+            b"Host",
+            b"Content-Length",
+            b"99999999999999999999999",
+            b"0",
+            b"\xff",
+            b"\xe2\x82",
+            b"\x00",
+            b"\t",
+            b"#",
+        ];
+        let mut rng = SmallRng::seed_from_u64(7);
+        for _ in 0..20_000 {
+            let mut input = Vec::new();
+            for _ in 0..rng.random_range(0..40) {
+                input.extend_from_slice(pieces[rng.random_range(0..pieces.len())]);
+            }
+            let _ = parse_head(&input, 64);
+            let _ = parse_head(&input, MAX).describe();
         }
     }
 
