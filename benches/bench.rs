@@ -26,9 +26,19 @@ use route_controller::plan;
 use route_controller::sim::{self, Scenario, SimOptions};
 
 fn main() {
-    let filter: Vec<String> = std::env::args().skip(1).filter(|a| !a.starts_with("--")).collect();
+    let filter: Vec<String> = std::env::args()
+        .skip(1)
+        .filter(|a| !a.starts_with("--"))
+        .collect();
     let wanted = |name: &str| filter.is_empty() || filter.iter().any(|f| name.contains(f.as_str()));
-    println!("route-controller benchmarks ({} build)", if cfg!(debug_assertions) { "debug" } else { "release" });
+    println!(
+        "route-controller benchmarks ({} build)",
+        if cfg!(debug_assertions) {
+            "debug"
+        } else {
+            "release"
+        }
+    );
     if wanted("events") {
         events();
     }
@@ -114,7 +124,11 @@ fn slim_node(i: usize) -> Node {
         resource_version: "1".into(),
         provider_id: Some(format!("fake://{i}")),
         pod_cidrs: vec![pod_cidr(i)],
-        addresses: vec![NodeAddress::internal_ip(&format!("172.16.{}.{}", (i >> 8) & 255, i & 255))],
+        addresses: vec![NodeAddress::internal_ip(&format!(
+            "172.16.{}.{}",
+            (i >> 8) & 255,
+            i & 255
+        ))],
         network_unavailable: None,
     }
 }
@@ -126,7 +140,12 @@ fn events() {
     let rounds = 50; // 50 heartbeats of each node: 50 000 events
     let lines: Vec<String> = (0..rounds)
         .flat_map(|r| (0..nodes).map(move |i| (r, i)))
-        .map(|(r, i)| format!("{{\"type\":\"MODIFIED\",\"object\":{}}}", node_json(i, 1000 + (r * nodes + i) as u64)))
+        .map(|(r, i)| {
+            format!(
+                "{{\"type\":\"MODIFIED\",\"object\":{}}}",
+                node_json(i, 1000 + (r * nodes + i) as u64)
+            )
+        })
         .collect();
     let bytes: usize = lines.iter().map(String::len).sum();
     let mut config = Config::new(vec![Cidr::parse("10.0.0.0/8").unwrap()]);
@@ -140,7 +159,13 @@ fn events() {
     }
     controller.handle(Input::Node(NodeEvent::InitDone), now);
     let mut reflector = Reflector::new(WatchConfig::default());
-    let list = NodeList { items: Vec::new(), metadata: route_controller::model::ListMeta { resource_version: "999".into(), ..Default::default() } };
+    let list = NodeList {
+        items: Vec::new(),
+        metadata: route_controller::model::ListMeta {
+            resource_version: "999".into(),
+            ..Default::default()
+        },
+    };
     reflector.on_list_page(Ok(list), now);
     reflector.on_watch_started(Ok(()), now);
     let passes_before = controller.metrics().passes_total();
@@ -169,7 +194,9 @@ fn events() {
 // --- 2. planner --------------------------------------------------------------------------
 
 fn planner() {
-    println!("\n[planner] plan() with every route in place (the common pass), and with 10 % of routes missing:");
+    println!(
+        "\n[planner] plan() with every route in place (the common pass), and with 10 % of routes missing:"
+    );
     let cidrs = vec![Cidr::parse("10.0.0.0/8").unwrap()];
     for n in [5_000usize, 50_000] {
         let nodes: Vec<Node> = (0..n).map(slim_node).collect();
@@ -183,7 +210,12 @@ fn planner() {
                 ..Route::default()
             })
             .collect();
-        let partial: Vec<Route> = routes.iter().enumerate().filter(|(i, _)| i % 10 != 0).map(|(_, r)| r.clone()).collect();
+        let partial: Vec<Route> = routes
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| i % 10 != 0)
+            .map(|(_, r)| r.clone())
+            .collect();
         for (label, routes) in [("all routes in place", &routes), ("10 % missing", &partial)] {
             let mut times = Vec::new();
             let mut creates = 0;
@@ -207,8 +239,13 @@ fn planner() {
 
 fn rss() {
     let binary = env!("CARGO_BIN_EXE_route-controller");
-    println!("\n[rss] peak RSS (VmHWM) of `route-controller run --cloud-provider fake` in watch mode, synced with N nodes");
-    println!("      served by a minimal API server ({:.1} KiB of JSON per node):", node_json(0, 1).len() as f64 / 1024.0);
+    println!(
+        "\n[rss] peak RSS (VmHWM) of `route-controller run --cloud-provider fake` in watch mode, synced with N nodes"
+    );
+    println!(
+        "      served by a minimal API server ({:.1} KiB of JSON per node):",
+        node_json(0, 1).len() as f64 / 1024.0
+    );
     for n in [5_000usize, 50_000] {
         match measure_rss(binary, n) {
             Ok((hwm, rss, took)) => println!(
@@ -224,7 +261,10 @@ fn rss() {
 
 fn measure_rss(binary: &str, nodes: usize) -> Result<(u64, u64, Duration), String> {
     let server = NodeServer::start(nodes).map_err(|e| format!("node server: {e}"))?;
-    let metrics_port = TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map_err(|e| e.to_string())?.port();
+    let metrics_port = TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map_err(|e| e.to_string())?
+        .port();
     let home = std::env::temp_dir().join(format!("rc-bench-home-{}", std::process::id()));
     std::fs::create_dir_all(&home).map_err(|e| e.to_string())?;
     let mut child = std::process::Command::new(binary)
@@ -256,7 +296,9 @@ fn measure_rss(binary: &str, nodes: usize) -> Result<(u64, u64, Duration), Strin
             if http_get(metrics_port, "/readyz").is_some_and(|(code, _)| code == 200) {
                 // Let the first pass (50 000 in-memory routes) finish.
                 let (_, metrics) = http_get(metrics_port, "/metrics").unwrap_or_default();
-                if metrics.lines().any(|l| l.starts_with("route_controller_route_sync_total ") && !l.ends_with(" 0")) {
+                if metrics.lines().any(|l| {
+                    l.starts_with("route_controller_route_sync_total ") && !l.ends_with(" 0")
+                }) {
                     break;
                 }
             }
@@ -264,7 +306,8 @@ fn measure_rss(binary: &str, nodes: usize) -> Result<(u64, u64, Duration), Strin
         }
         let took = start.elapsed();
         std::thread::sleep(Duration::from_secs(2));
-        let status = std::fs::read_to_string(format!("/proc/{}/status", child.id())).map_err(|e| e.to_string())?;
+        let status = std::fs::read_to_string(format!("/proc/{}/status", child.id()))
+            .map_err(|e| e.to_string())?;
         let field = |name: &str| {
             status
                 .lines()
@@ -285,11 +328,18 @@ fn measure_rss(binary: &str, nodes: usize) -> Result<(u64, u64, Duration), Strin
 fn http_get(port: u16, path: &str) -> Option<(u16, String)> {
     let mut s = TcpStream::connect(("127.0.0.1", port)).ok()?;
     s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
-    write!(s, "GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n").ok()?;
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n"
+    )
+    .ok()?;
     let mut text = String::new();
     s.read_to_string(&mut text).ok()?;
     let code = text.split_whitespace().nth(1)?.parse().ok()?;
-    let body = text.split_once("\r\n\r\n").map(|(_, b)| b.to_string()).unwrap_or_default();
+    let body = text
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_string())
+        .unwrap_or_default();
     Some((code, body))
 }
 
@@ -353,7 +403,10 @@ fn serve(stream: TcpStream, nodes: usize, stop: &AtomicBool) {
         let _ = reader.read_exact(&mut body);
         let target = request.split_whitespace().nth(1).unwrap_or("/").to_string();
         if target.starts_with("/api/v1/nodes?") && target.contains("watch=1") {
-            let _ = write!(out, "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n");
+            let _ = write!(
+                out,
+                "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n"
+            );
             while !stop.load(Ordering::Relaxed) {
                 let line = "{\"type\":\"BOOKMARK\",\"object\":{\"kind\":\"Node\",\"apiVersion\":\"v1\",\"metadata\":{\"resourceVersion\":\"1000\"}}}\n";
                 if write!(out, "{:x}\r\n{line}\r\n", line.len()).is_err() {
@@ -371,7 +424,11 @@ fn serve(stream: TcpStream, nodes: usize, stop: &AtomicBool) {
                 .unwrap_or(0);
             let end = (start + 500).min(nodes);
             let items: Vec<String> = (start..end).map(|i| node_json(i, 1000)).collect();
-            let next = if end < nodes { end.to_string() } else { String::new() };
+            let next = if end < nodes {
+                end.to_string()
+            } else {
+                String::new()
+            };
             format!(
                 "{{\"kind\":\"NodeList\",\"apiVersion\":\"v1\",\"metadata\":{{\"resourceVersion\":\"1000\",\"continue\":\"{next}\"}},\"items\":[{}]}}",
                 items.join(",")
@@ -379,8 +436,12 @@ fn serve(stream: TcpStream, nodes: usize, stop: &AtomicBool) {
         } else {
             "{}".to_string()
         };
-        if write!(out, "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}", body.len())
-            .is_err()
+        if write!(
+            out,
+            "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+            body.len()
+        )
+        .is_err()
         {
             return;
         }
@@ -390,10 +451,26 @@ fn serve(stream: TcpStream, nodes: usize, stop: &AtomicBool) {
 // --- 4. cloud calls per node change -------------------------------------------------
 
 fn calls() {
-    println!("\n[calls] cloud calls per route mutation (the physical minimum is 1.00), simulate --seed 1:");
-    println!("  {:<16} {:>10} {:>16} {:>10}", "scenario", "poll", "upstream-watch", "watch");
-    for scenario in [Scenario::RollingUpgrade, Scenario::ScaleOut, Scenario::FlakyCloud, Scenario::AddressChurn] {
-        let options = SimOptions { scenario, nodes: None, duration: None, seed: 1, latency: Duration::from_millis(100) };
+    println!(
+        "\n[calls] cloud calls per route mutation (the physical minimum is 1.00), simulate --seed 1:"
+    );
+    println!(
+        "  {:<16} {:>10} {:>16} {:>10}",
+        "scenario", "poll", "upstream-watch", "watch"
+    );
+    for scenario in [
+        Scenario::RollingUpgrade,
+        Scenario::ScaleOut,
+        Scenario::FlakyCloud,
+        Scenario::AddressChurn,
+    ] {
+        let options = SimOptions {
+            scenario,
+            nodes: None,
+            duration: None,
+            seed: 1,
+            latency: Duration::from_millis(100),
+        };
         let report = sim::run(&options, &mut |_| {});
         let ratio = |mode: &str| {
             let m = report.modes.iter().find(|m| m.mode == mode).expect("mode");

@@ -19,6 +19,7 @@ fn main() {
         Command::Run(args) => std::process::exit(run(&args, &warnings)),
         Command::Plan(args) => finish(cli::run_plan(&args)),
         Command::Simulate(args) => finish(cli::run_simulate(&args)),
+        Command::Manifests(args) => finish(cli::run_manifests(&args)),
     }
 }
 
@@ -46,7 +47,9 @@ fn run(args: &RunArgs, warnings: &[String]) -> i32 {
     let client = Client::new(&kube, settings.client.clone())
         .unwrap_or_else(|e| usage_error(&UsageError(format!("Kubernetes client: {e}"))));
     if !settings.configure_cloud_routes {
-        log::info!("--configure-cloud-routes=false: route-controller manages no routes; waiting for a signal");
+        log::info!(
+            "--configure-cloud-routes=false: route-controller manages no routes; waiting for a signal"
+        );
         wait_for_signal();
         return 0;
     }
@@ -63,9 +66,19 @@ fn run(args: &RunArgs, warnings: &[String]) -> i32 {
         env!("CARGO_PKG_VERSION"),
         c.mode.as_str(),
         c.cluster_name,
-        c.cluster_cidrs.iter().map(ToString::to_string).collect::<Vec<_>>().join(","),
+        c.cluster_cidrs
+            .iter()
+            .map(ToString::to_string)
+            .collect::<Vec<_>>()
+            .join(","),
         cloud.provider_name(),
-        settings.lease.as_ref().map_or("off".to_string(), |l| format!("{}/{} as {}", l.namespace, l.name, l.identity)),
+        settings
+            .lease
+            .as_ref()
+            .map_or("off".to_string(), |l| format!(
+                "{}/{} as {}",
+                l.namespace, l.name, l.identity
+            )),
         kube.server,
     );
     let mut builder = Builder::new(settings.controller.clone(), client, cloud);
@@ -104,7 +117,9 @@ fn run(args: &RunArgs, warnings: &[String]) -> i32 {
 }
 
 fn init_logging(args: &RunArgs) {
-    let format = route_controller::logging::LogFormat::parse(&args.log_format)
+    let format = args
+        .log_format
+        .parse::<route_controller::logging::LogFormat>()
         .unwrap_or_else(|e| usage_error(&UsageError(format!("--log-format: {e}"))));
     route_controller::logging::init(format, args.log_level());
 }
@@ -115,22 +130,26 @@ fn on_signal(stop: Arc<dyn Fn() + Send + Sync>) {
     let mut signals = match signal_hook::iterator::Signals::new([SIGTERM, SIGINT]) {
         Ok(s) => s,
         Err(e) => {
-            log::error!("cannot handle signals ({e}); SIGTERM will kill the process without a clean shutdown");
+            log::error!(
+                "cannot handle signals ({e}); SIGTERM will kill the process without a clean shutdown"
+            );
             return;
         }
     };
-    let spawned = std::thread::Builder::new().name("signals".into()).spawn(move || {
-        let mut seen = 0;
-        for signal in signals.forever() {
-            seen += 1;
-            if seen > 1 {
-                log::warn!("second signal {signal}: exiting now");
-                std::process::exit(130);
+    let spawned = std::thread::Builder::new()
+        .name("signals".into())
+        .spawn(move || {
+            let mut seen = 0;
+            for signal in signals.forever() {
+                seen += 1;
+                if seen > 1 {
+                    log::warn!("second signal {signal}: exiting now");
+                    std::process::exit(130);
+                }
+                log::info!("signal {signal}: shutting down (send it again to exit at once)");
+                stop();
             }
-            log::info!("signal {signal}: shutting down (send it again to exit at once)");
-            stop();
-        }
-    });
+        });
     if let Err(e) = spawned {
         log::error!("cannot start the signal thread: {e}");
     }

@@ -32,6 +32,7 @@
 
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread::JoinHandle;
 
 use crossbeam_channel::{Sender, bounded, unbounded};
@@ -41,6 +42,7 @@ use crate::cloud::{Routes, workers};
 use crate::controller::{Config, Controller, PassReport};
 use crate::kube::{self, Client, LeaseConfig, NodeWatch, StatusConfig, StopHandle, WatchConfig};
 use crate::metrics::Metrics;
+use crate::serve::{self, Health, ServerHandle};
 
 /// Assembles the controller's threads.
 pub struct Builder {
@@ -136,7 +138,17 @@ impl Builder {
         let (status_tx, status_rx) = unbounded();
         let (status_replies_tx, status_replies) = unbounded();
 
-        let _ = metrics_address;
+        // Alive until the actor returns; /healthz reports it.
+        let running = Arc::new(AtomicBool::new(true));
+        let server = match metrics_address {
+            Some(address) => {
+                let (m, running) = (metrics.clone(), running.clone());
+                let health: serve::HealthFn =
+                    Arc::new(move || health(&m, running.load(Ordering::Relaxed)));
+                Some(serve::spawn_server(address, metrics.clone(), health)?)
+            }
+            None => None,
+        };
         let workers = workers::spawn(
             cloud,
             config.cluster_name.clone(),
@@ -186,7 +198,32 @@ impl Builder {
             lease_thread,
             status_thread: Some(status_thread),
             workers,
+            server,
         })
+    }
+}
+
+/// `/healthz`: the actor runs (an API server outage does not make the process
+/// unhealthy: restarting it would not help); `/readyz`: it has a complete view of the
+/// nodes (a standby replica is ready too).
+fn health(metrics: &Metrics, running: bool) -> Health {
+    let synced = metrics.synced.get() == 1;
+    let watching = metrics.watch_healthy.get() == 1;
+    let leading = metrics.leader.get() == 1;
+    Health {
+        live: running,
+        ready: running && synced,
+        detail: format!(
+            "{}; watch {}; {}; {}",
+            if running { "running" } else { "stopped" },
+            if watching {
+                "connected"
+            } else {
+                "reconnecting"
+            },
+            if synced { "synced" } else { "not synced yet" },
+            if leading { "leading" } else { "standing by" }
+        ),
     }
 }
 
@@ -200,6 +237,7 @@ pub struct Handle {
     lease_thread: Option<JoinHandle<()>>,
     status_thread: Option<JoinHandle<()>>,
     workers: Vec<JoinHandle<()>>,
+    server: Option<ServerHandle>,
 }
 
 /// Asks a running controller to shut down, from any thread (a signal handler).
@@ -215,6 +253,11 @@ impl Stopper {
 impl Handle {
     pub fn metrics(&self) -> &Arc<Metrics> {
         &self.metrics
+    }
+
+    /// The address the metrics server listens on, if it runs.
+    pub fn metrics_address(&self) -> Option<SocketAddr> {
+        self.server.as_ref().map(ServerHandle::local_addr)
     }
 
     pub fn stopper(&self) -> Stopper {
@@ -259,6 +302,9 @@ impl Handle {
         }
         for w in self.workers.drain(..) {
             let _ = w.join();
+        }
+        if let Some(server) = self.server.take() {
+            server.stop();
         }
     }
 }

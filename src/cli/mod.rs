@@ -32,10 +32,67 @@ pub struct Cli {
 
 #[derive(FromArgs, Debug)]
 #[argh(subcommand)]
+// Parsed once at start; boxing would need argh support for boxed subcommands.
+#[allow(clippy::large_enum_variant)]
 pub enum Command {
     Run(RunArgs),
     Plan(PlanArgs),
     Simulate(SimulateArgs),
+    Manifests(ManifestsArgs),
+}
+
+#[derive(FromArgs, Debug)]
+/// Print ready-to-apply YAML: a ServiceAccount with least-privilege RBAC, a Deployment
+/// with leader election, probes, resources and a locked-down security context, and
+/// Secret references for the provider's credentials.
+#[argh(subcommand, name = "manifests")]
+pub struct ManifestsArgs {
+    /// the cloud: hcloud, aws or fake (default: hcloud)
+    #[argh(option, default = "String::from(\"hcloud\")")]
+    pub cloud_provider: String,
+    /// the pod network, as for `run` (required)
+    #[argh(option)]
+    pub cluster_cidr: Option<String>,
+    /// the cluster name (default: kubernetes)
+    #[argh(option, default = "String::from(\"kubernetes\")")]
+    pub cluster_name: String,
+    /// namespace of the Deployment, its ServiceAccount and the lease (default: kube-system)
+    #[argh(option, default = "String::from(\"kube-system\")")]
+    pub namespace: String,
+    /// the container image (default: route-controller:<version>, an image you build
+    /// and push yourself; see the README)
+    #[argh(option)]
+    pub image: Option<String>,
+    /// the leader election Lease's name (default: route-controller)
+    #[argh(option, default = "String::from(\"route-controller\")")]
+    pub leader_elect_resource_name: String,
+    /// watch-based reconciliation (true) or polling every 10 s (false) (default: true)
+    #[argh(option, default = "true")]
+    pub watch_based: bool,
+    /// port of /metrics, /healthz and /readyz (default: 8080)
+    #[argh(option, default = "8080")]
+    pub metrics_port: u16,
+    /// replicas; one leads, the others stand by (default: 2)
+    #[argh(option, default = "2")]
+    pub replicas: u32,
+}
+
+/// Runs `manifests` and returns the YAML.
+pub fn run_manifests(args: &ManifestsArgs) -> Result<String, UsageError> {
+    let defaults = crate::manifests::ManifestOptions::default();
+    let options = crate::manifests::ManifestOptions {
+        provider: args.cloud_provider.clone(),
+        namespace: args.namespace.clone(),
+        image: args.image.clone().unwrap_or(defaults.image),
+        cluster_cidr: args.cluster_cidr.clone().unwrap_or_default(),
+        cluster_name: args.cluster_name.clone(),
+        leader_elect_resource_name: args.leader_elect_resource_name.clone(),
+        watch_based: args.watch_based,
+        metrics_port: args.metrics_port,
+        replicas: args.replicas,
+    };
+    options.validate().map_err(UsageError)?;
+    Ok(crate::manifests::render(&options))
 }
 
 #[derive(FromArgs, Debug)]
@@ -111,7 +168,11 @@ pub struct PlanArgs {
 }
 
 /// Flags of `run` that are booleans: `--flag` alone means true.
-const BOOL_FLAGS: &[&str] = &["--leader-elect", "--configure-cloud-routes"];
+const BOOL_FLAGS: &[&str] = &[
+    "--leader-elect",
+    "--configure-cloud-routes",
+    "--watch-based",
+];
 
 /// Flags of the cloud-controller-manager that do not apply here. They are accepted, so
 /// that flags copied from a CCM manifest work, and ignored with a warning. The second
@@ -344,11 +405,15 @@ struct RouteFile {
 pub fn run_plan(args: &PlanArgs) -> Result<String, UsageError> {
     let cluster_cidrs = parse_cluster_cidrs(&args.cluster_cidr).map_err(UsageError)?;
     if args.output != "table" && args.output != "json" {
-        return Err(UsageError(format!("--output: {:?} is not a format; use table or json", args.output)));
+        return Err(UsageError(format!(
+            "--output: {:?} is not a format; use table or json",
+            args.output
+        )));
     }
     if args.routes.is_none() && args.cloud_provider.is_none() {
         return Err(UsageError(
-            "--routes or --cloud-provider is required: read routes from a file or from the cloud".into(),
+            "--routes or --cloud-provider is required: read routes from a file or from the cloud"
+                .into(),
         ));
     }
     let nodes = match &args.nodes {
@@ -358,13 +423,26 @@ pub fn run_plan(args: &PlanArgs) -> Result<String, UsageError> {
     let routes = match (&args.routes, &args.cloud_provider) {
         (Some(path), _) => read_routes(path)?,
         (None, Some(name)) => {
-            let cloud = run::provider(name, args.cloud_config.as_ref().map(std::path::PathBuf::from).as_ref(), &cluster_cidrs)?;
+            let cloud = run::provider(
+                name,
+                args.cloud_config
+                    .as_ref()
+                    .map(std::path::PathBuf::from)
+                    .as_ref(),
+                &cluster_cidrs,
+            )?;
             let directory = crate::cloud::NodeDirectory::new(
-                nodes.iter().map(|n| (n.name.as_str(), n.provider_id.as_deref())),
+                nodes
+                    .iter()
+                    .map(|n| (n.name.as_str(), n.provider_id.as_deref())),
             );
             cloud
                 .list_routes(&args.cluster_name, &directory)
-                .map_err(|e| UsageError(format!("--cloud-provider {name}: listing routes failed: {e}")))?
+                .map_err(|e| {
+                    UsageError(format!(
+                        "--cloud-provider {name}: listing routes failed: {e}"
+                    ))
+                })?
         }
         (None, None) => unreachable!("checked above"),
     };
@@ -389,7 +467,8 @@ fn live_nodes(args: &PlanArgs) -> Result<Vec<Node>, UsageError> {
     };
     let kube = KubeConfig::load(&load, &Env::from_process())
         .map_err(|e| UsageError(format!("without --nodes, nodes come from the cluster: {e}")))?;
-    let client = Client::new(&kube, ClientOptions::default()).map_err(|e| UsageError(format!("Kubernetes client: {e}")))?;
+    let client = Client::new(&kube, ClientOptions::default())
+        .map_err(|e| UsageError(format!("Kubernetes client: {e}")))?;
     crate::kube::list_nodes(&client, &WatchConfig::default())
         .map_err(|e| UsageError(format!("listing nodes from {}: {e}", kube.server)))
 }

@@ -136,26 +136,43 @@ fn duration(flag: &str, value: &str) -> Result<Duration, UsageError> {
 fn positive(flag: &str, value: &str) -> Result<Duration, UsageError> {
     let d = duration(flag, value)?;
     if d.is_zero() {
-        return Err(UsageError(format!("{flag}: must be more than 0 (e.g. {flag}=10s)")));
+        return Err(UsageError(format!(
+            "{flag}: must be more than 0 (e.g. {flag}=10s)"
+        )));
     }
     Ok(d)
 }
 
 /// Parses `--feature-gates`: `NAME=true|false` pairs separated by commas.
 pub fn parse_feature_gates(value: &str) -> Result<Vec<(String, bool)>, UsageError> {
-    let known = || KNOWN_GATES.iter().map(|(n, _)| *n).collect::<Vec<_>>().join(", ");
+    let known = || {
+        KNOWN_GATES
+            .iter()
+            .map(|(n, _)| *n)
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
     let mut gates = Vec::new();
     for part in value.split(',').map(str::trim).filter(|p| !p.is_empty()) {
         let (name, setting) = part.split_once('=').ok_or_else(|| {
-            UsageError(format!("--feature-gates: {part:?} needs a value, as in {WATCH_GATE}=true"))
+            UsageError(format!(
+                "--feature-gates: {part:?} needs a value, as in {WATCH_GATE}=true"
+            ))
         })?;
         if !KNOWN_GATES.iter().any(|(n, _)| *n == name) {
-            return Err(UsageError(format!("--feature-gates: unknown gate {name:?}; known gates: {}", known())));
+            return Err(UsageError(format!(
+                "--feature-gates: unknown gate {name:?}; known gates: {}",
+                known()
+            )));
         }
         let on = match setting.to_ascii_lowercase().as_str() {
             "true" => true,
             "false" => false,
-            _ => return Err(UsageError(format!("--feature-gates: {name} must be true or false, not {setting:?}"))),
+            _ => {
+                return Err(UsageError(format!(
+                    "--feature-gates: {name} must be true or false, not {setting:?}"
+                )));
+            }
         };
         gates.push((name.to_string(), on));
     }
@@ -168,8 +185,16 @@ pub fn parse_bind_address(value: &str) -> Result<Option<SocketAddr>, UsageError>
     if value.is_empty() || value == "0" {
         return Ok(None);
     }
-    let full = if value.starts_with(':') { format!("0.0.0.0{value}") } else { value.to_string() };
-    let bad = || UsageError(format!("--metrics-bind-address: {value:?} is not HOST:PORT (e.g. 0.0.0.0:8080, :8080)"));
+    let full = if value.starts_with(':') {
+        format!("0.0.0.0{value}")
+    } else {
+        value.to_string()
+    };
+    let bad = || {
+        UsageError(format!(
+            "--metrics-bind-address: {value:?} is not HOST:PORT (e.g. 0.0.0.0:8080, :8080)"
+        ))
+    };
     let mut addrs = full.to_socket_addrs().map_err(|_| bad())?;
     addrs.next().map(Some).ok_or_else(bad)
 }
@@ -181,14 +206,21 @@ impl RunArgs {
             UsageError("--cloud-provider is required: one of hcloud, aws, fake".into())
         })?;
         if !["hcloud", "aws", "fake"].contains(&provider.as_str()) {
-            return Err(UsageError(format!("--cloud-provider: {provider:?} is not supported; use hcloud, aws or fake")));
+            return Err(UsageError(format!(
+                "--cloud-provider: {provider:?} is not supported; use hcloud, aws or fake"
+            )));
         }
         let cidr = self.cluster_cidr.as_deref().unwrap_or("");
         let cluster_cidrs = parse_cluster_cidrs(cidr).map_err(UsageError)?;
         if self.cluster_name.trim().is_empty() {
-            return Err(UsageError("--cluster-name must not be empty (default: kubernetes)".into()));
+            return Err(UsageError(
+                "--cluster-name must not be empty (default: kubernetes)".into(),
+            ));
         }
-        let mut watch = KNOWN_GATES.iter().find(|(n, _)| *n == WATCH_GATE).is_some_and(|(_, on)| *on);
+        let mut watch = KNOWN_GATES
+            .iter()
+            .find(|(n, _)| *n == WATCH_GATE)
+            .is_some_and(|(_, on)| *on);
         if let Some(gates) = &self.feature_gates {
             for (name, on) in parse_feature_gates(gates)? {
                 if name == WATCH_GATE {
@@ -198,21 +230,33 @@ impl RunArgs {
         }
         let period = match &self.route_reconcile_period {
             Some(alias) => positive("--route-reconcile-period", alias)?,
-            None => positive("--route-reconciliation-period", &self.route_reconciliation_period)?,
+            None => positive(
+                "--route-reconciliation-period",
+                &self.route_reconciliation_period,
+            )?,
         };
         let min_resync = positive("--min-resync-period", &self.min_resync_period)?;
         let list_max_age = positive("--route-list-max-age", &self.route_list_max_age)?;
         if self.concurrent_route_operations == 0 || self.concurrent_route_operations > 1000 {
-            return Err(UsageError("--concurrent-route-operations: give between 1 and 1000".into()));
+            return Err(UsageError(
+                "--concurrent-route-operations: give between 1 and 1000".into(),
+            ));
         }
         if !(self.kube_api_qps > 0.0 && self.kube_api_qps.is_finite()) {
-            return Err(UsageError("--kube-api-qps: must be more than 0 (default 20)".into()));
+            return Err(UsageError(
+                "--kube-api-qps: must be more than 0 (default 20)".into(),
+            ));
         }
         if self.kube_api_burst == 0 {
-            return Err(UsageError("--kube-api-burst: must be at least 1 (default 30)".into()));
+            return Err(UsageError(
+                "--kube-api-burst: must be at least 1 (default 30)".into(),
+            ));
         }
         if self.log_format != "text" && self.log_format != "json" {
-            return Err(UsageError(format!("--log-format: {:?} is not a format; use text or json", self.log_format)));
+            return Err(UsageError(format!(
+                "--log-format: {:?} is not a format; use text or json",
+                self.log_format
+            )));
         }
         let lease = if self.leader_elect {
             if self.leader_elect_resource_lock != "leases" {
@@ -224,9 +268,18 @@ impl RunArgs {
             let mut lease = LeaseConfig::new(crate::kube::default_identity());
             lease.name = self.leader_elect_resource_name.clone();
             lease.namespace = self.leader_elect_resource_namespace.clone();
-            lease.lease_duration = positive("--leader-elect-lease-duration", &self.leader_elect_lease_duration)?;
-            lease.renew_deadline = positive("--leader-elect-renew-deadline", &self.leader_elect_renew_deadline)?;
-            lease.retry_period = positive("--leader-elect-retry-period", &self.leader_elect_retry_period)?;
+            lease.lease_duration = positive(
+                "--leader-elect-lease-duration",
+                &self.leader_elect_lease_duration,
+            )?;
+            lease.renew_deadline = positive(
+                "--leader-elect-renew-deadline",
+                &self.leader_elect_renew_deadline,
+            )?;
+            lease.retry_period = positive(
+                "--leader-elect-retry-period",
+                &self.leader_elect_retry_period,
+            )?;
             lease.validate().map_err(UsageError)?;
             Some(lease)
         } else {
@@ -240,7 +293,11 @@ impl RunArgs {
         controller.route_view_max_age = list_max_age;
         controller.max_in_flight = self.concurrent_route_operations;
         controller.leader_election = lease.is_some();
-        let client = ClientOptions { qps: self.kube_api_qps, burst: self.kube_api_burst, ..ClientOptions::default() };
+        let client = ClientOptions {
+            qps: self.kube_api_qps,
+            burst: self.kube_api_burst,
+            ..ClientOptions::default()
+        };
         Ok(RunSettings {
             controller,
             load: LoadOptions {
@@ -270,17 +327,32 @@ impl RunArgs {
 /// Reads `--cloud-config`: `KEY=VALUE` or `KEY: VALUE` lines (`[Section]` headers and
 /// `#`/`;` comments are skipped), as both an env file and the AWS INI use them.
 pub fn read_cloud_config(path: &PathBuf) -> Result<Vec<(String, String)>, UsageError> {
-    let text = std::fs::read_to_string(path)
-        .map_err(|e| UsageError(format!("--cloud-config {}: cannot read: {e}", path.display())))?;
+    let text = std::fs::read_to_string(path).map_err(|e| {
+        UsageError(format!(
+            "--cloud-config {}: cannot read: {e}",
+            path.display()
+        ))
+    })?;
     let mut pairs = Vec::new();
     for (i, line) in text.lines().enumerate() {
         let line = line.trim();
-        if line.is_empty() || line.starts_with('#') || line.starts_with(';') || line.starts_with('[') {
+        if line.is_empty()
+            || line.starts_with('#')
+            || line.starts_with(';')
+            || line.starts_with('[')
+        {
             continue;
         }
-        let (k, v) = line.split_once('=').or_else(|| line.split_once(':')).ok_or_else(|| {
-            UsageError(format!("--cloud-config {}: line {} is not KEY=VALUE", path.display(), i + 1))
-        })?;
+        let (k, v) = line
+            .split_once('=')
+            .or_else(|| line.split_once(':'))
+            .ok_or_else(|| {
+                UsageError(format!(
+                    "--cloud-config {}: line {} is not KEY=VALUE",
+                    path.display(),
+                    i + 1
+                ))
+            })?;
         let v = v.trim().trim_matches('"');
         pairs.push((k.trim().to_string(), v.to_string()));
     }
@@ -298,10 +370,16 @@ pub fn provider(
         Some(path) => read_cloud_config(path)?,
         None => Vec::new(),
     };
-    let from_file = |key: &str| file.iter().find(|(k, _)| k.eq_ignore_ascii_case(key)).map(|(_, v)| v.clone());
+    let from_file = |key: &str| {
+        file.iter()
+            .find(|(k, _)| k.eq_ignore_ascii_case(key))
+            .map(|(_, v)| v.clone())
+    };
     match name {
         "fake" => {
-            log::warn!("--cloud-provider=fake: routes live in this process's memory only; for trying things out");
+            log::warn!(
+                "--cloud-provider=fake: routes live in this process's memory only; for trying things out"
+            );
             Ok(Arc::new(crate::cloud::fake::FakeCloud::new()))
         }
         "hcloud" => {
@@ -316,12 +394,17 @@ pub fn provider(
         }
         "aws" => {
             use crate::cloud::aws::{AwsConfig, AwsProvider, credentials::AwsEnv};
-            let config = AwsConfig { route_table_id: from_file("RouteTableID"), ..AwsConfig::default() };
+            let config = AwsConfig {
+                route_table_id: from_file("RouteTableID"),
+                ..AwsConfig::default()
+            };
             let provider = AwsProvider::new(config, &AwsEnv::from_process())
                 .map_err(|e| UsageError(format!("aws: {}", e.message)))?;
             Ok(Arc::new(provider))
         }
-        other => Err(UsageError(format!("--cloud-provider: {other:?} is not supported; use hcloud, aws or fake"))),
+        other => Err(UsageError(format!(
+            "--cloud-provider: {other:?} is not supported; use hcloud, aws or fake"
+        ))),
     }
 }
 
@@ -330,7 +413,12 @@ mod tests {
     use super::*;
 
     fn args(extra: &[&str]) -> RunArgs {
-        let mut v = vec!["--cloud-provider", "fake", "--cluster-cidr", "10.244.0.0/16"];
+        let mut v = vec![
+            "--cloud-provider",
+            "fake",
+            "--cluster-cidr",
+            "10.244.0.0/16",
+        ];
         v.extend_from_slice(extra);
         RunArgs::from_args(&["run"], &v).expect("flags parse")
     }
@@ -338,12 +426,25 @@ mod tests {
     #[test]
     fn defaults_are_the_ccm_defaults() {
         let s = args(&[]).settings().unwrap();
-        assert_eq!(s.controller.mode, Mode::Poll, "the gate is off by default, as upstream");
-        assert_eq!(s.controller.route_reconciliation_period, Duration::from_secs(10));
-        assert_eq!(s.controller.min_resync_period, Duration::from_secs(12 * 3600));
+        assert_eq!(
+            s.controller.mode,
+            Mode::Poll,
+            "the gate is off by default, as upstream"
+        );
+        assert_eq!(
+            s.controller.route_reconciliation_period,
+            Duration::from_secs(10)
+        );
+        assert_eq!(
+            s.controller.min_resync_period,
+            Duration::from_secs(12 * 3600)
+        );
         assert_eq!(s.controller.cluster_name, "kubernetes");
         let lease = s.lease.expect("leader election on by default");
-        assert_eq!((lease.name.as_str(), lease.namespace.as_str()), ("route-controller", "kube-system"));
+        assert_eq!(
+            (lease.name.as_str(), lease.namespace.as_str()),
+            ("route-controller", "kube-system")
+        );
         assert_eq!(lease.lease_duration, Duration::from_secs(15));
         assert_eq!((s.client.qps, s.client.burst), (20.0, 30));
         assert_eq!(s.metrics_address, Some("0.0.0.0:8080".parse().unwrap()));
@@ -360,23 +461,56 @@ mod tests {
         .settings()
         .unwrap();
         assert_eq!(s.controller.mode, Mode::Watch);
-        assert_eq!(s.controller.route_reconciliation_period, Duration::from_secs(30));
+        assert_eq!(
+            s.controller.route_reconciliation_period,
+            Duration::from_secs(30)
+        );
     }
 
     #[test]
     fn every_invalid_setting_names_its_flag() {
         let cases: &[(&[&str], &str)] = &[
-            (&["--feature-gates", "Bogus=true"], "unknown gate \"Bogus\"; known gates: CloudControllerManager"),
-            (&["--feature-gates", "CloudControllerManagerWatchBasedRoutesReconciliation"], "needs a value"),
-            (&["--feature-gates", "CloudControllerManagerWatchBasedRoutesReconciliation=yes"], "true or false"),
-            (&["--route-reconciliation-period", "10"], "--route-reconciliation-period"),
+            (
+                &["--feature-gates", "Bogus=true"],
+                "unknown gate \"Bogus\"; known gates: CloudControllerManager",
+            ),
+            (
+                &[
+                    "--feature-gates",
+                    "CloudControllerManagerWatchBasedRoutesReconciliation",
+                ],
+                "needs a value",
+            ),
+            (
+                &[
+                    "--feature-gates",
+                    "CloudControllerManagerWatchBasedRoutesReconciliation=yes",
+                ],
+                "true or false",
+            ),
+            (
+                &["--route-reconciliation-period", "10"],
+                "--route-reconciliation-period",
+            ),
             (&["--route-reconciliation-period", "0s"], "more than 0"),
             (&["--min-resync-period", "soon"], "--min-resync-period"),
-            (&["--leader-elect-lease-duration", "5s"], "--leader-elect-lease-duration"),
-            (&["--leader-elect-resource-lock", "configmaps"], "only leases"),
-            (&["--concurrent-route-operations", "0"], "--concurrent-route-operations"),
+            (
+                &["--leader-elect-lease-duration", "5s"],
+                "--leader-elect-lease-duration",
+            ),
+            (
+                &["--leader-elect-resource-lock", "configmaps"],
+                "only leases",
+            ),
+            (
+                &["--concurrent-route-operations", "0"],
+                "--concurrent-route-operations",
+            ),
             (&["--kube-api-qps", "0"], "--kube-api-qps"),
-            (&["--metrics-bind-address", "nonsense"], "--metrics-bind-address"),
+            (
+                &["--metrics-bind-address", "nonsense"],
+                "--metrics-bind-address",
+            ),
             (&["--log-format", "xml"], "--log-format"),
             (&["--cluster-name", " "], "--cluster-name"),
         ];
@@ -386,18 +520,49 @@ mod tests {
             assert!(!err.contains('\n'), "{err}");
         }
         let no_provider = RunArgs::from_args(&["run"], &["--cluster-cidr", "10.0.0.0/8"]).unwrap();
-        assert!(no_provider.settings().unwrap_err().0.starts_with("--cloud-provider is required"));
+        assert!(
+            no_provider
+                .settings()
+                .unwrap_err()
+                .0
+                .starts_with("--cloud-provider is required")
+        );
         let no_cidr = RunArgs::from_args(&["run"], &["--cloud-provider", "fake"]).unwrap();
-        assert!(no_cidr.settings().unwrap_err().0.starts_with("--cluster-cidr is required"));
-        let bad_provider = RunArgs::from_args(&["run"], &["--cloud-provider", "gce", "--cluster-cidr", "10.0.0.0/8"]);
-        assert!(bad_provider.unwrap().settings().unwrap_err().0.contains("use hcloud, aws or fake"));
+        assert!(
+            no_cidr
+                .settings()
+                .unwrap_err()
+                .0
+                .starts_with("--cluster-cidr is required")
+        );
+        let bad_provider = RunArgs::from_args(
+            &["run"],
+            &["--cloud-provider", "gce", "--cluster-cidr", "10.0.0.0/8"],
+        );
+        assert!(
+            bad_provider
+                .unwrap()
+                .settings()
+                .unwrap_err()
+                .0
+                .contains("use hcloud, aws or fake")
+        );
     }
 
     #[test]
     fn bind_addresses_in_every_spelling() {
-        assert_eq!(parse_bind_address(":9090").unwrap(), Some("0.0.0.0:9090".parse().unwrap()));
-        assert_eq!(parse_bind_address("127.0.0.1:0").unwrap(), Some("127.0.0.1:0".parse().unwrap()));
-        assert_eq!(parse_bind_address("[::1]:8080").unwrap(), Some("[::1]:8080".parse().unwrap()));
+        assert_eq!(
+            parse_bind_address(":9090").unwrap(),
+            Some("0.0.0.0:9090".parse().unwrap())
+        );
+        assert_eq!(
+            parse_bind_address("127.0.0.1:0").unwrap(),
+            Some("127.0.0.1:0".parse().unwrap())
+        );
+        assert_eq!(
+            parse_bind_address("[::1]:8080").unwrap(),
+            Some("[::1]:8080".parse().unwrap())
+        );
         assert_eq!(parse_bind_address("").unwrap(), None);
         assert_eq!(parse_bind_address("0").unwrap(), None);
     }
@@ -407,11 +572,26 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("rc-cloud-config-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let path = dir.join("cloud.conf");
-        std::fs::write(&path, "[Global]\n# comment\nRouteTableID = rtb-123\nHCLOUD_NETWORK=\"k8s\"\n").unwrap();
+        std::fs::write(
+            &path,
+            "[Global]\n# comment\nRouteTableID = rtb-123\nHCLOUD_NETWORK=\"k8s\"\n",
+        )
+        .unwrap();
         let pairs = read_cloud_config(&path).unwrap();
-        assert_eq!(pairs, vec![("RouteTableID".into(), "rtb-123".into()), ("HCLOUD_NETWORK".into(), "k8s".into())]);
+        assert_eq!(
+            pairs,
+            vec![
+                ("RouteTableID".into(), "rtb-123".into()),
+                ("HCLOUD_NETWORK".into(), "k8s".into())
+            ]
+        );
         std::fs::write(&path, "garbage line\n").unwrap();
-        assert!(read_cloud_config(&path).unwrap_err().0.contains("line 1 is not KEY=VALUE"));
+        assert!(
+            read_cloud_config(&path)
+                .unwrap_err()
+                .0
+                .contains("line 1 is not KEY=VALUE")
+        );
         let _ = std::fs::remove_dir_all(dir);
     }
 }

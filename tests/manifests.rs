@@ -1,0 +1,549 @@
+//! `route-controller manifests`: the output parsed as YAML, as kubectl would, and
+//! checked object by object: kinds and names, RBAC equal to `rbac_rules` and free of
+//! wildcards, Deployment arguments, probes, security context and credentials.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::{Container, EnvVar, ServiceAccount};
+use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, PolicyRule, Role, RoleBinding};
+use route_controller::manifests::{ManifestOptions, NAME, RbacRule, rbac_rules, render};
+use serde_json::Value;
+
+/// The objects of one rendering, typed.
+struct Objects {
+    kinds: Vec<(String, String, Option<String>)>,
+    service_account: ServiceAccount,
+    cluster_role: ClusterRole,
+    cluster_role_binding: ClusterRoleBinding,
+    roles: Vec<Role>,
+    role_bindings: Vec<RoleBinding>,
+    deployment: Deployment,
+}
+
+fn options(provider: &str) -> ManifestOptions {
+    ManifestOptions {
+        provider: provider.into(),
+        cluster_cidr: "10.244.0.0/16,fd00:10:244::/56".into(),
+        ..ManifestOptions::default()
+    }
+}
+
+fn parse(opts: &ManifestOptions) -> Objects {
+    let yaml = render(opts);
+    let docs: Vec<Value> =
+        serde_saphyr::from_multiple(&yaml).unwrap_or_else(|e| panic!("{e}\n{yaml}"));
+    let mut kinds = Vec::new();
+    let mut by_kind: BTreeMap<String, Vec<Value>> = BTreeMap::new();
+    for doc in docs {
+        let kind = doc["kind"]
+            .as_str()
+            .expect("every document has a kind")
+            .to_string();
+        let meta = &doc["metadata"];
+        kinds.push((
+            kind.clone(),
+            meta["name"].as_str().expect("a name").to_string(),
+            meta["namespace"].as_str().map(String::from),
+        ));
+        by_kind.entry(kind).or_default().push(doc);
+    }
+    let one = |kind: &str| -> Value {
+        let docs = by_kind.get(kind).unwrap_or_else(|| panic!("no {kind}"));
+        assert_eq!(docs.len(), 1, "one {kind}");
+        docs[0].clone()
+    };
+    let all = |kind: &str| -> Vec<Value> { by_kind.get(kind).cloned().unwrap_or_default() };
+    Objects {
+        service_account: typed(one("ServiceAccount")),
+        cluster_role: typed(one("ClusterRole")),
+        cluster_role_binding: typed(one("ClusterRoleBinding")),
+        roles: all("Role").into_iter().map(typed).collect(),
+        role_bindings: all("RoleBinding").into_iter().map(typed).collect(),
+        deployment: typed(one("Deployment")),
+        kinds,
+    }
+}
+
+fn typed<T: serde::de::DeserializeOwned>(v: Value) -> T {
+    let kind = v["kind"].clone();
+    serde_json::from_value(v).unwrap_or_else(|e| panic!("{kind} does not fit its API type: {e}"))
+}
+
+fn container(objects: &Objects) -> &Container {
+    let spec = objects.deployment.spec.as_ref().expect("spec");
+    let pod = spec.template.spec.as_ref().expect("pod spec");
+    assert_eq!(pod.containers.len(), 1);
+    &pod.containers[0]
+}
+
+fn policy(rules: &[RbacRule]) -> Vec<PolicyRule> {
+    rules.iter().map(RbacRule::policy_rule).collect()
+}
+
+#[test]
+fn every_provider_renders_its_objects_with_their_names() {
+    for provider in ["hcloud", "aws", "fake"] {
+        let objects = parse(&options(provider));
+        let ns = Some("kube-system".to_string());
+        let names: Vec<(&str, &str, Option<&str>)> = objects
+            .kinds
+            .iter()
+            .map(|(k, n, ns)| (k.as_str(), n.as_str(), ns.as_deref()))
+            .collect();
+        assert_eq!(
+            names,
+            [
+                ("ServiceAccount", NAME, ns.as_deref()),
+                ("ClusterRole", NAME, None),
+                ("ClusterRoleBinding", NAME, None),
+                ("Role", NAME, Some("default")),
+                ("RoleBinding", NAME, Some("default")),
+                ("Role", NAME, ns.as_deref()),
+                ("RoleBinding", NAME, ns.as_deref()),
+                ("Deployment", NAME, ns.as_deref()),
+            ],
+            "{provider}"
+        );
+        assert_eq!(objects.service_account.metadata.name.as_deref(), Some(NAME));
+    }
+}
+
+#[test]
+fn the_rbac_in_the_yaml_is_exactly_rbac_rules_and_has_no_wildcards() {
+    let opts = ManifestOptions {
+        namespace: "routing".into(),
+        leader_elect_resource_name: "routes.example.com".into(),
+        ..options("hcloud")
+    };
+    let objects = parse(&opts);
+    let rules = rbac_rules("routing", "routes.example.com");
+
+    let cluster: Vec<RbacRule> = rules
+        .iter()
+        .filter(|r| r.namespace.is_none())
+        .cloned()
+        .collect();
+    assert_eq!(
+        objects.cluster_role.rules.clone().unwrap_or_default(),
+        policy(&cluster)
+    );
+    for role in &objects.roles {
+        let ns = role
+            .metadata
+            .namespace
+            .clone()
+            .expect("a Role is namespaced");
+        let here: Vec<RbacRule> = rules
+            .iter()
+            .filter(|r| r.namespace.as_deref() == Some(ns.as_str()))
+            .cloned()
+            .collect();
+        assert!(
+            !here.is_empty(),
+            "a Role in {ns} that rbac_rules does not ask for"
+        );
+        assert_eq!(
+            role.rules.clone().unwrap_or_default(),
+            policy(&here),
+            "Role in {ns}"
+        );
+    }
+    let rendered = objects.cluster_role.rules.iter().flatten().count()
+        + objects
+            .roles
+            .iter()
+            .flat_map(|r| r.rules.iter().flatten())
+            .count();
+    assert_eq!(rendered, rules.len(), "every rule rendered once");
+
+    for rule in objects
+        .cluster_role
+        .rules
+        .iter()
+        .flatten()
+        .chain(objects.roles.iter().flat_map(|r| r.rules.iter().flatten()))
+    {
+        let words = rule
+            .verbs
+            .iter()
+            .chain(rule.resources.iter().flatten())
+            .chain(rule.api_groups.iter().flatten())
+            .chain(rule.resource_names.iter().flatten());
+        for w in words {
+            assert!(!w.contains('*'), "wildcard in {rule:?}");
+        }
+        assert!(rule.non_resource_urls.is_none());
+    }
+
+    // The rules themselves: least privilege for what the controller does.
+    let verbs_of = |resource: &str| -> Vec<(Option<String>, Vec<String>, Vec<String>)> {
+        rules
+            .iter()
+            .filter(|r| r.resources == [resource])
+            .map(|r| {
+                (
+                    r.namespace.clone(),
+                    r.verbs.clone(),
+                    r.resource_names.clone(),
+                )
+            })
+            .collect()
+    };
+    let s = |v: &[&str]| v.iter().map(|x| x.to_string()).collect::<Vec<_>>();
+    assert_eq!(
+        verbs_of("nodes"),
+        [(None, s(&["get", "list", "watch"]), vec![])]
+    );
+    assert_eq!(verbs_of("nodes/status"), [(None, s(&["patch"]), vec![])]);
+    assert_eq!(
+        verbs_of("events"),
+        [(Some("default".into()), s(&["create", "patch"]), vec![])]
+    );
+    assert_eq!(
+        verbs_of("leases"),
+        [
+            (Some("routing".into()), s(&["create"]), vec![]),
+            (
+                Some("routing".into()),
+                s(&["get", "update"]),
+                s(&["routes.example.com"])
+            ),
+        ]
+    );
+}
+
+#[test]
+fn the_bindings_give_the_roles_to_the_service_account() {
+    let opts = ManifestOptions {
+        namespace: "routing".into(),
+        ..options("fake")
+    };
+    let objects = parse(&opts);
+    let check = |role_ref_kind: &str,
+                 role_ref: &k8s_openapi::api::rbac::v1::RoleRef,
+                 subjects: &[k8s_openapi::api::rbac::v1::Subject]| {
+        assert_eq!(role_ref.kind, role_ref_kind);
+        assert_eq!(role_ref.name, NAME);
+        assert_eq!(role_ref.api_group, "rbac.authorization.k8s.io");
+        assert_eq!(subjects.len(), 1);
+        assert_eq!(subjects[0].kind, "ServiceAccount");
+        assert_eq!(subjects[0].name, NAME);
+        assert_eq!(subjects[0].namespace.as_deref(), Some("routing"));
+    };
+    let crb = &objects.cluster_role_binding;
+    check(
+        "ClusterRole",
+        &crb.role_ref,
+        crb.subjects.as_deref().unwrap_or_default(),
+    );
+    let mut binding_namespaces = Vec::new();
+    for rb in &objects.role_bindings {
+        check(
+            "Role",
+            &rb.role_ref,
+            rb.subjects.as_deref().unwrap_or_default(),
+        );
+        binding_namespaces.push(rb.metadata.namespace.clone().unwrap_or_default());
+    }
+    let role_namespaces: Vec<String> = objects
+        .roles
+        .iter()
+        .map(|r| r.metadata.namespace.clone().unwrap_or_default())
+        .collect();
+    assert_eq!(
+        binding_namespaces, role_namespaces,
+        "each Role has its binding"
+    );
+    assert_eq!(role_namespaces, ["default", "routing"]);
+}
+
+#[test]
+fn a_controller_in_namespace_default_gets_one_role_for_events_and_leases() {
+    let objects = parse(&ManifestOptions {
+        namespace: "default".into(),
+        ..options("fake")
+    });
+    assert_eq!(objects.roles.len(), 1);
+    let resources: Vec<String> = objects.roles[0]
+        .rules
+        .iter()
+        .flatten()
+        .flat_map(|r| r.resources.clone().unwrap_or_default())
+        .collect();
+    assert_eq!(resources, ["events", "leases", "leases"]);
+}
+
+/// `--flag=value` arguments as a map; panics on a repeated flag.
+fn flags(args: &[String]) -> BTreeMap<String, String> {
+    let mut out = BTreeMap::new();
+    for a in args.iter().skip(1) {
+        let (flag, value) = a
+            .strip_prefix("--")
+            .and_then(|f| f.split_once('='))
+            .unwrap_or_else(|| panic!("{a:?} is not --flag=value"));
+        assert!(
+            out.insert(flag.to_string(), value.to_string()).is_none(),
+            "{flag} twice"
+        );
+    }
+    out
+}
+
+#[test]
+fn the_deployment_args_parse_back_to_every_flag() {
+    let opts = ManifestOptions {
+        namespace: "routing".into(),
+        cluster_name: "prod-eu".into(),
+        leader_elect_resource_name: "routes".into(),
+        metrics_port: 9100,
+        replicas: 3,
+        ..options("hcloud")
+    };
+    let objects = parse(&opts);
+    let args = container(&objects).args.clone().expect("args");
+    assert_eq!(args[0], "run");
+    let expected: BTreeMap<String, String> = [
+        ("cloud-provider", "hcloud"),
+        ("cluster-cidr", "10.244.0.0/16,fd00:10:244::/56"),
+        ("cluster-name", "prod-eu"),
+        ("configure-cloud-routes", "true"),
+        (
+            "feature-gates",
+            "CloudControllerManagerWatchBasedRoutesReconciliation=true",
+        ),
+        ("leader-elect", "true"),
+        ("leader-elect-resource-name", "routes"),
+        ("leader-elect-resource-namespace", "routing"),
+        ("metrics-bind-address", "0.0.0.0:9100"),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v.to_string()))
+    .collect();
+    assert_eq!(flags(&args), expected);
+    let spec = objects.deployment.spec.as_ref().unwrap();
+    assert_eq!(spec.replicas, Some(3));
+
+    let poll = parse(&ManifestOptions {
+        watch_based: false,
+        ..options("aws")
+    });
+    let args = flags(&container(&poll).args.clone().unwrap());
+    assert_eq!(
+        args["feature-gates"],
+        "CloudControllerManagerWatchBasedRoutesReconciliation=false"
+    );
+    assert_eq!(args["cloud-provider"], "aws");
+}
+
+#[test]
+fn probes_point_at_the_metrics_port_and_paths() {
+    let objects = parse(&ManifestOptions {
+        metrics_port: 9100,
+        ..options("fake")
+    });
+    let c = container(&objects);
+    let port_of = |probe: &Option<k8s_openapi::api::core::v1::Probe>| {
+        let get = probe
+            .as_ref()
+            .and_then(|p| p.http_get.clone())
+            .expect("an httpGet probe");
+        (get.path.unwrap_or_default(), get.port)
+    };
+    use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+    assert_eq!(
+        port_of(&c.liveness_probe),
+        ("/healthz".to_string(), IntOrString::Int(9100))
+    );
+    assert_eq!(
+        port_of(&c.readiness_probe),
+        ("/readyz".to_string(), IntOrString::Int(9100))
+    );
+    let ports = c.ports.clone().unwrap_or_default();
+    assert_eq!(ports.len(), 1);
+    assert_eq!(ports[0].container_port, 9100);
+}
+
+#[test]
+fn the_pod_runs_unprivileged_with_small_resources() {
+    let objects = parse(&options("hcloud"));
+    let pod = objects
+        .deployment
+        .spec
+        .as_ref()
+        .unwrap()
+        .template
+        .spec
+        .as_ref()
+        .unwrap();
+    let pod_sc = pod
+        .security_context
+        .as_ref()
+        .expect("a pod security context");
+    assert_eq!(pod_sc.run_as_non_root, Some(true));
+    assert_eq!(pod_sc.run_as_user, Some(65532));
+    assert_eq!(
+        pod_sc.seccomp_profile.as_ref().map(|s| s.type_.as_str()),
+        Some("RuntimeDefault")
+    );
+    assert_eq!(pod.service_account_name.as_deref(), Some(NAME));
+    assert_eq!(pod.automount_service_account_token, Some(true));
+    assert_eq!(
+        pod.priority_class_name.as_deref(),
+        Some("system-cluster-critical")
+    );
+    let tolerated: Vec<String> = pod
+        .tolerations
+        .iter()
+        .flatten()
+        .filter_map(|t| t.key.clone())
+        .collect();
+    for key in [
+        "node-role.kubernetes.io/control-plane",
+        "node.cloudprovider.kubernetes.io/uninitialized",
+    ] {
+        assert!(tolerated.iter().any(|k| k == key), "no toleration of {key}");
+    }
+
+    let c = container(&objects);
+    let sc = c
+        .security_context
+        .as_ref()
+        .expect("a container security context");
+    assert_eq!(sc.run_as_non_root, Some(true));
+    assert_eq!(sc.run_as_user, Some(65532));
+    assert_eq!(sc.read_only_root_filesystem, Some(true));
+    assert_eq!(sc.allow_privilege_escalation, Some(false));
+    assert_eq!(sc.privileged, None);
+    let caps = sc.capabilities.as_ref().expect("capabilities");
+    assert_eq!(caps.drop.as_deref(), Some(&["ALL".to_string()][..]));
+    assert_eq!(caps.add, None);
+    assert_eq!(
+        sc.seccomp_profile.as_ref().map(|s| s.type_.as_str()),
+        Some("RuntimeDefault")
+    );
+
+    let resources = c.resources.as_ref().expect("resources");
+    let get =
+        |m: &Option<BTreeMap<String, k8s_openapi::apimachinery::pkg::api::resource::Quantity>>,
+         k: &str| { m.as_ref().and_then(|m| m.get(k)).map(|q| q.0.clone()) };
+    assert_eq!(get(&resources.requests, "cpu").as_deref(), Some("10m"));
+    assert_eq!(get(&resources.requests, "memory").as_deref(), Some("32Mi"));
+    assert_eq!(get(&resources.limits, "memory").as_deref(), Some("64Mi"));
+}
+
+fn secret_env(c: &Container) -> Vec<(String, String, String, bool)> {
+    c.env
+        .iter()
+        .flatten()
+        .map(|e: &EnvVar| {
+            assert_eq!(e.value, None, "{}: credentials only from Secrets", e.name);
+            let r = e
+                .value_from
+                .as_ref()
+                .and_then(|v| v.secret_key_ref.clone())
+                .unwrap_or_else(|| panic!("{} is not from a Secret", e.name));
+            (e.name.clone(), r.name, r.key, r.optional.unwrap_or(false))
+        })
+        .collect()
+}
+
+#[test]
+fn credentials_come_from_secrets_for_each_provider() {
+    let t = |name: &str, secret: &str, key: &str, optional: bool| {
+        (
+            name.to_string(),
+            secret.to_string(),
+            key.to_string(),
+            optional,
+        )
+    };
+    assert_eq!(
+        secret_env(container(&parse(&options("hcloud")))),
+        [
+            t("HCLOUD_TOKEN", "hcloud", "token", false),
+            t("HCLOUD_NETWORK", "hcloud", "network", false),
+        ]
+    );
+    assert_eq!(
+        secret_env(container(&parse(&options("aws")))),
+        [
+            t("AWS_REGION", "aws-credentials", "region", true),
+            t(
+                "AWS_ACCESS_KEY_ID",
+                "aws-credentials",
+                "access-key-id",
+                true
+            ),
+            t(
+                "AWS_SECRET_ACCESS_KEY",
+                "aws-credentials",
+                "secret-access-key",
+                true
+            ),
+        ]
+    );
+    assert!(
+        render(&options("aws")).contains("IRSA"),
+        "the AWS manifest says IRSA is preferred"
+    );
+    assert_eq!(secret_env(container(&parse(&options("fake")))), []);
+}
+
+#[test]
+fn operator_values_are_quoted_so_they_cannot_change_the_yaml() {
+    let sneaky = "prod\n          privileged: true\n# \"'";
+    let objects = parse(&ManifestOptions {
+        cluster_name: sneaky.into(),
+        image: "registry.example.com/rc:1.0 # not a comment".into(),
+        ..options("fake")
+    });
+    let c = container(&objects);
+    assert_eq!(flags(&c.args.clone().unwrap())["cluster-name"], sneaky);
+    assert_eq!(
+        c.image.as_deref(),
+        Some("registry.example.com/rc:1.0 # not a comment")
+    );
+    assert_eq!(c.security_context.as_ref().unwrap().privileged, None);
+}
+
+#[test]
+fn invalid_options_are_refused_naming_the_flag() {
+    assert_eq!(options("hcloud").validate(), Ok(()));
+    for (change, flag) in [
+        (
+            Box::new(|o: &mut ManifestOptions| o.provider = "gce".into())
+                as Box<dyn Fn(&mut ManifestOptions)>,
+            "--cloud-provider",
+        ),
+        (
+            Box::new(|o| o.cluster_cidr = String::new()),
+            "--cluster-cidr",
+        ),
+        (
+            Box::new(|o| o.cluster_cidr = "10.0.0.0/33".into()),
+            "--cluster-cidr",
+        ),
+        (
+            Box::new(|o| o.namespace = "Kube_System".into()),
+            "--namespace",
+        ),
+        (
+            Box::new(|o| o.leader_elect_resource_name = "".into()),
+            "--leader-elect-resource-name",
+        ),
+        (Box::new(|o| o.image = "a b".into()), "--image"),
+        (Box::new(|o| o.cluster_name = " ".into()), "--cluster-name"),
+        (Box::new(|o| o.metrics_port = 0), "--metrics-port"),
+        (Box::new(|o| o.replicas = 0), "--replicas"),
+    ] {
+        let mut o = options("hcloud");
+        change(&mut o);
+        let err = o.validate().expect_err(flag);
+        assert!(err.starts_with(flag), "{flag}: {err}");
+    }
+    assert!(
+        ManifestOptions::default().validate().is_err(),
+        "the cluster CIDR has no default"
+    );
+}

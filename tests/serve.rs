@@ -1,0 +1,525 @@
+//! The metrics and health server over real sockets: the exposition parsed back as
+//! Prometheus would, probes following the health callback, HTTP errors, and the
+//! behaviour under slow, silent, oversized and many clients.
+
+#[path = "support/prometheus.rs"]
+mod prometheus;
+#[path = "support/raw_http.rs"]
+mod raw_http;
+
+use std::collections::BTreeSet;
+use std::io::{ErrorKind, Read, Write};
+use std::net::SocketAddr;
+use std::sync::{Arc, Barrier, Mutex};
+use std::time::{Duration, Instant};
+
+use route_controller::cloud::CloudErrorKind;
+use route_controller::metrics::{CloudOperation, Metrics, TriggerKind};
+use route_controller::serve::{
+    Health, HealthFn, ServerConfig, ServerHandle, spawn_server, spawn_server_with,
+};
+
+use raw_http::{PATIENCE, connect, exchange, exchange_bytes, get, parse_response, read_response};
+
+fn localhost() -> SocketAddr {
+    "127.0.0.1:0".parse().unwrap()
+}
+
+fn healthy() -> Health {
+    Health {
+        live: true,
+        ready: true,
+        detail: "watch connected; synced; leading".into(),
+    }
+}
+
+fn fixed(health: Health) -> HealthFn {
+    Arc::new(move || health.clone())
+}
+
+fn server() -> ServerHandle {
+    spawn_server(localhost(), Arc::new(Metrics::new()), fixed(healthy())).expect("start server")
+}
+
+fn server_with(config: ServerConfig) -> ServerHandle {
+    spawn_server_with(
+        localhost(),
+        Arc::new(Metrics::new()),
+        fixed(healthy()),
+        config,
+    )
+    .expect("start server")
+}
+
+// --- /metrics ---------------------------------------------------------------------
+
+#[test]
+fn the_scrape_parses_back_with_every_family_issue_5_asks_for() {
+    let metrics = Arc::new(Metrics::new());
+    metrics.set_provider("hcloud");
+    metrics.pass_started(TriggerKind::NodeAdd);
+    metrics.pass_started(TriggerKind::NodeAdd);
+    metrics.pass_started(TriggerKind::Resync);
+    metrics.trigger(TriggerKind::NodeAdd);
+    metrics.triggers_coalesced.add(4);
+    metrics.cloud_request(CloudOperation::Create, Ok(()), Duration::from_millis(30));
+    metrics.cloud_request(
+        CloudOperation::List,
+        Err(CloudErrorKind::RateLimited {
+            after: Duration::from_secs(1),
+        }),
+        Duration::from_millis(700),
+    );
+    metrics.trigger_to_pass.observe(Duration::from_millis(20));
+    metrics.node_to_route.observe(Duration::from_secs(2));
+    metrics.node_to_route.observe(Duration::from_secs(90_000));
+    metrics.routes_ok.set(5);
+    metrics.routes_pending.set(2);
+    metrics.watch_relists.inc();
+    metrics.leader.set(1);
+    let server = spawn_server(localhost(), Arc::clone(&metrics), fixed(healthy())).unwrap();
+
+    let response = get(server.local_addr(), "/metrics");
+    assert_eq!(response.status, 200);
+    assert_eq!(
+        response.header("content-type"),
+        Some("text/plain; version=0.0.4; charset=utf-8")
+    );
+    assert_eq!(response.header("connection"), Some("close"));
+    let text = response.text();
+    let exposition = prometheus::parse(&text).unwrap_or_else(|e| panic!("{e}\n{text}"));
+
+    for (family, kind) in [
+        ("route_controller_route_sync_total", "counter"),
+        ("route_controller_passes_total", "counter"),
+        ("route_controller_triggers_total", "counter"),
+        ("route_controller_triggers_coalesced_total", "counter"),
+        ("route_controller_cloud_requests_total", "counter"),
+        (
+            "route_controller_cloud_request_duration_seconds",
+            "histogram",
+        ),
+        ("route_controller_trigger_to_pass_seconds", "histogram"),
+        ("route_controller_node_to_route_seconds", "histogram"),
+        ("route_controller_routes", "gauge"),
+        ("route_controller_watch_relists_total", "counter"),
+        ("route_controller_leader", "gauge"),
+        ("route_controller_leader_transitions_total", "counter"),
+    ] {
+        let f = exposition.family(family);
+        assert_eq!(f.kind, kind, "{family}");
+        assert!(
+            f.help.as_ref().is_some_and(|h| !h.is_empty()),
+            "{family} has no HELP"
+        );
+        assert!(!f.samples.is_empty(), "{family} has no samples");
+    }
+    let triggers = exposition.label_values("route_controller_passes_total", "trigger");
+    for t in [
+        "node_add",
+        "node_delete",
+        "node_update",
+        "resync",
+        "poll",
+        "retry",
+        "startup",
+    ] {
+        assert!(
+            triggers.contains(t),
+            "no passes_total{{trigger={t:?}}}: {triggers:?}"
+        );
+    }
+    assert_eq!(
+        exposition.label_values("route_controller_routes", "state"),
+        BTreeSet::from(["ok", "pending", "failing"].map(String::from))
+    );
+    assert_eq!(
+        exposition.label_values("route_controller_cloud_requests_total", "operation"),
+        BTreeSet::from(["list", "create", "delete"].map(String::from))
+    );
+
+    // What was recorded comes back.
+    assert_eq!(
+        exposition.value("route_controller_route_sync_total", &[]),
+        3.0
+    );
+    assert_eq!(
+        exposition.value("route_controller_passes_total", &[("trigger", "node_add")]),
+        2.0
+    );
+    assert_eq!(
+        exposition.value("route_controller_triggers_coalesced_total", &[]),
+        4.0
+    );
+    let create_ok = [
+        ("provider", "hcloud"),
+        ("operation", "create"),
+        ("outcome", "success"),
+    ];
+    assert_eq!(
+        exposition.value("route_controller_cloud_requests_total", &create_ok),
+        1.0
+    );
+    let list_limited = [("operation", "list"), ("outcome", "rate_limited")];
+    assert_eq!(
+        exposition.value("route_controller_cloud_requests_total", &list_limited),
+        1.0
+    );
+    let list_duration = "route_controller_cloud_request_duration_seconds";
+    assert_eq!(
+        exposition.value(
+            &format!("{list_duration}_bucket"),
+            &[("operation", "list"), ("le", "0.5")]
+        ),
+        0.0
+    );
+    assert_eq!(
+        exposition.value(
+            &format!("{list_duration}_bucket"),
+            &[("operation", "list"), ("le", "1")]
+        ),
+        1.0
+    );
+    assert!(
+        (exposition.value(&format!("{list_duration}_sum"), &[("operation", "list")]) - 0.7).abs()
+            < 1e-9
+    );
+    assert_eq!(
+        exposition.value("route_controller_node_to_route_seconds_count", &[]),
+        2.0
+    );
+    assert_eq!(
+        exposition.value(
+            "route_controller_node_to_route_seconds_bucket",
+            &[("le", "86400")]
+        ),
+        1.0,
+        "a day-long wait is only in +Inf"
+    );
+    assert_eq!(
+        exposition.value("route_controller_routes", &[("state", "pending")]),
+        2.0
+    );
+    assert_eq!(
+        exposition.value("route_controller_watch_relists_total", &[]),
+        1.0
+    );
+    assert_eq!(exposition.value("route_controller_leader", &[]), 1.0);
+}
+
+#[test]
+fn the_exposition_parser_rejects_what_prometheus_rejects() {
+    let good = "# HELP a_total A.\n# TYPE a_total counter\na_total{x=\"1\"} 2\n\
+                # TYPE h histogram\nh_bucket{le=\"1\"} 1\nh_bucket{le=\"+Inf\"} 2\nh_sum 3\nh_count 2\n";
+    assert!(prometheus::parse(good).is_ok());
+    for (bad, why) in [
+        ("a_total 1\n", "no TYPE"),
+        ("# TYPE a counter\na{x=1} 1\n", "unquoted label"),
+        ("# TYPE a counter\na one\n", "bad value"),
+        ("# TYPE a counter\na 1\n# TYPE a counter\n", "second TYPE"),
+        ("# TYPE a counter\na 1\na 2\n", "duplicate series"),
+        (
+            "# TYPE a counter\n# TYPE b counter\na 1\nb 1\na{x=\"y\"} 1\n",
+            "interleaved",
+        ),
+        (
+            "# TYPE h histogram\nh_bucket{le=\"1\"} 2\nh_bucket{le=\"+Inf\"} 1\nh_sum 3\nh_count 1\n",
+            "not cumulative",
+        ),
+        (
+            "# TYPE h histogram\nh_bucket{le=\"1\"} 1\nh_bucket{le=\"+Inf\"} 2\nh_sum 3\nh_count 3\n",
+            "+Inf differs from count",
+        ),
+        (
+            "# TYPE h histogram\nh_bucket{le=\"1\"} 1\nh_sum 3\nh_count 1\n",
+            "no +Inf",
+        ),
+        ("# TYPE a counter\na 1", "no final newline"),
+    ] {
+        assert!(prometheus::parse(bad).is_err(), "accepted ({why}): {bad:?}");
+    }
+}
+
+// --- probes and HTTP errors -------------------------------------------------------
+
+#[test]
+fn healthz_and_readyz_follow_the_health_callback() {
+    let state = Arc::new(Mutex::new(healthy()));
+    let shared = Arc::clone(&state);
+    let health: HealthFn = Arc::new(move || shared.lock().unwrap().clone());
+    let server = spawn_server(localhost(), Arc::new(Metrics::new()), health).unwrap();
+    let addr = server.local_addr();
+    let set = |live: bool, ready: bool, detail: &str| {
+        *state.lock().unwrap() = Health {
+            live,
+            ready,
+            detail: detail.into(),
+        }
+    };
+
+    set(
+        true,
+        false,
+        "watch connected; waiting for the first node list",
+    );
+    let h = get(addr, "/healthz");
+    assert_eq!(
+        (h.status, h.text().as_str()),
+        (
+            200,
+            "ok: watch connected; waiting for the first node list\n"
+        )
+    );
+    let r = get(addr, "/readyz");
+    assert_eq!(r.status, 503);
+    assert!(
+        r.text().contains("waiting for the first node list"),
+        "{}",
+        r.text()
+    );
+
+    set(true, true, "watch connected; synced; standing by");
+    assert_eq!(get(addr, "/readyz").status, 200);
+    assert_eq!(
+        get(addr, "/readyz?verbose").status,
+        200,
+        "query strings are ignored"
+    );
+
+    set(false, false, "watch failing for 5m: connection refused");
+    let h = get(addr, "/healthz");
+    assert_eq!(h.status, 503);
+    assert!(h.text().contains("connection refused"), "{}", h.text());
+    assert_eq!(get(addr, "/readyz").status, 503);
+
+    set(true, true, "recovered");
+    assert_eq!(get(addr, "/healthz").status, 200);
+}
+
+#[test]
+fn unknown_paths_get_404_other_methods_405_and_garbage_400() {
+    let server = server();
+    let addr = server.local_addr();
+    assert_eq!(get(addr, "/").status, 404);
+    assert_eq!(get(addr, "/metrics/extra").status, 404);
+    let post = exchange(
+        addr,
+        b"POST /metrics HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n",
+    );
+    assert_eq!(post.status, 405);
+    assert_eq!(post.header("allow"), Some("GET, HEAD"));
+    assert_eq!(exchange(addr, b"hello there\r\n\r\n").status, 400);
+    assert_eq!(
+        exchange(addr, b"GET /metrics HTTP/1.1\r\n\r\n").status,
+        400,
+        "1.1 needs Host"
+    );
+    assert_eq!(
+        exchange(addr, b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n").status,
+        505
+    );
+    // HTTP/1.0 and a bare-LF client are served.
+    assert_eq!(exchange(addr, b"GET /metrics HTTP/1.0\r\n\r\n").status, 200);
+    assert_eq!(exchange(addr, b"GET /healthz HTTP/1.0\n\n").status, 200);
+    // The server survived all of that.
+    assert_eq!(get(addr, "/healthz").status, 200);
+}
+
+#[test]
+fn head_requests_get_the_headers_without_a_body() {
+    let server = server();
+    let raw = exchange_bytes(
+        server.local_addr(),
+        b"HEAD /metrics HTTP/1.1\r\nHost: x\r\n\r\n",
+    );
+    let response = parse_response(&raw, false);
+    assert_eq!(response.status, 200);
+    assert!(response.body.is_empty(), "HEAD got a body");
+    let full = get(server.local_addr(), "/metrics");
+    let announced: usize = response.header("content-length").unwrap().parse().unwrap();
+    assert_eq!(announced, full.body.len());
+}
+
+#[test]
+fn a_request_head_over_the_cap_is_refused_with_431() {
+    let server = server();
+    let mut raw = b"GET /metrics HTTP/1.1\r\nHost: x\r\nCookie: ".to_vec();
+    raw.resize(64 * 1024, b'c');
+    raw.extend_from_slice(b"\r\n\r\n");
+    // The server answers after 8 KiB and stops reading; the client's remaining bytes
+    // are drained, so the answer arrives instead of a reset.
+    let response = exchange(server.local_addr(), &raw);
+    assert_eq!(response.status, 431);
+    let declared = exchange(
+        server.local_addr(),
+        b"GET /metrics HTTP/1.1\r\nHost: x\r\nContent-Length: 1000000\r\n\r\n",
+    );
+    assert_eq!(declared.status, 413);
+    assert_eq!(get(server.local_addr(), "/healthz").status, 200);
+}
+
+// --- slow, silent, large and many clients -----------------------------------------
+
+#[test]
+fn a_slow_client_with_half_a_request_does_not_block_others() {
+    let server = server();
+    let addr = server.local_addr();
+    let mut slow = connect(addr);
+    slow.write_all(b"GET /metr").unwrap();
+    for _ in 0..5 {
+        assert_eq!(get(addr, "/metrics").status, 200);
+    }
+    // The slow client finishes and is served too.
+    slow.write_all(b"ics HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
+    assert_eq!(read_response(&mut slow).status, 200);
+}
+
+#[test]
+fn a_large_response_to_a_client_that_does_not_read_blocks_no_one() {
+    // Far more than the loopback socket buffers hold, so the server must park the
+    // rest of the response and come back to it on writability.
+    let detail = "x".repeat(16 * 1024 * 1024);
+    let server = spawn_server(
+        localhost(),
+        Arc::new(Metrics::new()),
+        fixed(Health {
+            live: true,
+            ready: true,
+            detail: detail.clone(),
+        }),
+    )
+    .unwrap();
+    let addr = server.local_addr();
+    let mut big = connect(addr);
+    big.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+        .unwrap();
+    // Read a little, so the response is surely under way, then stall.
+    let mut first = [0u8; 16];
+    big.read_exact(&mut first).unwrap();
+    assert_eq!(&first, b"HTTP/1.1 200 OK\r");
+    for _ in 0..3 {
+        assert_eq!(get(addr, "/metrics").status, 200);
+    }
+    let mut rest = Vec::new();
+    big.read_to_end(&mut rest).unwrap();
+    let mut raw = first.to_vec();
+    raw.extend_from_slice(&rest);
+    let response = parse_response(&raw, true);
+    assert_eq!(response.body.len(), "ok: ".len() + detail.len() + 1);
+}
+
+#[test]
+fn a_hundred_concurrent_scrapes_all_succeed() {
+    let server = server();
+    let addr = server.local_addr();
+    let start = Barrier::new(100);
+    let statuses: Vec<u16> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..100)
+            .map(|_| {
+                s.spawn(|| {
+                    start.wait();
+                    let response = get(addr, "/metrics");
+                    prometheus::parse(&response.text()).expect("a complete exposition");
+                    response.status
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    assert_eq!(statuses, vec![200; 100]);
+}
+
+#[test]
+fn a_silent_client_is_dropped_after_the_idle_timeout() {
+    let idle = Duration::from_millis(200);
+    let server = server_with(ServerConfig {
+        idle_timeout: idle,
+        ..ServerConfig::default()
+    });
+    let started = Instant::now();
+    let mut silent = connect(server.local_addr());
+    let mut half = connect(server.local_addr());
+    half.write_all(b"GET /metrics HTTP/1.1\r\n").unwrap();
+    let mut buf = [0u8; 64];
+    // EOF, not a response: the server closed the connection.
+    assert_eq!(silent.read(&mut buf).expect("closed, not timed out"), 0);
+    assert_eq!(half.read(&mut buf).expect("closed, not timed out"), 0);
+    let waited = started.elapsed();
+    assert!(
+        waited >= idle,
+        "dropped after {waited:?}, before the timeout"
+    );
+    assert!(waited < PATIENCE);
+    assert_eq!(get(server.local_addr(), "/healthz").status, 200);
+}
+
+#[test]
+fn connections_beyond_the_cap_wait_until_a_slot_frees() {
+    let server = server_with(ServerConfig {
+        max_connections: 2,
+        ..ServerConfig::default()
+    });
+    let addr = server.local_addr();
+    let first = connect(addr);
+    let _second = connect(addr);
+    let mut third = connect(addr);
+    third
+        .write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+        .unwrap();
+    third
+        .set_read_timeout(Some(Duration::from_millis(300)))
+        .unwrap();
+    let mut buf = [0u8; 1];
+    match third.read(&mut buf) {
+        Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {}
+        other => panic!("served beyond the cap of 2 connections: {other:?}"),
+    }
+    drop(first);
+    third.set_read_timeout(Some(PATIENCE)).unwrap();
+    assert_eq!(read_response(&mut third).status, 200);
+}
+
+// --- lifecycle ----------------------------------------------------------------------
+
+#[test]
+fn stop_returns_promptly_and_frees_the_port() {
+    let server = server();
+    let addr = server.local_addr();
+    assert_eq!(get(addr, "/healthz").status, 200);
+    let mut pending = connect(addr);
+    pending.write_all(b"GET /metrics HTTP/1.1\r\n").unwrap();
+    let started = Instant::now();
+    server.stop();
+    let took = started.elapsed();
+    assert!(took < Duration::from_secs(1), "stop took {took:?}");
+    // Open connections are closed: with a FIN, or a reset if the server had not yet
+    // read what the client sent.
+    let mut buf = [0u8; 16];
+    match pending.read(&mut buf) {
+        Ok(0) => {}
+        Err(e) if e.kind() == ErrorKind::ConnectionReset => {}
+        other => panic!("the connection is still open after stop: {other:?}"),
+    }
+    std::net::TcpListener::bind(addr).expect("the port is free after stop");
+}
+
+#[test]
+fn dropping_the_handle_stops_the_server() {
+    let addr = {
+        let server = server();
+        server.local_addr()
+    };
+    std::net::TcpListener::bind(addr).expect("the port is free after drop");
+}
+
+#[test]
+fn a_port_in_use_is_reported_by_spawn() {
+    let taken = std::net::TcpListener::bind(localhost()).unwrap();
+    let err = spawn_server(
+        taken.local_addr().unwrap(),
+        Arc::new(Metrics::new()),
+        fixed(healthy()),
+    )
+    .expect_err("the port is taken");
+    assert_eq!(err.kind(), ErrorKind::AddrInUse);
+}
