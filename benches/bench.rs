@@ -246,7 +246,13 @@ fn rss() {
         "      served by a minimal API server ({:.1} KiB of JSON per node):",
         node_json(0, 1).len() as f64 / 1024.0
     );
-    for n in [5_000usize, 50_000] {
+    // RC_BENCH_NODES=5000 measures one size; RC_BENCH_WRAPPER="valgrind --tool=massif"
+    // runs the binary under a profiler.
+    let sizes: Vec<usize> = match std::env::var("RC_BENCH_NODES") {
+        Ok(v) => v.split(',').filter_map(|n| n.trim().parse().ok()).collect(),
+        Err(_) => vec![0, 5_000, 50_000],
+    };
+    for n in sizes {
         match measure_rss(binary, n) {
             Ok((hwm, rss, took)) => println!(
                 "  {n:>6} nodes: peak {:>6.1} MiB, after sync {:>6.1} MiB, synced in {:.1} s",
@@ -267,7 +273,15 @@ fn measure_rss(binary: &str, nodes: usize) -> Result<(u64, u64, Duration), Strin
         .port();
     let home = std::env::temp_dir().join(format!("rc-bench-home-{}", std::process::id()));
     std::fs::create_dir_all(&home).map_err(|e| e.to_string())?;
-    let mut child = std::process::Command::new(binary)
+    let wrapper: Vec<String> = std::env::var("RC_BENCH_WRAPPER")
+        .map(|w| w.split_whitespace().map(String::from).collect())
+        .unwrap_or_default();
+    let (program, pre_args) = match wrapper.split_first() {
+        Some((p, rest)) => (p.clone(), [rest, &[binary.to_string()]].concat()),
+        None => (binary.to_string(), Vec::new()),
+    };
+    let mut child = std::process::Command::new(program)
+        .args(pre_args)
         .args([
             "run",
             "--cloud-provider=fake",
@@ -277,9 +291,20 @@ fn measure_rss(binary: &str, nodes: usize) -> Result<(u64, u64, Duration), Strin
             &format!("--master=http://127.0.0.1:{}", server.port),
             &format!("--metrics-bind-address=127.0.0.1:{metrics_port}"),
         ])
+        .args(
+            std::env::var("RC_BENCH_ARGS")
+                .unwrap_or_default()
+                .split_whitespace(),
+        )
         .env_clear()
         .env("HOME", &home)
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
         .env("RUST_LOG", "warn")
+        .envs(
+            std::env::var("MALLOC_ARENA_MAX")
+                .ok()
+                .map(|v| ("MALLOC_ARENA_MAX", v)),
+        )
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())
         .spawn()
@@ -318,6 +343,14 @@ fn measure_rss(binary: &str, nodes: usize) -> Result<(u64, u64, Duration), Strin
         };
         Ok((field("VmHWM:"), field("VmRSS:"), took))
     })();
+    // SIGTERM, so that a profiler wrapping the binary writes its output.
+    let _ = std::process::Command::new("kill")
+        .arg(child.id().to_string())
+        .status();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while child.try_wait().ok().flatten().is_none() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+    }
     let _ = child.kill();
     let _ = child.wait();
     server.stop();

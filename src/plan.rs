@@ -77,9 +77,40 @@ impl fmt::Display for DeleteReason {
     }
 }
 
-/// A route to create.
+/// A route to create: which node and pod CIDR. It is small on purpose: thousands of
+/// them can wait behind a cloud's rate limit, and the request is built from the node
+/// as it is when the route is created ([`Create::request`]).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Create {
+    pub node: String,
+    pub cidr: Cidr,
+    /// True when an existing route to old addresses is deleted first (upstream's
+    /// "update" action).
+    pub replaces: bool,
+}
+
+impl Create {
+    /// The request for the cloud, as upstream builds it: the route to the node with
+    /// the node's addresses and the pod CIDR, the node UID as name hint.
+    pub fn request(&self, node: &Node) -> CreateRequest {
+        CreateRequest {
+            route: Route {
+                target_node: node.name.clone(),
+                target_node_addresses: node.addresses.clone(),
+                destination_cidr: self.cidr.to_string(),
+                ..Route::default()
+            },
+            cidr: self.cidr,
+            name_hint: node.uid.clone(),
+            provider_id: node.provider_id.clone(),
+            replaces: self.replaces,
+        }
+    }
+}
+
+/// A route creation as the cloud gets it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CreateRequest {
     /// Target node, node addresses and destination; name empty, flags false.
     pub route: Route,
     pub cidr: Cidr,
@@ -87,8 +118,6 @@ pub struct Create {
     pub name_hint: String,
     /// The node's `spec.providerID`, for the provider to find its server or instance.
     pub provider_id: Option<String>,
-    /// True when an existing route to old addresses is deleted first (upstream's
-    /// "update" action).
     pub replaces: bool,
 }
 
@@ -234,15 +263,8 @@ pub fn plan<'a>(
                 continue;
             }
             plan.creates.push(Create {
-                route: Route {
-                    target_node: node.name.clone(),
-                    target_node_addresses: node.addresses.clone(),
-                    destination_cidr: cidr.to_string(),
-                    ..Route::default()
-                },
+                node: node.name.clone(),
                 cidr: *cidr,
-                name_hint: node.uid.clone(),
-                provider_id: node.provider_id.clone(),
                 replaces: *action == Action::Update,
             });
         }
@@ -322,10 +344,20 @@ pub fn network_condition(routes_created: bool, current: Option<&Condition>) -> O
         return None;
     }
     Some(Condition {
-        status: status.to_string(),
-        reason: reason.to_string(),
-        message: message.to_string(),
+        status: status.into(),
+        reason: reason.into(),
+        message: message.into(),
     })
+}
+
+/// The create requests of a plan, in plan order, built from `nodes` (the nodes the
+/// plan was made from).
+pub fn requests<'a>(plan: &Plan, nodes: impl IntoIterator<Item = &'a Node>) -> Vec<CreateRequest> {
+    let by_name: HashMap<&str, &Node> = nodes.into_iter().map(|n| (n.name.as_str(), n)).collect();
+    plan.creates
+        .iter()
+        .filter_map(|c| by_name.get(c.node.as_str()).map(|n| c.request(n)))
+        .collect()
 }
 
 /// The conditions a pass writes if every create and delete succeeds, in node order,
@@ -382,7 +414,7 @@ mod tests {
         ];
         let p = plan(&nodes[..], &[], &cidrs(&["10.0.0.0/16"]));
         assert_eq!(p.creates.len(), 1);
-        assert_eq!(p.creates[0].route.target_node, "good");
+        assert_eq!(p.creates[0].node, "good");
         assert!(matches!(&p.problems[0], Problem::InvalidPodCidr { node, .. } if node == "bad"));
         let bad = &p.nodes[0];
         assert!(!bad.routable);

@@ -612,7 +612,7 @@ fn failed_create_records_upstreams_event_and_condition() {
     );
     let c = &d.conditions["n0"];
     assert_eq!(
-        (c.status.as_str(), c.reason.as_str()),
+        (c.status.as_ref(), c.reason.as_ref()),
         ("True", "NoRouteCreated")
     );
     assert_eq!(c.message, "RouteController failed to create a route");
@@ -722,4 +722,30 @@ impl StartWithoutSettling for Driver {
         }
         self.node_event(NodeEvent::InitDone);
     }
+}
+
+#[test]
+fn a_queued_create_for_a_node_deleted_before_it_is_sent_is_never_sent() {
+    let mut config = watch_config();
+    config.max_in_flight = 1;
+    let mut d = Driver::new(config);
+    d.node_event(NodeEvent::Init);
+    for n in nodes(3) {
+        d.node_event(NodeEvent::InitApply(n));
+    }
+    d.node_event(NodeEvent::InitDone);
+    d.answer_one(); // the list; n0's create goes out, n1 and n2 wait in the queue
+    d.node_event(NodeEvent::Deleted(nodes(3)[2].clone()));
+    d.settle();
+    d.advance(secs(5.0));
+    let created: Vec<String> = d
+        .sent
+        .iter()
+        .filter_map(|(_, op)| match op {
+            CloudOp::Create { route, .. } => Some(route.target_node.clone()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(created, vec!["n0", "n1"]);
+    assert_eq!(d.count("delete"), 0);
 }

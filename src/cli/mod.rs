@@ -451,8 +451,8 @@ pub fn run_plan(args: &PlanArgs) -> Result<String, UsageError> {
         eprintln!("warning: {p}");
     }
     Ok(match args.output.as_str() {
-        "json" => plan_json(&plan),
-        _ => plan_table(&plan),
+        "json" => plan_json(&plan, &nodes),
+        _ => plan_table(&plan, &nodes),
     })
 }
 
@@ -553,7 +553,8 @@ struct JsonCondition<'a> {
 /// The plan as JSON: deletes in the order of the listed routes, creates in node order
 /// then pod-CIDR order, and the condition writes that would follow if every operation
 /// succeeded.
-pub fn plan_json(plan: &Plan) -> String {
+pub fn plan_json(plan: &Plan, nodes: &[Node]) -> String {
+    let requests = plan::requests(plan, nodes);
     let json = JsonPlan {
         deletes: plan
             .deletes
@@ -565,8 +566,7 @@ pub fn plan_json(plan: &Plan) -> String {
                 reason: d.reason.as_str(),
             })
             .collect(),
-        creates: plan
-            .creates
+        creates: requests
             .iter()
             .map(|c| JsonCreate {
                 target_node: &c.route.target_node,
@@ -579,9 +579,9 @@ pub fn plan_json(plan: &Plan) -> String {
             .into_iter()
             .map(|(n, c)| JsonCondition {
                 node: &n.node,
-                status: c.status,
-                reason: c.reason,
-                message: c.message,
+                status: c.status.into_owned(),
+                reason: c.reason.into_owned(),
+                message: c.message.into_owned(),
             })
             .collect(),
         problems: plan.problems.iter().map(ToString::to_string).collect(),
@@ -592,7 +592,7 @@ pub fn plan_json(plan: &Plan) -> String {
 }
 
 /// The plan for people.
-pub fn plan_table(plan: &Plan) -> String {
+pub fn plan_table(plan: &Plan, nodes: &[Node]) -> String {
     let mut out = String::new();
     for d in &plan.deletes {
         let target = if d.route.target_node.is_empty() {
@@ -606,7 +606,7 @@ pub fn plan_table(plan: &Plan) -> String {
             target, d.route.destination_cidr, d.route.name, d.reason
         );
     }
-    for c in &plan.creates {
+    for c in &plan::requests(plan, nodes) {
         let addrs: Vec<String> = c
             .route
             .target_node_addresses

@@ -41,7 +41,7 @@ mod ops;
 mod scheduler;
 mod view;
 
-use ops::{OpKind, Operations, Queued};
+use ops::{OpKind, Operations, Planned, Queued};
 use scheduler::Scheduler;
 use view::RouteView;
 
@@ -465,12 +465,13 @@ pub struct Controller {
     rng: SmallRng,
 
     /// The node view, by name; complete when `synced`.
-    nodes: BTreeMap<String, Node>,
+    /// Boxed: a B-tree keeps several times the size of its values in half-empty
+    /// leaves, and a node is large; 50 000 of them cost megabytes less this way.
+    nodes: BTreeMap<String, Box<Node>>,
     /// Nodes of a relist in progress, swapped in at `InitDone`.
-    relist: Option<BTreeMap<String, Node>>,
+    relist: Option<BTreeMap<String, Box<Node>>>,
     synced: bool,
     ever_synced: bool,
-    directory: Option<Arc<NodeDirectory>>,
     /// When each (node, pod CIDR) was first seen, for the node-to-route metric.
     cidr_seen: HashMap<(String, Cidr), Instant>,
 
@@ -547,7 +548,6 @@ impl Controller {
             relist: None,
             synced: false,
             ever_synced: false,
-            directory: None,
             cidr_seen: HashMap::new(),
             view: None,
             leading,
@@ -599,7 +599,7 @@ impl Controller {
 
     /// The nodes as the controller sees them.
     pub fn nodes(&self) -> impl Iterator<Item = &Node> {
-        self.nodes.values()
+        self.nodes.values().map(|n| &**n)
     }
 
     /// The routes the controller believes the cloud holds, if it has listed them.
@@ -700,7 +700,7 @@ impl Controller {
             }
             NodeEvent::InitApply(node) => {
                 let buffer = self.relist.get_or_insert_with(BTreeMap::new);
-                buffer.insert(node.name.clone(), node);
+                buffer.insert(node.name.clone(), Box::new(node));
             }
             NodeEvent::InitDone => self.on_list_complete(now),
             NodeEvent::Added(node) | NodeEvent::Modified(node) => self.on_node_applied(node, now),
@@ -710,7 +710,6 @@ impl Controller {
                     return;
                 }
                 if self.nodes.remove(&node.name).is_some() {
-                    self.directory = None;
                     self.cidr_seen.retain(|(n, _), _| *n != node.name);
                     self.condition_retries.remove(&node.name);
                     self.node_trigger(Trigger::NodeDeleted(node.name), now);
@@ -721,23 +720,15 @@ impl Controller {
 
     fn on_node_applied(&mut self, node: Node, now: Instant) {
         if let Some(buffer) = &mut self.relist {
-            buffer.insert(node.name.clone(), node);
+            buffer.insert(node.name.clone(), Box::new(node));
             return;
         }
         self.note_cidrs(&node, now);
         let trigger = match self.nodes.get(&node.name) {
-            None => {
-                self.directory = None;
-                Some(Trigger::NodeAdded(node.name.clone()))
-            }
-            Some(old) => {
-                if old.provider_id != node.provider_id {
-                    self.directory = None;
-                }
-                change_trigger(old, &node, self.config.mode)
-            }
+            None => Some(Trigger::NodeAdded(node.name.clone())),
+            Some(old) => change_trigger(old, &node, self.config.mode),
         };
-        self.nodes.insert(node.name.clone(), node);
+        self.nodes.insert(node.name.clone(), Box::new(node));
         if let Some(t) = trigger {
             self.node_trigger(t, now);
         }
@@ -774,7 +765,6 @@ impl Controller {
         }
         self.cidr_seen.retain(|(n, _), _| new.contains_key(n));
         self.nodes = new;
-        self.directory = None;
         self.synced = true;
         self.ever_synced = true;
         self.metrics.synced.set(1);
@@ -818,17 +808,14 @@ impl Controller {
         }
     }
 
-    fn directory(&mut self) -> Arc<NodeDirectory> {
-        if let Some(d) = &self.directory {
-            return d.clone();
-        }
-        let dir = Arc::new(NodeDirectory::new(
+    /// Node names by provider ID, for a list. Built per list and dropped after it
+    /// (lists are rare in watch mode; keeping it would cost memory per node).
+    fn directory(&self) -> Arc<NodeDirectory> {
+        Arc::new(NodeDirectory::new(
             self.nodes
                 .values()
                 .map(|n| (n.name.as_str(), n.provider_id.as_deref())),
-        ));
-        self.directory = Some(dir.clone());
-        dir
+        ))
     }
 
     // --- triggers and timers ------------------------------------------------------
@@ -1008,7 +995,7 @@ impl Controller {
     fn plan_and_queue(&mut self, pass: u64, now: Instant, out: &mut Vec<Command>) {
         let Some(view) = &self.view else { return };
         let plan = plan::plan(
-            self.nodes.values(),
+            self.nodes.values().map(|n| &**n),
             &view.routes,
             &self.config.cluster_cidrs,
         );
@@ -1022,12 +1009,12 @@ impl Controller {
         for p in &problems {
             log::warn!("{p} (pass {pass})");
         }
-        let planned: Vec<OpKind> = deletes
+        let planned: Vec<Planned> = deletes
             .into_iter()
-            .map(OpKind::Delete)
-            .chain(creates.into_iter().map(OpKind::Create))
+            .map(|d| Planned::Delete(Box::new(d)))
+            .chain(creates.into_iter().map(Planned::Create))
             .collect();
-        let wanted: HashSet<Cidr> = planned.iter().map(OpKind::cidr).collect();
+        let wanted: HashSet<Cidr> = planned.iter().map(Planned::cidr).collect();
 
         // The new plan is authoritative for every destination without an operation in
         // flight: queued operations it does not repeat are dropped.
@@ -1176,8 +1163,15 @@ impl Controller {
             let Some(queued) = self.ops.take_next(self.synced) else {
                 break;
             };
+            let Some(kind) = self.request_for(&queued.op) else {
+                // The node is gone or no longer has this pod CIDR; the pass its
+                // change triggered plans again.
+                self.resolve(queued.pass, |r| r.deferred += 1);
+                self.maybe_finish(queued.pass, now, out);
+                continue;
+            };
             let id = self.op_id();
-            let op = match &queued.kind {
+            let op = match &kind {
                 OpKind::Create(c) => CloudOp::Create {
                     route: c.route.clone(),
                     name_hint: c.name_hint.clone(),
@@ -1196,8 +1190,26 @@ impl Controller {
             if let Some(p) = self.open.get_mut(&queued.pass) {
                 p.report.cloud_calls += 1;
             }
-            self.ops.sent(id, queued, now);
+            self.ops.sent(id, kind, queued.pass, now);
             out.push(Command::Cloud { id, op, cause });
+        }
+    }
+
+    /// The request for a queued operation, from the node as it is now.
+    fn request_for(&self, op: &Planned) -> Option<OpKind> {
+        match op {
+            Planned::Delete(d) => Some(OpKind::Delete((**d).clone())),
+            Planned::Create(c) => {
+                let node = self.nodes.get(&c.node)?;
+                if !node
+                    .pod_cidrs
+                    .iter()
+                    .any(|p| Cidr::parse(p).ok() == Some(c.cidr))
+                {
+                    return None;
+                }
+                Some(OpKind::Create(c.request(node)))
+            }
         }
     }
 
@@ -1349,7 +1361,7 @@ impl Controller {
                     self.paused_until = Some(now + after);
                 }
                 self.ops.requeue_front(Queued {
-                    kind: op.clone(),
+                    op: op.planned(),
                     pass,
                 });
             }
@@ -1393,7 +1405,7 @@ impl Controller {
         if let OpKind::Create(c) = &op {
             let node = &c.route.target_node;
             if self.ops.pending_creates(node) == 0
-                && let Some(routable) = self.nodes.get(node).map(is_routable)
+                && let Some(routable) = self.nodes.get(node).map(|n| is_routable(n))
             {
                 self.write_condition_for(node, Some(routable), pass, out);
             }
@@ -1437,7 +1449,7 @@ impl Controller {
 
     fn failed_create_event(
         &mut self,
-        c: &plan::Create,
+        c: &plan::CreateRequest,
         pass: u64,
         err: &CloudError,
         took: Duration,

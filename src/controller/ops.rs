@@ -8,10 +8,10 @@ use super::OpId;
 use crate::model::Cidr;
 use crate::plan;
 
-/// A planned route operation.
+/// A route operation as sent: everything the provider needs.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(super) enum OpKind {
-    Create(plan::Create),
+    Create(plan::CreateRequest),
     Delete(plan::Delete),
 }
 
@@ -30,15 +30,52 @@ impl OpKind {
         }
     }
 
+    /// The queued form of this operation.
+    pub(super) fn planned(&self) -> Planned {
+        match self {
+            OpKind::Create(c) => Planned::Create(plan::Create {
+                node: c.route.target_node.clone(),
+                cidr: c.cidr,
+                replaces: c.replaces,
+            }),
+            OpKind::Delete(d) => Planned::Delete(Box::new(d.clone())),
+        }
+    }
+}
+
+/// A route operation as queued. A create names only its node and CIDR; the request is
+/// built from the node as it is when the operation is sent. Thousands of creates can
+/// wait behind a rate limit, so they are kept small.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(super) enum Planned {
+    Create(plan::Create),
+    Delete(Box<plan::Delete>),
+}
+
+impl Planned {
+    pub(super) fn cidr(&self) -> Cidr {
+        match self {
+            Planned::Create(c) => c.cidr,
+            Planned::Delete(d) => d.cidr,
+        }
+    }
+
+    pub(super) fn node(&self) -> &str {
+        match self {
+            Planned::Create(c) => &c.node,
+            Planned::Delete(d) => &d.route.target_node,
+        }
+    }
+
     fn is_create(&self) -> bool {
-        matches!(self, OpKind::Create(_))
+        matches!(self, Planned::Create(_))
     }
 }
 
 /// An operation waiting to be sent, with the pass that planned it.
 #[derive(Clone, Debug)]
 pub(super) struct Queued {
-    pub kind: OpKind,
+    pub op: Planned,
     pub pass: u64,
 }
 
@@ -85,11 +122,11 @@ impl Operations {
         self.node_creates.get(node).copied().unwrap_or(0)
     }
 
-    fn count_create(&mut self, kind: &OpKind, delta: isize) {
-        if !kind.is_create() {
+    fn count_create(&mut self, node: &str, is_create: bool, delta: isize) {
+        if !is_create {
             return;
         }
-        let node = kind.node().to_string();
+        let node = node.to_string();
         let n = self.node_creates.entry(node.clone()).or_default();
         *n = n.saturating_add_signed(delta);
         if *n == 0 {
@@ -97,15 +134,15 @@ impl Operations {
         }
     }
 
-    pub(super) fn enqueue(&mut self, kind: OpKind, pass: u64) {
-        self.count_create(&kind, 1);
-        self.queue.push_back(Queued { kind, pass });
+    pub(super) fn enqueue(&mut self, op: Planned, pass: u64) {
+        self.count_create(op.node(), op.is_create(), 1);
+        self.queue.push_back(Queued { op, pass });
     }
 
     /// Puts an operation back at the head of the queue (it was refused for a rate
     /// limit and must go first when sending resumes).
     pub(super) fn requeue_front(&mut self, queued: Queued) {
-        self.count_create(&queued.kind, 1);
+        self.count_create(queued.op.node(), queued.op.is_create(), 1);
         self.queue.push_front(queued);
     }
 
@@ -115,7 +152,7 @@ impl Operations {
             self.queue.drain(..).partition(|q| keep(q));
         self.queue = kept;
         for q in &dropped {
-            self.count_create(&q.kind, -1);
+            self.count_create(q.op.node(), q.op.is_create(), -1);
         }
         dropped.into()
     }
@@ -123,17 +160,17 @@ impl Operations {
     /// Drops the queued operations a new plan does not repeat, and returns them. Those
     /// whose destination has an operation in flight stay: the plan could not see that
     /// operation's outcome.
-    pub(super) fn supersede(&mut self, planned: &[OpKind]) -> Vec<Queued> {
+    pub(super) fn supersede(&mut self, planned: &[Planned]) -> Vec<Queued> {
         let busy = std::mem::take(&mut self.busy);
         let dropped =
-            self.retain_queued(|q| busy.contains(&q.kind.cidr()) || planned.contains(&q.kind));
+            self.retain_queued(|q| busy.contains(&q.op.cidr()) || planned.contains(&q.op));
         self.busy = busy;
         dropped
     }
 
     /// Whether an identical operation is queued.
-    pub(super) fn is_queued(&self, kind: &OpKind) -> bool {
-        self.queue.iter().any(|q| q.kind == *kind)
+    pub(super) fn is_queued(&self, op: &Planned) -> bool {
+        self.queue.iter().any(|q| q.op == *op)
     }
 
     /// The oldest operation that may be sent now: its destination has nothing in flight
@@ -141,29 +178,29 @@ impl Operations {
     pub(super) fn take_next(&mut self, deletes_allowed: bool) -> Option<Queued> {
         let mut skipped: HashSet<Cidr> = HashSet::new();
         let index = self.queue.iter().position(|q| {
-            let cidr = q.kind.cidr();
+            let cidr = q.op.cidr();
             let blocked = self.busy.contains(&cidr)
                 || skipped.contains(&cidr)
-                || (!deletes_allowed && matches!(q.kind, OpKind::Delete(_)));
+                || (!deletes_allowed && matches!(q.op, Planned::Delete(_)));
             if blocked {
                 skipped.insert(cidr);
             }
             !blocked
         })?;
         let queued = self.queue.remove(index)?;
-        self.count_create(&queued.kind, -1);
+        self.count_create(queued.op.node(), queued.op.is_create(), -1);
         Some(queued)
     }
 
     /// Records an operation as sent.
-    pub(super) fn sent(&mut self, id: OpId, queued: Queued, now: Instant) {
-        self.busy.insert(queued.kind.cidr());
-        self.count_create(&queued.kind, 1);
+    pub(super) fn sent(&mut self, id: OpId, kind: OpKind, pass: u64, now: Instant) {
+        self.busy.insert(kind.cidr());
+        self.count_create(kind.node(), matches!(kind, OpKind::Create(_)), 1);
         self.in_flight.insert(
             id,
             Flight {
-                kind: Some(queued.kind),
-                pass: queued.pass,
+                kind: Some(kind),
+                pass,
                 sent: now,
             },
         );
@@ -185,7 +222,7 @@ impl Operations {
         let flight = self.in_flight.remove(&id)?;
         if let Some(kind) = &flight.kind {
             self.busy.remove(&kind.cidr());
-            self.count_create(kind, -1);
+            self.count_create(kind.node(), matches!(kind, OpKind::Create(_)), -1);
         }
         Some(flight)
     }
@@ -195,9 +232,9 @@ impl Operations {
         let i = self
             .queue
             .iter()
-            .position(|q| q.kind.is_create() && q.kind.cidr() == cidr)?;
+            .position(|q| q.op.is_create() && q.op.cidr() == cidr)?;
         let q = self.queue.remove(i)?;
-        self.count_create(&q.kind, -1);
+        self.count_create(q.op.node(), true, -1);
         Some(q)
     }
 }

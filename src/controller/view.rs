@@ -36,15 +36,22 @@ impl RouteView {
         view
     }
 
-    pub(super) fn insert(&mut self, route: Route) {
+    pub(super) fn insert(&mut self, mut route: Route) {
+        if !route.enable_node_addresses {
+            // Addresses count only with the flag; without it they are dead weight.
+            route.target_node_addresses = Vec::new();
+        }
         if !route.blackhole
             && !route.target_node.is_empty()
             && let Ok(cidr) = Cidr::parse(&route.destination_cidr)
         {
-            self.by_node
-                .entry(route.target_node.clone())
-                .or_default()
-                .push(cidr);
+            // One CIDR per node is the rule; do not reserve room for four.
+            match self.by_node.get_mut(&route.target_node) {
+                Some(list) => list.push(cidr),
+                None => {
+                    self.by_node.insert(route.target_node.clone(), vec![cidr]);
+                }
+            }
         }
         self.routes.push(route);
     }
