@@ -988,3 +988,26 @@ pub fn chart(report: &ScenarioReport) -> String {
     svg.push_str("</svg>\n");
     svg
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn percentiles_use_the_nearest_rank() {
+        let samples: Vec<Duration> = (1..=100).map(|i| Duration::from_millis(i * 10)).collect();
+        let p = Percentiles::of(samples);
+        assert_eq!((p.p50, p.p99, p.max, p.count), (0.5, 0.99, 1.0, 100));
+        assert_eq!(Percentiles::of(vec![Duration::from_secs(3)]).p50, 3.0);
+        assert_eq!(Percentiles::of(Vec::new()).count, 0);
+    }
+
+    #[test]
+    fn a_rolling_upgrade_script_deletes_and_joins_each_node_once() {
+        let script = Script::new(Scenario::RollingUpgrade, 10, Duration::from_secs(600), 1);
+        let deletes = script.changes.iter().filter(|(_, c)| matches!(c, Change::Delete(_))).count();
+        let adds = script.changes.iter().filter(|(_, c)| matches!(c, Change::Add(_))).count();
+        assert_eq!((deletes, adds, script.route_mutations), (10, 10, 20));
+        assert!(script.changes.windows(2).all(|w| w[0].0 <= w[1].0), "changes are in time order");
+    }
+}
