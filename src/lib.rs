@@ -78,5 +78,6 @@ pub mod metrics;
 pub mod model;
 pub mod plan;
 pub mod run;
+pub mod secret;
 pub mod serve;
 pub mod sim;

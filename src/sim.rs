@@ -1005,9 +1005,20 @@ mod tests {
     #[test]
     fn a_rolling_upgrade_script_deletes_and_joins_each_node_once() {
         let script = Script::new(Scenario::RollingUpgrade, 10, Duration::from_secs(600), 1);
-        let deletes = script.changes.iter().filter(|(_, c)| matches!(c, Change::Delete(_))).count();
-        let adds = script.changes.iter().filter(|(_, c)| matches!(c, Change::Add(_))).count();
+        let deletes = script
+            .changes
+            .iter()
+            .filter(|(_, c)| matches!(c, Change::Delete(_)))
+            .count();
+        let adds = script
+            .changes
+            .iter()
+            .filter(|(_, c)| matches!(c, Change::Add(_)))
+            .count();
         assert_eq!((deletes, adds, script.route_mutations), (10, 10, 20));
-        assert!(script.changes.windows(2).all(|w| w[0].0 <= w[1].0), "changes are in time order");
+        assert!(
+            script.changes.windows(2).all(|w| w[0].0 <= w[1].0),
+            "changes are in time order"
+        );
     }
 }

@@ -103,26 +103,7 @@ impl fmt::Debug for ExecEnvVar {
     }
 }
 
-/// A secret string (token, password) that never shows in Debug or Display output.
-#[derive(Clone, PartialEq, Eq)]
-pub struct Secret(String);
-
-impl Secret {
-    pub fn new(value: impl Into<String>) -> Secret {
-        Secret(value.into())
-    }
-
-    /// The secret itself, for the one place that sends it.
-    pub fn expose(&self) -> &str {
-        &self.0
-    }
-}
-
-impl fmt::Debug for Secret {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("Secret(<redacted>)")
-    }
-}
+pub use crate::secret::Secret;
 
 /// A client certificate chain and its private key, both PEM. The key never shows in
 /// Debug output.

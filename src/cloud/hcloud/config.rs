@@ -32,34 +32,7 @@ pub const ENV_SERVER_CACHE_MAX_AGE: &str = "HCLOUD_SERVER_CACHE_MAX_AGE";
 /// Length of the tokens the Hetzner console issues; others are probably pasted wrong.
 const EXPECTED_TOKEN_LEN: usize = 64;
 
-/// A credential. `Debug` and `Display` never show it.
-#[derive(Clone, PartialEq, Eq)]
-pub struct Secret(String);
-
-impl Secret {
-    pub fn new(value: impl Into<String>) -> Secret {
-        Secret(value.into())
-    }
-
-    /// The secret itself, for the one place that sends it (the Authorization header).
-    pub fn expose(&self) -> &str {
-        &self.0
-    }
-
-    pub fn len(&self) -> usize {
-        self.0.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.0.is_empty()
-    }
-}
-
-impl fmt::Debug for Secret {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "Secret(<redacted, {} chars>)", self.0.len())
-    }
-}
+pub use crate::secret::Secret;
 
 /// Where the API token comes from.
 #[derive(Clone, Debug, PartialEq, Eq)]
