@@ -246,11 +246,22 @@ pub struct Replacement {
     pub seed: u64,
 }
 
-/// Plays `replacement` against the controller in `mode`. Calls and passes count from
-/// the first deletion on; the start-up (creating the initial routes) is left out. The
-/// simulation is deterministic, so the run that stops just before the first deletion
-/// is exactly the start of the full run, and the difference is the scripted part.
-pub fn run_replacement(replacement: &Replacement, mode: Mode) -> ModeReport {
+/// The outcome of [`run_replacement`].
+#[derive(Clone, Debug, PartialEq)]
+pub struct ReplacementReport {
+    /// Cloud calls from the start to just before the first deletion (creating the
+    /// initial routes).
+    pub startup_calls: CloudCalls,
+    pub startup_passes: u64,
+    /// The scripted part, from the first deletion on: its calls, passes, and the
+    /// node-to-route latencies of the replacement nodes.
+    pub scripted: ModeReport,
+}
+
+/// Plays `replacement` against the controller in `mode`. The simulation is
+/// deterministic, so the run that stops just before the first deletion is exactly
+/// the start of the full run; the difference is the scripted part.
+pub fn run_replacement(replacement: &Replacement, mode: Mode) -> ReplacementReport {
     let script = Script::replacement(replacement);
     let options = SimOptions {
         scenario: Scenario::RollingUpgrade,
@@ -269,7 +280,11 @@ pub fn run_replacement(replacement: &Replacement, mode: Mode) -> ModeReport {
     };
     full.passes -= startup.passes;
     full.rate_limited -= startup.rate_limited;
-    full
+    ReplacementReport {
+        startup_calls: startup.cloud_calls,
+        startup_passes: startup.passes,
+        scripted: full,
+    }
 }
 
 // --- the scenario script ------------------------------------------------------------------
@@ -1088,8 +1103,20 @@ mod tests {
     #[test]
     fn replacement_counts_only_the_scripted_part() {
         // Poll: passes at 20, 30, 40 and 50 s fall in [12.5 s, 56.5 s); the start-up
-        // pass at 0 s and the one at 10 s do not.
-        let poll = run_replacement(&bench_replacement(), Mode::Poll);
+        // pass at 0 s (which creates the 20 routes) and the one at 10 s do not.
+        let report = run_replacement(&bench_replacement(), Mode::Poll);
+        assert_eq!(
+            (report.startup_calls, report.startup_passes),
+            (
+                CloudCalls {
+                    list: 2,
+                    create: 20,
+                    delete: 0
+                },
+                2
+            )
+        );
+        let poll = report.scripted;
         assert_eq!(
             poll.cloud_calls,
             CloudCalls {
@@ -1102,7 +1129,7 @@ mod tests {
         assert_eq!(poll.latency_seconds.node_to_route.count, 8);
         // Ours: one call per route mutation, nothing listed, each route well within
         // a second.
-        let watch = run_replacement(&bench_replacement(), Mode::Watch);
+        let watch = run_replacement(&bench_replacement(), Mode::Watch).scripted;
         assert_eq!(
             watch.cloud_calls,
             CloudCalls {
@@ -1114,7 +1141,7 @@ mod tests {
         assert!(watch.latency_seconds.node_to_route.max < 1.0);
         // Upstream's watch mode: the 20 start-up adds leave the token bucket 200 s in
         // debt, so every change of the script waits the full 10 s cap.
-        let upstream = run_replacement(&bench_replacement(), Mode::UpstreamWatch);
+        let upstream = run_replacement(&bench_replacement(), Mode::UpstreamWatch).scripted;
         assert_eq!(
             (upstream.cloud_calls.create, upstream.cloud_calls.delete),
             (8, 8)
