@@ -7,15 +7,26 @@
 //! 3. Peak RSS of `route-controller run --cloud-provider fake` with 5 000 and 50 000
 //!    nodes served by a minimal API server in this process.
 //! 4. Cloud calls per node change in each simulated scenario, per mode.
+//! 5. Upstream's real route controller (the Go program in
+//!    `tests/kube-apiserver/upstream-route-controller`) beside ours, one at a time
+//!    against one real kube-apiserver, in poll and watch mode, on a scripted rolling
+//!    replacement in real time; and the same scenario in our emulation (`sim`).
 //!
 //! `cargo bench -- NAME` runs only the parts whose name contains NAME (`events`,
-//! `planner`, `rss`, `calls`).
+//! `planner`, `rss`, `calls`, `upstream`).
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
+
+#[path = "../tests/support/kube_apiserver.rs"]
+mod kube_apiserver;
+#[path = "../tests/support/prometheus.rs"]
+mod prometheus;
+#[path = "../tests/support/upstream_controller.rs"]
+mod upstream_controller;
 
 use route_controller::controller::{Config, Controller, Input, Mode, NodeEvent};
 use route_controller::kube::WatchConfig;
@@ -50,6 +61,9 @@ fn main() {
     }
     if wanted("calls") {
         calls();
+    }
+    if wanted("upstream") {
+        upstream();
     }
 }
 
@@ -516,5 +530,626 @@ fn calls() {
             ratio("upstream-watch"),
             ratio(Mode::Watch.as_str())
         );
+    }
+}
+
+// --- 5. upstream's real controller beside ours ---------------------------------------
+
+/// The scenario, in real time from the moment the controller's node informer has
+/// synced: 20 nodes whose routes the controller creates at start, then 8 of them
+/// replaced one every 4 s (delete; 1 s later create the replacement with a new pod
+/// CIDR), then quiet. It starts 12.5 s in, after the start-up passes of every mode,
+/// and off the 10 s poll grid, so that no change lands on a poll tick.
+fn upstream_scenario() -> sim::Replacement {
+    sim::Replacement {
+        nodes: 20,
+        replaced: 8,
+        first: Duration::from_millis(12_500),
+        spacing: Duration::from_secs(4),
+        replace_after: Duration::from_secs(1),
+        duration: Duration::from_millis(56_500),
+        latency: Duration::from_millis(100),
+        seed: 1,
+    }
+}
+
+const UPSTREAM_CLUSTER_CIDR: &str = "10.0.0.0/8";
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Implementation {
+    Upstream,
+    Ours,
+}
+
+/// What one run measured.
+struct Measured {
+    /// Before the first deletion: creating the initial routes.
+    startup_calls: sim::CloudCalls,
+    startup_passes: u64,
+    /// From the first deletion on.
+    calls: sim::CloudCalls,
+    passes: u64,
+    /// Node created (the API server's answer) to its route created in the cloud,
+    /// per replacement node that got its route.
+    node_to_route: Vec<Duration>,
+    /// Replacement nodes without a route at the end.
+    missing: usize,
+    /// Node writes by the controller from the first deletion on (`MODIFIED` watch
+    /// events: the script only adds and deletes nodes), i.e. condition patches.
+    node_writes: usize,
+    /// From ready (informer synced) to every initial node marked NetworkUnavailable=False.
+    startup: Duration,
+}
+
+fn upstream() {
+    let scenario = upstream_scenario();
+    let version = upstream_version();
+    println!(
+        "\n[upstream] upstream's route controller ({version}) and ours, one at a time against one real \
+         kube-apiserver;"
+    );
+    println!(
+        "  fake clouds answering in {} ms. {} nodes; from {:.1} s after the node informer synced, {} of them are",
+        scenario.latency.as_millis(),
+        scenario.nodes,
+        scenario.first.as_secs_f64(),
+        scenario.replaced
+    );
+    println!(
+        "  replaced one every {:.0} s (delete; {:.0} s later create the replacement with a new pod CIDR); the run ends at {:.1} s.",
+        scenario.spacing.as_secs_f64(),
+        scenario.replace_after.as_secs_f64(),
+        scenario.duration.as_secs_f64()
+    );
+    let started = Instant::now();
+    let harness = kube_apiserver::harness_binary();
+    let controller = kube_apiserver::upstream_route_controller_binary();
+    println!(
+        "  Go programs ready in {:.1} s (built unless cached): {}, {}",
+        started.elapsed().as_secs_f64(),
+        harness.display(),
+        controller.display()
+    );
+    let started = Instant::now();
+    let api = kube_apiserver::KubeApiserver::start_fresh();
+    println!(
+        "  kube-apiserver ready in {:.1} s",
+        started.elapsed().as_secs_f64()
+    );
+    let dir = kube_apiserver::scratch_dir("bench-upstream");
+    let runs = [
+        (Implementation::Upstream, false),
+        (Implementation::Ours, false),
+        (Implementation::Upstream, true),
+        (Implementation::Ours, true),
+    ];
+    let mut measured = Vec::new();
+    let mut failed = false;
+    for (implementation, watch) in runs {
+        let label = format!(
+            "{} {}",
+            match implementation {
+                Implementation::Upstream => "upstream",
+                Implementation::Ours => "ours",
+            },
+            if watch { "watch" } else { "poll" }
+        );
+        let run_dir = dir.join(label.replace(' ', "-"));
+        let started = Instant::now();
+        let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            measure_real(&api, &scenario, implementation, watch, &run_dir)
+        }));
+        let result = result.map_err(|panic| {
+            panic
+                .downcast_ref::<String>()
+                .cloned()
+                .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
+                .unwrap_or_else(|| "panicked".to_string())
+        });
+        match &result {
+            Ok(m) => println!(
+                "  ran {label:<14} in {:.0} s (initial routes and conditions {:.2} s after ready)",
+                started.elapsed().as_secs_f64(),
+                m.startup.as_secs_f64()
+            ),
+            Err(e) => {
+                failed = true;
+                println!("  {label}: FAILED: {e}");
+            }
+        }
+        measured.push((implementation, watch, result));
+    }
+    drop(api);
+
+    let mutations = 2 * scenario.replaced as u64;
+    println!(
+        "\n  \"start-up\": from ready to the first deletion (creating the {} initial routes); \"scripted\": from the \
+         first deletion\n  to the end ({mutations} route mutations). \"writes\": node writes by the controller \
+         (condition patches) in the\n  scripted part. \"emulation\": the same timeline in `route_controller::sim`.",
+        scenario.nodes
+    );
+    println!(
+        "  {:<26} {:^20} {:^34} {:^19}",
+        "", "start-up", "scripted", "node→route"
+    );
+    println!(
+        "  {:<26} {:>6} {:>6} {:>6} {:>6} {:>6} {:>6} {:>6} {:>6} {:>9} {:>9} {:>7} {:>7}",
+        "controller, mode",
+        "passes",
+        "list",
+        "create",
+        "passes",
+        "list",
+        "create",
+        "delete",
+        "calls/m",
+        "p50",
+        "max",
+        "missing",
+        "writes"
+    );
+    let row = |label: &str,
+               startup: (u64, sim::CloudCalls),
+               calls: sim::CloudCalls,
+               passes: u64,
+               (p50, max): (f64, f64),
+               missing: usize,
+               writes: Option<usize>| {
+        println!(
+            "  {:<26} {:>6} {:>6} {:>6} {:>6} {:>6} {:>6} {:>6} {:>6.2} {:>7.2} s {:>7.2} s {:>7} {:>7}",
+            label,
+            startup.0,
+            startup.1.list,
+            startup.1.create,
+            passes,
+            calls.list,
+            calls.create,
+            calls.delete,
+            calls.total() as f64 / mutations as f64,
+            p50,
+            max,
+            missing,
+            writes.map_or("-".to_string(), |w| w.to_string())
+        );
+    };
+    let real_row = |implementation: Implementation, watch: bool| {
+        let label = match implementation {
+            Implementation::Upstream => format!("upstream {version}"),
+            Implementation::Ours => "ours".to_string(),
+        };
+        let label = format!("{label}, {}", if watch { "watch" } else { "poll" });
+        let found = measured
+            .iter()
+            .find(|(i, w, _)| *i == implementation && *w == watch);
+        match found {
+            Some((_, _, Ok(m))) => row(
+                &label,
+                (m.startup_passes, m.startup_calls),
+                m.calls,
+                m.passes,
+                p50_max(&m.node_to_route),
+                m.missing,
+                Some(m.node_writes),
+            ),
+            _ => println!("  {label:<26} FAILED"),
+        }
+    };
+    let sim_row = |mode: Mode| {
+        let r = sim::run_replacement(&scenario, mode);
+        let l = r.scripted.latency_seconds.node_to_route;
+        row(
+            &format!("emulation, {}", mode.as_str()),
+            (r.startup_passes, r.startup_calls),
+            r.scripted.cloud_calls,
+            r.scripted.passes,
+            (l.p50, l.max),
+            r.scripted.unserved,
+            None,
+        );
+    };
+    real_row(Implementation::Upstream, false);
+    real_row(Implementation::Ours, false);
+    sim_row(Mode::Poll);
+    real_row(Implementation::Upstream, true);
+    sim_row(Mode::UpstreamWatch);
+    real_row(Implementation::Ours, true);
+    sim_row(Mode::Watch);
+    if failed {
+        println!("  logs of the runs are kept in {}", dir.display());
+    } else {
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}
+
+/// `v0.37.2`: the cloud-provider version the Go module pins.
+fn upstream_version() -> String {
+    let go_mod =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/kube-apiserver/go.mod");
+    std::fs::read_to_string(go_mod)
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("k8s.io/cloud-provider v"))
+        .and_then(|rest| rest.split_whitespace().next())
+        .map(|v| format!("v{v}"))
+        .unwrap_or_else(|| "(version unknown)".to_string())
+}
+
+/// Nearest-rank median and the maximum, in seconds.
+fn p50_max(samples: &[Duration]) -> (f64, f64) {
+    let mut sorted = samples.to_vec();
+    sorted.sort();
+    match sorted.last() {
+        None => (0.0, 0.0),
+        Some(max) => (
+            sorted[sorted.len().div_ceil(2) - 1].as_secs_f64(),
+            max.as_secs_f64(),
+        ),
+    }
+}
+
+fn bench_node_name(k: usize) -> String {
+    format!("node-{k}")
+}
+
+/// Removes every node, then creates the scenario's initial ones (`node-0`, …), so that
+/// each run starts from the same cluster with no conditions set.
+fn reset_nodes(api: &kube_apiserver::KubeApiserver, nodes: usize) {
+    api.delete("/api/v1/nodes");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !api.get_json("/api/v1/nodes")["items"]
+        .as_array()
+        .is_none_or(|items| items.is_empty())
+    {
+        assert!(
+            Instant::now() < deadline,
+            "nodes still listed 30 s after deleting them all"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    for k in 0..nodes {
+        create_bench_node(api, k);
+    }
+}
+
+fn create_bench_node(api: &kube_apiserver::KubeApiserver, k: usize) {
+    let ip = format!("172.16.{}.{}", (k >> 8) & 255, k & 255);
+    api.create_node(&bench_node_name(k), &[&pod_cidr(k)], &[("InternalIP", &ip)]);
+}
+
+/// Whether every node in `0..nodes` has NetworkUnavailable=False (both controllers
+/// set it once a node's routes exist).
+fn all_available(api: &kube_apiserver::KubeApiserver, nodes: usize) -> bool {
+    let list = api.get_json("/api/v1/nodes");
+    let available: std::collections::BTreeSet<String> = list["items"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|n| {
+            n["status"]["conditions"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .any(|c| c["type"] == "NetworkUnavailable" && c["status"] == "False")
+        })
+        .filter_map(|n| n["metadata"]["name"].as_str().map(String::from))
+        .collect();
+    (0..nodes).all(|k| available.contains(&bench_node_name(k)))
+}
+
+/// Watches nodes for `length` (plus a second), returning when each `MODIFIED` event
+/// arrived.
+fn watch_node_writes(
+    api: &kube_apiserver::KubeApiserver,
+    length: Duration,
+) -> std::thread::JoinHandle<Vec<std::time::SystemTime>> {
+    let rv = api.get_json("/api/v1/nodes")["metadata"]["resourceVersion"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    let path = format!(
+        "/api/v1/nodes?watch=1&resourceVersion={rv}&timeoutSeconds={}",
+        length.as_secs() + 1
+    );
+    let mut stream = api.watch(&path, api.admin_token(), length + Duration::from_secs(30));
+    std::thread::spawn(move || {
+        let mut writes = Vec::new();
+        while let Some(event) = stream.next_event() {
+            if event["type"] == "MODIFIED" {
+                writes.push(std::time::SystemTime::now());
+            }
+        }
+        writes
+    })
+}
+
+/// A controller under measurement: upstream's Go program or our binary.
+enum Running {
+    Upstream(upstream_controller::UpstreamController),
+    Ours(OursProcess),
+}
+
+/// One run: reset the cluster, start the controller, wait for the initial routes, play
+/// the script in real time, stop, and count what happened from the first deletion on.
+fn measure_real(
+    api: &kube_apiserver::KubeApiserver,
+    scenario: &sim::Replacement,
+    implementation: Implementation,
+    watch: bool,
+    dir: &std::path::Path,
+) -> Measured {
+    reset_nodes(api, scenario.nodes);
+    let (running, ready) = match implementation {
+        Implementation::Upstream => {
+            let mut options = upstream_controller::UpstreamOptions::new(
+                api.admin_kubeconfig(),
+                UPSTREAM_CLUSTER_CIDR,
+            );
+            options.watch = watch;
+            options.cloud_latency = scenario.latency;
+            let c = upstream_controller::UpstreamController::start(&options, dir);
+            let ready = c.ready_at();
+            (Running::Upstream(c), ready)
+        }
+        Implementation::Ours => {
+            let (p, ready) = OursProcess::start(api, watch, scenario.latency, dir);
+            (Running::Ours(p), ready)
+        }
+    };
+    // The script's clock: `ready` as an Instant.
+    let t0 = Instant::now()
+        - std::time::SystemTime::now()
+            .duration_since(ready)
+            .unwrap_or_default();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !all_available(api, scenario.nodes) {
+        assert!(
+            Instant::now() < deadline,
+            "the initial nodes were not all marked NetworkUnavailable=False within 30 s"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let startup = t0.elapsed();
+    let sleep_until = |at: Duration| {
+        let target = t0 + at;
+        let now = Instant::now();
+        assert!(
+            target >= now || now - target < Duration::from_millis(200),
+            "the script fell behind by {:?}",
+            now - target
+        );
+        if target > now {
+            std::thread::sleep(target - now);
+        }
+    };
+
+    let mut created_at = Vec::new();
+    sleep_until(scenario.first - Duration::from_millis(100));
+    let writes = watch_node_writes(api, scenario.duration - scenario.first);
+    sleep_until(scenario.first);
+    let before = match &running {
+        Running::Ours(p) => p.counts(),
+        Running::Upstream(_) => (sim::CloudCalls::default(), 0),
+    };
+    let window_start = std::time::SystemTime::now();
+    for i in 0..scenario.replaced {
+        let at = scenario.first + scenario.spacing * i as u32;
+        sleep_until(at);
+        api.delete(&format!("/api/v1/nodes/{}", bench_node_name(i)));
+        sleep_until(at + scenario.replace_after);
+        create_bench_node(api, scenario.nodes + i);
+        created_at.push(std::time::SystemTime::now());
+    }
+    sleep_until(scenario.duration);
+    let window_end = std::time::SystemTime::now();
+    let node_writes = writes
+        .join()
+        .unwrap_or_else(|_| panic!("the node watch failed"))
+        .into_iter()
+        .filter(|at| *at >= window_start && *at < window_end)
+        .count();
+
+    let (startup_calls, startup_passes, calls, passes, routes) = match running {
+        Running::Ours(p) => {
+            let after = p.counts();
+            let routes = p.stop();
+            let calls = sim::CloudCalls {
+                list: after.0.list - before.0.list,
+                create: after.0.create - before.0.create,
+                delete: after.0.delete - before.0.delete,
+            };
+            (before.0, before.1, calls, after.1 - before.1, routes)
+        }
+        Running::Upstream(c) => {
+            let report = c.stop();
+            let between = |from, to| sim::CloudCalls {
+                list: report.calls_between("list", from, to),
+                create: report.calls_between("create", from, to),
+                delete: report.calls_between("delete", from, to),
+            };
+            let startup = between(std::time::UNIX_EPOCH, window_start);
+            let calls = between(window_start, window_end);
+            // Upstream lists once at the start of every reconcile.
+            (startup, startup.list, calls, calls.list, report.routes)
+        }
+    };
+    let mut node_to_route = Vec::new();
+    let mut missing = 0;
+    for (i, node_created) in created_at.iter().enumerate() {
+        let k = scenario.nodes + i;
+        match routes.get(&(bench_node_name(k), pod_cidr(k))) {
+            Some(route_created) => node_to_route.push(
+                route_created
+                    .duration_since(*node_created)
+                    .unwrap_or_default(),
+            ),
+            None => missing += 1,
+        }
+    }
+    Measured {
+        node_writes,
+        startup_calls,
+        startup_passes,
+        calls,
+        passes,
+        node_to_route,
+        missing,
+        startup,
+    }
+}
+
+/// Our binary, `route-controller run --cloud-provider=fake`, with the fake's latency
+/// and route journal set through the environment.
+struct OursProcess {
+    child: std::process::Child,
+    port: u16,
+    journal: std::path::PathBuf,
+    log: std::path::PathBuf,
+}
+
+impl OursProcess {
+    /// Starts the binary and returns once `/readyz` answers 200 (a complete node
+    /// list), with that time.
+    fn start(
+        api: &kube_apiserver::KubeApiserver,
+        watch: bool,
+        latency: Duration,
+        dir: &std::path::Path,
+    ) -> (OursProcess, std::time::SystemTime) {
+        std::fs::create_dir_all(dir).unwrap_or_else(|e| panic!("create {}: {e}", dir.display()));
+        let journal = dir.join("journal.jsonl");
+        let log = dir.join("route-controller.log");
+        let _ = std::fs::remove_file(&journal);
+        let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_route-controller"));
+        command.args([
+            "run",
+            "--cloud-provider=fake",
+            "--leader-elect=false",
+            "--metrics-bind-address=127.0.0.1:0",
+            &format!("--cluster-cidr={UPSTREAM_CLUSTER_CIDR}"),
+            &format!("--kubeconfig={}", api.admin_kubeconfig().display()),
+        ]);
+        if watch {
+            command
+                .arg("--feature-gates=CloudControllerManagerWatchBasedRoutesReconciliation=true");
+        }
+        let mut child = command
+            .env(
+                "ROUTE_CONTROLLER_FAKE_LATENCY",
+                format!("{}ms", latency.as_millis()),
+            )
+            .env("ROUTE_CONTROLLER_FAKE_JOURNAL", &journal)
+            .env("RUST_LOG", "info")
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap_or_else(|e| panic!("start route-controller: {e}"));
+        let stderr = child.stderr.take().expect("piped stderr");
+        let mut log_file =
+            std::fs::File::create(&log).unwrap_or_else(|e| panic!("create {}: {e}", log.display()));
+        let (port_tx, port_rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let marker = "serving /metrics, /healthz and /readyz on http://";
+            for line in BufReader::new(stderr).lines() {
+                let Ok(line) = line else { break };
+                let _ = writeln!(log_file, "{line}");
+                if let Some((_, address)) = line.split_once(marker)
+                    && let Ok(address) = address.trim().parse::<std::net::SocketAddr>()
+                {
+                    let _ = port_tx.send(address.port());
+                }
+            }
+        });
+        let mut process = OursProcess {
+            child,
+            port: 0,
+            journal,
+            log,
+        };
+        process.port = port_rx
+            .recv_timeout(Duration::from_secs(30))
+            .unwrap_or_else(|_| {
+                panic!(
+                    "route-controller logged no metrics address within 30 s; see {}",
+                    process.log.display()
+                )
+            });
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            if http_get(process.port, "/readyz").is_some_and(|(code, _)| code == 200) {
+                return (process, std::time::SystemTime::now());
+            }
+            assert!(
+                Instant::now() < deadline,
+                "route-controller not ready within 30 s; see {}",
+                process.log.display()
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    /// Cloud calls by operation (all outcomes) and passes so far, from `/metrics`.
+    fn counts(&self) -> (sim::CloudCalls, u64) {
+        let (_, text) = http_get(self.port, "/metrics")
+            .unwrap_or_else(|| panic!("GET /metrics on port {} failed", self.port));
+        let exposition =
+            prometheus::parse(&text).unwrap_or_else(|e| panic!("/metrics does not parse: {e}"));
+        let by_operation = |op: &str| {
+            exposition
+                .family("route_controller_cloud_requests_total")
+                .samples
+                .iter()
+                .filter(|s| s.labels.get("operation").map(String::as_str) == Some(op))
+                .map(|s| s.value as u64)
+                .sum()
+        };
+        let calls = sim::CloudCalls {
+            list: by_operation("list"),
+            create: by_operation("create"),
+            delete: by_operation("delete"),
+        };
+        let passes = exposition.value("route_controller_route_sync_total", &[]) as u64;
+        (calls, passes)
+    }
+
+    /// Stops the process (SIGTERM, then SIGKILL after 20 s) and reads the journal:
+    /// when each route, `(node, CIDR)`, was created (the last time).
+    fn stop(mut self) -> std::collections::BTreeMap<(String, String), std::time::SystemTime> {
+        let _ = std::process::Command::new("kill")
+            .arg(self.child.id().to_string())
+            .status();
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while self.child.try_wait().ok().flatten().is_none() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let text = std::fs::read_to_string(&self.journal).unwrap_or_default();
+        let mut routes = std::collections::BTreeMap::new();
+        for line in text.lines() {
+            let v: serde_json::Value = serde_json::from_str(line)
+                .unwrap_or_else(|e| panic!("{}: {e}: {line}", self.journal.display()));
+            let (Some(node), Some(cidr), Some(nanos)) = (
+                v["node"].as_str(),
+                v["cidr"].as_str(),
+                v["createdUnixNanos"].as_u64(),
+            ) else {
+                panic!("{}: unexpected line {line}", self.journal.display());
+            };
+            routes.insert(
+                (node.to_string(), cidr.to_string()),
+                std::time::UNIX_EPOCH + Duration::from_nanos(nanos),
+            );
+        }
+        routes
+    }
+}
+
+impl Drop for OursProcess {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
     }
 }

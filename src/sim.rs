@@ -222,6 +222,71 @@ pub fn run(options: &SimOptions, progress: &mut dyn FnMut(f64)) -> ScenarioRepor
     }
 }
 
+/// A rolling replacement on a fixed timeline: the scenario `cargo bench -- upstream`
+/// plays in real time against upstream's real controller and ours, so that the
+/// emulation can be set beside them. Times count from the controller's first complete
+/// node list.
+#[derive(Clone, Debug)]
+pub struct Replacement {
+    /// Nodes with pod CIDRs when the controller starts; it creates their routes.
+    pub nodes: usize,
+    /// How many of them are replaced, `node-0` first.
+    pub replaced: usize,
+    /// When the first node is deleted.
+    pub first: Duration,
+    /// From one deletion to the next.
+    pub spacing: Duration,
+    /// From a deletion to the creation of its replacement, which has its pod CIDR
+    /// from the start.
+    pub replace_after: Duration,
+    /// When the run ends.
+    pub duration: Duration,
+    /// Time each cloud call takes.
+    pub latency: Duration,
+    pub seed: u64,
+}
+
+/// The outcome of [`run_replacement`].
+#[derive(Clone, Debug, PartialEq)]
+pub struct ReplacementReport {
+    /// Cloud calls from the start to just before the first deletion (creating the
+    /// initial routes).
+    pub startup_calls: CloudCalls,
+    pub startup_passes: u64,
+    /// The scripted part, from the first deletion on: its calls, passes, and the
+    /// node-to-route latencies of the replacement nodes.
+    pub scripted: ModeReport,
+}
+
+/// Plays `replacement` against the controller in `mode`. The simulation is
+/// deterministic, so the run that stops just before the first deletion is exactly
+/// the start of the full run; the difference is the scripted part.
+pub fn run_replacement(replacement: &Replacement, mode: Mode) -> ReplacementReport {
+    let script = Script::replacement(replacement);
+    let options = SimOptions {
+        scenario: Scenario::RollingUpgrade,
+        nodes: Some(replacement.nodes),
+        duration: Some(replacement.duration),
+        seed: replacement.seed,
+        latency: replacement.latency,
+    };
+    let before = replacement.first.saturating_sub(Duration::from_nanos(1));
+    let startup = World::new(&script, mode, &options, before).run(&mut |_| {});
+    let mut full = World::new(&script, mode, &options, replacement.duration).run(&mut |_| {});
+    full.cloud_calls = CloudCalls {
+        list: full.cloud_calls.list - startup.cloud_calls.list,
+        create: full.cloud_calls.create - startup.cloud_calls.create,
+        delete: full.cloud_calls.delete - startup.cloud_calls.delete,
+    };
+    full.passes -= startup.passes;
+    full.rate_limited -= startup.rate_limited;
+    ReplacementReport {
+        startup_calls: startup.cloud_calls,
+        startup_passes: startup.passes,
+        scripted: full,
+    }
+}
+
 // --- the scenario script ------------------------------------------------------------------
 
 #[derive(Clone, Debug)]
@@ -339,6 +404,26 @@ impl Script {
             for b in 0..beats {
                 script.at(phase + 300.0 * b as f64, Change::Heartbeat(name.clone()));
             }
+        }
+        script.changes.sort_by_key(|c| c.0);
+        script
+    }
+
+    fn replacement(r: &Replacement) -> Script {
+        let mut script = Script {
+            initial: (0..r.nodes).map(|k| sim_node(k, true)).collect(),
+            seeded: false,
+            changes: Vec::new(),
+            route_mutations: 2 * r.replaced as u64,
+            rate_limit: None,
+            failure_rate: 0.0,
+            report_addresses: false,
+        };
+        for i in 0..r.replaced.min(r.nodes) {
+            let t = (r.first + r.spacing * i as u32).as_secs_f64();
+            script.at(t, Change::Delete(format!("node-{i}")));
+            let replacement = sim_node(r.nodes + i, true);
+            script.at(t + r.replace_after.as_secs_f64(), Change::Add(replacement));
         }
         script.changes.sort_by_key(|c| c.0);
         script
@@ -1000,6 +1085,69 @@ mod tests {
         assert_eq!((p.p50, p.p99, p.max, p.count), (0.5, 0.99, 1.0, 100));
         assert_eq!(Percentiles::of(vec![Duration::from_secs(3)]).p50, 3.0);
         assert_eq!(Percentiles::of(Vec::new()).count, 0);
+    }
+
+    fn bench_replacement() -> Replacement {
+        Replacement {
+            nodes: 20,
+            replaced: 8,
+            first: Duration::from_millis(12_500),
+            spacing: Duration::from_secs(4),
+            replace_after: Duration::from_secs(1),
+            duration: Duration::from_millis(56_500),
+            latency: Duration::from_millis(100),
+            seed: 1,
+        }
+    }
+
+    #[test]
+    fn replacement_counts_only_the_scripted_part() {
+        // Poll: passes at 20, 30, 40 and 50 s fall in [12.5 s, 56.5 s); the start-up
+        // pass at 0 s (which creates the 20 routes) and the one at 10 s do not.
+        let report = run_replacement(&bench_replacement(), Mode::Poll);
+        assert_eq!(
+            (report.startup_calls, report.startup_passes),
+            (
+                CloudCalls {
+                    list: 2,
+                    create: 20,
+                    delete: 0
+                },
+                2
+            )
+        );
+        let poll = report.scripted;
+        assert_eq!(
+            poll.cloud_calls,
+            CloudCalls {
+                list: 4,
+                create: 8,
+                delete: 8
+            }
+        );
+        assert_eq!((poll.passes, poll.unserved), (4, 0));
+        assert_eq!(poll.latency_seconds.node_to_route.count, 8);
+        // Ours: one call per route mutation, nothing listed, each route well within
+        // a second.
+        let watch = run_replacement(&bench_replacement(), Mode::Watch).scripted;
+        assert_eq!(
+            watch.cloud_calls,
+            CloudCalls {
+                list: 0,
+                create: 8,
+                delete: 8
+            }
+        );
+        assert!(watch.latency_seconds.node_to_route.max < 1.0);
+        // Upstream's watch mode: the 20 start-up adds leave the token bucket 200 s in
+        // debt, so every change of the script waits the full 10 s cap.
+        let upstream = run_replacement(&bench_replacement(), Mode::UpstreamWatch).scripted;
+        assert_eq!(
+            (upstream.cloud_calls.create, upstream.cloud_calls.delete),
+            (8, 8)
+        );
+        assert_eq!(upstream.cloud_calls.list, upstream.passes);
+        assert!(upstream.latency_seconds.node_to_route.max >= 9.0);
     }
 
     #[test]

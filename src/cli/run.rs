@@ -1,6 +1,7 @@
 //! `route-controller run`: the flags of the cloud-controller-manager that concern
 //! routes, their validation, and the process around [`crate::run::Builder`].
 
+use std::io::Write as _;
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -380,7 +381,10 @@ pub fn provider(
             log::warn!(
                 "--cloud-provider=fake: routes live in this process's memory only; for trying things out"
             );
-            Ok(Arc::new(crate::cloud::fake::FakeCloud::new()))
+            fake_provider(
+                std::env::var(FAKE_LATENCY_VAR).ok().as_deref(),
+                std::env::var_os(FAKE_JOURNAL_VAR).map(PathBuf::from),
+            )
         }
         "hcloud" => {
             use crate::cloud::hcloud::{Config as HcloudConfig, HcloudRoutes};
@@ -405,6 +409,90 @@ pub fn provider(
         other => Err(UsageError(format!(
             "--cloud-provider: {other:?} is not supported; use hcloud, aws or fake"
         ))),
+    }
+}
+
+/// How long each call of `--cloud-provider=fake` takes (a Go duration; default 0).
+pub const FAKE_LATENCY_VAR: &str = "ROUTE_CONTROLLER_FAKE_LATENCY";
+/// A file to which `--cloud-provider=fake` appends one JSON line per route it creates,
+/// with the wall-clock time: how benchmarks measure node-to-route latency from
+/// outside the process.
+pub const FAKE_JOURNAL_VAR: &str = "ROUTE_CONTROLLER_FAKE_JOURNAL";
+
+/// The in-memory cloud, with the latency and journal the environment asks for.
+fn fake_provider(
+    latency: Option<&str>,
+    journal: Option<PathBuf>,
+) -> Result<Arc<dyn Routes>, UsageError> {
+    let cloud = crate::cloud::fake::FakeCloud::new();
+    if let Some(value) = latency {
+        let latency = crate::duration::parse(value)
+            .map_err(|e| UsageError(format!("{FAKE_LATENCY_VAR}: {e}")))?;
+        cloud.set_latency(latency);
+    }
+    let Some(path) = journal else {
+        return Ok(Arc::new(cloud));
+    };
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&path)
+        .map_err(|e| UsageError(format!("{FAKE_JOURNAL_VAR}: {}: {e}", path.display())))?;
+    Ok(Arc::new(JournaledFake {
+        cloud,
+        journal: std::sync::Mutex::new(file),
+    }))
+}
+
+/// The fake cloud, writing each route it creates to a journal.
+struct JournaledFake {
+    cloud: crate::cloud::fake::FakeCloud,
+    journal: std::sync::Mutex<std::fs::File>,
+}
+
+impl Routes for JournaledFake {
+    fn provider_name(&self) -> &'static str {
+        self.cloud.provider_name()
+    }
+
+    fn list_routes(
+        &self,
+        cluster_name: &str,
+        nodes: &crate::cloud::NodeDirectory,
+    ) -> Result<Vec<crate::model::Route>, crate::cloud::CloudError> {
+        self.cloud.list_routes(cluster_name, nodes)
+    }
+
+    fn create_route(
+        &self,
+        cluster_name: &str,
+        name_hint: &str,
+        route: &crate::model::Route,
+        target: &crate::cloud::RouteTarget,
+    ) -> Result<(), crate::cloud::CloudError> {
+        self.cloud
+            .create_route(cluster_name, name_hint, route, target)?;
+        let at = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default();
+        let line = serde_json::json!({
+            "node": route.target_node,
+            "cidr": route.destination_cidr,
+            "createdUnixNanos": at.as_nanos() as u64,
+        });
+        let mut file = self.journal.lock().unwrap_or_else(|e| e.into_inner());
+        if let Err(e) = writeln!(file, "{line}") {
+            log::warn!("{FAKE_JOURNAL_VAR}: cannot append to the journal: {e}");
+        }
+        Ok(())
+    }
+
+    fn delete_route(
+        &self,
+        cluster_name: &str,
+        route: &crate::model::Route,
+    ) -> Result<(), crate::cloud::CloudError> {
+        self.cloud.delete_route(cluster_name, route)
     }
 }
 
@@ -547,6 +635,48 @@ mod tests {
                 .0
                 .contains("use hcloud, aws or fake")
         );
+    }
+
+    #[test]
+    fn fake_provider_sleeps_the_given_latency_and_journals_created_routes() {
+        use crate::cloud::{NodeDirectory, RouteTarget};
+        let dir = std::env::temp_dir().join(format!("rc-fake-journal-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let journal = dir.join("journal.jsonl");
+        let cloud = fake_provider(Some("30ms"), Some(journal.clone())).unwrap();
+        let route = crate::model::Route {
+            target_node: "n1".into(),
+            destination_cidr: "10.244.1.0/24".into(),
+            ..crate::model::Route::default()
+        };
+        let target = RouteTarget {
+            node_name: "n1".into(),
+            provider_id: None,
+            addresses: vec![],
+        };
+        let started = std::time::Instant::now();
+        cloud.create_route("c", "uid", &route, &target).unwrap();
+        assert!(started.elapsed() >= Duration::from_millis(30));
+        assert_eq!(
+            cloud
+                .list_routes("c", &NodeDirectory::default())
+                .unwrap()
+                .len(),
+            1
+        );
+        let text = std::fs::read_to_string(&journal).unwrap();
+        let lines: Vec<serde_json::Value> = text
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        assert_eq!(lines.len(), 1, "{text}");
+        assert_eq!(lines[0]["node"], "n1");
+        assert_eq!(lines[0]["cidr"], "10.244.1.0/24");
+        assert!(lines[0]["createdUnixNanos"].as_u64().unwrap() > 1_600_000_000_000_000_000);
+        let _ = std::fs::remove_dir_all(dir);
+
+        let err = fake_provider(Some("fast"), None).err().unwrap().0;
+        assert!(err.starts_with(FAKE_LATENCY_VAR), "{err}");
     }
 
     #[test]

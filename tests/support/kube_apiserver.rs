@@ -11,6 +11,11 @@
 //! [`KubeApiserver::start_fresh`] for a private one that a test can stop,
 //! restart or kill.
 //!
+//! The same Go module holds a second program, upstream's route controller with
+//! a counting fake cloud (`tests/kube-apiserver/upstream-route-controller`);
+//! [`upstream_route_controller_binary`] builds it the same way, and
+//! `tests/support/upstream_controller.rs` runs it.
+//!
 //! Needs Go (1.26 or newer) on `PATH`, or in the `GO` environment variable;
 //! without it every test that uses this module fails with a message saying so.
 //! The first build downloads the modules and takes a few minutes.
@@ -738,11 +743,50 @@ fn harness_source_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/kube-apiserver")
 }
 
+/// A `package main` of the Go module in `tests/kube-apiserver/`, built into
+/// `target/kube-apiserver/`.
+struct GoProgram {
+    /// The package directory relative to the module (`.` for the harness).
+    package: &'static str,
+    /// The binary's file name under `target/kube-apiserver/`.
+    binary: &'static str,
+    /// What it is, for messages.
+    what: &'static str,
+}
+
+const HARNESS: GoProgram = GoProgram {
+    package: ".",
+    binary: "kube-apiserver-harness",
+    what: "the kube-apiserver harness",
+};
+
+/// Upstream's route controller with a counting fake cloud
+/// (`tests/kube-apiserver/upstream-route-controller`), which benchmarks and tests
+/// run beside ours; see [`upstream_route_controller_binary`].
+const UPSTREAM_ROUTE_CONTROLLER: GoProgram = GoProgram {
+    package: "upstream-route-controller",
+    binary: "upstream-route-controller",
+    what: "upstream's route controller (tests/kube-apiserver/upstream-route-controller)",
+};
+
+/// Package directories of the module that are programs of their own. The
+/// harness's stamp leaves them out, so that changing one rebuilds only it.
+const OTHER_PROGRAMS: &[&str] = &[UPSTREAM_ROUTE_CONTROLLER.package];
+
 /// The harness binary, built on first use in this process if the cached one
 /// is missing or was built from other sources.
 pub fn harness_binary() -> &'static Path {
     static BINARY: OnceLock<PathBuf> = OnceLock::new();
-    BINARY.get_or_init(build_harness)
+    BINARY.get_or_init(|| build_go_program(&HARNESS))
+}
+
+/// The `upstream-route-controller` binary (upstream's
+/// `k8s.io/cloud-provider/controllers/route` at the version pinned in go.mod),
+/// built like the harness: once, cached under `target/kube-apiserver/`, rebuilt
+/// when go.mod, go.sum or its own sources change.
+pub fn upstream_route_controller_binary() -> &'static Path {
+    static BINARY: OnceLock<PathBuf> = OnceLock::new();
+    BINARY.get_or_init(|| build_go_program(&UPSTREAM_ROUTE_CONTROLLER))
 }
 
 fn go_command() -> PathBuf {
@@ -751,7 +795,7 @@ fn go_command() -> PathBuf {
         .unwrap_or_else(|| "go".into())
 }
 
-fn build_harness() -> PathBuf {
+fn build_go_program(program: &GoProgram) -> PathBuf {
     let go = go_command();
     let go_version = match Command::new(&go).arg("version").output() {
         Ok(out) if out.status.success() => String::from_utf8_lossy(&out.stdout).trim().to_string(),
@@ -762,9 +806,10 @@ fn build_harness() -> PathBuf {
             String::from_utf8_lossy(&out.stderr)
         ),
         Err(e) if e.kind() == ErrorKind::NotFound => panic!(
-            "The end-to-end tests need Go to build a real kube-apiserver (tests/kube-apiserver), \
+            "Building {} (a Go program in tests/kube-apiserver) needs Go, \
              but `{}` was not found. Install Go 1.26 or newer (https://go.dev/dl/) and put `go` \
              on PATH, or set GO=/path/to/go. The Go module proxy must be reachable for the first build.",
+            program.what,
             go.display()
         ),
         Err(e) => panic!("running `{} version`: {e}", go.display()),
@@ -772,11 +817,11 @@ fn build_harness() -> PathBuf {
 
     let src = harness_source_dir();
     let ldflags = version_ldflags(&src);
-    let stamp_value = source_hash(&src, &[&go_version, &ldflags]);
+    let stamp_value = source_hash(&src, program.package, &[&go_version, &ldflags]);
     let dir = work_dir();
     fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("create {}: {e}", dir.display()));
-    let binary = dir.join("kube-apiserver-harness");
-    let stamp = dir.join("kube-apiserver-harness.stamp");
+    let binary = dir.join(program.binary);
+    let stamp = dir.join(format!("{}.stamp", program.binary));
     if is_current(&binary, &stamp, &stamp_value) {
         return binary;
     }
@@ -792,11 +837,11 @@ fn build_harness() -> PathBuf {
         return binary;
     }
 
-    let tmp = dir.join(format!("kube-apiserver-harness.tmp-{}", std::process::id()));
+    let tmp = dir.join(format!("{}.tmp-{}", program.binary, std::process::id()));
     let started = Instant::now();
     eprintln!(
-        "building the kube-apiserver harness ({}; the first build downloads modules and takes minutes)",
-        go_version
+        "building {} ({}; the first build downloads modules and takes minutes)",
+        program.what, go_version
     );
     let out = Command::new(&go)
         .current_dir(&src)
@@ -810,33 +855,33 @@ fn build_harness() -> PathBuf {
             "-o",
         ])
         .arg(&tmp)
-        .arg(".")
+        .arg(format!("./{}", program.package.trim_start_matches("./")))
         .stdin(Stdio::null())
         .output()
         .unwrap_or_else(|e| panic!("running `{} build`: {e}", go.display()));
     if !out.status.success() {
         let _ = fs::remove_file(&tmp);
         panic!(
-            "building the kube-apiserver harness failed ({}); reproduce with `cd {} && go build .`\n---- go build stderr:\n{}",
+            "building {} failed ({}); reproduce with `cd {} && go build ./{}`\n---- go build stderr:\n{}",
+            program.what,
             out.status,
             src.display(),
+            program.package.trim_start_matches("./"),
             String::from_utf8_lossy(&out.stderr)
         );
     }
     fs::rename(&tmp, &binary)
         .unwrap_or_else(|e| panic!("rename {} -> {}: {e}", tmp.display(), binary.display()));
     let stamp_tmp = dir.join(format!(
-        "kube-apiserver-harness.stamp.tmp-{}",
+        "{}.stamp.tmp-{}",
+        program.binary,
         std::process::id()
     ));
     fs::write(&stamp_tmp, &stamp_value)
         .unwrap_or_else(|e| panic!("write {}: {e}", stamp_tmp.display()));
     fs::rename(&stamp_tmp, &stamp)
         .unwrap_or_else(|e| panic!("rename {}: {e}", stamp_tmp.display()));
-    eprintln!(
-        "built the kube-apiserver harness in {:.0?}",
-        started.elapsed()
-    );
+    eprintln!("built {} in {:.0?}", program.what, started.elapsed());
     drop(lock);
     binary
 }
@@ -866,11 +911,21 @@ fn version_ldflags(src: &Path) -> String {
     )
 }
 
-/// FNV-1a over go.mod, go.sum and every .go file (names and contents), plus
-/// `extra` (Go version, build flags).
-fn source_hash(src: &Path, extra: &[&str]) -> String {
+/// FNV-1a over go.mod, go.sum and every .go file of `package` and the
+/// directories below it (names and contents), leaving out the other programs
+/// when `package` is the module root, plus `extra` (Go version, build flags).
+fn source_hash(src: &Path, package: &str, extra: &[&str]) -> String {
     let mut files = vec![src.join("go.mod"), src.join("go.sum")];
-    collect_go_files(src, &mut files);
+    let skip: Vec<PathBuf> = if package == "." {
+        OTHER_PROGRAMS.iter().map(|p| src.join(p)).collect()
+    } else {
+        Vec::new()
+    };
+    let root = match package {
+        "." => src.to_path_buf(),
+        sub => src.join(sub),
+    };
+    collect_go_files(&root, &skip, &mut files);
     files.sort();
     let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
     let mut feed = |bytes: &[u8]| {
@@ -895,12 +950,14 @@ fn source_hash(src: &Path, extra: &[&str]) -> String {
     format!("{hash:016x}\n")
 }
 
-fn collect_go_files(dir: &Path, out: &mut Vec<PathBuf>) {
+fn collect_go_files(dir: &Path, skip: &[PathBuf], out: &mut Vec<PathBuf>) {
     let entries = fs::read_dir(dir).unwrap_or_else(|e| panic!("read {}: {e}", dir.display()));
     for entry in entries.flatten() {
         let path = entry.path();
         if path.is_dir() {
-            collect_go_files(&path, out);
+            if !skip.contains(&path) {
+                collect_go_files(&path, skip, out);
+            }
         } else if path.extension().is_some_and(|e| e == "go") {
             out.push(path);
         }
