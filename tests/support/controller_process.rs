@@ -376,6 +376,10 @@ impl ControllerProcess {
             .status();
         match status {
             Ok(s) if s.success() => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => self.fail(&format!(
+                "sending SIG{name} needs the `kill` command; install procps (Debian, Ubuntu) \
+                 or util-linux"
+            )),
             other => self.fail(&format!("`kill -{name} {}`: {other:?}", self.child.id())),
         }
     }
