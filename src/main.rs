@@ -10,6 +10,7 @@ use std::sync::Arc;
 use route_controller::actor::Exit;
 use route_controller::cli::{self, Command, EXIT_USAGE, RunArgs, UsageError};
 use route_controller::kube::{Client, Env, KubeConfig};
+use route_controller::metrics::Metrics;
 use route_controller::run::Builder;
 
 fn main() {
@@ -53,10 +54,14 @@ fn run(args: &RunArgs, warnings: &[String]) -> i32 {
         wait_for_signal();
         return 0;
     }
+    // One registry for the controller and the provider's HTTP requests, so that
+    // /metrics shows both.
+    let metrics = Arc::new(Metrics::new());
     let cloud = cli::run::provider(
         &settings.provider,
         settings.cloud_config.as_ref(),
         &settings.controller.cluster_cidrs,
+        Some(metrics.clone()),
     )
     .unwrap_or_else(|e| usage_error(&e));
     let c = &settings.controller;
@@ -81,7 +86,7 @@ fn run(args: &RunArgs, warnings: &[String]) -> i32 {
             )),
         kube.server,
     );
-    let mut builder = Builder::new(settings.controller.clone(), client, cloud);
+    let mut builder = Builder::new(settings.controller.clone(), client, cloud).metrics(metrics);
     if let Some(lease) = settings.lease.clone() {
         builder = builder.leader_election(lease);
     }

@@ -627,6 +627,28 @@ fn conditions_already_right_are_not_written_again() {
     assert_eq!(d.condition_writes.len(), 2, "{:?}", d.condition_writes);
 }
 
+#[test]
+fn a_condition_write_that_keeps_failing_is_retried_with_growing_backoff() {
+    let mut d = Driver::new(watch_config());
+    // As when RBAC lacks nodes/status patch: every write is refused.
+    d.condition_failure = Some("403 Forbidden".into());
+    d.start(nodes(1));
+    d.advance(Duration::from_secs(120));
+    // Backoff 1 s doubling, jittered into [½, 1] of that: at most 8 writes within two
+    // minutes (1 + ½ + 1 + 2 + 4 + 8 + 16 + 32 s), rather than one a second.
+    let writes = d.condition_writes.len();
+    assert!(
+        (6..=8).contains(&writes),
+        "{writes} condition writes in two minutes"
+    );
+    // Once the write goes through, the node is left alone again.
+    d.condition_failure = None;
+    d.advance(Duration::from_secs(600));
+    let after = d.condition_writes.len();
+    d.advance(Duration::from_secs(3600));
+    assert_eq!(d.condition_writes.len(), after);
+}
+
 // --- upstream-style watch, reproduced for comparison ----------------------------------
 
 #[test]

@@ -430,6 +430,7 @@ pub fn run_plan(args: &PlanArgs) -> Result<String, UsageError> {
                     .map(std::path::PathBuf::from)
                     .as_ref(),
                 &cluster_cidrs,
+                None,
             )?;
             let directory = crate::cloud::NodeDirectory::new(
                 nodes

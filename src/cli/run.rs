@@ -360,12 +360,14 @@ pub fn read_cloud_config(path: &PathBuf) -> Result<Vec<(String, String)>, UsageE
     Ok(pairs)
 }
 
-/// Builds the cloud provider named by `--cloud-provider`. Errors name the setting to
-/// fix; they are configuration errors (exit 2).
+/// Builds the cloud provider named by `--cloud-provider`, recording its HTTP requests
+/// in `metrics` if given (the registry the metrics server shows). Errors name the
+/// setting to fix; they are configuration errors (exit 2).
 pub fn provider(
     name: &str,
     cloud_config: Option<&PathBuf>,
     cluster_cidrs: &[crate::model::Cidr],
+    metrics: Option<Arc<crate::metrics::Metrics>>,
 ) -> Result<Arc<dyn Routes>, UsageError> {
     let file = match cloud_config {
         Some(path) => read_cloud_config(path)?,
@@ -388,8 +390,10 @@ pub fn provider(
         }
         "hcloud" => {
             use crate::cloud::hcloud::{Config as HcloudConfig, HcloudRoutes};
-            let config = HcloudConfig::from_env(|k| from_file(k).or_else(|| std::env::var(k).ok()))
-                .map_err(|e| UsageError(e.to_string()))?;
+            let mut config =
+                HcloudConfig::from_env(|k| from_file(k).or_else(|| std::env::var(k).ok()))
+                    .map_err(|e| UsageError(e.to_string()))?;
+            config.metrics = metrics;
             let provider = HcloudRoutes::connect(config).map_err(|e| UsageError(e.to_string()))?;
             for problem in provider.cluster_cidr_problems(cluster_cidrs) {
                 log::warn!("--cluster-cidr: {problem}");

@@ -502,6 +502,9 @@ pub struct Controller {
 
     conditions_in_flight: HashMap<String, Condition>,
     condition_retries: BTreeMap<String, (Instant, u32)>,
+    /// Failed condition writes in a row per node, for the backoff; kept apart from
+    /// `condition_retries`, which a retry's write clears.
+    condition_failures: HashMap<String, u32>,
 }
 
 /// A pass that needs a list before it can plan.
@@ -567,6 +570,7 @@ impl Controller {
             list_retry_at: None,
             conditions_in_flight: HashMap::new(),
             condition_retries: BTreeMap::new(),
+            condition_failures: HashMap::new(),
         }
     }
 
@@ -712,6 +716,7 @@ impl Controller {
                 if self.nodes.remove(&node.name).is_some() {
                     self.cidr_seen.retain(|(n, _), _| *n != node.name);
                     self.condition_retries.remove(&node.name);
+                    self.condition_failures.remove(&node.name);
                     self.node_trigger(Trigger::NodeDeleted(node.name), now);
                 }
             }
@@ -1563,15 +1568,20 @@ impl Controller {
         };
         match result {
             Ok(()) => {
+                self.condition_failures.remove(&node);
                 // The watch will confirm; until then the view shows what was written, so
                 // the skip rule does not write it again.
                 if let Some(n) = self.nodes.get_mut(&node) {
                     n.network_unavailable = Some(written);
                 }
             }
-            Err(WriteError::NodeGone) => {}
+            Err(WriteError::NodeGone) => {
+                self.condition_failures.remove(&node);
+            }
             Err(WriteError::Failed(e)) => {
-                let attempts = self.condition_retries.get(&node).map_or(0, |(_, a)| *a) + 1;
+                let failures = self.condition_failures.entry(node.clone()).or_default();
+                *failures += 1;
+                let attempts = *failures;
                 let delay = self.backoff(attempts, self.config.retry_initial);
                 log::warn!(
                     "writing NetworkUnavailable on node {node} failed: {e}; retrying in {delay:?}"

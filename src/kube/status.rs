@@ -104,7 +104,8 @@ pub struct EventCorrelator {
 }
 
 /// Events are "the same" when node, type, reason and message agree, ignoring the
-/// elapsed time upstream writes into the message ("after 1.2s").
+/// elapsed time upstream writes into the message ("after 1.2s") and the identifiers
+/// that differ on every attempt (see [`strip_request_ids`]).
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 struct EventKey {
     node: String,
@@ -196,8 +197,31 @@ fn key(event: &NodeEventRecord) -> EventKey {
         uid: event.uid.clone(),
         kind: event.kind,
         reason: event.reason,
-        message: strip_elapsed(&event.message),
+        message: strip_request_ids(&strip_elapsed(&event.message)),
     }
+}
+
+/// Removes what cloud APIs put into an error to identify one request, so that repeats
+/// of one failure compare equal: Hetzner's `correlation ID 1a2b…`, EC2's
+/// `[request 5f3e…]`, and the ID of a failed Hetzner action (`action 1234`). The
+/// event itself keeps the full, latest message.
+pub fn strip_request_ids(message: &str) -> String {
+    let token = |c: char| c.is_ascii_alphanumeric() || c == '-';
+    let out = drop_after(message, "correlation ID ", token);
+    let out = drop_after(&out, "[request ", token);
+    drop_after(&out, "action ", |c| c.is_ascii_digit())
+}
+
+/// `message` without the run of `part` characters after each `marker`.
+fn drop_after(message: &str, marker: &str, part: impl Fn(char) -> bool) -> String {
+    let mut out = String::with_capacity(message.len());
+    let mut rest = message;
+    while let Some(i) = rest.find(marker) {
+        out.push_str(&rest[..i + marker.len()]);
+        rest = rest[i + marker.len()..].trim_start_matches(&part);
+    }
+    out.push_str(rest);
+    out
 }
 
 /// Removes upstream's elapsed time (" after 1.2s") from a message, so that repeats of
@@ -476,6 +500,50 @@ mod tests {
             strip_elapsed("retry after lunch: no"),
             "retry after lunch: no",
             "only durations are stripped"
+        );
+    }
+
+    #[test]
+    fn per_request_identifiers_are_stripped_from_messages() {
+        assert_eq!(
+            strip_request_ids(
+                "hcloud: POST /networks/1/actions/add_route: invalid input (invalid_input, HTTP 400, correlation ID 000000006b05f055)"
+            ),
+            "hcloud: POST /networks/1/actions/add_route: invalid input (invalid_input, HTTP 400, correlation ID )"
+        );
+        assert_eq!(
+            strip_request_ids("RouteLimitExceeded: too many routes (HTTP 400) [request 5f3e-aa91]"),
+            "RouteLimitExceeded: too many routes (HTTP 400) [request ]"
+        );
+        assert_eq!(
+            strip_request_ids("hcloud: POST x: action 1042 failed: boom (server_error)"),
+            "hcloud: POST x: action  failed: boom (server_error)"
+        );
+        assert_eq!(strip_request_ids("no action taken"), "no action taken");
+    }
+
+    #[test]
+    fn repeats_of_one_failure_with_new_request_ids_update_one_event() {
+        let t0 = Instant::now();
+        let mut c = EventCorrelator::new(EventConfig::default());
+        let first = failure(
+            "n1",
+            "1s",
+            "refused (invalid_input, HTTP 400, correlation ID aaaa)",
+        );
+        assert_eq!(c.observe(&first, t0), EventDecision::Create);
+        c.created(&first, "n1.abc".into(), t0);
+        let again = failure(
+            "n1",
+            "2s",
+            "refused (invalid_input, HTTP 400, correlation ID bbbb)",
+        );
+        assert_eq!(
+            c.observe(&again, t0 + Duration::from_secs(20)),
+            EventDecision::Update {
+                name: "n1.abc".into(),
+                count: 2
+            }
         );
     }
 

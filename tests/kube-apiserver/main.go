@@ -364,6 +364,14 @@ func startAPIServer(ctx context.Context, done chan<- error, ln net.Listener, m *
 		// reject every Pod.
 		"--disable-admission-plugins=ServiceAccount",
 		"--profiling=false",
+		// A stop must end open watches within seconds, as clients of a
+		// restarting apiserver see it behind a load balancer. By default the
+		// HTTP server's shutdown waits for them up to --request-timeout (60 s),
+		// listening no more, so a watcher neither gets an event nor notices
+		// the outage for a minute. In this mode the server drains the short
+		// requests (answering new ones 429 with Retry-After), then closes
+		// every connection within 2 s.
+		"--shutdown-send-retry-after=true",
 		"--v=" + strconv.Itoa(verbosity),
 	}
 	if err := fs.Parse(args); err != nil {

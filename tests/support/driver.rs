@@ -1,6 +1,7 @@
 //! Drives a `Controller` by hand in virtual time against the in-memory cloud: no
 //! threads, no sockets, no sleeps. Cloud operations run when the test says so (or
-//! at once with `settle`), condition writes succeed and are remembered.
+//! at once with `settle`), condition writes succeed (unless `condition_failure` is
+//! set) and are remembered.
 #![allow(dead_code)] // each test binary uses part of this support module
 
 use std::collections::{BTreeMap, VecDeque};
@@ -11,6 +12,7 @@ use route_controller::cloud::fake::FakeCloud;
 use route_controller::cloud::workers::run_op;
 use route_controller::controller::{
     CloudOp, Command, Config, Controller, Input, NodeEvent, NodeEventRecord, OpId, PassReport,
+    WriteError,
 };
 use route_controller::metrics::Metrics;
 use route_controller::model::{Cidr, Condition, Node, NodeAddress, Route};
@@ -28,6 +30,8 @@ pub struct Driver {
     /// The last condition written per node, and every write in order.
     pub conditions: BTreeMap<String, Condition>,
     pub condition_writes: Vec<(String, Condition)>,
+    /// When set, every condition write fails with this message.
+    pub condition_failure: Option<String>,
     pub events: Vec<NodeEventRecord>,
     pub reports: Vec<PassReport>,
     /// Every command, in order, for assertions on causes.
@@ -52,6 +56,7 @@ impl Driver {
             sent: Vec::new(),
             conditions: BTreeMap::new(),
             condition_writes: Vec::new(),
+            condition_failure: None,
             events: Vec::new(),
             reports: Vec::new(),
             commands: Vec::new(),
@@ -83,9 +88,13 @@ impl Driver {
                     self.conditions.insert(node.clone(), condition.clone());
                     self.condition_writes
                         .push((node.clone(), condition.clone()));
+                    let result = match &self.condition_failure {
+                        Some(e) => Err(WriteError::Failed(e.clone())),
+                        None => Ok(()),
+                    };
                     replies.push(Input::ConditionWritten {
                         node: node.clone(),
-                        result: Ok(()),
+                        result,
                     });
                 }
                 Command::RecordEvent { event, .. } => self.events.push(event.clone()),

@@ -54,6 +54,11 @@ pub struct Recorded {
     /// The status answered; 0 when the connection was closed instead.
     pub status: u16,
     pub at: Instant,
+    /// The bearer token the request carried, so that tests with several clients can
+    /// tell whose request it was.
+    pub token: String,
+    /// For `add_route` and `delete_route`: the `destination` of the body.
+    pub destination: Option<String>,
 }
 
 /// A route of a network: destination and gateway as strings, as the API shows them.
@@ -134,6 +139,10 @@ struct State {
     concurrent_actions: bool,
     /// The next actions of a command end in error with (code, message).
     failing_actions: VecDeque<(String, String, String)>,
+    /// `add_route` to these destinations is always refused with (status, code, message).
+    refused_destinations: BTreeMap<String, (u16, String, String)>,
+    /// Tokens accepted besides the first one (other clients of the same project).
+    extra_tokens: Vec<String>,
     budget: Budget,
     faults: Vec<InjectedFault>,
     log: Vec<Recorded>,
@@ -174,6 +183,8 @@ impl HcloudDouble {
                 action_duration: Duration::from_millis(50),
                 concurrent_actions: false,
                 failing_actions: VecDeque::new(),
+                refused_destinations: BTreeMap::new(),
+                extra_tokens: Vec::new(),
                 budget: Budget {
                     limit: 1_000_000.0,
                     per_second: 1_000_000.0,
@@ -295,6 +306,23 @@ impl HcloudDouble {
             tokens: f64::from(limit),
             at: Instant::now(),
         };
+    }
+
+    /// Accepts `token` too, with full rights: another client of the same project.
+    pub fn add_token(&self, token: &str) {
+        self.state().extra_tokens.push(token.into());
+    }
+
+    /// Every `add_route` to `destination` (as the request spells it) is refused with
+    /// this status and error code, until [`HcloudDouble::stop_refusing`].
+    pub fn refuse_routes_to(&self, destination: &str, status: u16, code: &str, message: &str) {
+        self.state()
+            .refused_destinations
+            .insert(destination.into(), (status, code.into(), message.into()));
+    }
+
+    pub fn stop_refusing(&self, destination: &str) {
+        self.state().refused_destinations.remove(destination);
     }
 
     /// A second token that may read but not write (`token_readonly` on POST).
@@ -550,6 +578,20 @@ fn handle(inner: &Inner, request: &HttpRequest) -> Outcome {
     let now = Instant::now();
     let mut state = inner.state.lock().unwrap_or_else(|e| e.into_inner());
     state.budget.refill(now);
+    let token = request
+        .header("authorization")
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .unwrap_or("");
+    let destination = request
+        .path
+        .contains("/actions/")
+        .then(|| serde_json::from_slice::<Value>(&request.body).ok())
+        .flatten()
+        .and_then(|b| {
+            b.get("destination")
+                .and_then(Value::as_str)
+                .map(str::to_string)
+        });
     let record = |state: &mut State, status: u16| {
         state.log.push(Recorded {
             method: request.method.clone(),
@@ -557,6 +599,8 @@ fn handle(inner: &Inner, request: &HttpRequest) -> Outcome {
             query: request.query.clone(),
             status,
             at: now,
+            token: token.to_string(),
+            destination: destination.clone(),
         });
     };
     if state.budget.tokens < 1.0 {
@@ -574,12 +618,9 @@ fn handle(inner: &Inner, request: &HttpRequest) -> Outcome {
     state.budget.tokens -= 1.0;
     let headers = state.budget.headers();
 
-    let token = request
-        .header("authorization")
-        .and_then(|v| v.strip_prefix("Bearer "))
-        .unwrap_or("");
     let read_only = state.read_only_token.as_deref() == Some(token);
-    if token != inner.token && !read_only {
+    let known = token == inner.token || state.extra_tokens.iter().any(|t| t == token);
+    if !known && !read_only {
         record(&mut state, 401);
         return json_outcome(
             error_reply(401, "unauthorized", "unable to authenticate"),
@@ -827,6 +868,11 @@ fn route_action(state: &mut State, network_id: &str, command: &str, body: &[u8])
         );
     }
     let route = (format_cidr(dest), gw.to_string());
+    if command == "add_route"
+        && let Some((status, code, message)) = state.refused_destinations.get(&destination)
+    {
+        return error_reply(*status, code, message);
+    }
     match command {
         "add_route" => {
             if let Some(problem) = add_route_problem(&network, dest, gw) {
