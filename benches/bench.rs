@@ -336,7 +336,7 @@ fn measure_rss(binary: &str, nodes: usize) -> Result<(u64, u64, Duration), Strin
                 // Let the first pass (50 000 in-memory routes) finish.
                 let (_, metrics) = http_get(metrics_port, "/metrics").unwrap_or_default();
                 if metrics.lines().any(|l| {
-                    l.starts_with("route_controller_route_sync_total ") && !l.ends_with(" 0")
+                    l.starts_with("route_controller_route_sync_total{") && !l.ends_with(" 0")
                 }) {
                     break;
                 }
@@ -1108,7 +1108,12 @@ impl OursProcess {
             create: by_operation("create"),
             delete: by_operation("delete"),
         };
-        let passes = exposition.value("route_controller_route_sync_total", &[]) as u64;
+        let passes = exposition
+            .family("route_controller_route_sync_total")
+            .samples
+            .iter()
+            .map(|s| s.value as u64)
+            .sum();
         (calls, passes)
     }
 

@@ -100,9 +100,6 @@ fn run(args: &RunArgs, warnings: &[String]) -> i32 {
             return 1;
         }
     };
-    if let Some(address) = handle.metrics_address() {
-        log::info!("serving /metrics, /healthz and /readyz on http://{address}");
-    }
     let stopper = handle.stopper();
     on_signal(Arc::new(move || stopper.stop()));
     match handle.wait() {

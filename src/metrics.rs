@@ -159,6 +159,44 @@ impl TriggerKind {
     }
 }
 
+/// How a pass ended, the label `outcome` of `route_controller_route_sync_total`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SyncOutcome {
+    /// The routes could not be listed.
+    Error,
+    /// At least one route was created or deleted.
+    Changed,
+    Noop,
+}
+
+impl SyncOutcome {
+    pub const ALL: [SyncOutcome; 3] = [SyncOutcome::Error, SyncOutcome::Changed, SyncOutcome::Noop];
+
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            SyncOutcome::Error => "error",
+            SyncOutcome::Changed => "changed",
+            SyncOutcome::Noop => "noop",
+        }
+    }
+}
+
+/// The `trigger` label of `route_controller_route_sync_total`: upstream 1.37 knows
+/// `periodic` (poll and resync) and `node_change`; retries are this controller's own.
+const SYNC_TRIGGERS: [&str; 3] = ["periodic", "node_change", "retry"];
+
+fn sync_trigger(kind: TriggerKind) -> usize {
+    match kind {
+        TriggerKind::Poll | TriggerKind::Resync => 0,
+        TriggerKind::Startup
+        | TriggerKind::Relist
+        | TriggerKind::NodeAdd
+        | TriggerKind::NodeDelete
+        | TriggerKind::NodeUpdate => 1,
+        TriggerKind::Retry => 2,
+    }
+}
+
 /// A cloud call, the label `operation`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum CloudOperation {
@@ -207,8 +245,9 @@ fn outcome_index(result: Result<(), CloudErrorKind>) -> usize {
 /// Every metric the process exports.
 #[derive(Debug)]
 pub struct Metrics {
-    /// Upstream's `route_controller_route_sync_total`: passes started, in every mode.
-    pub route_sync_total: Counter,
+    /// Upstream's `route_controller_route_sync_total{outcome,trigger}` (its 1.37 form):
+    /// passes finished, by outcome and by trigger.
+    route_sync: [[Counter; 3]; 3],
     passes: [Counter; 8],
     triggers: [Counter; 8],
     /// Triggers that joined a pass already pending instead of starting one.
@@ -252,7 +291,7 @@ impl Default for Metrics {
 impl Metrics {
     pub fn new() -> Metrics {
         Metrics {
-            route_sync_total: Counter::default(),
+            route_sync: Default::default(),
             passes: Default::default(),
             triggers: Default::default(),
             triggers_coalesced: Counter::default(),
@@ -283,16 +322,29 @@ impl Metrics {
     }
 
     pub fn pass_started(&self, trigger: TriggerKind) {
-        self.route_sync_total.inc();
         self.passes[trigger.index()].inc();
+    }
+
+    /// A pass finished (upstream counts `route_sync_total` when a reconcile ends).
+    pub fn pass_finished(&self, trigger: TriggerKind, outcome: SyncOutcome) {
+        self.route_sync[outcome as usize][sync_trigger(trigger)].inc();
+    }
+
+    /// Passes finished with this outcome, any trigger.
+    pub fn route_syncs(&self, outcome: SyncOutcome) -> u64 {
+        self.route_sync[outcome as usize]
+            .iter()
+            .map(Counter::get)
+            .sum()
     }
 
     pub fn passes(&self, trigger: TriggerKind) -> u64 {
         self.passes[trigger.index()].get()
     }
 
+    /// Passes started, any trigger.
     pub fn passes_total(&self) -> u64 {
-        self.route_sync_total.get()
+        self.passes.iter().map(Counter::get).sum()
     }
 
     pub fn trigger(&self, kind: TriggerKind) {
@@ -348,12 +400,25 @@ impl Metrics {
     pub fn encode(&self) -> String {
         let mut out = String::with_capacity(8192);
         let provider = *self.provider.lock().unwrap_or_else(|e| e.into_inner());
-        counter(
+        header(
             &mut out,
             "route_controller_route_sync_total",
-            "A metric counting the amount of times routes have been synced with the cloud provider.",
-            self.route_sync_total.get(),
+            "counter",
+            "A metric counting the number of route reconciles with the cloud provider, labeled by the \
+             trigger (periodic or node_change; retry for this controller's own retries) and the outcome \
+             (error if the reconcile failed, changed if at least one route was created or deleted, \
+             otherwise noop).",
         );
+        for outcome in SyncOutcome::ALL {
+            for (i, trigger) in SYNC_TRIGGERS.iter().enumerate() {
+                let _ = writeln!(
+                    out,
+                    "route_controller_route_sync_total{{outcome=\"{}\",trigger=\"{trigger}\"}} {}",
+                    outcome.as_str(),
+                    self.route_sync[outcome as usize][i].get()
+                );
+            }
+        }
         header(
             &mut out,
             "route_controller_passes_total",

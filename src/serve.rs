@@ -965,7 +965,12 @@ mod tests {
 
     fn site_response(parsed: &Parsed, health: Health) -> String {
         let metrics = Metrics::new();
-        metrics.route_sync_total.add(7);
+        for _ in 0..7 {
+            metrics.pass_finished(
+                crate::metrics::TriggerKind::NodeAdd,
+                crate::metrics::SyncOutcome::Changed,
+            );
+        }
         let health: HealthFn = Arc::new(move || health.clone());
         let site = Site {
             metrics: &metrics,
@@ -992,7 +997,7 @@ mod tests {
         assert!(head.contains(&format!("Content-Length: {}\r\n", body.len())));
         assert!(head.contains("Connection: close\r\n"));
         assert!(
-            body.contains("\nroute_controller_route_sync_total 7\n"),
+            body.contains("\nroute_controller_route_sync_total{outcome=\"changed\",trigger=\"node_change\"} 7\n"),
             "{body}"
         );
     }

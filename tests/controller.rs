@@ -771,3 +771,35 @@ fn a_queued_create_for_a_node_deleted_before_it_is_sent_is_never_sent() {
     assert_eq!(created, vec!["n0", "n1"]);
     assert_eq!(d.count("delete"), 0);
 }
+
+#[test]
+fn passes_that_repeat_an_operation_in_flight_cause_no_follow_up_passes() {
+    // One call at a time, as with Hetzner's one action per network: while a create is in
+    // flight, another node arrives and the next pass plans that create again.
+    let mut config = watch_config();
+    config.max_in_flight = 1;
+    let mut d = Driver::new(config);
+    d.start(vec![]);
+    for pair in nodes(10).chunks(2) {
+        d.node_event(NodeEvent::Added(pair[0].clone())); // a pass; its create goes out
+        d.now += secs(0.01);
+        d.node_event(NodeEvent::Added(pair[1].clone()));
+        d.now += secs(0.1);
+        d.feed(Input::Tick); // the second pass: the first create is still in flight
+        while d.answer_one() {
+            d.now += secs(0.1);
+            d.feed(Input::Tick);
+        }
+        d.now += secs(1.0);
+        d.feed(Input::Tick);
+    }
+    d.advance(secs(10.0));
+    assert_eq!(d.cloud_routes().len(), 10);
+    assert_eq!(d.count("create"), 10);
+    assert_eq!(
+        d.metrics.passes(TriggerKind::Retry),
+        0,
+        "follow-up passes: {:#?}",
+        d.reports
+    );
+}

@@ -544,9 +544,11 @@ fn a_server_not_attached_to_the_network_is_retried_with_a_clear_message() {
     assert_eq!(err.kind, CloudErrorKind::Retry { after: None });
     assert!(err.message.contains("not attached"), "{err}");
     assert!(err.message.contains("k8s"), "{err}");
-    // A node that has no server at all cannot be routed.
+    // A node whose server is not listed (yet) is retried too, with advice in case it
+    // never will be.
     let err = create(&p, 9, &pod_cidr(9)).unwrap_err();
-    assert_eq!(err.kind, CloudErrorKind::Invalid, "{err}");
+    assert_eq!(err.kind, CloudErrorKind::Retry { after: None }, "{err}");
+    assert!(err.message.contains("check the node's providerID"), "{err}");
 }
 
 #[test]

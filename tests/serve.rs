@@ -14,7 +14,7 @@ use std::sync::{Arc, Barrier, Mutex};
 use std::time::{Duration, Instant};
 
 use route_controller::cloud::CloudErrorKind;
-use route_controller::metrics::{CloudOperation, Metrics, TriggerKind};
+use route_controller::metrics::{CloudOperation, Metrics, SyncOutcome, TriggerKind};
 use route_controller::serve::{
     Health, HealthFn, ServerConfig, ServerHandle, spawn_server, spawn_server_with,
 };
@@ -60,6 +60,9 @@ fn the_scrape_parses_back_with_every_family_issue_5_asks_for() {
     metrics.pass_started(TriggerKind::NodeAdd);
     metrics.pass_started(TriggerKind::NodeAdd);
     metrics.pass_started(TriggerKind::Resync);
+    metrics.pass_finished(TriggerKind::NodeAdd, SyncOutcome::Changed);
+    metrics.pass_finished(TriggerKind::NodeAdd, SyncOutcome::Changed);
+    metrics.pass_finished(TriggerKind::Resync, SyncOutcome::Noop);
     metrics.trigger(TriggerKind::NodeAdd);
     metrics.triggers_coalesced.add(4);
     metrics.cloud_request(CloudOperation::Create, Ok(()), Duration::from_millis(30));
@@ -140,8 +143,18 @@ fn the_scrape_parses_back_with_every_family_issue_5_asks_for() {
 
     // What was recorded comes back.
     assert_eq!(
-        exposition.value("route_controller_route_sync_total", &[]),
-        3.0
+        exposition.value(
+            "route_controller_route_sync_total",
+            &[("outcome", "changed"), ("trigger", "node_change")]
+        ),
+        2.0
+    );
+    assert_eq!(
+        exposition.value(
+            "route_controller_route_sync_total",
+            &[("outcome", "noop"), ("trigger", "periodic")]
+        ),
+        1.0
     );
     assert_eq!(
         exposition.value("route_controller_passes_total", &[("trigger", "node_add")]),

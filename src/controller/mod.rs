@@ -33,7 +33,7 @@ use rand::rngs::SmallRng;
 use rand::{RngExt, SeedableRng};
 
 use crate::cloud::{CloudError, CloudErrorKind, NodeDirectory, RouteTarget};
-use crate::metrics::{Metrics, TriggerKind};
+use crate::metrics::{Metrics, SyncOutcome, TriggerKind};
 use crate::model::{Cidr, Condition, Node, Route, same_addresses};
 use crate::plan::{self, DeleteReason, Plan};
 
@@ -1035,8 +1035,12 @@ impl Controller {
                 continue;
             }
             if self.ops.is_busy(&cidr) {
-                self.followups.insert(cidr);
-                deferred += 1;
+                // The operation in flight may already be the one planned; only a
+                // different wish needs another look once it is answered.
+                if !self.ops.is_in_flight(&op) {
+                    self.followups.insert(cidr);
+                    deferred += 1;
+                }
                 continue;
             }
             if retry_mode && self.retries.get(&cidr).is_some_and(|r| r.not_before > now) {
@@ -1075,6 +1079,14 @@ impl Controller {
         };
         let mut report = open.report;
         report.duration = now.saturating_duration_since(open.started);
+        let outcome = if report.list_error.is_some() {
+            SyncOutcome::Error
+        } else if report.created + report.deleted > 0 {
+            SyncOutcome::Changed
+        } else {
+            SyncOutcome::Noop
+        };
+        self.metrics.pass_finished(report.cause.primary(), outcome);
         self.update_route_gauges();
         out.push(Command::PassFinished(report));
     }

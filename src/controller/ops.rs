@@ -168,6 +168,14 @@ impl Operations {
         dropped
     }
 
+    /// Whether an operation doing what `op` asks is in flight.
+    pub(super) fn is_in_flight(&self, op: &Planned) -> bool {
+        self.in_flight
+            .values()
+            .filter_map(|f| f.kind.as_ref())
+            .any(|k| k.planned() == *op)
+    }
+
     /// Whether an identical operation is queued.
     pub(super) fn is_queued(&self, op: &Planned) -> bool {
         self.queue.iter().any(|q| q.op == *op)

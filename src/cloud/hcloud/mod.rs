@@ -338,12 +338,19 @@ impl HcloudRoutes {
                     server.name, server.id, target.node_name, self.network.name, self.network.id
                 ),
             )),
-            None => Err(CloudError::invalid(format!(
-                "hcloud: no server for node {} ({}) among the {} servers of the token's project",
-                target.node_name,
-                key,
-                snapshot.len()
-            ))),
+            // A server created a moment ago may not be listed yet, so this is retried
+            // with the usual backoff; if the node names a server of another project, the
+            // backoff grows to minutes and the message says what to check.
+            None => Err(CloudError::new(
+                CloudErrorKind::Retry { after: None },
+                format!(
+                    "hcloud: no server for node {} ({}) among the {} servers of the token's project; \
+                     check the node's providerID and that the token belongs to the servers' project",
+                    target.node_name,
+                    key,
+                    snapshot.len()
+                ),
+            )),
         }
     }
 
