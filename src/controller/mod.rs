@@ -501,7 +501,8 @@ pub struct Controller {
     list_retry_at: Option<Instant>,
 
     conditions_in_flight: HashMap<String, Condition>,
-    condition_retries: BTreeMap<String, (Instant, u32)>,
+    /// When a failed condition write is tried again, per node.
+    condition_retries: BTreeMap<String, Instant>,
     /// Failed condition writes in a row per node, for the backoff; kept apart from
     /// `condition_retries`, which a retry's write clears.
     condition_failures: HashMap<String, u32>,
@@ -656,7 +657,7 @@ impl Controller {
                 .map(|r| r.not_before)
                 .min(),
         );
-        consider(self.condition_retries.values().map(|(t, _)| *t).min());
+        consider(self.condition_retries.values().min().copied());
         if self.ops.queued() > 0 {
             consider(self.paused_until);
         }
@@ -896,7 +897,7 @@ impl Controller {
         let due: Vec<String> = self
             .condition_retries
             .iter()
-            .filter(|(_, (t, _))| *t <= now)
+            .filter(|(_, t)| **t <= now)
             .map(|(n, _)| n.clone())
             .collect();
         for node in due {
@@ -1598,7 +1599,7 @@ impl Controller {
                 log::warn!(
                     "writing NetworkUnavailable on node {node} failed: {e}; retrying in {delay:?}"
                 );
-                self.condition_retries.insert(node, (now + delay, attempts));
+                self.condition_retries.insert(node, now + delay);
             }
         }
     }

@@ -252,9 +252,21 @@ pub(crate) fn parse_rfc3339(ts: &str) -> Result<SystemTime, String> {
     Ok(SystemTime::UNIX_EPOCH + Duration::from_nanos(nanos))
 }
 
+/// How long an exec plugin may run. A hanging plugin would otherwise hold every request
+/// of the client; client-go has no limit, kubectl users see the hang, a daemon must not.
+pub const EXEC_TIMEOUT: Duration = Duration::from_secs(60);
+
 /// Runs the plugin as client-go does: no stdin (a daemon is never interactive), the
-/// configured extra environment, and `KUBERNETES_EXEC_INFO`.
+/// configured extra environment, and `KUBERNETES_EXEC_INFO`; killed after `timeout`.
 pub fn run_exec_plugin(config: &ExecConfig, exec_info: &str) -> Result<Vec<u8>, String> {
+    run_exec_plugin_with_timeout(config, exec_info, EXEC_TIMEOUT)
+}
+
+pub fn run_exec_plugin_with_timeout(
+    config: &ExecConfig,
+    exec_info: &str,
+    timeout: Duration,
+) -> Result<Vec<u8>, String> {
     let mut cmd = Command::new(&config.command);
     cmd.args(&config.args)
         .env("KUBERNETES_EXEC_INFO", exec_info)
@@ -264,7 +276,7 @@ pub fn run_exec_plugin(config: &ExecConfig, exec_info: &str) -> Result<Vec<u8>, 
     for var in &config.env {
         cmd.env(&var.name, &var.value);
     }
-    let output = cmd.output().map_err(|e| {
+    let mut child = cmd.spawn().map_err(|e| {
         let hint = config
             .install_hint
             .as_deref()
@@ -272,15 +284,56 @@ pub fn run_exec_plugin(config: &ExecConfig, exec_info: &str) -> Result<Vec<u8>, 
             .unwrap_or_default();
         format!("cannot run exec plugin {:?}: {e}{hint}", config.command)
     })?;
-    if !output.status.success() {
+    // Read both pipes while waiting, so that a chatty plugin cannot block on a full pipe.
+    let read = |pipe: Option<Box<dyn std::io::Read + Send>>| {
+        std::thread::spawn(move || {
+            let mut buf = Vec::new();
+            if let Some(mut p) = pipe {
+                let _ = p.read_to_end(&mut buf);
+            }
+            buf
+        })
+    };
+    let stdout = read(
+        child
+            .stdout
+            .take()
+            .map(|p| Box::new(p) as Box<dyn std::io::Read + Send>),
+    );
+    let stderr = read(
+        child
+            .stderr
+            .take()
+            .map(|p| Box::new(p) as Box<dyn std::io::Read + Send>),
+    );
+    let deadline = std::time::Instant::now() + timeout;
+    let status = loop {
+        match child.try_wait() {
+            Ok(Some(status)) => break status,
+            Ok(None) if std::time::Instant::now() >= deadline => {
+                let _ = child.kill();
+                let _ = child.wait();
+                return Err(format!(
+                    "exec plugin {:?} did not finish within {}; killed it",
+                    config.command,
+                    crate::duration::format(timeout)
+                ));
+            }
+            Ok(None) => std::thread::sleep(Duration::from_millis(20)),
+            Err(e) => return Err(format!("exec plugin {:?}: {e}", config.command)),
+        }
+    };
+    let stdout = stdout.join().unwrap_or_default();
+    let stderr = stderr.join().unwrap_or_default();
+    if !status.success() {
         return Err(format!(
             "exec plugin {:?} failed ({}): {}",
             config.command,
-            output.status,
-            prefix(&output.stderr, 300).trim()
+            status,
+            prefix(&stderr, 300).trim()
         ));
     }
-    Ok(output.stdout)
+    Ok(stdout)
 }
 
 // ---------------------------------------------------------------------------------
@@ -512,6 +565,24 @@ mod tests {
         assert!(
             !debug.contains("s3cr3t") && !debug.contains("PRIVATEKEY"),
             "{debug}"
+        );
+    }
+
+    #[test]
+    fn a_plugin_that_hangs_is_killed_after_the_timeout() {
+        let config = ExecConfig {
+            command: "sleep".into(),
+            args: vec!["30".into()],
+            ..exec_config("client.authentication.k8s.io/v1")
+        };
+        let start = std::time::Instant::now();
+        let err =
+            run_exec_plugin_with_timeout(&config, "{}", Duration::from_millis(300)).unwrap_err();
+        assert!(err.contains("did not finish within 300ms"), "{err}");
+        assert!(
+            start.elapsed() < Duration::from_secs(5),
+            "waited {:?}",
+            start.elapsed()
         );
     }
 }
