@@ -80,6 +80,10 @@ impl LeaseConfig {
     }
 }
 
+/// A candidate waking at a lease's expiry waits this much longer, so that it does not
+/// read the lease a moment too early and sleep another retry period.
+const EXPIRY_MARGIN: Duration = Duration::from_millis(10);
+
 /// client-go's `JitterFactor` for candidates.
 const JITTER: f64 = 1.2;
 
@@ -319,7 +323,26 @@ impl Elector {
                 None => next,
             }
         } else {
-            now + retry + retry.mul_f64(JITTER * jitter.clamp(0.0, 1.0))
+            let regular = now + retry + retry.mul_f64(JITTER * jitter.clamp(0.0, 1.0));
+            // Better than client-go: a candidate also wakes when the lease it saw runs
+            // out, instead of up to a jittered retry period later, so a successor takes
+            // over a dead leader's lease as soon as it may.
+            match &self.observed {
+                Some(o)
+                    if !o.record.holder.is_empty() && o.record.holder != self.config.identity =>
+                {
+                    let expiry = o.at
+                        + Duration::from_secs(
+                            u64::try_from(o.record.duration_seconds).unwrap_or(0),
+                        );
+                    if expiry > now {
+                        regular.min(expiry + EXPIRY_MARGIN)
+                    } else {
+                        regular
+                    }
+                }
+                _ => regular,
+            }
         }
     }
 
@@ -767,5 +790,27 @@ mod tests {
         let (host, suffix) = id.rsplit_once('_').unwrap();
         assert!(!host.is_empty() && suffix.len() == 36, "{id}");
         assert_ne!(id, default_identity());
+    }
+
+    #[test]
+    fn a_candidate_wakes_when_the_lease_it_saw_runs_out() {
+        let t0 = Instant::now();
+        let mut e = Elector::new(LeaseConfig::new("me"));
+        assert_eq!(
+            e.on_get(Ok(Some(held_by("other", 5, 0))), t0, wall(900)),
+            None
+        );
+        // Lease 15 s (held_by's duration), retry 2 s: far from expiry, the jittered retry.
+        let early = t0 + Duration::from_secs(1);
+        assert_eq!(
+            e.next_attempt(early, 1.0),
+            early + Duration::from_millis(4400)
+        );
+        // 1 s before expiry, it wakes at expiry (plus a margin), not 2-4.4 s later.
+        let late = t0 + Duration::from_secs(14);
+        assert_eq!(
+            e.next_attempt(late, 1.0),
+            t0 + Duration::from_secs(15) + EXPIRY_MARGIN
+        );
     }
 }
