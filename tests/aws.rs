@@ -191,6 +191,17 @@ fn owned_tag() -> (String, &'static str) {
     (format!("kubernetes.io/cluster/{CLUSTER}"), "owned")
 }
 
+/// The shared moto server (reset), a VPC with a subnet, and a route table tagged for
+/// the cluster: what most tests start from.
+fn tagged_table() -> (moto::MotoGuard, moto::Ec2, moto::Network, String) {
+    let moto = moto::shared();
+    let ec2 = moto.ec2();
+    let net = moto::network(&ec2);
+    let (key, value) = owned_tag();
+    let table = ec2.create_route_table(&net.vpc, &[(&key, value)]);
+    (moto, ec2, net, table)
+}
+
 #[test]
 fn route_table_is_found_by_the_legacy_cluster_tag() {
     let moto = moto::shared();
@@ -366,11 +377,7 @@ fn source_dest_check_is_disabled_once_per_instance() {
 
 #[test]
 fn route_to_a_terminated_instance_is_a_blackhole_and_does_not_fail_the_list() {
-    let moto = moto::shared();
-    let ec2 = moto.ec2();
-    let net = moto::network(&ec2);
-    let (key, value) = owned_tag();
-    let table = ec2.create_route_table(&net.vpc, &[(&key, value)]);
+    let (moto, ec2, net, table) = tagged_table();
     let a = ec2.run_instance(&net.ami, &net.subnet);
     let b = ec2.run_instance(&net.ami, &net.subnet);
     ec2.create_route(&table, "10.244.1.0/24", &a.id);
@@ -404,11 +411,7 @@ fn route_to_a_terminated_instance_is_a_blackhole_and_does_not_fail_the_list() {
 
 #[test]
 fn create_replaces_a_route_to_a_terminated_instance() {
-    let moto = moto::shared();
-    let ec2 = moto.ec2();
-    let net = moto::network(&ec2);
-    let (key, value) = owned_tag();
-    let table = ec2.create_route_table(&net.vpc, &[(&key, value)]);
+    let (moto, ec2, net, table) = tagged_table();
     let a = ec2.run_instance(&net.ami, &net.subnet);
     let old = ec2.run_instance(&net.ami, &net.subnet);
     ec2.create_route(&table, "10.244.2.0/24", &old.id);
@@ -438,11 +441,7 @@ fn create_replaces_a_route_to_a_terminated_instance() {
 
 #[test]
 fn existing_route_to_the_same_instance_counts_as_created_and_to_another_is_already_exists() {
-    let moto = moto::shared();
-    let ec2 = moto.ec2();
-    let net = moto::network(&ec2);
-    let (key, value) = owned_tag();
-    let table = ec2.create_route_table(&net.vpc, &[(&key, value)]);
+    let (moto, ec2, net, table) = tagged_table();
     let a = ec2.run_instance(&net.ami, &net.subnet);
     let b = ec2.run_instance(&net.ami, &net.subnet);
     ec2.create_route(&table, "10.244.1.0/24", &a.id);
@@ -481,11 +480,7 @@ fn existing_route_to_the_same_instance_counts_as_created_and_to_another_is_alrea
 
 #[test]
 fn node_without_provider_id_is_found_by_its_private_dns_name() {
-    let moto = moto::shared();
-    let ec2 = moto.ec2();
-    let net = moto::network(&ec2);
-    let (key, value) = owned_tag();
-    let table = ec2.create_route_table(&net.vpc, &[(&key, value)]);
+    let (moto, ec2, net, table) = tagged_table();
     let a = ec2.run_instance(&net.ami, &net.subnet);
     let _b = ec2.run_instance(&net.ami, &net.subnet);
     let provider = provider_at(moto.url(), AwsConfig::default(), &test_env());
@@ -1436,11 +1431,7 @@ fn node(name: &str, uid: &str, provider_id: &str, pod_cidr: &str) -> Node {
 
 #[test]
 fn controller_in_watch_mode_creates_routes_in_moto_and_deletes_them_when_a_node_goes() {
-    let moto = moto::shared();
-    let ec2 = moto.ec2();
-    let net = moto::network(&ec2);
-    let (key, value) = owned_tag();
-    let table = ec2.create_route_table(&net.vpc, &[(&key, value)]);
+    let (moto, ec2, net, table) = tagged_table();
     let a = ec2.run_instance(&net.ami, &net.subnet);
     let b = ec2.run_instance(&net.ami, &net.subnet);
     // A foreign route outside the cluster CIDR must survive everything below.
