@@ -87,11 +87,7 @@ fn no_route_is_deleted_during_a_relist() {
 fn relist_deletes_the_routes_of_nodes_that_vanished_meanwhile() {
     let mut d = Driver::new(watch_config());
     d.start(nodes(3));
-    d.node_event(NodeEvent::Init);
-    for n in nodes(2) {
-        d.node_event(NodeEvent::InitApply(n));
-    }
-    d.node_event(NodeEvent::InitDone);
+    d.list(nodes(2));
     d.settle();
     assert_eq!(
         d.cloud_routes(),
@@ -134,7 +130,7 @@ fn at_most_one_operation_per_destination_and_delete_before_create() {
         route("b", "n0", "10.0.1.0/24"),
     ]);
     let mut d = Driver::with_cloud(watch_config(), cloud);
-    d.start_without_settling();
+    d.list(nodes(2));
     d.answer_one(); // the list
     let in_flight: Vec<_> = d.pending.iter().map(|(_, op)| destination(op)).collect();
     assert_eq!(in_flight.len(), 2, "two deletes in flight: {in_flight:?}");
@@ -186,11 +182,7 @@ fn cloud_operations_in_flight_are_bounded() {
     let mut config = watch_config();
     config.max_in_flight = 4;
     let mut d = Driver::new(config);
-    d.node_event(NodeEvent::Init);
-    for n in nodes(20) {
-        d.node_event(NodeEvent::InitApply(n));
-    }
-    d.node_event(NodeEvent::InitDone);
+    d.list(nodes(20));
     d.answer_one(); // the list of an empty cloud
     let mut peak = 0;
     while !d.pending.is_empty() {
@@ -732,30 +724,12 @@ fn destination(op: &CloudOp) -> String {
     }
 }
 
-trait StartWithoutSettling {
-    fn start_without_settling(&mut self);
-}
-
-impl StartWithoutSettling for Driver {
-    fn start_without_settling(&mut self) {
-        self.node_event(NodeEvent::Init);
-        for n in nodes(2) {
-            self.node_event(NodeEvent::InitApply(n));
-        }
-        self.node_event(NodeEvent::InitDone);
-    }
-}
-
 #[test]
 fn a_queued_create_for_a_node_deleted_before_it_is_sent_is_never_sent() {
     let mut config = watch_config();
     config.max_in_flight = 1;
     let mut d = Driver::new(config);
-    d.node_event(NodeEvent::Init);
-    for n in nodes(3) {
-        d.node_event(NodeEvent::InitApply(n));
-    }
-    d.node_event(NodeEvent::InitDone);
+    d.list(nodes(3));
     d.answer_one(); // the list; n0's create goes out, n1 and n2 wait in the queue
     d.node_event(NodeEvent::Deleted(nodes(3)[2].clone()));
     d.settle();

@@ -147,12 +147,18 @@ impl Driver {
 
     /// Starts the controller with these nodes (a complete initial list) and settles.
     pub fn start(&mut self, nodes: Vec<Node>) {
+        self.list(nodes);
+        self.settle();
+    }
+
+    /// Delivers a complete node list (Init, InitApply each, InitDone), leaving the
+    /// cloud operations it causes pending.
+    pub fn list(&mut self, nodes: Vec<Node>) {
         self.feed(Input::Node(NodeEvent::Init));
         for n in nodes {
             self.feed(Input::Node(NodeEvent::InitApply(n)));
         }
         self.feed(Input::Node(NodeEvent::InitDone));
-        self.settle();
     }
 
     pub fn node_event(&mut self, event: NodeEvent) {

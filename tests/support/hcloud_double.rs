@@ -10,8 +10,11 @@
 #![allow(dead_code)]
 // Each test binary uses only part of this support module.
 
+#[path = "http_wire.rs"]
+mod http_wire;
+
 use std::collections::{BTreeMap, VecDeque};
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{BufReader, Write};
 use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -435,7 +438,7 @@ impl HttpRequest {
             .split('&')
             .filter_map(|pair| pair.split_once('='))
             .filter(|(k, _)| *k == key)
-            .map(|(_, v)| percent_decode(v))
+            .map(|(_, v)| http_wire::percent_decode(v, true))
             .collect()
     }
 }
@@ -457,45 +460,16 @@ fn error_reply(status: u16, code: &str, message: &str) -> Reply {
 }
 
 fn read_request(reader: &mut BufReader<TcpStream>) -> Option<HttpRequest> {
-    let mut line = String::new();
-    if reader.read_line(&mut line).ok()? == 0 {
-        return None;
-    }
-    let mut parts = line.split_whitespace();
-    let method = parts.next()?.to_string();
-    let target = parts.next()?.to_string();
-    let mut headers = Vec::new();
-    loop {
-        let mut h = String::new();
-        if reader.read_line(&mut h).ok()? == 0 {
-            return None;
-        }
-        let h = h.trim_end();
-        if h.is_empty() {
-            break;
-        }
-        if let Some((k, v)) = h.split_once(':') {
-            headers.push((k.trim().to_string(), v.trim().to_string()));
-        }
-    }
-    let length = headers
-        .iter()
-        .find(|(k, _)| k.eq_ignore_ascii_case("content-length"))
-        .and_then(|(_, v)| v.parse::<usize>().ok())
-        .unwrap_or(0);
-    let mut body = vec![0; length];
-    reader.read_exact(&mut body).ok()?;
-    let (path, query) = match target.split_once('?') {
-        Some((p, q)) => (p.to_string(), q.to_string()),
-        None => (target, String::new()),
-    };
-    let path = path.strip_prefix("/v1").unwrap_or(&path).to_string();
+    let request = http_wire::read_request(reader)?;
+    let (path, query) = request.path_and_query();
+    let path = path.strip_prefix("/v1").unwrap_or(path).to_string();
+    let query = query.to_string();
     Some(HttpRequest {
-        method,
+        method: request.method,
         path,
         query,
-        headers,
-        body,
+        headers: request.headers,
+        body: request.body,
     })
 }
 
@@ -1019,38 +993,6 @@ fn action_json(a: &Action) -> Value {
             _ => Value::Null,
         },
     })
-}
-
-fn percent_decode(s: &str) -> String {
-    let bytes = s.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        match bytes[i] {
-            b'%' if i + 2 < bytes.len() => {
-                let hex = std::str::from_utf8(&bytes[i + 1..i + 3]).ok();
-                match hex.and_then(|h| u8::from_str_radix(h, 16).ok()) {
-                    Some(b) => {
-                        out.push(b);
-                        i += 3;
-                    }
-                    None => {
-                        out.push(b'%');
-                        i += 1;
-                    }
-                }
-            }
-            b'+' => {
-                out.push(b' ');
-                i += 1;
-            }
-            b => {
-                out.push(b);
-                i += 1;
-            }
-        }
-    }
-    String::from_utf8_lossy(&out).into_owned()
 }
 
 fn unix_now() -> u64 {

@@ -9,7 +9,10 @@
 //! hangs (to provoke a client timeout) never holds up the others. Everything stops
 //! when the server is dropped; a hang is bounded by its duration.
 
-use std::io::{BufRead, BufReader, Read, Write};
+#[path = "http_wire.rs"]
+mod http_wire;
+
+use std::io::{BufReader, Write};
 use std::net::{TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -37,7 +40,7 @@ impl Request {
     pub fn form(&self, name: &str) -> Option<String> {
         self.body.split('&').find_map(|pair| {
             let (k, v) = pair.split_once('=')?;
-            (percent_decode(k) == name).then(|| percent_decode(v))
+            (http_wire::percent_decode(k, true) == name).then(|| http_wire::percent_decode(v, true))
         })
     }
 
@@ -45,38 +48,6 @@ impl Request {
     pub fn action(&self) -> String {
         self.form("Action").unwrap_or_default()
     }
-}
-
-fn percent_decode(s: &str) -> String {
-    let bytes = s.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        match bytes[i] {
-            b'%' if i + 2 < bytes.len() => {
-                let hex = std::str::from_utf8(&bytes[i + 1..i + 3]).unwrap_or("");
-                match u8::from_str_radix(hex, 16) {
-                    Ok(b) => {
-                        out.push(b);
-                        i += 3;
-                    }
-                    Err(_) => {
-                        out.push(b'%');
-                        i += 1;
-                    }
-                }
-            }
-            b'+' => {
-                out.push(b' ');
-                i += 1;
-            }
-            b => {
-                out.push(b);
-                i += 1;
-            }
-        }
-    }
-    String::from_utf8_lossy(&out).into_owned()
 }
 
 /// What the server does with a request.
@@ -227,33 +198,11 @@ fn serve(stream: TcpStream, requests: &Mutex<Vec<Request>>, stop: &AtomicBool, h
 }
 
 fn read_request(reader: &mut BufReader<TcpStream>) -> Option<Request> {
-    let mut line = String::new();
-    reader.read_line(&mut line).ok()?;
-    let mut parts = line.split_whitespace();
-    let method = parts.next()?.to_string();
-    let path = parts.next()?.to_string();
-    let mut headers = Vec::new();
-    loop {
-        let mut h = String::new();
-        reader.read_line(&mut h).ok()?;
-        let h = h.trim_end();
-        if h.is_empty() {
-            break;
-        }
-        let (n, v) = h.split_once(':')?;
-        headers.push((n.trim().to_string(), v.trim().to_string()));
-    }
-    let length: usize = headers
-        .iter()
-        .find(|(n, _)| n.eq_ignore_ascii_case("content-length"))
-        .and_then(|(_, v)| v.parse().ok())
-        .unwrap_or(0);
-    let mut body = vec![0; length];
-    reader.read_exact(&mut body).ok()?;
+    let request = http_wire::read_request(reader)?;
     Some(Request {
-        method,
-        path,
-        headers,
-        body: String::from_utf8_lossy(&body).into_owned(),
+        method: request.method,
+        path: request.target,
+        headers: request.headers,
+        body: String::from_utf8_lossy(&request.body).into_owned(),
     })
 }
