@@ -759,6 +759,11 @@ fn a_burst_of_creates_stays_under_the_api_rate_limit_and_finishes_near_the_minim
     let minimum_requests = 1 + 1 + 2 * CREATES;
     assert_eq!(double.requests().len() as u64, minimum_requests);
     let minimum = Duration::from_secs_f64((minimum_requests - u64::from(BURST)) as f64 / RATE);
+    eprintln!(
+        "burst: {CREATES} creates ({minimum_requests} requests) in {took:.2?}, the limit allows {minimum:.2?}; \
+         {} refused with 429",
+        double.throttled()
+    );
     assert!(
         took <= minimum.mul_f64(1.25),
         "took {took:?}, the limit allows {minimum:?}; requests: {timeline:#?}"
