@@ -11,23 +11,10 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, Sender, at, never, select_biased};
 
-use crate::cloud::workers::CloudJob;
 use crate::controller::{
-    CloudReply, Command, Controller, Input, NodeEvent, OpId, PassReport, WriteError,
+    CloudJob, CloudReply, Command, Controller, Input, NodeEvent, OpId, PassReport, StatusRequest,
+    WriteError,
 };
-
-/// What the actor sends to the status writer.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum StatusRequest {
-    /// Patch `NetworkUnavailable`; the writer answers on the status reply channel.
-    WriteCondition {
-        node: String,
-        uid: String,
-        condition: crate::model::Condition,
-    },
-    /// Record an event on a node; no answer.
-    RecordEvent(crate::controller::NodeEventRecord),
-}
 
 /// The channels around the actor. Senders of the inputs belong to the other threads.
 pub struct ActorIo {
@@ -120,16 +107,12 @@ pub fn run(mut controller: Controller, mut io: ActorIo) -> Exit {
     }
 }
 
+/// Forwards each command whole, cause included, to the driver that carries it out.
 fn dispatch(commands: Vec<Command>, io: &ActorIo) {
     for command in commands {
         match command {
             Command::Cloud { id, op, cause } => {
-                log::debug!(
-                    "cloud {:?} (pass {}, caused by {cause})",
-                    op.operation(),
-                    cause.pass
-                );
-                if io.cloud_jobs.send(CloudJob { id, op }).is_err() {
+                if io.cloud_jobs.send(CloudJob { id, op, cause }).is_err() {
                     log::error!("cloud workers are gone; operation {id} dropped");
                 }
             }
@@ -139,20 +122,17 @@ fn dispatch(commands: Vec<Command>, io: &ActorIo) {
                 condition,
                 cause,
             } => {
-                log::debug!(
-                    "node {node}: NetworkUnavailable={} ({}), pass {}",
-                    condition.status,
-                    condition.reason,
-                    cause.pass
-                );
                 let _ = io.status_requests.send(StatusRequest::WriteCondition {
                     node,
                     uid,
                     condition,
+                    cause,
                 });
             }
-            Command::RecordEvent { event, .. } => {
-                let _ = io.status_requests.send(StatusRequest::RecordEvent(event));
+            Command::RecordEvent { event, cause } => {
+                let _ = io
+                    .status_requests
+                    .send(StatusRequest::RecordEvent { event, cause });
             }
             Command::PassFinished(report) => {
                 if report.list_error.is_some() || report.failed > 0 {

@@ -3,15 +3,21 @@
 //! controller of the cloud-controller-manager (`k8s.io/cloud-provider`), including the
 //! watch-based reconciliation of KEP-5237, without an async runtime.
 //!
-//! The pieces:
-//! - [`model`]: nodes as the controller sees them, cloud routes, parsed CIDRs.
-//! - [`plan`]: the pure planner (nodes + routes + cluster CIDRs → deletes, creates,
-//!   conditions), with upstream's semantics.
-//! - [`controller`]: the sans-IO state machine that decides when to plan, what to send
-//!   and how to retry. It is fed inputs and the time and returns commands.
-//! - [`actor`]: the thread that connects the controller to channels.
-//! - [`cloud`]: the provider interface, the worker pool, rate limiting, providers.
-//! - [`metrics`]: the registry exported in the Prometheus text format.
+//! What an embedder uses, all at the crate root:
+//! - [`Controller`], fed [`Input`]s and the time, returning [`Command`]s: the sans-IO
+//!   state machine that decides when to plan, what to send and how to retry; with its
+//!   [`Config`], and the [`NodeEvent`]s, [`CloudOp`]s and [`PassReport`]s it speaks in.
+//! - [`Builder`] and [`Handle`]: the same threads as the binary (node watch, lease,
+//!   reconcile actor, cloud workers, status writer), for a tool that wants it all.
+//! - [`Routes`]: the provider interface, with [`CloudError`] and its
+//!   [`CloudErrorKind`]s; the providers themselves are in [`cloud`].
+//! - [`Metrics`]: the registry exported in the Prometheus text format ([`metrics`]).
+//! - The model ([`Node`], [`Route`], [`Cidr`], …, in [`model`]) and the pure planner
+//!   ([`plan`]), with upstream's semantics.
+//! - [`kube`]: the small blocking Kubernetes client the threads use.
+//!
+//! Modules marked hidden in the source (`cli`, `serve`, `sim`, …) are the binary's and
+//! the tests' and are not part of the API.
 //!
 //! # Driving the controller by hand
 //!
@@ -21,10 +27,9 @@
 //! ```
 //! use std::sync::Arc;
 //! use std::time::{Duration, Instant};
-//! use route_controller::cloud::{Routes, fake::FakeCloud};
-//! use route_controller::controller::{CloudOp, CloudReply, Command, Config, Controller, Input, NodeEvent};
-//! use route_controller::metrics::Metrics;
-//! use route_controller::model::{Cidr, Node, NodeAddress};
+//! use route_controller::cloud::fake::FakeCloud;
+//! use route_controller::{Cidr, CloudOp, CloudReply, Command, Config, Controller, Input};
+//! use route_controller::{Metrics, Node, NodeAddress, NodeEvent, Routes};
 //!
 //! let config = Config::new(vec![Cidr::parse("10.244.0.0/16").unwrap()]);
 //! let mut controller = Controller::new(config, Arc::new(Metrics::new()));
@@ -55,6 +60,9 @@
 //!                 CloudReply::Done(cloud.create_route("kubernetes", name_hint, route, target))
 //!             }
 //!             CloudOp::Delete { route, .. } => CloudReply::Done(cloud.delete_route("kubernetes", route)),
+//!             // Operations may be added (the enum is non-exhaustive); `run_op` knows
+//!             // every one and is what the binary's cloud workers call.
+//!             other => route_controller::run_op(&cloud, "kubernetes", other, controller.metrics()),
 //!         };
 //!         pending.extend(controller.handle(Input::Cloud { id, reply }, now));
 //!     }
@@ -64,20 +72,51 @@
 //! assert!(controller.next_deadline().unwrap() > now + Duration::from_secs(12 * 3600 - 1));
 //! ```
 #![forbid(unsafe_code)]
+#![warn(missing_docs)]
 
-pub mod actor;
-pub mod cli;
-pub mod cloud;
-pub mod config;
-pub mod controller;
-pub mod duration;
-pub mod kube;
-pub mod logging;
-pub mod manifests;
+// The core: decisions, the model, the provider interface. Leaves below it.
+mod backoff;
+mod config;
+mod controller;
+mod duration;
 pub mod metrics;
 pub mod model;
+mod percent;
 pub mod plan;
-pub mod run;
-pub mod secret;
+mod provider;
+mod ratelimit;
+mod secret;
+mod sync;
+
+// Drivers around the core, and the providers.
+pub mod cloud;
+pub mod kube;
+mod run;
+
+// Reachable for the binary, the benchmarks and the integration tests only: not part of
+// the API, no stability promise, absent from the documentation.
+#[doc(hidden)]
+pub mod actor;
+#[doc(hidden)]
+pub mod cli;
+#[doc(hidden)]
+pub mod logging;
+#[doc(hidden)]
+pub mod manifests;
+#[doc(hidden)]
 pub mod serve;
+#[doc(hidden)]
 pub mod sim;
+#[doc(hidden)]
+pub mod workers;
+
+pub use actor::Exit;
+pub use controller::{
+    Cause, CloudJob, CloudOp, CloudReply, Command, Config, Controller, Input, Mode, NodeEvent,
+    NodeEventRecord, OpId, PassReport, StatusRequest, Trigger, WriteError,
+};
+pub use metrics::{CloudOperation, CloudOutcome, Metrics, SyncOutcome, TriggerKind};
+pub use model::{Cidr, Condition, Node, NodeAddress, Route};
+pub use provider::{CloudError, CloudErrorKind, NodeDirectory, RouteTarget, Routes};
+pub use run::{Builder, Handle, Stopper};
+pub use workers::run_op;

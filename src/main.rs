@@ -7,11 +7,11 @@
 
 use std::sync::Arc;
 
+use route_controller::Builder;
 use route_controller::actor::Exit;
 use route_controller::cli::{self, Command, EXIT_USAGE, RunArgs, UsageError};
 use route_controller::kube::{Client, Env, KubeConfig};
 use route_controller::metrics::Metrics;
-use route_controller::run::Builder;
 
 fn main() {
     let args: Vec<String> = std::env::args().collect();

@@ -6,24 +6,26 @@
 //! zeros rather than missing series) and recording is a single atomic add.
 
 use std::collections::BTreeMap;
+use std::fmt;
 use std::fmt::Write as _;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::time::Duration;
-
-use crate::cloud::CloudErrorKind;
 
 /// A monotonically increasing count.
 #[derive(Debug, Default)]
 pub struct Counter(AtomicU64);
 
 impl Counter {
+    /// Adds one.
     pub fn inc(&self) {
         self.add(1);
     }
+    /// Adds `n`.
     pub fn add(&self, n: u64) {
         self.0.fetch_add(n, Ordering::Relaxed);
     }
+    /// The current count.
     pub fn get(&self) -> u64 {
         self.0.load(Ordering::Relaxed)
     }
@@ -34,9 +36,11 @@ impl Counter {
 pub struct Gauge(AtomicI64);
 
 impl Gauge {
+    /// Sets the value.
     pub fn set(&self, v: i64) {
         self.0.store(v, Ordering::Relaxed);
     }
+    /// The current value.
     pub fn get(&self) -> i64 {
         self.0.load(Ordering::Relaxed)
     }
@@ -65,6 +69,7 @@ pub const REQUEST_BUCKETS: &[f64] = &[
 ];
 
 impl Histogram {
+    /// An empty histogram with these upper bounds, in seconds.
     pub fn new(bounds: &'static [f64]) -> Histogram {
         Histogram {
             bounds,
@@ -74,6 +79,7 @@ impl Histogram {
         }
     }
 
+    /// Records one observation.
     pub fn observe(&self, d: Duration) {
         let secs = d.as_secs_f64();
         if let Some(i) = self.bounds.iter().position(|b| secs <= *b) {
@@ -86,6 +92,7 @@ impl Histogram {
         );
     }
 
+    /// Observations so far.
     pub fn count(&self) -> u64 {
         self.count.load(Ordering::Relaxed)
     }
@@ -117,7 +124,9 @@ pub enum TriggerKind {
     Startup,
     /// A relist of the nodes after the watch broke.
     Relist,
+    /// A node was added.
     NodeAdd,
+    /// A node was deleted.
     NodeDelete,
     /// A change of `spec.podCIDRs` or `status.addresses`.
     NodeUpdate,
@@ -130,6 +139,7 @@ pub enum TriggerKind {
 }
 
 impl TriggerKind {
+    /// Every kind, in the order the series are exported.
     pub const ALL: [TriggerKind; 8] = [
         TriggerKind::Startup,
         TriggerKind::Relist,
@@ -141,6 +151,7 @@ impl TriggerKind {
         TriggerKind::Retry,
     ];
 
+    /// The label value.
     pub fn as_str(&self) -> &'static str {
         match self {
             TriggerKind::Startup => "startup",
@@ -166,12 +177,15 @@ pub enum SyncOutcome {
     Error,
     /// At least one route was created or deleted.
     Changed,
+    /// The pass found nothing to change.
     Noop,
 }
 
 impl SyncOutcome {
+    /// Every outcome, in the order the series are exported.
     pub const ALL: [SyncOutcome; 3] = [SyncOutcome::Error, SyncOutcome::Changed, SyncOutcome::Noop];
 
+    /// The label value.
     pub fn as_str(&self) -> &'static str {
         match self {
             SyncOutcome::Error => "error",
@@ -200,18 +214,23 @@ fn sync_trigger(kind: TriggerKind) -> usize {
 /// A cloud call, the label `operation`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum CloudOperation {
+    /// A list of the routes.
     List,
+    /// A route create.
     Create,
+    /// A route delete.
     Delete,
 }
 
 impl CloudOperation {
+    /// Every operation, in the order the series are exported.
     pub const ALL: [CloudOperation; 3] = [
         CloudOperation::List,
         CloudOperation::Create,
         CloudOperation::Delete,
     ];
 
+    /// The label value.
     pub fn as_str(&self) -> &'static str {
         match self {
             CloudOperation::List => "list",
@@ -221,24 +240,60 @@ impl CloudOperation {
     }
 }
 
-const OUTCOMES: [&str; 8] = [
-    "success",
-    "retry",
-    "rate_limited",
-    "conflict",
-    "not_found",
-    "already_exists",
-    "invalid",
-    "ambiguous",
-];
+/// How a cloud call ended, the label `outcome`: success, or the class of failure
+/// that calls for its own reaction (the provider interface maps its error kinds here).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum CloudOutcome {
+    /// The call did what was asked.
+    Success,
+    /// Refused without effect; to be retried.
+    Retry,
+    /// Refused for the provider's rate limit.
+    RateLimited,
+    /// The resource was busy with another change.
+    Conflict,
+    /// The route to delete was already gone.
+    NotFound,
+    /// A route with that destination already existed.
+    AlreadyExists,
+    /// The request was wrong and retrying will not fix it.
+    Invalid,
+    /// The call may or may not have taken effect.
+    Ambiguous,
+}
 
-fn outcome_index(result: Result<(), CloudErrorKind>) -> usize {
-    match result {
-        Ok(()) => 0,
-        Err(kind) => OUTCOMES
-            .iter()
-            .position(|o| *o == kind.outcome())
-            .unwrap_or(OUTCOMES.len() - 1),
+impl CloudOutcome {
+    /// Every outcome, in the order the series are exported.
+    pub const ALL: [CloudOutcome; 8] = [
+        CloudOutcome::Success,
+        CloudOutcome::Retry,
+        CloudOutcome::RateLimited,
+        CloudOutcome::Conflict,
+        CloudOutcome::NotFound,
+        CloudOutcome::AlreadyExists,
+        CloudOutcome::Invalid,
+        CloudOutcome::Ambiguous,
+    ];
+
+    /// The label value.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            CloudOutcome::Success => "success",
+            CloudOutcome::Retry => "retry",
+            CloudOutcome::RateLimited => "rate_limited",
+            CloudOutcome::Conflict => "conflict",
+            CloudOutcome::NotFound => "not_found",
+            CloudOutcome::AlreadyExists => "already_exists",
+            CloudOutcome::Invalid => "invalid",
+            CloudOutcome::Ambiguous => "ambiguous",
+        }
+    }
+}
+
+impl fmt::Display for CloudOutcome {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
     }
 }
 
@@ -265,13 +320,21 @@ pub struct Metrics {
     /// Routes by state: `ok` (in the cloud as wanted), `pending` (an operation is
     /// queued or in flight) and `failing` (the last operation failed; a retry waits).
     pub routes_ok: Gauge,
+    /// `route_controller_routes{state="pending"}`: wanted routes queued or in flight.
     pub routes_pending: Gauge,
+    /// `route_controller_routes{state="failing"}`: wanted routes waiting for a retry.
     pub routes_failing: Gauge,
+    /// `route_controller_condition_writes_total`.
     pub condition_writes: Counter,
+    /// `route_controller_condition_write_failures_total`.
     pub condition_write_failures: Counter,
+    /// `route_controller_events_total`: Kubernetes events recorded.
     pub events: Counter,
+    /// `route_controller_watch_relists_total`: complete node lists.
     pub watch_relists: Counter,
+    /// `route_controller_watch_restarts_total`: watch streams started again.
     pub watch_restarts: Counter,
+    /// `route_controller_watch_events_total`: node events after the lists.
     pub watch_events: Counter,
     /// 1 while the watch is connected or listing successfully.
     pub watch_healthy: Gauge,
@@ -279,6 +342,7 @@ pub struct Metrics {
     pub synced: Gauge,
     /// 1 while this replica holds the lease (or runs without leader election).
     pub leader: Gauge,
+    /// `route_controller_leader_transitions_total`.
     pub leader_transitions: Counter,
 }
 
@@ -289,6 +353,7 @@ impl Default for Metrics {
 }
 
 impl Metrics {
+    /// A registry with every series at zero.
     pub fn new() -> Metrics {
         Metrics {
             route_sync: Default::default(),
@@ -317,10 +382,12 @@ impl Metrics {
         }
     }
 
+    /// The provider's name for the `provider` label.
     pub fn set_provider(&self, name: &'static str) {
-        *self.provider.lock().unwrap_or_else(|e| e.into_inner()) = name;
+        *crate::sync::lock(&self.provider) = name;
     }
 
+    /// Counts a pass started by `trigger`.
     pub fn pass_started(&self, trigger: TriggerKind) {
         self.passes[trigger.index()].inc();
     }
@@ -338,6 +405,7 @@ impl Metrics {
             .sum()
     }
 
+    /// Passes started by this trigger kind.
     pub fn passes(&self, trigger: TriggerKind) -> u64 {
         self.passes[trigger.index()].get()
     }
@@ -347,22 +415,19 @@ impl Metrics {
         self.passes.iter().map(Counter::get).sum()
     }
 
+    /// Counts one trigger.
     pub fn trigger(&self, kind: TriggerKind) {
         self.triggers[kind.index()].inc();
     }
 
+    /// Triggers of this kind so far.
     pub fn triggers(&self, kind: TriggerKind) -> u64 {
         self.triggers[kind.index()].get()
     }
 
     /// Records one cloud request: its operation, outcome and duration.
-    pub fn cloud_request(
-        &self,
-        op: CloudOperation,
-        result: Result<(), CloudErrorKind>,
-        took: Duration,
-    ) {
-        self.cloud_requests[op as usize][outcome_index(result)].inc();
+    pub fn cloud_request(&self, op: CloudOperation, outcome: CloudOutcome, took: Duration) {
+        self.cloud_requests[op as usize][outcome as usize].inc();
         self.cloud_duration[op as usize].observe(took);
     }
 
@@ -382,14 +447,14 @@ impl Metrics {
         endpoint: &'static str,
         status: Option<u16>,
     ) {
-        let mut map = self.cloud_api.lock().unwrap_or_else(|e| e.into_inner());
+        let mut map = crate::sync::lock(&self.cloud_api);
         *map.entry((provider, endpoint, status.unwrap_or(0)))
             .or_default() += 1;
     }
 
     /// HTTP requests to `endpoint` of `provider`'s API, all statuses.
     pub fn cloud_api_requests(&self, provider: &str, endpoint: &str) -> u64 {
-        let map = self.cloud_api.lock().unwrap_or_else(|e| e.into_inner());
+        let map = crate::sync::lock(&self.cloud_api);
         map.iter()
             .filter(|((p, e, _), _)| *p == provider && *e == endpoint)
             .map(|(_, n)| n)
@@ -399,7 +464,7 @@ impl Metrics {
     /// The Prometheus text exposition format (version 0.0.4).
     pub fn encode(&self) -> String {
         let mut out = String::with_capacity(8192);
-        let provider = *self.provider.lock().unwrap_or_else(|e| e.into_inner());
+        let provider = *crate::sync::lock(&self.provider);
         header(
             &mut out,
             "route_controller_route_sync_total",
@@ -476,7 +541,11 @@ impl Metrics {
             "Cloud route calls by operation and outcome.",
         );
         for op in CloudOperation::ALL {
-            for (i, outcome) in OUTCOMES.iter().enumerate() {
+            for (i, outcome) in CloudOutcome::ALL
+                .iter()
+                .map(CloudOutcome::as_str)
+                .enumerate()
+            {
                 let _ = writeln!(
                     out,
                     "route_controller_cloud_requests_total{{provider=\"{provider}\",operation=\"{}\",outcome=\"{outcome}\"}} {}",
@@ -505,12 +574,7 @@ impl Metrics {
             "counter",
             "HTTP requests to the cloud provider's API by endpoint and status code (code 0: no reply).",
         );
-        for ((provider, endpoint, code), n) in self
-            .cloud_api
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .iter()
-        {
+        for ((provider, endpoint, code), n) in crate::sync::lock(&self.cloud_api).iter() {
             let _ = writeln!(
                 out,
                 "route_controller_cloud_api_requests_total{{provider=\"{provider}\",endpoint=\"{endpoint}\",code=\"{code}\"}} {n}"
@@ -637,10 +701,14 @@ mod tests {
         m.set_provider("fake");
         m.cloud_request(
             CloudOperation::Create,
-            Err(CloudErrorKind::Conflict),
+            CloudOutcome::Conflict,
             Duration::from_millis(3),
         );
-        m.cloud_request(CloudOperation::Create, Ok(()), Duration::from_millis(3));
+        m.cloud_request(
+            CloudOperation::Create,
+            CloudOutcome::Success,
+            Duration::from_millis(3),
+        );
         let text = m.encode();
         assert!(text.contains(
             "route_controller_cloud_requests_total{provider=\"fake\",operation=\"create\",outcome=\"conflict\"} 1"

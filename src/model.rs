@@ -76,11 +76,13 @@ pub struct NodeAddress {
     /// `InternalIP`, `ExternalIP`, `Hostname`, `InternalDNS` or `ExternalDNS`.
     #[serde(rename = "type", default, deserialize_with = "address_type")]
     pub kind: Label,
+    /// The address, as the node reports it.
     #[serde(default)]
     pub address: String,
 }
 
 impl NodeAddress {
+    /// An address of type `kind` (`InternalIP`, `ExternalIP`, `Hostname`, …).
     pub fn new(kind: &str, address: &str) -> NodeAddress {
         NodeAddress {
             kind: label(kind, ADDRESS_TYPES),
@@ -88,6 +90,7 @@ impl NodeAddress {
         }
     }
 
+    /// An `InternalIP` address.
     pub fn internal_ip(address: &str) -> NodeAddress {
         NodeAddress::new("InternalIP", address)
     }
@@ -99,13 +102,16 @@ pub struct Condition {
     /// `True`, `False` or `Unknown`.
     #[serde(deserialize_with = "condition_word")]
     pub status: Label,
+    /// The machine-readable reason, e.g. `RouteCreated`.
     #[serde(default, deserialize_with = "condition_word")]
     pub reason: Label,
+    /// The human-readable message.
     #[serde(default)]
     pub message: Label,
 }
 
 impl Condition {
+    /// A condition with this status, reason and message.
     pub fn new(status: &str, reason: &str, message: &str) -> Condition {
         Condition {
             status: label(status, CONDITION_WORDS),
@@ -148,7 +154,9 @@ pub struct Cidr {
 /// Why a string is not a CIDR.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct CidrError {
+    /// The text that did not parse.
     pub input: String,
+    /// What is wrong with it.
     pub problem: &'static str,
 }
 
@@ -193,14 +201,17 @@ impl Cidr {
         Ok(Cidr { network, prefix })
     }
 
+    /// The network address (host bits zero).
     pub fn network(&self) -> IpAddr {
         self.network
     }
 
+    /// The prefix length.
     pub fn prefix(&self) -> u8 {
         self.prefix
     }
 
+    /// Whether this is an IPv4 network.
     pub fn is_ipv4(&self) -> bool {
         self.network.is_ipv4()
     }
@@ -374,7 +385,9 @@ struct WireCondition {
 #[derive(Deserialize, Debug, Default)]
 #[serde(default)]
 pub struct NodeList {
+    /// The nodes.
     pub items: Vec<Node>,
+    /// The list's metadata.
     pub metadata: ListMeta,
 }
 
@@ -382,7 +395,9 @@ pub struct NodeList {
 #[derive(Deserialize, Debug, Default, Clone)]
 #[serde(rename_all = "camelCase", default)]
 pub struct ListMeta {
+    /// The resource version the list is consistent at.
     pub resource_version: String,
+    /// The token for the next page; empty on the last.
     #[serde(rename = "continue")]
     pub continue_token: String,
 }

@@ -36,8 +36,11 @@ pub struct Plan {
 /// A route to delete and why.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Delete {
+    /// The route to delete, as listed.
     pub route: Route,
+    /// Its destination, parsed.
     pub cidr: Cidr,
+    /// Why it goes.
     pub reason: DeleteReason,
 }
 
@@ -59,6 +62,7 @@ pub enum DeleteReason {
 }
 
 impl DeleteReason {
+    /// The reason as logs and `plan` print it.
     pub fn as_str(&self) -> &'static str {
         match self {
             DeleteReason::Blackhole => "blackhole",
@@ -82,7 +86,9 @@ impl fmt::Display for DeleteReason {
 /// as it is when the route is created ([`Create::request`]).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Create {
+    /// The node the route points at.
     pub node: String,
+    /// The destination: one of the node's pod CIDRs.
     pub cidr: Cidr,
     /// True when an existing route to old addresses is deleted first (upstream's
     /// "update" action).
@@ -113,11 +119,13 @@ impl Create {
 pub struct CreateRequest {
     /// Target node, node addresses and destination; name empty, flags false.
     pub route: Route,
+    /// The destination, parsed.
     pub cidr: Cidr,
     /// The node UID, passed to the provider as the name hint.
     pub name_hint: String,
     /// The node's `spec.providerID`, for the provider to find its server or instance.
     pub provider_id: Option<String>,
+    /// Whether it replaces a route deleted first (address change).
     pub replaces: bool,
 }
 
@@ -125,7 +133,9 @@ pub struct CreateRequest {
 /// routed at all.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct NodeRouting {
+    /// The node's name.
     pub node: String,
+    /// The node's UID.
     pub uid: String,
     /// The node has pod CIDRs and all of them are valid; if false the node gets
     /// `NetworkUnavailable=True` whatever happens to the creates.
@@ -149,14 +159,20 @@ impl NodeRouting {
 pub enum Problem {
     /// A node's pod CIDR does not parse; that CIDR gets no route.
     InvalidPodCidr {
+        /// The node.
         node: String,
+        /// The pod CIDR as written.
         cidr: String,
+        /// Why it does not parse.
         error: String,
     },
     /// A cloud route's destination does not parse; it is never deleted.
     UnparsableRoute {
+        /// The route's name.
         route: String,
+        /// Its destination as listed.
         destination: String,
+        /// Why it does not parse.
         error: String,
     },
 }

@@ -9,16 +9,14 @@
 //! metrics server <── Metrics (atomics, read-only)
 //! ```
 //!
-//! An embedding tool needs a controller [`Config`](crate::controller::Config), a
+//! An embedding tool needs a controller [`Config`], a
 //! Kubernetes [`Client`] and a cloud provider:
 //!
 //! ```no_run
 //! use std::sync::Arc;
 //! use route_controller::cloud::fake::FakeCloud;
-//! use route_controller::controller::Config;
 //! use route_controller::kube::{Client, ClientOptions, Env, KubeConfig, LoadOptions};
-//! use route_controller::model::Cidr;
-//! use route_controller::run::Builder;
+//! use route_controller::{Builder, Cidr, Config};
 //!
 //! let kube = KubeConfig::load(&LoadOptions::default(), &Env::from_process())?;
 //! let client = Client::new(&kube, ClientOptions::default())?;
@@ -38,11 +36,12 @@ use std::thread::JoinHandle;
 use crossbeam_channel::{Sender, bounded, unbounded};
 
 use crate::actor::{self, ActorIo, Exit};
-use crate::cloud::{Routes, workers};
 use crate::controller::{Config, Controller, PassReport};
 use crate::kube::{self, Client, LeaseConfig, NodeWatch, StatusConfig, StopHandle, WatchConfig};
 use crate::metrics::Metrics;
+use crate::provider::Routes;
 use crate::serve::{self, Health, ServerHandle};
+use crate::workers;
 
 /// Assembles the controller's threads.
 pub struct Builder {
@@ -80,6 +79,7 @@ impl Builder {
         self
     }
 
+    /// Settings of the node watch (default [`WatchConfig::default`]).
     pub fn watch_config(mut self, watch: WatchConfig) -> Builder {
         self.watch = watch;
         self
@@ -245,12 +245,14 @@ pub struct Handle {
 pub struct Stopper(Sender<()>);
 
 impl Stopper {
+    /// Asks for a clean shutdown; returns at once.
     pub fn stop(&self) {
         let _ = self.0.try_send(());
     }
 }
 
 impl Handle {
+    /// The registry the threads record into.
     pub fn metrics(&self) -> &Arc<Metrics> {
         &self.metrics
     }
@@ -260,6 +262,7 @@ impl Handle {
         self.server.as_ref().map(ServerHandle::local_addr)
     }
 
+    /// A handle that asks for shutdown from another thread.
     pub fn stopper(&self) -> Stopper {
         Stopper(self.shutdown.clone())
     }

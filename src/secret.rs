@@ -3,10 +3,12 @@
 
 use std::fmt;
 
+/// A credential (token, password, key) that prints as `<redacted>`.
 #[derive(Clone, PartialEq, Eq)]
 pub struct Secret(String);
 
 impl Secret {
+    /// Wraps a credential.
     pub fn new(value: impl Into<String>) -> Secret {
         Secret(value.into())
     }
@@ -16,10 +18,12 @@ impl Secret {
         &self.0
     }
 
+    /// Its length in bytes.
     pub fn len(&self) -> usize {
         self.0.len()
     }
 
+    /// Whether it is empty.
     pub fn is_empty(&self) -> bool {
         self.0.is_empty()
     }

@@ -27,15 +27,15 @@ use rand::rngs::SmallRng;
 use rand::{RngExt, SeedableRng};
 use serde::Serialize;
 
-use crate::cloud::CloudErrorKind;
 use crate::cloud::fake::{Call, FakeCloud};
-use crate::cloud::ratelimit::TokenBucket;
-use crate::cloud::workers::run_op;
 use crate::controller::{
     CloudOp, CloudReply, Command, Config, Controller, Input, Mode, NodeEvent, OpId,
 };
 use crate::metrics::Metrics;
 use crate::model::{Cidr, Node, NodeAddress, Route};
+use crate::provider::CloudErrorKind;
+use crate::ratelimit::TokenBucket;
+use crate::workers::run_op;
 
 /// The scenarios `simulate` knows.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -6,12 +6,13 @@ use std::thread;
 use std::time::Duration;
 
 use crossbeam_channel::{Receiver, Sender, bounded, unbounded};
-use route_controller::actor::{self, ActorIo, Exit, StatusRequest};
+use route_controller::StatusRequest;
+use route_controller::actor::{self, ActorIo, Exit};
 use route_controller::cloud::fake::FakeCloud;
-use route_controller::cloud::workers;
-use route_controller::controller::{Config, Controller, NodeEvent, PassReport};
 use route_controller::metrics::Metrics;
 use route_controller::model::{Cidr, Node, NodeAddress};
+use route_controller::workers;
+use route_controller::{Config, Controller, NodeEvent, PassReport};
 
 struct Running {
     nodes: Sender<NodeEvent>,

@@ -16,11 +16,11 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use route_controller::cloud::aws::credentials::AwsEnv;
 use route_controller::cloud::aws::sigv4::{self, RequestParts, SigningKey};
 use route_controller::cloud::aws::{AwsConfig, AwsProvider};
-use route_controller::cloud::workers::run_op;
 use route_controller::cloud::{CloudErrorKind, NodeDirectory, RouteTarget, Routes};
-use route_controller::controller::{Command, Config, Controller, Input, NodeEvent, PassReport};
 use route_controller::metrics::Metrics;
 use route_controller::model::{Cidr, Node, NodeAddress, Route};
+use route_controller::run_op;
+use route_controller::{Command, Config, Controller, Input, NodeEvent, PassReport};
 use stub_http::{Reply, Request, StubServer};
 
 const CLUSTER: &str = "test-cluster";
@@ -1394,7 +1394,7 @@ impl Drive<'_> {
                     self.reports.push(report);
                     Vec::new()
                 }
-                Command::RecordEvent { .. } => Vec::new(),
+                _ => Vec::new(),
             };
             queue.extend(next);
         }

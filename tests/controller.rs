@@ -9,9 +9,9 @@ use std::time::Duration;
 use driver::*;
 use route_controller::cloud::CloudErrorKind;
 use route_controller::cloud::fake::{Call, FakeCloud};
-use route_controller::controller::{CloudOp, Command, Input, Mode, NodeEvent};
 use route_controller::metrics::TriggerKind;
 use route_controller::model::Cidr;
+use route_controller::{CloudOp, Command, Input, Mode, NodeEvent};
 use std::sync::Arc;
 
 fn nodes(n: usize) -> Vec<route_controller::model::Node> {
@@ -721,6 +721,7 @@ fn destination(op: &CloudOp) -> String {
             route.destination_cidr.clone()
         }
         CloudOp::List { .. } => "list".into(),
+        other => panic!("an operation this test does not know: {other:?}"),
     }
 }
 

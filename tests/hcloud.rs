@@ -784,11 +784,11 @@ fn a_burst_of_creates_stays_under_the_api_rate_limit_and_finishes_near_the_minim
 
 mod controller_against_the_double {
     use super::*;
-    use route_controller::cloud::workers::run_op;
-    use route_controller::controller::{
+    use route_controller::model::Node;
+    use route_controller::run_op;
+    use route_controller::{
         Command, Config as ControllerConfig, Controller, Input, Mode, NodeEvent,
     };
-    use route_controller::model::Node;
 
     fn node(i: u64) -> Node {
         Node {
@@ -829,6 +829,7 @@ mod controller_against_the_double {
                         panic!("unexpected event {event:?}")
                     }
                     Command::PassFinished(_) => {}
+                    other => panic!("a command this test does not know: {other:?}"),
                 }
             }
             if inputs.is_empty() {

@@ -12,12 +12,12 @@ use std::time::{Duration, Instant};
 
 use fake_apiserver::{FakeApiServer, WatchScript, WatchStep, node_json};
 use route_controller::cloud::fake::FakeCloud;
-use route_controller::cloud::workers::run_op;
-use route_controller::controller::{Command, Config, Controller, Input};
 use route_controller::kube::watch::{WatchConfig, spawn_node_watch};
 use route_controller::kube::{Client, ClientOptions, Env, KubeConfig, LoadOptions};
 use route_controller::metrics::Metrics;
 use route_controller::model::Cidr;
+use route_controller::run_op;
+use route_controller::{Command, Config, Controller, Input};
 
 /// Runs commands (and the commands their replies cause) to completion.
 fn run(
@@ -39,7 +39,7 @@ fn run(
                 },
                 Instant::now(),
             ),
-            Command::RecordEvent { .. } | Command::PassFinished(_) => Vec::new(),
+            _ => Vec::new(),
         };
         commands.extend(more);
     }

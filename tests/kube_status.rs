@@ -8,13 +8,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use fake_apiserver::{FakeApiServer, node_json};
-use route_controller::controller::{NodeEventRecord, WriteError};
-use route_controller::kube::status::{
-    StatusConfig, StatusRequest, StatusWriter, spawn_status_writer,
-};
+use route_controller::kube::status::{StatusConfig, StatusWriter, spawn_status_writer};
 use route_controller::kube::{Client, ClientOptions, Env, KubeConfig, LoadOptions};
 use route_controller::metrics::Metrics;
 use route_controller::model::Condition;
+use route_controller::{NodeEventRecord, StatusRequest, WriteError};
 
 fn client(server: &FakeApiServer) -> Client {
     let config = KubeConfig::load(
@@ -60,6 +58,7 @@ fn the_condition_is_a_strategic_merge_patch_of_node_status_through_the_thread() 
             node: "n1".into(),
             uid: "uid-n1".into(),
             condition: no_route(),
+            cause: Default::default(),
         })
         .unwrap();
     req_tx
@@ -67,6 +66,7 @@ fn the_condition_is_a_strategic_merge_patch_of_node_status_through_the_thread() 
             node: "gone".into(),
             uid: "uid-gone".into(),
             condition: no_route(),
+            cause: Default::default(),
         })
         .unwrap();
     let r1 = reply_rx.recv_timeout(Duration::from_secs(10)).unwrap();

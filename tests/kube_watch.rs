@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::Receiver;
 use fake_apiserver::{FakeApiServer, WatchScript, WatchStep, node_json};
-use route_controller::controller::NodeEvent;
+use route_controller::NodeEvent;
 use route_controller::kube::watch::{BackoffConfig, NodeWatch, WatchConfig, spawn_node_watch};
 use route_controller::kube::{Client, ClientOptions, Env, KubeConfig, LoadOptions};
 use route_controller::metrics::Metrics;

@@ -13,11 +13,10 @@ use std::net::SocketAddr;
 use std::sync::{Arc, Barrier, Mutex};
 use std::time::{Duration, Instant};
 
-use route_controller::cloud::CloudErrorKind;
-use route_controller::metrics::{CloudOperation, Metrics, SyncOutcome, TriggerKind};
 use route_controller::serve::{
     Health, HealthFn, ServerConfig, ServerHandle, spawn_server, spawn_server_with,
 };
+use route_controller::{CloudOperation, CloudOutcome, Metrics, SyncOutcome, TriggerKind};
 
 use raw_http::{PATIENCE, connect, exchange, exchange_bytes, get, parse_response, read_response};
 
@@ -65,12 +64,14 @@ fn the_scrape_parses_back_with_every_family_issue_5_asks_for() {
     metrics.pass_finished(TriggerKind::Resync, SyncOutcome::Noop);
     metrics.trigger(TriggerKind::NodeAdd);
     metrics.triggers_coalesced.add(4);
-    metrics.cloud_request(CloudOperation::Create, Ok(()), Duration::from_millis(30));
+    metrics.cloud_request(
+        CloudOperation::Create,
+        CloudOutcome::Success,
+        Duration::from_millis(30),
+    );
     metrics.cloud_request(
         CloudOperation::List,
-        Err(CloudErrorKind::RateLimited {
-            after: Duration::from_secs(1),
-        }),
+        CloudOutcome::RateLimited,
         Duration::from_millis(700),
     );
     metrics.trigger_to_pass.observe(Duration::from_millis(20));

@@ -10,9 +10,9 @@ use std::sync::Arc;
 
 use driver::Driver;
 use route_controller::cloud::fake::FakeCloud;
-use route_controller::controller::{CloudOp, Config, Mode, NodeEvent};
 use route_controller::model::{Cidr, Condition, Node, NodeAddress, Route};
 use route_controller::plan;
+use route_controller::{CloudOp, Config, Mode, NodeEvent};
 use serde::Deserialize;
 
 #[derive(Deserialize)]
@@ -216,6 +216,10 @@ fn controller_with_the_fake_cloud_matches_every_reconcile_case() {
                     });
                 }
                 CloudOp::List { .. } => {}
+                other => panic!(
+                    "{}: an operation this test does not know: {other:?}",
+                    case.id
+                ),
             }
         }
         // A create for a destination that is also deleted comes after that delete.

@@ -14,22 +14,28 @@ use std::time::{Duration, Instant};
 use rand::rngs::SmallRng;
 use rand::{RngExt, SeedableRng};
 
-use super::{CloudError, CloudErrorKind, NodeDirectory, RouteTarget, Routes};
 use crate::model::{Cidr, Route};
+use crate::provider::{CloudError, CloudErrorKind, NodeDirectory, RouteTarget, Routes};
 
 /// Which call a counter or an injected failure applies to.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Call {
+    /// A list of routes.
     List,
+    /// A route create.
     Create,
+    /// A route delete.
     Delete,
 }
 
 /// Call counters, readable while the cloud is in use.
 #[derive(Debug, Default)]
 pub struct Counters {
+    /// Lists made.
     pub list: AtomicU64,
+    /// Creates made.
     pub create: AtomicU64,
+    /// Deletes made.
     pub delete: AtomicU64,
     /// Calls refused by the server-side rate limit.
     pub rate_limited: AtomicU64,
@@ -38,6 +44,7 @@ pub struct Counters {
 }
 
 impl Counters {
+    /// Calls of one kind so far.
     pub fn get(&self, call: Call) -> u64 {
         match call {
             Call::List => self.list.load(Ordering::Relaxed),
@@ -46,6 +53,7 @@ impl Counters {
         }
     }
 
+    /// Calls of every kind so far.
     pub fn total(&self) -> u64 {
         self.get(Call::List) + self.get(Call::Create) + self.get(Call::Delete)
     }
@@ -137,13 +145,14 @@ impl FakeCloud {
         self.lock().routes.get(destination).cloned()
     }
 
+    /// The call counters.
     pub fn counters(&self) -> &Counters {
         &self.counters
     }
 
     /// Real time each call sleeps before answering (for the threaded runtime).
     pub fn set_latency(&self, latency: Duration) {
-        *self.latency.lock().unwrap_or_else(|e| e.into_inner()) = latency;
+        *crate::sync::lock(&self.latency) = latency;
     }
 
     /// Whether listed routes carry `enable_node_addresses` (default false; seeded
@@ -167,6 +176,7 @@ impl FakeCloud {
         self.lock().broken.insert(destination, kind);
     }
 
+    /// Stops failing calls for `destination` (see the failure injection above).
     pub fn heal_destination(&self, destination: Cidr) {
         self.lock().broken.remove(&destination);
     }
@@ -192,7 +202,7 @@ impl FakeCloud {
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(|e| e.into_inner())
+        crate::sync::lock(&self.state)
     }
 
     fn count(&self, call: Call) {
@@ -205,7 +215,7 @@ impl FakeCloud {
     }
 
     fn sleep(&self) {
-        let latency = *self.latency.lock().unwrap_or_else(|e| e.into_inner());
+        let latency = *crate::sync::lock(&self.latency);
         if !latency.is_zero() {
             std::thread::sleep(latency);
         }

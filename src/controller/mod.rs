@@ -25,436 +25,36 @@
 //! (the planner), and nothing is written unless this replica leads.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
-use std::fmt;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use rand::rngs::SmallRng;
 use rand::{RngExt, SeedableRng};
 
-use crate::cloud::{CloudError, CloudErrorKind, NodeDirectory, RouteTarget};
-use crate::metrics::{Metrics, SyncOutcome, TriggerKind};
+use crate::metrics::{Metrics, SyncOutcome};
 use crate::model::{Cidr, Condition, Node, Route, same_addresses};
-use crate::plan::{self, DeleteReason, Plan};
+use crate::plan::{self, Plan};
+use crate::provider::{CloudError, CloudErrorKind, NodeDirectory, RouteTarget};
 
+mod cause;
+mod config;
+mod messages;
 mod ops;
+mod report;
 mod scheduler;
 mod view;
+
+pub use cause::{Cause, Trigger};
+pub use config::{Config, Mode};
+pub use messages::{
+    CloudJob, CloudOp, CloudReply, Command, Input, NodeEvent, NodeEventRecord, OpId, StatusRequest,
+    WriteError,
+};
+pub use report::PassReport;
 
 use ops::{OpKind, Operations, Planned, Queued};
 use scheduler::Scheduler;
 use view::RouteView;
-
-/// How passes are triggered.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Mode {
-    /// A full pass with a fresh list every `route_reconciliation_period` (the feature
-    /// gate off; upstream's only mode before 1.35).
-    Poll,
-    /// Passes on node add, delete, pod-CIDR or address change, plus a full resync every
-    /// 12–24 h; debounced, with per-route retries and a trusted view of the routes.
-    Watch,
-    /// Upstream 1.35/1.36's watch mode, reproduced for comparison: one pass at most per
-    /// 10 s through a token bucket, a list on every pass, no per-route retry, no pass
-    /// when the cluster has no nodes.
-    UpstreamWatch,
-}
-
-impl Mode {
-    pub fn as_str(&self) -> &'static str {
-        match self {
-            Mode::Poll => "poll",
-            Mode::Watch => "watch",
-            Mode::UpstreamWatch => "upstream-watch",
-        }
-    }
-}
-
-/// The controller's settings. Every field has a default (see [`Config::new`]).
-#[derive(Clone, Debug)]
-pub struct Config {
-    /// Passed to every cloud call (`--cluster-name`, default `kubernetes`).
-    pub cluster_name: String,
-    /// The ranges whose routes this controller owns (`--cluster-cidr`); routes outside
-    /// them are never deleted.
-    pub cluster_cidrs: Vec<Cidr>,
-    pub mode: Mode,
-    /// Poll period (`--route-reconciliation-period`, default 10 s).
-    pub route_reconciliation_period: Duration,
-    /// Watch mode's full resync is drawn once from [min, 2 × min) (`--min-resync-period`,
-    /// default 12 h).
-    pub min_resync_period: Duration,
-    /// Watch mode: after a pass, further triggers wait until none has arrived for this
-    /// long (default 50 ms). The first trigger after a quiet period starts at once.
-    pub debounce: Duration,
-    /// Watch mode: no trigger waits longer than this for its pass because of the
-    /// debounce (default 1 s).
-    pub max_wait: Duration,
-    /// Watch mode: a pass lists the cloud routes again when its view is older than this
-    /// (default 5 min), or whenever an ambiguous reply was seen.
-    pub route_view_max_age: Duration,
-    /// Cloud operations in flight at once (`--concurrent-route-operations`, default 16).
-    pub max_in_flight: usize,
-    /// First delay before a failed route operation is retried (default 1 s); it doubles
-    /// up to `retry_max` (default 5 min), with jitter.
-    pub retry_initial: Duration,
-    pub retry_max: Duration,
-    /// When false the controller writes from the start; when true it waits for
-    /// [`Input::Leadership`].
-    pub leader_election: bool,
-    /// Seed for the resync draw and the jitter; `None` seeds from the OS.
-    pub seed: Option<u64>,
-}
-
-impl Config {
-    /// Defaults as the cloud-controller-manager has them, in watch mode.
-    pub fn new(cluster_cidrs: Vec<Cidr>) -> Config {
-        Config {
-            cluster_name: "kubernetes".to_string(),
-            cluster_cidrs,
-            mode: Mode::Watch,
-            route_reconciliation_period: Duration::from_secs(10),
-            min_resync_period: Duration::from_secs(12 * 3600),
-            debounce: Duration::from_millis(50),
-            max_wait: Duration::from_secs(1),
-            route_view_max_age: Duration::from_secs(300),
-            max_in_flight: 16,
-            retry_initial: Duration::from_secs(1),
-            retry_max: Duration::from_secs(300),
-            leader_election: false,
-            seed: None,
-        }
-    }
-}
-
-/// An event from the node watch, with the relist markers of kube-rs's watcher.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum NodeEvent {
-    /// A (re)list begins; the nodes that follow replace the whole view at `InitDone`.
-    Init,
-    /// One node of the list.
-    InitApply(Node),
-    /// The list is complete; the view is whole again.
-    InitDone,
-    Added(Node),
-    Modified(Node),
-    Deleted(Node),
-}
-
-/// Identifies a cloud operation between its command and its reply.
-pub type OpId = u64;
-
-/// What the controller is told.
-#[derive(Clone, Debug)]
-pub enum Input {
-    Node(NodeEvent),
-    /// The reply to [`Command::Cloud`] with the same id.
-    Cloud {
-        id: OpId,
-        reply: CloudReply,
-    },
-    /// The reply to [`Command::WriteCondition`] for `node`.
-    ConditionWritten {
-        node: String,
-        result: Result<(), WriteError>,
-    },
-    /// This replica gained (true) or lost (false) the lease.
-    Leadership(bool),
-    /// Nothing happened; time passed (a deadline was reached).
-    Tick,
-    /// Stop starting passes and dispatching operations; let in-flight ones finish.
-    Shutdown,
-}
-
-/// A cloud worker's answer.
-#[derive(Clone, Debug)]
-pub enum CloudReply {
-    Listed(Result<Vec<Route>, CloudError>),
-    Done(Result<(), CloudError>),
-}
-
-/// Why a condition write failed.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum WriteError {
-    /// The node no longer exists; nothing to do.
-    NodeGone,
-    /// Anything else; the write is retried later.
-    Failed(String),
-}
-
-/// What the controller asks its drivers to do.
-#[derive(Clone, Debug)]
-pub enum Command {
-    /// Run a cloud operation and answer with [`Input::Cloud`].
-    Cloud {
-        id: OpId,
-        op: CloudOp,
-        cause: Arc<Cause>,
-    },
-    /// Patch the node's `NetworkUnavailable` condition; answer with
-    /// [`Input::ConditionWritten`].
-    WriteCondition {
-        node: String,
-        uid: String,
-        condition: Condition,
-        cause: Arc<Cause>,
-    },
-    /// Record a Kubernetes event on a node (fire and forget).
-    RecordEvent {
-        event: NodeEventRecord,
-        cause: Arc<Cause>,
-    },
-    /// A pass ended; log it.
-    PassFinished(PassReport),
-}
-
-/// A cloud operation.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum CloudOp {
-    List {
-        nodes: Arc<NodeDirectory>,
-    },
-    Create {
-        route: Route,
-        name_hint: String,
-        target: RouteTarget,
-    },
-    Delete {
-        route: Route,
-        reason: DeleteReason,
-    },
-}
-
-impl CloudOp {
-    pub fn operation(&self) -> crate::metrics::CloudOperation {
-        match self {
-            CloudOp::List { .. } => crate::metrics::CloudOperation::List,
-            CloudOp::Create { .. } => crate::metrics::CloudOperation::Create,
-            CloudOp::Delete { .. } => crate::metrics::CloudOperation::Delete,
-        }
-    }
-}
-
-/// A Kubernetes event about a node, as upstream records it.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct NodeEventRecord {
-    pub node: String,
-    pub uid: String,
-    /// `Warning` or `Normal`.
-    pub kind: &'static str,
-    pub reason: &'static str,
-    pub message: String,
-}
-
-/// One thing that asked for a pass.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Trigger {
-    Startup,
-    Relist,
-    Leadership,
-    Resync,
-    Poll,
-    NodeAdded(String),
-    NodeDeleted(String),
-    PodCidrsChanged(String),
-    AddressesChanged(String),
-    /// Upstream's watch mode only: an update with an unchanged resourceVersion (an
-    /// informer resync or relist).
-    NodeResynced(String),
-    /// A route operation that failed is due for another attempt.
-    RouteRetry(Cidr),
-    /// The list of cloud routes failed and is due for another attempt.
-    ListRetry,
-    /// A pass wanted to change a route while an operation on it was in flight; that
-    /// operation was answered, so the route is planned again.
-    Followup(Cidr),
-}
-
-impl Trigger {
-    pub fn kind(&self) -> TriggerKind {
-        match self {
-            Trigger::Startup | Trigger::Leadership => TriggerKind::Startup,
-            Trigger::Relist => TriggerKind::Relist,
-            Trigger::Resync => TriggerKind::Resync,
-            Trigger::Poll => TriggerKind::Poll,
-            Trigger::NodeAdded(_) => TriggerKind::NodeAdd,
-            Trigger::NodeDeleted(_) => TriggerKind::NodeDelete,
-            Trigger::PodCidrsChanged(_)
-            | Trigger::AddressesChanged(_)
-            | Trigger::NodeResynced(_) => TriggerKind::NodeUpdate,
-            Trigger::RouteRetry(_) | Trigger::ListRetry | Trigger::Followup(_) => {
-                TriggerKind::Retry
-            }
-        }
-    }
-
-    /// The node this trigger is about, if any.
-    pub fn node(&self) -> Option<&str> {
-        match self {
-            Trigger::NodeAdded(n)
-            | Trigger::NodeDeleted(n)
-            | Trigger::PodCidrsChanged(n)
-            | Trigger::AddressesChanged(n)
-            | Trigger::NodeResynced(n) => Some(n),
-            _ => None,
-        }
-    }
-
-    /// Passes for these triggers always list the cloud routes.
-    fn forces_list(&self) -> bool {
-        matches!(
-            self,
-            Trigger::Startup | Trigger::Leadership | Trigger::Resync | Trigger::Poll
-        )
-    }
-
-    /// Timers start their pass as soon as they fire; node changes are debounced.
-    fn is_timer(&self) -> bool {
-        !matches!(
-            self,
-            Trigger::NodeAdded(_)
-                | Trigger::NodeDeleted(_)
-                | Trigger::PodCidrsChanged(_)
-                | Trigger::AddressesChanged(_)
-                | Trigger::NodeResynced(_)
-        )
-    }
-}
-
-impl fmt::Display for Trigger {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Trigger::Startup => f.write_str("startup"),
-            Trigger::Relist => f.write_str("node relist"),
-            Trigger::Leadership => f.write_str("became leader"),
-            Trigger::Resync => f.write_str("periodic resync"),
-            Trigger::Poll => f.write_str("poll period"),
-            Trigger::NodeAdded(n) => write!(f, "node {n} added"),
-            Trigger::NodeDeleted(n) => write!(f, "node {n} deleted"),
-            Trigger::PodCidrsChanged(n) => write!(f, "node {n} pod CIDRs changed"),
-            Trigger::AddressesChanged(n) => write!(f, "node {n} addresses changed"),
-            Trigger::NodeResynced(n) => write!(f, "node {n} resynced"),
-            Trigger::RouteRetry(c) => write!(f, "retry of route {c}"),
-            Trigger::ListRetry => f.write_str("retry of the route list"),
-            Trigger::Followup(c) => write!(f, "follow-up for route {c}"),
-        }
-    }
-}
-
-/// Why a pass runs: the triggers folded into it. Every command of the pass carries it.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Cause {
-    /// The pass number, counting from 1.
-    pub pass: u64,
-    /// How many triggers of each kind.
-    pub counts: BTreeMap<TriggerKind, u32>,
-    /// The first few triggers, for logs.
-    pub samples: Vec<Trigger>,
-}
-
-const CAUSE_SAMPLES: usize = 8;
-
-impl Cause {
-    fn add(&mut self, trigger: Trigger) {
-        *self.counts.entry(trigger.kind()).or_default() += 1;
-        if self.samples.len() < CAUSE_SAMPLES && !self.samples.contains(&trigger) {
-            self.samples.push(trigger);
-        }
-    }
-
-    /// The kind that labels the pass in metrics: the first trigger's.
-    pub fn primary(&self) -> TriggerKind {
-        self.samples
-            .first()
-            .map(Trigger::kind)
-            .unwrap_or(TriggerKind::Resync)
-    }
-
-    pub fn total(&self) -> u32 {
-        self.counts.values().sum()
-    }
-
-    /// Whether one of the sampled triggers is a change of `node`.
-    pub fn mentions(&self, node: &str) -> bool {
-        self.samples.iter().any(|t| t.node() == Some(node))
-    }
-}
-
-impl fmt::Display for Cause {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        for (i, t) in self.samples.iter().enumerate() {
-            if i > 0 {
-                f.write_str(", ")?;
-            }
-            write!(f, "{t}")?;
-        }
-        let more = self.total() as usize - self.samples.len();
-        if more > 0 {
-            write!(f, " and {more} more")?;
-        }
-        Ok(())
-    }
-}
-
-/// The summary of a pass, logged as one line.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct PassReport {
-    pub cause: Arc<Cause>,
-    pub mode: Mode,
-    /// Whether this pass listed the cloud routes.
-    pub listed: bool,
-    /// Set when the pass could not plan (its list failed).
-    pub list_error: Option<String>,
-    pub created: usize,
-    pub deleted: usize,
-    pub kept: usize,
-    pub failed: usize,
-    /// Operations not attempted: waiting for a retry backoff, or cancelled (relist,
-    /// lost leadership, shutdown).
-    pub deferred: usize,
-    pub conditions: usize,
-    /// Cloud calls made by this pass, the list included.
-    pub cloud_calls: usize,
-    pub duration: Duration,
-    pub problems: Vec<String>,
-}
-
-impl fmt::Display for PassReport {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "pass {} ({}) caused by {}: ",
-            self.cause.pass,
-            self.mode.as_str(),
-            self.cause
-        )?;
-        if let Some(e) = &self.list_error {
-            return write!(
-                f,
-                "listing routes failed: {e}; {} cloud calls",
-                self.cloud_calls
-            );
-        }
-        write!(
-            f,
-            "routes created {}, deleted {}, kept {}, failed {}, deferred {}; conditions written {}; \
-             {} cloud calls{}; took {}",
-            self.created,
-            self.deleted,
-            self.kept,
-            self.failed,
-            self.deferred,
-            self.conditions,
-            self.cloud_calls,
-            if self.listed { " (listed)" } else { "" },
-            crate::duration::format(self.duration)
-        )?;
-        for p in &self.problems {
-            write!(f, "; {p}")?;
-        }
-        Ok(())
-    }
-}
 
 // ---------------------------------------------------------------------------------
 
@@ -575,10 +175,12 @@ impl Controller {
         }
     }
 
+    /// The settings it was built with.
     pub fn config(&self) -> &Config {
         &self.config
     }
 
+    /// The registry it records into.
     pub fn metrics(&self) -> &Arc<Metrics> {
         &self.metrics
     }
@@ -593,6 +195,7 @@ impl Controller {
         self.synced
     }
 
+    /// Whether this replica may write (holds the lease, or runs without election).
     pub fn is_leading(&self) -> bool {
         self.leading
     }
@@ -612,7 +215,9 @@ impl Controller {
         self.view.as_ref().map(|v| v.routes.as_slice())
     }
 
-    /// Feeds one input at `now` and returns what to do.
+    /// Feeds one input at `now` and returns what to do. The commands must be carried
+    /// out (or deliberately dropped): the controller counts them as sent.
+    #[must_use = "the commands are what the controller decided; carry them out"]
     pub fn handle(&mut self, input: Input, now: Instant) -> Vec<Command> {
         let mut out = Vec::new();
         match input {
@@ -633,7 +238,9 @@ impl Controller {
         out
     }
 
-    /// When the controller next needs [`Input::Tick`], if ever.
+    /// When the controller next needs [`Input::Tick`], if ever. The answer changes only
+    /// when [`Controller::handle`] is called.
+    #[must_use]
     pub fn next_deadline(&self) -> Option<Instant> {
         if !self.can_write() {
             return None;
@@ -1460,9 +1067,8 @@ impl Controller {
     /// `base × 2^(attempt-1)`, capped at `retry_max`, then jittered into [½, 1] of that,
     /// so that many routes failing together do not retry in lock-step.
     fn backoff(&mut self, attempt: u32, base: Duration) -> Duration {
-        let exp = base.saturating_mul(1u32 << attempt.saturating_sub(1).min(20));
-        let capped = exp.min(self.config.retry_max);
-        capped.mul_f64(self.rng.random_range(0.5..=1.0))
+        let draw = self.rng.random_range(0.0..1.0);
+        crate::backoff::delay(base, attempt, self.config.retry_max, (0.5, 1.0), draw)
     }
 
     fn failed_create_event(

@@ -386,7 +386,7 @@ impl Authenticator {
     }
 
     pub fn current(&self) -> Result<Credentials, KubeError> {
-        let mut source = self.source.lock().unwrap_or_else(|e| e.into_inner());
+        let mut source = crate::sync::lock(&self.source);
         let mut creds = Credentials {
             authorization: None,
             identity: self.static_identity.clone(),
@@ -414,7 +414,7 @@ impl Authenticator {
     /// The server answered 401: drop cached credentials. Returns whether fetching them
     /// again may help (a token file or a plugin may have new ones).
     pub fn unauthorized(&self) -> bool {
-        let mut source = self.source.lock().unwrap_or_else(|e| e.into_inner());
+        let mut source = crate::sync::lock(&self.source);
         match &mut *source {
             Source::TokenFile(f) => {
                 f.invalidate();

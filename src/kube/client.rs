@@ -24,7 +24,7 @@ use super::auth::{Authenticator, Credentials};
 use super::config::{ConfigError, Identity, KubeConfig, TlsSettings};
 use super::error::{ApiError, KubeError};
 use super::stop::StopHandle;
-use crate::cloud::ratelimit::RateLimiter;
+use crate::ratelimit::RateLimiter;
 
 /// Settings of the HTTP client. See [`ClientOptions::default`] for the defaults.
 #[derive(Clone, Debug)]
@@ -321,7 +321,7 @@ impl Client {
 
     /// The agent for these credentials, (re)built when the client certificate changed.
     fn agent_for(&self, creds: &Credentials) -> Result<Agent, KubeError> {
-        let mut slot = self.agent.lock().unwrap_or_else(|e| e.into_inner());
+        let mut slot = crate::sync::lock(&self.agent);
         if let Some(agent) = &slot.agent
             && slot.identity == creds.identity
         {

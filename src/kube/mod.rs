@@ -10,14 +10,23 @@
 //! leader election) is a sans-IO struct fed with the time; the threads are thin
 //! drivers. Nothing here holds a copy of the nodes: the controller owns that view.
 
+#[doc(hidden)]
 pub mod auth;
+#[doc(hidden)]
 pub mod client;
+#[doc(hidden)]
 pub mod config;
+#[doc(hidden)]
 pub mod env;
+#[doc(hidden)]
 pub mod error;
+#[doc(hidden)]
 pub mod lease;
+#[doc(hidden)]
 pub mod status;
+#[doc(hidden)]
 pub mod stop;
+#[doc(hidden)]
 pub mod watch;
 
 pub use client::{Client, ClientOptions, Method};
@@ -25,6 +34,6 @@ pub use config::{ConfigError, KubeConfig, LoadOptions};
 pub use env::Env;
 pub use error::{ApiError, ApiErrorKind, KubeError};
 pub use lease::{LeaseConfig, default_identity, spawn_leader_election};
-pub use status::{StatusConfig, StatusRequest, spawn_status_writer};
+pub use status::{StatusConfig, spawn_status_writer};
 pub use stop::StopHandle;
 pub use watch::{NodeWatch, WatchConfig, list_nodes, spawn_node_watch};

@@ -25,18 +25,16 @@ use serde_json::json;
 
 use super::client::{Client, Method};
 use super::error::{ApiErrorKind, KubeError};
-use crate::cloud::ratelimit::TokenBucket;
-use crate::controller::{NodeEventRecord, WriteError};
+use crate::controller::{NodeEventRecord, StatusRequest, WriteError};
 use crate::metrics::Metrics;
 use crate::model::{Condition, NETWORK_UNAVAILABLE};
+use crate::ratelimit::TokenBucket;
 
 /// The content type of a strategic merge patch.
 pub const STRATEGIC_MERGE_PATCH: &str = "application/strategic-merge-patch+json";
 
 /// The component name upstream's route controller records events under.
 pub const COMPONENT: &str = "route_controller";
-
-pub use crate::actor::StatusRequest;
 
 /// Settings of the status writer.
 #[derive(Clone, Debug)]
@@ -266,13 +264,28 @@ pub fn spawn_status_writer(
                         node,
                         uid,
                         condition,
+                        cause,
                     } => {
+                        log::debug!(
+                            "node {node}: NetworkUnavailable={} ({}), pass {}, caused by {cause}",
+                            condition.status,
+                            condition.reason,
+                            cause.pass
+                        );
                         let result = writer.write_condition(&node, &uid, &condition);
                         if replies.send((node, result)).is_err() {
                             return;
                         }
                     }
-                    StatusRequest::RecordEvent(event) => writer.record_event(&event),
+                    StatusRequest::RecordEvent { event, cause } => {
+                        log::debug!(
+                            "node {}: event {} (pass {}, caused by {cause})",
+                            event.node,
+                            event.reason,
+                            cause.pass
+                        );
+                        writer.record_event(&event)
+                    }
                 }
             }
         })

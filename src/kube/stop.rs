@@ -5,6 +5,8 @@
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
+use crate::sync::lock;
+
 /// Cloneable; every clone stops the same threads.
 #[derive(Clone, Default)]
 pub struct StopHandle(Arc<Inner>);
@@ -68,8 +70,4 @@ impl StopHandle {
         // list only grows with certificate rotations, which are rare.
         agents.push(agent);
     }
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
 }

@@ -118,13 +118,9 @@ impl Backoff {
             self.attempt = 0;
         }
         self.healthy_since = None;
-        let base = self
-            .config
-            .initial
-            .saturating_mul(1u32 << self.attempt.min(16))
-            .min(self.config.max);
         self.attempt = self.attempt.saturating_add(1);
-        base.mul_f64(0.75 + 0.5 * jitter.clamp(0.0, 1.0))
+        let (initial, max) = (self.config.initial, self.config.max);
+        crate::backoff::delay(initial, self.attempt, max, (0.75, 1.25), jitter)
     }
 }
 
@@ -807,15 +803,7 @@ pub fn list_nodes(client: &Client, config: &WatchConfig) -> Result<Vec<Node>, Ku
 
 /// Percent-encodes a query value (resourceVersions and continue tokens are opaque).
 fn encode_query(value: &str) -> String {
-    let mut out = String::with_capacity(value.len());
-    for b in value.bytes() {
-        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'~') {
-            out.push(b as char);
-        } else {
-            out.push_str(&format!("%{b:02X}"));
-        }
-    }
-    out
+    crate::percent::encode(value)
 }
 
 #[cfg(test)]

@@ -9,13 +9,13 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use route_controller::cloud::fake::FakeCloud;
-use route_controller::cloud::workers::run_op;
-use route_controller::controller::{
+use route_controller::metrics::Metrics;
+use route_controller::model::{Cidr, Condition, Node, NodeAddress, Route};
+use route_controller::run_op;
+use route_controller::{
     CloudOp, Command, Config, Controller, Input, NodeEvent, NodeEventRecord, OpId, PassReport,
     WriteError,
 };
-use route_controller::metrics::Metrics;
-use route_controller::model::{Cidr, Condition, Node, NodeAddress, Route};
 
 pub struct Driver {
     pub ctrl: Controller,
@@ -99,6 +99,7 @@ impl Driver {
                 }
                 Command::RecordEvent { event, .. } => self.events.push(event.clone()),
                 Command::PassFinished(r) => self.reports.push(r.clone()),
+                other => panic!("a command the driver does not know: {other:?}"),
             }
         }
         self.commands.extend(commands);
@@ -191,11 +192,7 @@ impl Driver {
 }
 
 pub fn op_kind(op: &CloudOp) -> &'static str {
-    match op {
-        CloudOp::List { .. } => "list",
-        CloudOp::Create { .. } => "create",
-        CloudOp::Delete { .. } => "delete",
-    }
+    op.operation().as_str()
 }
 
 /// A node with a uid derived from its name, one InternalIP and the given pod CIDRs.

@@ -16,7 +16,7 @@ use std::time::{Duration, SystemTime};
 use serde::Deserialize;
 
 use super::sigv4::parse_rfc3339_utc;
-use crate::cloud::{CloudError, CloudErrorKind};
+use crate::provider::{CloudError, CloudErrorKind};
 
 /// A source of wall-clock time (signing dates, credential expiry).
 pub type Clock = Arc<dyn Fn() -> SystemTime + Send + Sync>;
@@ -482,7 +482,7 @@ impl Imds {
 
     fn session_token(&self, renew: bool) -> Result<String, String> {
         let now = (self.clock)();
-        let mut cached = self.token.lock().unwrap_or_else(|e| e.into_inner());
+        let mut cached = crate::sync::lock(&self.token);
         if let Some((token, expires)) = cached.as_ref()
             && !renew
             && now + Duration::from_secs(60) < *expires
@@ -637,7 +637,7 @@ impl InstanceRole {
     }
 
     pub fn current(&self, now: SystemTime) -> Result<Credentials, CloudError> {
-        let mut cached = self.cached.lock().unwrap_or_else(|e| e.into_inner());
+        let mut cached = crate::sync::lock(&self.cached);
         if let Some(f) = cached.as_ref()
             && now < f.refresh_at
         {

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use super::query::QueryError;
 use super::xml::Element;
-use crate::cloud::{CloudError, CloudErrorKind};
+use crate::provider::{CloudError, CloudErrorKind};
 
 pub const DESCRIBE_ROUTE_TABLES: &str = "DescribeRouteTables";
 pub const DESCRIBE_INSTANCES: &str = "DescribeInstances";
@@ -335,11 +335,7 @@ impl ThrottleBackoff {
     /// The delay lies in [½, 1] of `base × 2^(n-1)` capped at `max`.
     pub fn on_throttled(&mut self, jitter: f64) -> Duration {
         self.consecutive = self.consecutive.saturating_add(1);
-        let exp = self
-            .base
-            .saturating_mul(1u32 << (self.consecutive - 1).min(16))
-            .min(self.max);
-        exp.mul_f64(0.5 + 0.5 * jitter.clamp(0.0, 1.0))
+        crate::backoff::delay(self.base, self.consecutive, self.max, (0.5, 1.0), jitter)
     }
 
     pub fn on_success(&mut self) {

@@ -20,15 +20,20 @@
 //! route it was not asked to, never logs credentials, and never retries a mutation on
 //! its own: an uncertain outcome is reported as ambiguous for the controller to check.
 
+#[doc(hidden)]
 pub mod credentials;
+#[doc(hidden)]
 pub mod ec2;
+#[doc(hidden)]
 pub mod query;
+#[doc(hidden)]
 pub mod sigv4;
+#[doc(hidden)]
 pub mod xml;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fmt;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use rand::RngExt;
@@ -42,9 +47,10 @@ use self::ec2::{
 };
 use self::query::{Endpoint, Params, QueryClient, QueryClientConfig, QueryError};
 use self::xml::Element;
-use super::ratelimit::RateLimiter;
-use super::{CloudError, CloudErrorKind, NodeDirectory, RouteTarget, Routes};
 use crate::model::{Cidr, Route};
+use crate::provider::{CloudError, CloudErrorKind, NodeDirectory, RouteTarget, Routes};
+use crate::ratelimit::RateLimiter;
+use crate::sync::lock;
 
 /// The EC2 API version of every request.
 pub const EC2_API_VERSION: &str = "2016-11-15";
@@ -122,10 +128,6 @@ impl fmt::Debug for AwsProvider {
     }
 }
 
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
-}
-
 impl AwsProvider {
     /// Resolves region, endpoint and credentials from `config` and `env`. When the
     /// credentials come from the instance role, they are fetched now, so that a
@@ -185,10 +187,12 @@ impl AwsProvider {
         })
     }
 
+    /// The region the provider signs for.
     pub fn region(&self) -> &str {
         self.ec2.region()
     }
 
+    /// The EC2 endpoint it calls.
     pub fn endpoint(&self) -> &str {
         &self.ec2.endpoint().url
     }
@@ -627,7 +631,12 @@ impl AwsProvider {
 /// What `DescribeInstances` said about an instance a route points at.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Lookup {
-    Live { private_dns_name: Option<String> },
+    /// The instance exists; its private DNS name, if it has one.
+    Live {
+        /// The instance's private DNS name, if it has one.
+        private_dns_name: Option<String>,
+    },
+    /// The instance is terminated or unknown.
     Gone,
 }
 
@@ -656,14 +665,7 @@ fn resolve_endpoint(
 
 /// Routes are IPv4 only (`DestinationCidrBlock`), like upstream's AWS provider.
 fn ipv4_destination(text: &str) -> Result<Cidr, CloudError> {
-    let cidr =
-        Cidr::parse(text).map_err(|e| CloudError::invalid(format!("route destination: {e}")))?;
-    if !cidr.is_ipv4() {
-        return Err(CloudError::invalid(format!(
-            "route destination {cidr} is IPv6; the AWS provider routes IPv4 pod CIDRs only"
-        )));
-    }
-    Ok(cidr)
+    crate::provider::ipv4_destination(text, "aws", "the AWS provider routes IPv4 pod CIDRs only")
 }
 
 /// Instance ID → node name, from the nodes' provider IDs.

@@ -11,7 +11,7 @@ use std::time::Duration;
 use super::credentials::{Clock, CredentialSource};
 use super::sigv4::{self, RequestParts, SigningKey};
 use super::xml::{Element, ErrorReply};
-use crate::cloud::CloudError;
+use crate::provider::CloudError;
 
 const CONTENT_TYPE: &str = "application/x-www-form-urlencoded; charset=utf-8";
 /// Error bodies are quoted in messages only this far.

@@ -167,16 +167,11 @@ fn canonical_query(query: &[(&str, &str)]) -> String {
 /// (`A-Z a-z 0-9 - _ . ~`), with upper-case hex. `/` is kept unless `encode_slash`.
 /// The same encoding serves for Query API form bodies.
 pub fn uri_encode(input: &str, encode_slash: bool) -> String {
-    let mut out = String::with_capacity(input.len());
-    for b in input.bytes() {
-        let unreserved = b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'~');
-        if unreserved || (b == b'/' && !encode_slash) {
-            out.push(char::from(b));
-        } else {
-            out.push_str(&format!("%{b:02X}"));
-        }
+    if encode_slash {
+        crate::percent::encode(input)
+    } else {
+        crate::percent::encode_path(input)
     }
-    out
 }
 
 // --- time, without a date crate -------------------------------------------------------

@@ -12,7 +12,7 @@ use std::sync::{Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use super::api::{ActionJson, ActionsEnvelope, ApiError, Client, Request};
-use crate::cloud::CloudErrorKind;
+use crate::provider::CloudErrorKind;
 
 /// The API accepts up to 25 IDs per `GET /actions` (hcloud-go's batch size).
 pub(super) const MAX_IDS_PER_POLL: usize = 25;
@@ -150,7 +150,7 @@ impl ActionPoller {
     }
 
     fn lock(&self) -> MutexGuard<'_, PollerState> {
-        self.state.lock().unwrap_or_else(|e| e.into_inner())
+        crate::sync::lock(&self.state)
     }
 
     /// Blocks until `action` ends. `what` names the change for messages. An action

@@ -19,9 +19,9 @@ use serde::Deserialize;
 use serde::de::DeserializeOwned;
 
 use super::config::{Config, TokenReader};
-use crate::cloud::ratelimit::RateLimiter;
-use crate::cloud::{CloudError, CloudErrorKind};
 use crate::metrics::Metrics;
+use crate::provider::{CloudError, CloudErrorKind};
+use crate::ratelimit::RateLimiter;
 
 /// The two methods the provider uses.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -568,21 +568,11 @@ fn encode_query(pairs: &[(&str, String)]) -> String {
         if i > 0 {
             out.push('&');
         }
-        percent_encode(k, &mut out);
+        out.push_str(&crate::percent::encode(k));
         out.push('=');
-        percent_encode(v, &mut out);
+        out.push_str(&crate::percent::encode(v));
     }
     out
-}
-
-fn percent_encode(s: &str, out: &mut String) {
-    for b in s.bytes() {
-        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'~') {
-            out.push(char::from(b));
-        } else {
-            out.push_str(&format!("%{b:02X}"));
-        }
-    }
 }
 
 // ---------------------------------------------------------------------------------

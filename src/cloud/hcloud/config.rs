@@ -11,8 +11,8 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
-use crate::cloud::{CloudError, CloudErrorKind};
 use crate::metrics::Metrics;
+use crate::provider::{CloudError, CloudErrorKind};
 
 /// The public Hetzner Cloud API.
 pub const DEFAULT_ENDPOINT: &str = "https://api.hetzner.cloud/v1";
@@ -208,10 +208,12 @@ impl Config {
 pub struct ConfigError {
     /// The environment variable (or setting) to fix.
     pub variable: &'static str,
+    /// What is wrong with it and how to fix it.
     pub message: String,
 }
 
 impl ConfigError {
+    /// An error about `variable`.
     pub fn new(variable: &'static str, message: impl Into<String>) -> ConfigError {
         ConfigError {
             variable,
@@ -267,7 +269,7 @@ impl TokenReader {
         };
         let meta = std::fs::metadata(path).map_err(unreadable)?;
         let stamp = (meta.modified().ok(), meta.len());
-        let mut cached = self.cached.lock().unwrap_or_else(|e| e.into_inner());
+        let mut cached = crate::sync::lock(&self.cached);
         if let Some((modified, len, secret)) = cached.as_ref()
             && (*modified, *len) == stamp
         {

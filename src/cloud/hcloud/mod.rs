@@ -47,8 +47,8 @@ use api::{
 };
 use servers::{Server, ServerCache, ServerSnapshot};
 
-use super::{CloudError, CloudErrorKind, NodeDirectory, RouteTarget, Routes};
 use crate::model::{Cidr, Route};
+use crate::provider::{CloudError, CloudErrorKind, NodeDirectory, RouteTarget, Routes};
 
 /// Servers per page when listing (the API's maximum).
 const SERVERS_PER_PAGE: u32 = 50;
@@ -59,7 +59,9 @@ const MAX_SERVER_PAGES: u64 = 10_000;
 /// The managed network as resolved at start.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct NetworkInfo {
+    /// The network's ID.
     pub id: u64,
+    /// The network's name.
     pub name: String,
     /// The network's IP range, e.g. `10.0.0.0/8`.
     pub ip_range: String,
@@ -274,7 +276,7 @@ impl HcloudRoutes {
     }
 
     fn gateways(&self) -> MutexGuard<'_, HashMap<Cidr, Ipv4Addr>> {
-        self.gateways.lock().unwrap_or_else(|e| e.into_inner())
+        crate::sync::lock(&self.gateways)
     }
 
     fn remember_all(&self, routes: &[RouteJson]) {
@@ -586,15 +588,12 @@ impl<'a> NodeIndex<'a> {
 /// The destination of a new route, which must be IPv4: private networks route IPv4
 /// only, and the API would refuse anything else after a request.
 fn ipv4_destination(text: &str) -> Result<Cidr, CloudError> {
-    let cidr = Cidr::parse(text)
-        .map_err(|e| CloudError::invalid(format!("hcloud: cannot create a route: {e}")))?;
-    if !cidr.is_ipv4() {
-        return Err(CloudError::invalid(format!(
-            "hcloud: {cidr} is IPv6; Hetzner Cloud networks route IPv4 only (give this cluster's \
-             IPv6 pod CIDRs another route provider or none)"
-        )));
-    }
-    Ok(cidr)
+    crate::provider::ipv4_destination(
+        text,
+        "hcloud",
+        "Hetzner Cloud networks route IPv4 only (give this cluster's IPv6 pod CIDRs another \
+         route provider or none)",
+    )
 }
 
 /// Whether two networks share an address (one contains the other's first address).
@@ -688,7 +687,7 @@ impl Slots {
     }
 
     fn acquire(&self) -> SlotGuard<'_> {
-        let mut free = self.free.lock().unwrap_or_else(|e| e.into_inner());
+        let mut free = crate::sync::lock(&self.free);
         while *free == 0 {
             free = self.released.wait(free).unwrap_or_else(|e| e.into_inner());
         }
@@ -699,7 +698,7 @@ impl Slots {
 
 impl Drop for SlotGuard<'_> {
     fn drop(&mut self) {
-        *self.0.free.lock().unwrap_or_else(|e| e.into_inner()) += 1;
+        *crate::sync::lock(&self.0.free) += 1;
         self.0.released.notify_one();
     }
 }

@@ -126,7 +126,7 @@ impl ServerCache {
     }
 
     fn lock(&self) -> MutexGuard<'_, CacheState> {
-        self.state.lock().unwrap_or_else(|e| e.into_inner())
+        crate::sync::lock(&self.state)
     }
 
     /// A snapshot no older than `max_age`, listing the servers with `fetch` if there
@@ -152,7 +152,7 @@ impl ServerCache {
                 (Some((generation, e)), _) if *generation == waited_for => Err(e.clone()),
                 (_, Some(s)) => Ok(s.clone()),
                 (_, None) => Err(ApiError::new(
-                    crate::cloud::CloudErrorKind::Retry { after: None },
+                    crate::provider::CloudErrorKind::Retry { after: None },
                     "hcloud: the server list is not available yet",
                 )),
             };
@@ -268,7 +268,10 @@ mod tests {
     #[test]
     fn a_failed_listing_is_reported_and_the_next_call_lists_again() {
         let cache = ServerCache::new(7);
-        let err = ApiError::new(crate::cloud::CloudErrorKind::Retry { after: None }, "down");
+        let err = ApiError::new(
+            crate::provider::CloudErrorKind::Retry { after: None },
+            "down",
+        );
         assert_eq!(
             cache
                 .get(Duration::from_secs(10), || Err(err.clone()))

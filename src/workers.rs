@@ -1,6 +1,7 @@
 //! The cloud worker pool: threads that run the controller's cloud operations against
-//! a provider and send the replies back. The pool size bounds the calls in flight
-//! (`--concurrent-route-operations`); the controller never dispatches more than that.
+//! a provider and send the replies back. A driver beside the actor: it decides
+//! nothing. The pool size bounds the calls in flight (`--concurrent-route-operations`);
+//! the controller never dispatches more than that.
 
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -8,16 +9,9 @@ use std::time::Instant;
 
 use crossbeam_channel::{Receiver, Sender};
 
-use super::Routes;
-use crate::controller::{CloudOp, CloudReply, OpId};
-use crate::metrics::Metrics;
-
-/// One operation for a worker.
-#[derive(Debug)]
-pub struct CloudJob {
-    pub id: OpId,
-    pub op: CloudOp,
-}
+use crate::controller::{CloudJob, CloudOp, CloudReply, OpId};
+use crate::metrics::{CloudOutcome, Metrics};
+use crate::provider::Routes;
 
 /// Runs one operation against the provider, recording it in the metrics.
 pub fn run_op(
@@ -30,7 +24,7 @@ pub fn run_op(
     let (reply, outcome) = match op {
         CloudOp::List { nodes } => {
             let r = provider.list_routes(cluster_name, nodes);
-            let outcome = r.as_ref().map(|_| ()).map_err(|e| e.kind);
+            let outcome = outcome_of(&r);
             (CloudReply::Listed(r), outcome)
         }
         CloudOp::Create {
@@ -39,17 +33,24 @@ pub fn run_op(
             target,
         } => {
             let r = provider.create_route(cluster_name, name_hint, route, target);
-            let outcome = r.as_ref().map(|_| ()).map_err(|e| e.kind);
+            let outcome = outcome_of(&r);
             (CloudReply::Done(r), outcome)
         }
         CloudOp::Delete { route, .. } => {
             let r = provider.delete_route(cluster_name, route);
-            let outcome = r.as_ref().map(|_| ()).map_err(|e| e.kind);
+            let outcome = outcome_of(&r);
             (CloudReply::Done(r), outcome)
         }
     };
     metrics.cloud_request(op.operation(), outcome, start.elapsed());
     reply
+}
+
+fn outcome_of<T>(result: &Result<T, crate::provider::CloudError>) -> CloudOutcome {
+    match result {
+        Ok(_) => CloudOutcome::Success,
+        Err(e) => e.kind.outcome(),
+    }
 }
 
 /// Starts `count` workers. They stop when `jobs` is closed and drained, or when the
@@ -76,6 +77,12 @@ pub fn spawn(
                 .name(format!("cloud-worker-{i}"))
                 .spawn(move || {
                     for job in jobs.iter() {
+                        log::debug!(
+                            "cloud {} (pass {}, caused by {})",
+                            job.op.operation().as_str(),
+                            job.cause.pass,
+                            job.cause
+                        );
                         let reply = run_op(provider.as_ref(), &cluster_name, &job.op, &metrics);
                         if replies.send((job.id, reply)).is_err() {
                             return;

@@ -36,10 +36,6 @@ impl TokenBucket {
         }
     }
 
-    pub fn per_second(&self) -> f64 {
-        self.per_second
-    }
-
     fn refill(&mut self, now: Instant) {
         let elapsed = now.saturating_duration_since(self.updated).as_secs_f64();
         self.tokens = (self.tokens + elapsed * self.per_second).min(self.burst);
@@ -117,7 +113,7 @@ impl RateLimiter {
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, TokenBucket> {
-        self.bucket.lock().unwrap_or_else(|e| e.into_inner())
+        crate::sync::lock(&self.bucket)
     }
 
     /// Blocks until a request may be sent; returns how long it waited.

@@ -1,0 +1,93 @@
+//! The controller's settings: the mode that decides how passes are triggered, and the
+//! timers, limits and seed around it. Every field has a default ([`Config::new`]).
+
+use std::time::Duration;
+
+use crate::model::Cidr;
+
+/// How passes are triggered.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Mode {
+    /// A full pass with a fresh list every `route_reconciliation_period` (the feature
+    /// gate off; upstream's only mode before 1.35).
+    Poll,
+    /// Passes on node add, delete, pod-CIDR or address change, plus a full resync every
+    /// 12–24 h; debounced, with per-route retries and a trusted view of the routes.
+    Watch,
+    /// Upstream 1.35/1.36's watch mode, reproduced for comparison: one pass at most per
+    /// 10 s through a token bucket, a list on every pass, no per-route retry, no pass
+    /// when the cluster has no nodes.
+    UpstreamWatch,
+}
+
+impl Mode {
+    /// The mode's name in logs and reports.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Mode::Poll => "poll",
+            Mode::Watch => "watch",
+            Mode::UpstreamWatch => "upstream-watch",
+        }
+    }
+}
+
+/// The controller's settings. Every field has a default (see [`Config::new`]).
+#[derive(Clone, Debug)]
+#[non_exhaustive]
+pub struct Config {
+    /// Passed to every cloud call (`--cluster-name`, default `kubernetes`).
+    pub cluster_name: String,
+    /// The ranges whose routes this controller owns (`--cluster-cidr`); routes outside
+    /// them are never deleted.
+    pub cluster_cidrs: Vec<Cidr>,
+    /// How passes are triggered (default [`Mode::Watch`]).
+    pub mode: Mode,
+    /// Poll period (`--route-reconciliation-period`, default 10 s).
+    pub route_reconciliation_period: Duration,
+    /// Watch mode's full resync is drawn once from [min, 2 × min) (`--min-resync-period`,
+    /// default 12 h).
+    pub min_resync_period: Duration,
+    /// Watch mode: after a pass, further triggers wait until none has arrived for this
+    /// long (default 50 ms). The first trigger after a quiet period starts at once.
+    pub debounce: Duration,
+    /// Watch mode: no trigger waits longer than this for its pass because of the
+    /// debounce (default 1 s).
+    pub max_wait: Duration,
+    /// Watch mode: a pass lists the cloud routes again when its view is older than this
+    /// (default 5 min), or whenever an ambiguous reply was seen.
+    pub route_view_max_age: Duration,
+    /// Cloud operations in flight at once (`--concurrent-route-operations`, default 16).
+    pub max_in_flight: usize,
+    /// First delay before a failed route operation is retried (default 1 s); it doubles
+    /// up to `retry_max` (default 5 min), with jitter.
+    pub retry_initial: Duration,
+    /// The longest retry delay (default 5 min).
+    pub retry_max: Duration,
+    /// When false the controller writes from the start; when true it waits for
+    /// [`Input::Leadership`](crate::Input::Leadership).
+    pub leader_election: bool,
+    /// Seed for the resync draw and the jitter; `None` seeds from the OS.
+    pub seed: Option<u64>,
+}
+
+impl Config {
+    /// Defaults as the cloud-controller-manager has them, in watch mode.
+    pub fn new(cluster_cidrs: Vec<Cidr>) -> Config {
+        Config {
+            cluster_name: "kubernetes".to_string(),
+            cluster_cidrs,
+            mode: Mode::Watch,
+            route_reconciliation_period: Duration::from_secs(10),
+            min_resync_period: Duration::from_secs(12 * 3600),
+            debounce: Duration::from_millis(50),
+            max_wait: Duration::from_secs(1),
+            route_view_max_age: Duration::from_secs(300),
+            max_in_flight: 16,
+            retry_initial: Duration::from_secs(1),
+            retry_max: Duration::from_secs(300),
+            leader_election: false,
+            seed: None,
+        }
+    }
+}

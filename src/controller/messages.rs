@@ -1,0 +1,203 @@
+//! Everything that goes into the controller and comes out of it: the [`Input`]s its
+//! drivers feed it, the [`Command`]s it returns, and the jobs the actor forwards to
+//! the cloud workers and the status writer, whole, with the [`Cause`] that explains
+//! them. The one home of the messages between the core and its drivers.
+
+use std::sync::Arc;
+
+use super::Cause;
+use super::report::PassReport;
+use crate::model::{Condition, Node, Route};
+use crate::plan::DeleteReason;
+use crate::provider::{CloudError, NodeDirectory, RouteTarget};
+
+/// An event from the node watch, with the relist markers of kube-rs's watcher.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum NodeEvent {
+    /// A (re)list begins; the nodes that follow replace the whole view at `InitDone`.
+    Init,
+    /// One node of the list.
+    InitApply(Node),
+    /// The list is complete; the view is whole again.
+    InitDone,
+    /// A node appeared.
+    Added(Node),
+    /// A node changed.
+    Modified(Node),
+    /// A node disappeared (the last state the watch saw).
+    Deleted(Node),
+}
+
+/// Identifies a cloud operation between its command and its reply.
+pub type OpId = u64;
+
+/// What the controller is told.
+#[derive(Clone, Debug)]
+#[non_exhaustive]
+pub enum Input {
+    /// An event of the node watch.
+    Node(NodeEvent),
+    /// The reply to [`Command::Cloud`] with the same id.
+    Cloud {
+        /// The operation's id.
+        id: OpId,
+        /// What the provider answered.
+        reply: CloudReply,
+    },
+    /// The reply to [`Command::WriteCondition`] for `node`.
+    ConditionWritten {
+        /// The node written.
+        node: String,
+        /// Whether the write succeeded.
+        result: Result<(), WriteError>,
+    },
+    /// This replica gained (true) or lost (false) the lease.
+    Leadership(bool),
+    /// Nothing happened; time passed (a deadline was reached).
+    Tick,
+    /// Stop starting passes and dispatching operations; let in-flight ones finish.
+    Shutdown,
+}
+
+/// A cloud worker's answer.
+#[derive(Clone, Debug)]
+pub enum CloudReply {
+    /// The answer to [`CloudOp::List`].
+    Listed(Result<Vec<Route>, CloudError>),
+    /// The answer to [`CloudOp::Create`] or [`CloudOp::Delete`].
+    Done(Result<(), CloudError>),
+}
+
+/// Why a condition write failed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum WriteError {
+    /// The node no longer exists; nothing to do.
+    NodeGone,
+    /// Anything else; the write is retried later.
+    Failed(String),
+}
+
+/// What the controller asks its drivers to do.
+#[derive(Clone, Debug)]
+#[non_exhaustive]
+pub enum Command {
+    /// Run a cloud operation and answer with [`Input::Cloud`].
+    Cloud {
+        /// Answer with this id.
+        id: OpId,
+        /// The operation.
+        op: CloudOp,
+        /// The pass and triggers behind it.
+        cause: Arc<Cause>,
+    },
+    /// Patch the node's `NetworkUnavailable` condition; answer with
+    /// [`Input::ConditionWritten`].
+    WriteCondition {
+        /// The node's name.
+        node: String,
+        /// The node's UID (the patch is made conditional on it).
+        uid: String,
+        /// The condition to write.
+        condition: Condition,
+        /// The pass whose outcome the condition reports.
+        cause: Arc<Cause>,
+    },
+    /// Record a Kubernetes event on a node (fire and forget).
+    RecordEvent {
+        /// The event.
+        event: NodeEventRecord,
+        /// The pass that saw what the event reports.
+        cause: Arc<Cause>,
+    },
+    /// A pass ended; log it.
+    PassFinished(PassReport),
+}
+
+/// A cloud operation.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum CloudOp {
+    /// List the routes of the cluster ([`Routes::list_routes`](crate::Routes::list_routes)).
+    List {
+        /// The nodes, for mapping cloud targets back to node names.
+        nodes: Arc<NodeDirectory>,
+    },
+    /// Create a route ([`Routes::create_route`](crate::Routes::create_route)).
+    Create {
+        /// The route: destination and target node.
+        route: Route,
+        /// The node's UID, upstream's name hint.
+        name_hint: String,
+        /// The node the route points at, as the provider needs it.
+        target: RouteTarget,
+    },
+    /// Delete a route ([`Routes::delete_route`](crate::Routes::delete_route)).
+    Delete {
+        /// The route as listed (or as created, with an empty name).
+        route: Route,
+        /// Why the planner wants it gone.
+        reason: DeleteReason,
+    },
+}
+
+impl CloudOp {
+    /// The operation's metrics label.
+    pub fn operation(&self) -> crate::metrics::CloudOperation {
+        match self {
+            CloudOp::List { .. } => crate::metrics::CloudOperation::List,
+            CloudOp::Create { .. } => crate::metrics::CloudOperation::Create,
+            CloudOp::Delete { .. } => crate::metrics::CloudOperation::Delete,
+        }
+    }
+}
+
+/// A Kubernetes event about a node, as upstream records it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NodeEventRecord {
+    /// The node's name.
+    pub node: String,
+    /// The node's UID.
+    pub uid: String,
+    /// `Warning` or `Normal`.
+    pub kind: &'static str,
+    /// The event's reason, e.g. `FailedToCreateRoute`.
+    pub reason: &'static str,
+    /// The event's message.
+    pub message: String,
+}
+
+/// A cloud operation for a worker, as the controller emitted it.
+#[derive(Clone, Debug)]
+pub struct CloudJob {
+    /// Answer with this id.
+    pub id: OpId,
+    /// What to do.
+    pub op: CloudOp,
+    /// The pass and triggers behind it, for the worker's log lines.
+    pub cause: Arc<Cause>,
+}
+
+/// What the actor sends to the status writer: the controller's Kubernetes writes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum StatusRequest {
+    /// Patch `NetworkUnavailable`; the writer answers with [`Input::ConditionWritten`].
+    WriteCondition {
+        /// The node's name.
+        node: String,
+        /// The node's UID (the patch is made conditional on it).
+        uid: String,
+        /// The condition to write.
+        condition: Condition,
+        /// The pass whose outcome the condition reports.
+        cause: Arc<Cause>,
+    },
+    /// Record an event on a node; no answer.
+    RecordEvent {
+        /// The event.
+        event: NodeEventRecord,
+        /// The pass that saw what the event reports.
+        cause: Arc<Cause>,
+    },
+}

@@ -1,0 +1,237 @@
+//! The provider interface: the [`Routes`] trait every cloud implements and the words
+//! it speaks (the [`RouteTarget`] of a new route, the [`NodeDirectory`] that maps
+//! cloud targets back to nodes, the [`CloudError`] whose kind tells the controller
+//! what to do next).
+//!
+//! It sits at the core's level, beside the controller, so the controller and the
+//! providers (in `cloud/`) both depend on it and never on each other. Providers are
+//! blocking and are called from the cloud worker threads, never from the controller.
+//! They must be safe to call from several threads at once. They never decide which
+//! routes to delete: ownership is the controller's job (the cluster-CIDR rule).
+
+use std::collections::HashMap;
+use std::fmt;
+use std::time::Duration;
+
+use crate::metrics::CloudOutcome;
+use crate::model::{Cidr, NodeAddress, Route};
+
+/// The cloud interface of upstream's `cloudprovider.Routes`, blocking.
+pub trait Routes: Send + Sync {
+    /// A short name for logs and metrics: `hcloud`, `aws`, `fake`.
+    fn provider_name(&self) -> &'static str;
+
+    /// All routes the provider manages for `cluster_name`. `nodes` lets the provider
+    /// map a cloud target (server, instance) to the node name through the node's
+    /// `spec.providerID`. A route whose target matches no known server or instance is
+    /// reported as a blackhole with an empty target; it must never fail the whole list.
+    fn list_routes(
+        &self,
+        cluster_name: &str,
+        nodes: &NodeDirectory,
+    ) -> Result<Vec<Route>, CloudError>;
+
+    /// Creates a route to `target`. `name_hint` is the node UID (the same for both
+    /// CIDRs of a dual-stack node); `route.name` must be ignored. An identical route
+    /// that already exists counts as created.
+    fn create_route(
+        &self,
+        cluster_name: &str,
+        name_hint: &str,
+        route: &Route,
+        target: &RouteTarget,
+    ) -> Result<(), CloudError>;
+
+    /// Deletes a route that `list_routes` returned, or one the controller created
+    /// since the last list (then `route.name` is empty): identify it by its destination
+    /// and target, not by name. A route that is already gone is reported as
+    /// [`CloudErrorKind::NotFound`], which the controller counts as done.
+    fn delete_route(&self, cluster_name: &str, route: &Route) -> Result<(), CloudError>;
+}
+
+/// The node a new route points at, with what a provider needs to find its server or
+/// instance.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RouteTarget {
+    /// The node's name.
+    pub node_name: String,
+    /// The node's `spec.providerID`, if set.
+    pub provider_id: Option<String>,
+    /// The node's addresses.
+    pub addresses: Vec<NodeAddress>,
+}
+
+/// Node names by provider ID, for mapping cloud targets back to nodes.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct NodeDirectory {
+    by_provider_id: HashMap<String, String>,
+    names: Vec<String>,
+}
+
+impl NodeDirectory {
+    /// Builds the directory from `(node name, provider ID)` pairs.
+    pub fn new<'a>(nodes: impl IntoIterator<Item = (&'a str, Option<&'a str>)>) -> NodeDirectory {
+        let mut dir = NodeDirectory::default();
+        for (name, provider_id) in nodes {
+            if let Some(id) = provider_id {
+                dir.by_provider_id.insert(id.to_string(), name.to_string());
+            }
+            dir.names.push(name.to_string());
+        }
+        dir.names.sort();
+        dir
+    }
+
+    /// The node whose `spec.providerID` is exactly `provider_id`.
+    pub fn node_by_provider_id(&self, provider_id: &str) -> Option<&str> {
+        self.by_provider_id.get(provider_id).map(String::as_str)
+    }
+
+    /// Every `(provider ID, node name)` pair, for providers that parse provider IDs
+    /// (AWS accepts several spellings of one instance).
+    pub fn provider_ids(&self) -> impl Iterator<Item = (&str, &str)> {
+        self.by_provider_id
+            .iter()
+            .map(|(id, name)| (id.as_str(), name.as_str()))
+    }
+
+    /// Whether a node of that name exists (a fallback when a node has no provider ID).
+    pub fn has_node(&self, name: &str) -> bool {
+        self.names
+            .binary_search_by(|n| n.as_str().cmp(name))
+            .is_ok()
+    }
+
+    /// How many nodes.
+    pub fn len(&self) -> usize {
+        self.names.len()
+    }
+
+    /// Whether there are no nodes.
+    pub fn is_empty(&self) -> bool {
+        self.names.is_empty()
+    }
+}
+
+/// A failed cloud call, with what the controller should do about it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CloudError {
+    /// What the controller should do about it.
+    pub kind: CloudErrorKind,
+    /// What happened, for logs and events: the provider's code and message, and the
+    /// URL or resource involved. Never contains credentials.
+    pub message: String,
+}
+
+/// The classes of cloud failure that call for different reactions.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum CloudErrorKind {
+    /// The call did not happen (a clear refusal: a 4xx that is not about the input,
+    /// a server saying "try later"); retry after the delay, or with backoff if none.
+    /// Retry after this delay, or with backoff if none.
+    Retry {
+        /// When the provider said to come back, if it did.
+        after: Option<Duration>,
+    },
+    /// The provider's rate limit is exhausted; nothing should be sent before `after`.
+    /// How long to send nothing.
+    RateLimited {
+        /// When the provider's budget allows a request again.
+        after: Duration,
+    },
+    /// The resource is busy with another change (`conflict`, `locked`); retry soon.
+    Conflict,
+    /// The route (on delete) is already gone.
+    NotFound,
+    /// A route with that destination already exists (on create), possibly to another
+    /// target; the controller's view of the routes is out of date.
+    AlreadyExists,
+    /// The request is wrong and retrying will not fix it (invalid CIDR for this cloud,
+    /// no server for the node, missing permission). Retried only slowly.
+    Invalid,
+    /// The call may or may not have taken effect: a timeout, a 5xx, a reply that could
+    /// not be read. The controller must list before trusting its view again.
+    Ambiguous,
+}
+
+impl CloudError {
+    /// An error of `kind`.
+    pub fn new(kind: CloudErrorKind, message: impl Into<String>) -> CloudError {
+        CloudError {
+            kind,
+            message: message.into(),
+        }
+    }
+
+    /// An [`CloudErrorKind::Ambiguous`] error.
+    pub fn ambiguous(message: impl Into<String>) -> CloudError {
+        CloudError::new(CloudErrorKind::Ambiguous, message)
+    }
+
+    /// An [`CloudErrorKind::Invalid`] error.
+    pub fn invalid(message: impl Into<String>) -> CloudError {
+        CloudError::new(CloudErrorKind::Invalid, message)
+    }
+
+    /// The outcome label used in metrics and logs.
+    pub fn outcome(&self) -> &'static str {
+        self.kind.outcome().as_str()
+    }
+}
+
+impl CloudErrorKind {
+    /// The metrics outcome of a call that failed this way.
+    pub fn outcome(&self) -> CloudOutcome {
+        match self {
+            CloudErrorKind::Retry { .. } => CloudOutcome::Retry,
+            CloudErrorKind::RateLimited { .. } => CloudOutcome::RateLimited,
+            CloudErrorKind::Conflict => CloudOutcome::Conflict,
+            CloudErrorKind::NotFound => CloudOutcome::NotFound,
+            CloudErrorKind::AlreadyExists => CloudOutcome::AlreadyExists,
+            CloudErrorKind::Invalid => CloudOutcome::Invalid,
+            CloudErrorKind::Ambiguous => CloudOutcome::Ambiguous,
+        }
+    }
+}
+
+/// The destination of a new route on a cloud that routes IPv4 only (Hetzner networks,
+/// EC2's `DestinationCidrBlock`): refused before any request, as
+/// [`CloudErrorKind::Invalid`], naming the provider and, in `ipv6_hint`, what the
+/// operator can do about an IPv6 pod CIDR.
+pub(crate) fn ipv4_destination(
+    text: &str,
+    provider: &str,
+    ipv6_hint: &str,
+) -> Result<Cidr, CloudError> {
+    let cidr = Cidr::parse(text)
+        .map_err(|e| CloudError::invalid(format!("{provider}: route destination: {e}")))?;
+    if !cidr.is_ipv4() {
+        return Err(CloudError::invalid(format!(
+            "{provider}: route destination {cidr} is IPv6; {ipv6_hint}"
+        )));
+    }
+    Ok(cidr)
+}
+
+impl fmt::Display for CloudError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl std::error::Error for CloudError {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn directory_maps_provider_ids_and_names() {
+        let dir = NodeDirectory::new([("b", Some("hcloud://2")), ("a", None)]);
+        assert_eq!(dir.node_by_provider_id("hcloud://2"), Some("b"));
+        assert_eq!(dir.node_by_provider_id("hcloud://1"), None);
+        assert!(dir.has_node("a") && dir.has_node("b") && !dir.has_node("c"));
+        assert_eq!(dir.len(), 2);
+    }
+}
