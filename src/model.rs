@@ -151,6 +151,45 @@ pub struct Cidr {
     prefix: u8,
 }
 
+/// A node's `spec.podCIDRs`, parsed once when the node arrives, entry for entry: the
+/// network, or what is wrong with the text (the text itself stays in
+/// [`Node::pod_cidrs`]). The controller and the planner read these instead of parsing
+/// the strings again on every pass and every reply.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct PodCidrs(Box<[Result<Cidr, &'static str>]>);
+
+impl PodCidrs {
+    /// Parses `texts` (a node's `spec.podCIDRs`).
+    pub fn parse(texts: &[String]) -> PodCidrs {
+        PodCidrs(
+            texts
+                .iter()
+                .map(|t| Cidr::parse(t).map_err(|e| e.problem))
+                .collect(),
+        )
+    }
+
+    /// Every entry in order: the network, or why its text does not parse.
+    pub fn entries(&self) -> &[Result<Cidr, &'static str>] {
+        &self.0
+    }
+
+    /// The entries that parse.
+    pub fn valid(&self) -> impl Iterator<Item = Cidr> + '_ {
+        self.0.iter().filter_map(|r| r.ok())
+    }
+
+    /// Whether `cidr` is one of them.
+    pub fn contains(&self, cidr: Cidr) -> bool {
+        self.valid().any(|c| c == cidr)
+    }
+
+    /// Whether the node can be routed: it has pod CIDRs and every one parses.
+    pub fn all_valid(&self) -> bool {
+        !self.0.is_empty() && self.0.iter().all(Result::is_ok)
+    }
+}
+
 /// Why a string is not a CIDR.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct CidrError {

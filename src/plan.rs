@@ -9,7 +9,7 @@
 use std::collections::HashMap;
 use std::fmt;
 
-use crate::model::{Cidr, Condition, Node, Route, same_addresses};
+use crate::model::{Cidr, Condition, Node, PodCidrs, Route, same_addresses};
 
 /// Reason and message written when every pod CIDR of a node has its route.
 pub const ROUTE_CREATED: (&str, &str) = ("RouteCreated", "RouteController created a route");
@@ -205,6 +205,20 @@ pub fn plan<'a>(
     routes: &[Route],
     cluster_cidrs: &[Cidr],
 ) -> Plan {
+    let parsed: Vec<(&Node, PodCidrs)> = nodes
+        .into_iter()
+        .map(|n| (n, PodCidrs::parse(&n.pod_cidrs)))
+        .collect();
+    plan_parsed(parsed.iter().map(|(n, p)| (*n, p)), routes, cluster_cidrs)
+}
+
+/// [`plan`] for nodes whose pod CIDRs were parsed when they arrived (the controller's
+/// node view keeps them so).
+pub fn plan_parsed<'a>(
+    nodes: impl IntoIterator<Item = (&'a Node, &'a PodCidrs)>,
+    routes: &[Route],
+    cluster_cidrs: &[Cidr],
+) -> Plan {
     let mut plan = Plan::default();
 
     // Step 1: index the listed routes by target node, with their parsed destination.
@@ -235,18 +249,17 @@ pub fn plan<'a>(
     // Step 2: an action per node and pod CIDR. A node is "known" to the deletion step
     // when it exists; its action map says which CIDRs it keeps.
     let mut actions: HashMap<&str, Vec<(Cidr, Action)>> = HashMap::new();
-    for node in nodes {
+    for (node, pod_cidrs) in nodes {
         let mut node_actions: Vec<(Cidr, Action)> = Vec::new();
-        let mut valid = !node.pod_cidrs.is_empty();
-        for text in &node.pod_cidrs {
-            let cidr = match Cidr::parse(text) {
-                Ok(c) => c,
-                Err(e) => {
-                    valid = false;
+        let valid = pod_cidrs.all_valid();
+        for (text, entry) in node.pod_cidrs.iter().zip(pod_cidrs.entries()) {
+            let cidr = match entry {
+                Ok(c) => *c,
+                Err(problem) => {
                     plan.problems.push(Problem::InvalidPodCidr {
                         node: node.name.clone(),
                         cidr: text.clone(),
-                        error: e.problem.to_string(),
+                        error: problem.to_string(),
                     });
                     continue;
                 }

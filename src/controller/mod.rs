@@ -32,13 +32,14 @@ use rand::rngs::SmallRng;
 use rand::{RngExt, SeedableRng};
 
 use crate::metrics::{Metrics, SyncOutcome};
-use crate::model::{Cidr, Condition, Node, Route, same_addresses};
+use crate::model::{Cidr, Condition, Node, Route};
 use crate::plan::{self, Plan};
-use crate::provider::{CloudError, CloudErrorKind, NodeDirectory, RouteTarget};
+use crate::provider::{CloudError, CloudErrorKind, RouteTarget};
 
 mod cause;
 mod config;
 mod messages;
+mod nodes;
 mod ops;
 mod report;
 mod scheduler;
@@ -52,6 +53,7 @@ pub use messages::{
 };
 pub use report::PassReport;
 
+use nodes::{Known, Listed, NodeView};
 use ops::{OpKind, Operations, Planned, Queued};
 use scheduler::Scheduler;
 use view::RouteView;
@@ -64,16 +66,7 @@ pub struct Controller {
     metrics: Arc<Metrics>,
     rng: SmallRng,
 
-    /// The node view, by name; complete when `synced`.
-    /// Boxed: a B-tree keeps several times the size of its values in half-empty
-    /// leaves, and a node is large; 50 000 of them cost megabytes less this way.
-    nodes: BTreeMap<String, Box<Node>>,
-    /// Nodes of a relist in progress, swapped in at `InitDone`.
-    relist: Option<BTreeMap<String, Box<Node>>>,
-    synced: bool,
-    ever_synced: bool,
-    /// When each (node, pod CIDR) was first seen, for the node-to-route metric.
-    cidr_seen: HashMap<(String, Cidr), Instant>,
+    nodes: NodeView,
 
     view: Option<RouteView>,
 
@@ -148,11 +141,7 @@ impl Controller {
             config,
             metrics,
             rng,
-            nodes: BTreeMap::new(),
-            relist: None,
-            synced: false,
-            ever_synced: false,
-            cidr_seen: HashMap::new(),
+            nodes: NodeView::default(),
             view: None,
             leading,
             shutting_down: false,
@@ -192,7 +181,7 @@ impl Controller {
 
     /// Whether a complete node list has been seen and no relist is in progress.
     pub fn is_synced(&self) -> bool {
-        self.synced
+        self.nodes.is_synced()
     }
 
     /// Whether this replica may write (holds the lease, or runs without election).
@@ -207,7 +196,7 @@ impl Controller {
 
     /// The nodes as the controller sees them.
     pub fn nodes(&self) -> impl Iterator<Item = &Node> {
-        self.nodes.values().map(|n| &**n)
+        self.nodes.nodes()
     }
 
     /// The routes the controller believes the cloud holds, if it has listed them.
@@ -272,7 +261,7 @@ impl Controller {
     }
 
     fn can_write(&self) -> bool {
-        self.leading && self.synced && !self.shutting_down
+        self.leading && self.nodes.is_synced() && !self.shutting_down
     }
 
     /// Passes overlap in our watch mode: a pass plans while earlier passes' operations
@@ -305,24 +294,19 @@ impl Controller {
             NodeEvent::Init => {
                 // The view is incomplete until InitDone: nothing queued may be sent, and
                 // the pass after InitDone plans afresh.
-                self.relist = Some(BTreeMap::new());
-                self.synced = false;
+                self.nodes.begin_relist();
                 self.metrics.synced.set(0);
                 self.cancel_queued(now, out);
             }
-            NodeEvent::InitApply(node) => {
-                let buffer = self.relist.get_or_insert_with(BTreeMap::new);
-                buffer.insert(node.name.clone(), Box::new(node));
-            }
+            NodeEvent::InitApply(node) => self.nodes.list_apply(node),
             NodeEvent::InitDone => self.on_list_complete(now),
-            NodeEvent::Added(node) | NodeEvent::Modified(node) => self.on_node_applied(node, now),
-            NodeEvent::Deleted(node) => {
-                if let Some(buffer) = &mut self.relist {
-                    buffer.remove(&node.name);
-                    return;
+            NodeEvent::Added(node) | NodeEvent::Modified(node) => {
+                if let Some(t) = self.nodes.apply(node, self.config.mode, now) {
+                    self.node_trigger(t, now);
                 }
-                if self.nodes.remove(&node.name).is_some() {
-                    self.cidr_seen.retain(|(n, _), _| *n != node.name);
+            }
+            NodeEvent::Deleted(node) => {
+                if self.nodes.delete(&node.name) {
                     self.condition_retries.remove(&node.name);
                     self.condition_failures.remove(&node.name);
                     self.node_trigger(Trigger::NodeDeleted(node.name), now);
@@ -331,55 +315,11 @@ impl Controller {
         }
     }
 
-    fn on_node_applied(&mut self, node: Node, now: Instant) {
-        if let Some(buffer) = &mut self.relist {
-            buffer.insert(node.name.clone(), Box::new(node));
-            return;
-        }
-        self.note_cidrs(&node, now);
-        let trigger = match self.nodes.get(&node.name) {
-            None => Some(Trigger::NodeAdded(node.name.clone())),
-            Some(old) => change_trigger(old, &node, self.config.mode),
-        };
-        self.nodes.insert(node.name.clone(), Box::new(node));
-        if let Some(t) = trigger {
-            self.node_trigger(t, now);
-        }
-    }
-
-    /// A complete list: swap it in, work out what changed while the watch was away,
-    /// and ask for a pass even if nothing did (and even with no nodes at all).
+    /// A complete list: swap it in, and ask for a pass even if nothing changed while
+    /// the watch was away (and even with no nodes at all).
     fn on_list_complete(&mut self, now: Instant) {
-        let new = self.relist.take().unwrap_or_default();
         self.metrics.watch_relists.inc();
-        let first = !self.ever_synced;
-        let mut changes = Vec::new();
-        for (name, node) in &new {
-            match self.nodes.get(name) {
-                None => changes.push(Trigger::NodeAdded(name.clone())),
-                Some(old) => {
-                    let equal_rv = old.resource_version == node.resource_version;
-                    if self.config.mode == Mode::UpstreamWatch && equal_rv {
-                        // Upstream sees a relisted, unchanged node as a resync update.
-                        changes.push(Trigger::NodeResynced(name.clone()));
-                    } else if let Some(t) = change_trigger(old, node, Mode::Watch) {
-                        changes.push(t);
-                    }
-                }
-            }
-        }
-        for name in self.nodes.keys() {
-            if !new.contains_key(name) {
-                changes.push(Trigger::NodeDeleted(name.clone()));
-            }
-        }
-        for node in new.values() {
-            self.note_cidrs(node, now);
-        }
-        self.cidr_seen.retain(|(n, _), _| new.contains_key(n));
-        self.nodes = new;
-        self.synced = true;
-        self.ever_synced = true;
+        let Listed { first, changes } = self.nodes.complete_list(self.config.mode, now);
         self.metrics.synced.set(1);
         if first {
             self.arm_timer(now);
@@ -411,31 +351,11 @@ impl Controller {
         }
     }
 
-    fn note_cidrs(&mut self, node: &Node, now: Instant) {
-        for text in &node.pod_cidrs {
-            if let Ok(cidr) = Cidr::parse(text) {
-                self.cidr_seen
-                    .entry((node.name.clone(), cidr))
-                    .or_insert(now);
-            }
-        }
-    }
-
-    /// Node names by provider ID, for a list. Built per list and dropped after it
-    /// (lists are rare in watch mode; keeping it would cost memory per node).
-    fn directory(&self) -> Arc<NodeDirectory> {
-        Arc::new(NodeDirectory::new(
-            self.nodes
-                .values()
-                .map(|n| (n.name.as_str(), n.provider_id.as_deref())),
-        ))
-    }
-
     // --- triggers and timers ------------------------------------------------------
 
     /// Node changes trigger passes only in the watch modes, and only once synced.
     fn node_trigger(&mut self, trigger: Trigger, now: Instant) {
-        if self.config.mode == Mode::Poll || !self.synced {
+        if self.config.mode == Mode::Poll || !self.nodes.is_synced() {
             return;
         }
         self.trigger(trigger, now);
@@ -465,7 +385,7 @@ impl Controller {
         self.metrics.leader.set(i64::from(leading));
         self.metrics.leader_transitions.inc();
         if leading {
-            if self.synced {
+            if self.nodes.is_synced() {
                 self.arm_timer(now);
                 self.trigger(Trigger::Leadership, now);
             }
@@ -535,8 +455,7 @@ impl Controller {
             Mode::UpstreamWatch => {
                 // An informer resync re-delivers every node; each enqueues.
                 self.next_timer = Some(now + self.resync_period);
-                let names: Vec<String> = self.nodes.keys().cloned().collect();
-                for name in names {
+                for name in self.nodes.names() {
                     self.trigger(Trigger::NodeResynced(name), now);
                 }
             }
@@ -607,8 +526,8 @@ impl Controller {
     /// Plans with the current views and replaces what is queued with the new plan.
     fn plan_and_queue(&mut self, pass: u64, now: Instant, out: &mut Vec<Command>) {
         let Some(view) = &self.view else { return };
-        let plan = plan::plan(
-            self.nodes.values().map(|n| &**n),
+        let plan = plan::plan_parsed(
+            self.nodes.planned(),
             &view.routes,
             &self.config.cluster_cidrs,
         );
@@ -708,7 +627,7 @@ impl Controller {
     }
 
     fn update_route_gauges(&self) {
-        let wanted: i64 = self.nodes.values().map(|n| n.pod_cidrs.len() as i64).sum();
+        let wanted = self.nodes.wanted_routes() as i64;
         let pending = (self.ops.queued() + self.ops.mutations_in_flight()) as i64;
         let failing = self.retries.len() as i64;
         self.metrics.routes_pending.set(pending);
@@ -766,7 +685,7 @@ impl Controller {
             if planning.list.is_none() && self.ops.in_flight() == 0 {
                 let pass = planning.pass;
                 let id = self.op_id();
-                let nodes = self.directory();
+                let nodes = self.nodes.directory();
                 self.ops.list_sent(id, pass, now);
                 if let Some(p) = &mut self.planning {
                     p.list = Some(id);
@@ -785,7 +704,7 @@ impl Controller {
             return;
         }
         while self.ops.in_flight() < self.config.max_in_flight {
-            let Some(queued) = self.ops.take_next(self.synced) else {
+            let Some(queued) = self.ops.take_next(self.nodes.is_synced()) else {
                 break;
             };
             let Some(kind) = self.request_for(&queued.op) else {
@@ -825,15 +744,11 @@ impl Controller {
         match op {
             Planned::Delete(d) => Some(OpKind::Delete((**d).clone())),
             Planned::Create(c) => {
-                let node = self.nodes.get(&c.node)?;
-                if !node
-                    .pod_cidrs
-                    .iter()
-                    .any(|p| Cidr::parse(p).ok() == Some(c.cidr))
-                {
+                let known = self.nodes.get(&c.node)?;
+                if !known.pod_cidrs.contains(c.cidr) {
                     return None;
                 }
-                Some(OpKind::Create(c.request(node)))
+                Some(OpKind::Create(c.request(&known.node)))
             }
         }
     }
@@ -963,10 +878,8 @@ impl Controller {
                     });
                 }
                 self.retries.remove(&cidr);
-                if let Some(seen) = self.cidr_seen.remove(&(c.route.target_node.clone(), cidr)) {
-                    self.metrics
-                        .node_to_route
-                        .observe(now.saturating_duration_since(seen));
+                if let Some(took) = self.nodes.route_created(&c.route.target_node, cidr, now) {
+                    self.metrics.node_to_route.observe(took);
                 }
                 self.resolve(pass, |r| r.created += 1);
             }
@@ -1030,7 +943,7 @@ impl Controller {
         if let OpKind::Create(c) = &op {
             let node = &c.route.target_node;
             if self.ops.pending_creates(node) == 0
-                && let Some(routable) = self.nodes.get(node).map(|n| is_routable(n))
+                && let Some(routable) = self.nodes.get(node).map(Known::is_routable)
             {
                 self.write_condition_for(node, Some(routable), pass, out);
             }
@@ -1131,36 +1044,34 @@ impl Controller {
         if !self.leading || self.shutting_down {
             return false;
         }
-        let Some(n) = self.nodes.get(node) else {
+        let Some(known) = self.nodes.get(node) else {
             return false;
         };
         let routes = self.view.as_ref().map(|v| v.routes_to(node)).unwrap_or(&[]);
-        let managed = !n.pod_cidrs.is_empty() || !routes.is_empty();
+        let managed = !known.node.pod_cidrs.is_empty() || !routes.is_empty();
         if !managed {
             return false;
         }
-        let routable = routable.unwrap_or_else(|| is_routable(n));
-        let all_routed = n
+        let routable = routable.unwrap_or_else(|| known.is_routable());
+        let all_routed = known
             .pod_cidrs
+            .entries()
             .iter()
-            .all(|t| Cidr::parse(t).is_ok_and(|c| routes.contains(&c)));
+            .all(|c| c.is_ok_and(|c| routes.contains(&c)));
         let created = routable && all_routed;
-        if created {
-            // The route exists: this node no longer counts towards node-to-route latency.
-            for t in &n.pod_cidrs {
-                if let Ok(c) = Cidr::parse(t) {
-                    self.cidr_seen.remove(&(node.to_string(), c));
-                }
-            }
-        }
         let current = self
             .conditions_in_flight
             .get(node)
-            .or(n.network_unavailable.as_ref());
-        let Some(condition) = plan::network_condition(created, current) else {
+            .or(known.node.network_unavailable.as_ref());
+        let condition = plan::network_condition(created, current);
+        let uid = known.node.uid.clone();
+        if created {
+            // The route exists: this node no longer counts towards node-to-route latency.
+            self.nodes.all_routed(node);
+        }
+        let Some(condition) = condition else {
             return false;
         };
-        let uid = n.uid.clone();
         self.conditions_in_flight
             .insert(node.to_string(), condition.clone());
         let cause = self.latest_cause();
@@ -1190,9 +1101,7 @@ impl Controller {
                 self.condition_failures.remove(&node);
                 // The watch will confirm; until then the view shows what was written, so
                 // the skip rule does not write it again.
-                if let Some(n) = self.nodes.get_mut(&node) {
-                    n.network_unavailable = Some(written);
-                }
+                self.nodes.condition_written(&node, written);
             }
             Err(WriteError::NodeGone) => {
                 self.condition_failures.remove(&node);
@@ -1209,52 +1118,4 @@ impl Controller {
             }
         }
     }
-}
-
-/// Whether a node's pod CIDRs can all be routed (it has some, and they all parse).
-fn is_routable(node: &Node) -> bool {
-    !node.pod_cidrs.is_empty() && node.pod_cidrs.iter().all(|c| Cidr::parse(c).is_ok())
-}
-
-/// The watch-mode trigger filter for an update: pod CIDRs or addresses changed.
-/// Ours compares both as sets (a reordering changes no route); upstream compares them
-/// in order and also treats an equal resourceVersion as a resync.
-fn change_trigger(old: &Node, new: &Node, mode: Mode) -> Option<Trigger> {
-    match mode {
-        Mode::UpstreamWatch => {
-            if old.resource_version == new.resource_version {
-                Some(Trigger::NodeResynced(new.name.clone()))
-            } else if old.pod_cidrs != new.pod_cidrs {
-                Some(Trigger::PodCidrsChanged(new.name.clone()))
-            } else if old.addresses != new.addresses {
-                Some(Trigger::AddressesChanged(new.name.clone()))
-            } else {
-                None
-            }
-        }
-        Mode::Watch | Mode::Poll => {
-            if old.resource_version == new.resource_version && !old.resource_version.is_empty() {
-                None
-            } else if !same_cidrs(&old.pod_cidrs, &new.pod_cidrs) {
-                Some(Trigger::PodCidrsChanged(new.name.clone()))
-            } else if !same_addresses(&old.addresses, &new.addresses) {
-                Some(Trigger::AddressesChanged(new.name.clone()))
-            } else {
-                None
-            }
-        }
-    }
-}
-
-fn same_cidrs(a: &[String], b: &[String]) -> bool {
-    let parse = |v: &[String]| {
-        let mut out: Vec<Result<Cidr, String>> = v
-            .iter()
-            .map(|s| Cidr::parse(s).map_err(|_| s.clone()))
-            .collect();
-        out.sort_by(|x, y| format!("{x:?}").cmp(&format!("{y:?}")));
-        out.dedup();
-        out
-    };
-    parse(a) == parse(b)
 }

@@ -1,0 +1,243 @@
+//! The controller's view of the nodes: what the watch delivered, complete only between
+//! a relist's `InitDone` and the next `Init`, with each node's pod CIDRs parsed once
+//! when it arrives. It says what changed; the controller decides what that triggers.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use super::{Mode, Trigger};
+use crate::model::{Cidr, Condition, Node, PodCidrs, same_addresses};
+use crate::provider::NodeDirectory;
+
+/// A node as the controller keeps it.
+pub(super) struct Known {
+    pub node: Node,
+    /// `node.pod_cidrs`, parsed.
+    pub pod_cidrs: PodCidrs,
+}
+
+impl Known {
+    fn new(node: Node) -> Box<Known> {
+        let pod_cidrs = PodCidrs::parse(&node.pod_cidrs);
+        Box::new(Known { node, pod_cidrs })
+    }
+
+    /// Whether all of the node's pod CIDRs can be routed (it has some, all parse).
+    pub fn is_routable(&self) -> bool {
+        self.pod_cidrs.all_valid()
+    }
+}
+
+/// What a complete list changed.
+pub(super) struct Listed {
+    /// This was the first complete list since start.
+    pub first: bool,
+    /// Nodes added, deleted or changed since the previous view.
+    pub changes: Vec<Trigger>,
+}
+
+/// The node view. See the module documentation.
+#[derive(Default)]
+pub(super) struct NodeView {
+    /// By name. Boxed: a B-tree keeps several times the size of its values in
+    /// half-empty leaves, and a node is large; 50 000 of them cost megabytes less so.
+    nodes: BTreeMap<String, Box<Known>>,
+    /// Nodes of a relist in progress, swapped in at `InitDone`.
+    relist: Option<BTreeMap<String, Box<Known>>>,
+    synced: bool,
+    ever_synced: bool,
+    /// When each (node, pod CIDR) was first seen, for the node-to-route metric.
+    cidr_seen: HashMap<(String, Cidr), Instant>,
+}
+
+impl NodeView {
+    /// Whether a complete list has been seen and no relist is in progress.
+    pub fn is_synced(&self) -> bool {
+        self.synced
+    }
+
+    pub fn get(&self, name: &str) -> Option<&Known> {
+        self.nodes.get(name).map(|k| &**k)
+    }
+
+    pub fn nodes(&self) -> impl Iterator<Item = &Node> {
+        self.nodes.values().map(|k| &k.node)
+    }
+
+    /// The nodes with their parsed pod CIDRs, for the planner.
+    pub fn planned(&self) -> impl Iterator<Item = (&Node, &PodCidrs)> {
+        self.nodes.values().map(|k| (&k.node, &k.pod_cidrs))
+    }
+
+    pub fn names(&self) -> Vec<String> {
+        self.nodes.keys().cloned().collect()
+    }
+
+    /// Routes the nodes want: one per pod CIDR.
+    pub fn wanted_routes(&self) -> usize {
+        self.nodes.values().map(|k| k.node.pod_cidrs.len()).sum()
+    }
+
+    /// Node names by provider ID, for a list. Built per list and dropped after it
+    /// (lists are rare in watch mode; keeping it would cost memory per node).
+    pub fn directory(&self) -> Arc<NodeDirectory> {
+        Arc::new(NodeDirectory::new(
+            self.nodes()
+                .map(|n| (n.name.as_str(), n.provider_id.as_deref())),
+        ))
+    }
+
+    /// A relist begins: the view is incomplete until [`NodeView::complete_list`].
+    pub fn begin_relist(&mut self) {
+        self.relist = Some(BTreeMap::new());
+        self.synced = false;
+    }
+
+    /// One node of a relist.
+    pub fn list_apply(&mut self, node: Node) {
+        let buffer = self.relist.get_or_insert_with(BTreeMap::new);
+        buffer.insert(node.name.clone(), Known::new(node));
+    }
+
+    /// A node added or changed: what that is, in `mode`'s terms (`None` during a
+    /// relist, which buffers it, and for changes that concern no route).
+    pub fn apply(&mut self, node: Node, mode: Mode, now: Instant) -> Option<Trigger> {
+        if let Some(buffer) = &mut self.relist {
+            buffer.insert(node.name.clone(), Known::new(node));
+            return None;
+        }
+        let new = Known::new(node);
+        self.note_cidrs(&new, now);
+        let trigger = match self.nodes.get(&new.node.name) {
+            None => Some(Trigger::NodeAdded(new.node.name.clone())),
+            Some(old) => change_trigger(old, &new, mode),
+        };
+        self.nodes.insert(new.node.name.clone(), new);
+        trigger
+    }
+
+    /// A node deleted; whether the view knew it (a relist only forgets it).
+    pub fn delete(&mut self, name: &str) -> bool {
+        if let Some(buffer) = &mut self.relist {
+            buffer.remove(name);
+            return false;
+        }
+        let known = self.nodes.remove(name).is_some();
+        if known {
+            self.cidr_seen.retain(|(n, _), _| n != name);
+        }
+        known
+    }
+
+    /// A complete list: swap it in and say what changed while the watch was away.
+    pub fn complete_list(&mut self, mode: Mode, now: Instant) -> Listed {
+        let new = self.relist.take().unwrap_or_default();
+        let first = !self.ever_synced;
+        let mut changes = Vec::new();
+        for (name, known) in &new {
+            match self.nodes.get(name) {
+                None => changes.push(Trigger::NodeAdded(name.clone())),
+                Some(old) => {
+                    let equal_rv = old.node.resource_version == known.node.resource_version;
+                    if mode == Mode::UpstreamWatch && equal_rv {
+                        // Upstream sees a relisted, unchanged node as a resync update.
+                        changes.push(Trigger::NodeResynced(name.clone()));
+                    } else if let Some(t) = change_trigger(old, known, Mode::Watch) {
+                        changes.push(t);
+                    }
+                }
+            }
+        }
+        for name in self.nodes.keys() {
+            if !new.contains_key(name) {
+                changes.push(Trigger::NodeDeleted(name.clone()));
+            }
+        }
+        for known in new.values() {
+            self.note_cidrs(known, now);
+        }
+        self.cidr_seen.retain(|(n, _), _| new.contains_key(n));
+        self.nodes = new;
+        self.synced = true;
+        self.ever_synced = true;
+        Listed { first, changes }
+    }
+
+    fn note_cidrs(&mut self, known: &Known, now: Instant) {
+        for cidr in known.pod_cidrs.valid() {
+            self.cidr_seen
+                .entry((known.node.name.clone(), cidr))
+                .or_insert(now);
+        }
+    }
+
+    /// The route to `node`'s `cidr` exists: how long since the node showed it.
+    pub fn route_created(&mut self, node: &str, cidr: Cidr, now: Instant) -> Option<Duration> {
+        let seen = self.cidr_seen.remove(&(node.to_string(), cidr))?;
+        Some(now.saturating_duration_since(seen))
+    }
+
+    /// Every route of `node` exists: it no longer counts towards node-to-route latency.
+    pub fn all_routed(&mut self, node: &str) {
+        self.cidr_seen.retain(|(n, _), _| n != node);
+    }
+
+    /// A condition write succeeded: until the watch confirms it, the view shows what
+    /// was written, so the skip rule does not write it again.
+    pub fn condition_written(&mut self, node: &str, condition: Condition) {
+        if let Some(k) = self.nodes.get_mut(node) {
+            k.node.network_unavailable = Some(condition);
+        }
+    }
+}
+
+/// The watch-mode trigger filter for an update: pod CIDRs or addresses changed.
+/// Ours compares both as sets (a reordering changes no route); upstream compares them
+/// in order and also treats an equal resourceVersion as a resync.
+fn change_trigger(old: &Known, new: &Known, mode: Mode) -> Option<Trigger> {
+    let (o, n) = (&old.node, &new.node);
+    let name = || n.name.clone();
+    match mode {
+        Mode::UpstreamWatch => {
+            if o.resource_version == n.resource_version {
+                Some(Trigger::NodeResynced(name()))
+            } else if o.pod_cidrs != n.pod_cidrs {
+                Some(Trigger::PodCidrsChanged(name()))
+            } else if o.addresses != n.addresses {
+                Some(Trigger::AddressesChanged(name()))
+            } else {
+                None
+            }
+        }
+        Mode::Watch | Mode::Poll => {
+            if o.resource_version == n.resource_version && !o.resource_version.is_empty() {
+                None
+            } else if !same_cidrs(old, new) {
+                Some(Trigger::PodCidrsChanged(name()))
+            } else if !same_addresses(&o.addresses, &n.addresses) {
+                Some(Trigger::AddressesChanged(name()))
+            } else {
+                None
+            }
+        }
+    }
+}
+
+/// Whether two nodes have the same pod CIDRs as sets of networks (an unparsable entry
+/// compares by its text).
+fn same_cidrs(a: &Known, b: &Known) -> bool {
+    fn set(k: &Known) -> Vec<Result<Cidr, &str>> {
+        let mut out: Vec<Result<Cidr, &str>> = k
+            .node
+            .pod_cidrs
+            .iter()
+            .zip(k.pod_cidrs.entries())
+            .map(|(text, parsed)| parsed.map_err(|_| text.as_str()))
+            .collect();
+        out.sort();
+        out.dedup();
+        out
+    }
+    set(a) == set(b)
+}
