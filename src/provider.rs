@@ -47,6 +47,56 @@ pub trait Routes: Send + Sync {
     /// and target, not by name. A route that is already gone is reported as
     /// [`CloudErrorKind::NotFound`], which the controller counts as done.
     fn delete_route(&self, cluster_name: &str, route: &Route) -> Result<(), CloudError>;
+
+    /// What the provider's API allows, for the controller to spend: it dispatches an
+    /// operation only when the budget lets it go out at once, so that everything
+    /// waiting stays in its queue, where a new plan can still change or drop it.
+    /// `None` (the default): no limit is known; only the provider's refusals pace.
+    fn budget(&self) -> Option<Budget> {
+        None
+    }
+}
+
+/// A provider's budget, declared through [`Routes::budget`] and spent by the
+/// controller. Declare it with a margin below the API's hard limit: requests whose
+/// latencies vary arrive closer together than they were sent.
+#[derive(Clone, Copy, Debug, PartialEq)]
+#[non_exhaustive]
+pub struct Budget {
+    /// Requests per second, sustained.
+    pub requests_per_second: f64,
+    /// Requests that may go out at once after a quiet period.
+    pub burst: u32,
+    /// Route changes (creates, deletes) that may run at the same time; Hetzner runs
+    /// one action on a network at a time, EC2 many.
+    pub mutations_at_once: usize,
+    /// Requests a route change costs (Hetzner: the change and one poll of its action).
+    pub requests_per_mutation: u32,
+}
+
+impl Budget {
+    /// `requests_per_second` with `burst`, any number of changes at once, one request
+    /// per change.
+    pub fn new(requests_per_second: f64, burst: u32) -> Budget {
+        Budget {
+            requests_per_second,
+            burst,
+            mutations_at_once: usize::MAX,
+            requests_per_mutation: 1,
+        }
+    }
+
+    /// The same, with at most `n` route changes at once.
+    pub fn mutations_at_once(mut self, n: usize) -> Budget {
+        self.mutations_at_once = n.max(1);
+        self
+    }
+
+    /// The same, with each route change costing `n` requests.
+    pub fn requests_per_mutation(mut self, n: u32) -> Budget {
+        self.requests_per_mutation = n.max(1);
+        self
+    }
 }
 
 /// The node a new route points at, with what a provider needs to find its server or

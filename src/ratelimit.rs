@@ -47,8 +47,13 @@ impl TokenBucket {
     /// Takes one token and returns when the request may be sent: `now` if a token is
     /// available, later otherwise.
     pub fn reserve(&mut self, now: Instant) -> Instant {
+        self.reserve_n(1, now)
+    }
+
+    /// Takes `n` tokens (a request that costs several) and returns when it may be sent.
+    pub fn reserve_n(&mut self, n: u32, now: Instant) -> Instant {
         self.refill(now);
-        self.tokens -= 1.0;
+        self.tokens -= f64::from(n);
         let mut at = if self.tokens >= 0.0 {
             now
         } else {
@@ -62,6 +67,27 @@ impl TokenBucket {
             }
         }
         at
+    }
+
+    /// The earliest instant at which `n` tokens are there and nothing blocks sending,
+    /// from the bucket's state alone (no clock needed; an instant in the past means
+    /// "whenever asked").
+    pub fn ready_at(&self, n: u32) -> Instant {
+        let missing = f64::from(n).min(self.burst) - self.tokens;
+        let mut at = if missing <= 0.0 {
+            self.updated
+        } else {
+            self.updated + Duration::from_secs_f64(missing / self.per_second)
+        };
+        if let Some(b) = self.blocked_until {
+            at = at.max(b);
+        }
+        at
+    }
+
+    /// Until when the provider said to send nothing, if it did.
+    pub fn blocked_until(&self) -> Option<Instant> {
+        self.blocked_until
     }
 
     /// When a request could be sent without waiting, if it were reserved now.

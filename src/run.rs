@@ -124,6 +124,10 @@ impl Builder {
             metrics_address,
         } = self;
         config.leader_election = lease.is_some();
+        // The controller spends the provider's budget; workers never wait for it.
+        if config.budget.is_none() {
+            config.budget = cloud.budget();
+        }
         let identity = lease
             .as_ref()
             .map(|l| l.identity.clone())

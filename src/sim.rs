@@ -33,8 +33,7 @@ use crate::controller::{
 };
 use crate::metrics::Metrics;
 use crate::model::{Cidr, Node, NodeAddress, Route};
-use crate::provider::CloudErrorKind;
-use crate::ratelimit::TokenBucket;
+use crate::provider::{CloudErrorKind, Routes};
 use crate::workers::run_op;
 
 /// The scenarios `simulate` knows.
@@ -475,7 +474,6 @@ struct World<'a> {
     cloud: Arc<FakeCloud>,
     metrics: Arc<Metrics>,
     controller: Controller,
-    limiter: Option<TokenBucket>,
     latency: u64,
     events: BinaryHeap<Reverse<(u64, u64, usize)>>,
     payloads: HashMap<usize, Event>,
@@ -524,17 +522,13 @@ impl<'a> World<'a> {
         config.seed = Some(options.seed);
         // Upstream has a 200-slot semaphore; ours bounds calls in flight to 16.
         config.max_in_flight = if mode == Mode::Watch { 16 } else { 200 };
+        // Ours spends the provider's budget in the controller, as the binary does
+        // (run::Builder); upstream has no client-side limit.
+        if mode == Mode::Watch {
+            config.budget = cloud.budget();
+        }
         let metrics = Arc::new(Metrics::new());
         let controller = Controller::new(config, metrics.clone());
-        let limiter = match (mode, script.rate_limit) {
-            // Paced exactly at the provider's limit, requests whose latencies vary
-            // arrive closer together than they were sent and get refused; keep a
-            // margin of one token and 2 % of the rate, as the providers do.
-            (Mode::Watch, Some((rate, burst))) => {
-                Some(TokenBucket::new(rate * 0.98, burst.saturating_sub(1), t0))
-            }
-            _ => None,
-        };
         World {
             script,
             mode,
@@ -545,7 +539,6 @@ impl<'a> World<'a> {
             cloud,
             metrics,
             controller,
-            limiter,
             latency: options.latency.as_nanos() as u64,
             events: BinaryHeap::new(),
             payloads: HashMap::new(),
@@ -664,14 +657,11 @@ impl<'a> World<'a> {
             self.check_fulfilled(route);
         }
         if let CloudReply::Done(Err(e)) | CloudReply::Listed(Err(e)) = &mut reply
-            && let CloudErrorKind::RateLimited { after } = e.kind
+            && let CloudErrorKind::RateLimited { .. } = e.kind
+            && self.mode != Mode::Watch
         {
-            let now = self.instant(self.now);
-            match &mut self.limiter {
-                Some(limiter) => limiter.observe_throttled(after, now),
-                // Upstream has no notion of a rate limit: the call simply failed.
-                None => e.kind = CloudErrorKind::Retry { after: None },
-            }
+            // Upstream has no notion of a rate limit: the call simply failed.
+            e.kind = CloudErrorKind::Retry { after: None };
         }
         reply
     }
@@ -778,14 +768,9 @@ impl<'a> World<'a> {
         for command in commands {
             match command {
                 Command::Cloud { id, op, .. } => {
-                    let now = self.instant(self.now);
-                    let send = match &mut self.limiter {
-                        Some(limiter) => limiter
-                            .reserve(now)
-                            .saturating_duration_since(self.t0)
-                            .as_nanos() as u64,
-                        None => self.now,
-                    };
+                    // Sent at once: the controller dispatched it because the budget
+                    // allows it now.
+                    let send = self.now;
                     let arrive = send + self.latency / 2;
                     self.push(
                         arrive,

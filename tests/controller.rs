@@ -778,3 +778,71 @@ fn passes_that_repeat_an_operation_in_flight_cause_no_follow_up_passes() {
         d.reports
     );
 }
+
+// --- invariant 10: the cloud's budget is spent by the controller ---------------------
+
+/// A budget of one request per second and no burst beyond the first request: the
+/// list goes out at once, then one create per second.
+fn budget_config() -> route_controller::Config {
+    let mut config = watch_config();
+    config.budget = Some(route_controller::Budget::new(1.0, 1));
+    config
+}
+
+/// Guards the budget's pacing in the controller: with a budget of 1 request/s no two
+/// operations leave within a second, and next_deadline wakes the controller for each
+/// (break `Spending::can_send` and all creates go out with the list's reply).
+#[test]
+fn the_budget_spaces_dispatches_through_next_deadline() {
+    let mut d = Driver::new(budget_config());
+    d.list(nodes(4));
+    d.settle();
+    assert_eq!(d.count("list"), 1);
+    assert_eq!(d.count("create"), 0, "the list spent the only token");
+    d.advance(secs(10.0));
+    let times: Vec<f64> = d.sent.iter().map(|(t, _)| t.as_secs_f64()).collect();
+    assert_eq!(times.len(), 5, "{times:?}");
+    for pair in times.windows(2) {
+        assert!(
+            pair[1] - pair[0] >= 0.999,
+            "sent closer than the budget allows: {times:?}"
+        );
+    }
+    assert_eq!(d.cloud_routes().len(), 4);
+}
+
+/// Guards that operations wait in the controller's queue, not in a worker: a create
+/// for a node deleted while it waited for budget is never sent (if dispatch sent
+/// everything at once and let a worker wait, n2's create would go out).
+#[test]
+fn a_create_for_a_node_deleted_while_it_waited_for_budget_is_never_sent() {
+    let mut d = Driver::new(budget_config());
+    d.list(nodes(3));
+    d.settle(); // the list; the three creates wait for budget
+    assert_eq!(d.count("create"), 0);
+    d.node_event(NodeEvent::Deleted(nodes(3)[2].clone()));
+    d.advance(secs(10.0));
+    let created: Vec<String> = d
+        .sent
+        .iter()
+        .filter_map(|(_, op)| match op {
+            CloudOp::Create { route, .. } => Some(route.target_node.clone()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(created, vec!["n0", "n1"]);
+}
+
+/// Guards `mutations_at_once`: with Hetzner's one change at a time, a second create
+/// waits for the first one's reply even with budget to spare.
+#[test]
+fn mutations_at_once_bounds_route_changes_in_flight() {
+    let mut config = watch_config();
+    config.budget = Some(route_controller::Budget::new(100.0, 100).mutations_at_once(1));
+    let mut d = Driver::new(config);
+    d.list(nodes(3));
+    assert!(d.answer_one()); // the list
+    assert_eq!(d.pending.len(), 1, "one create in flight, two queued");
+    d.settle();
+    assert_eq!(d.count("create"), 3);
+}

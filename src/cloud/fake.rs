@@ -15,7 +15,7 @@ use rand::rngs::SmallRng;
 use rand::{RngExt, SeedableRng};
 
 use crate::model::{Cidr, Route};
-use crate::provider::{CloudError, CloudErrorKind, NodeDirectory, RouteTarget, Routes};
+use crate::provider::{Budget, CloudError, CloudErrorKind, NodeDirectory, RouteTarget, Routes};
 
 /// Which call a counter or an injected failure applies to.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -291,6 +291,21 @@ fn lost_reply() -> CloudError {
 impl Routes for FakeCloud {
     fn provider_name(&self) -> &'static str {
         "fake"
+    }
+
+    /// With a rate limit set, the budget a client should spend: one token and 2 % of
+    /// the rate below it (see [`Budget`]).
+    fn budget(&self) -> Option<Budget> {
+        let limit = self
+            .lock()
+            .limit
+            .as_ref()
+            .map(|l| (l.per_second, l.burst))?;
+        let (per_second, burst) = limit;
+        Some(Budget::new(
+            per_second * 0.98,
+            (burst as u32).saturating_sub(1),
+        ))
     }
 
     fn list_routes(

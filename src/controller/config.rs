@@ -4,6 +4,7 @@
 use std::time::Duration;
 
 use crate::model::Cidr;
+use crate::provider::Budget;
 
 /// How passes are triggered.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -69,6 +70,10 @@ pub struct Config {
     pub leader_election: bool,
     /// Seed for the resync draw and the jitter; `None` seeds from the OS.
     pub seed: Option<u64>,
+    /// The provider's budget ([`Routes::budget`](crate::Routes::budget)), spent by the
+    /// controller. Default `None`: [`Builder`](crate::Builder) fills it from the
+    /// provider; without one only the provider's refusals pace.
+    pub budget: Option<Budget>,
 }
 
 impl Config {
@@ -88,6 +93,7 @@ impl Config {
             retry_max: Duration::from_secs(300),
             leader_election: false,
             seed: None,
+            budget: None,
         }
     }
 }

@@ -36,6 +36,7 @@ use crate::model::{Cidr, Condition, Node, Route};
 use crate::plan::{self, Plan};
 use crate::provider::{CloudError, CloudErrorKind, RouteTarget};
 
+mod budget;
 mod cause;
 mod config;
 mod messages;
@@ -53,6 +54,7 @@ pub use messages::{
 };
 pub use report::PassReport;
 
+use budget::{Cost, Spending};
 use nodes::{Known, Listed, NodeView};
 use ops::{OpKind, Operations, Planned, Queued};
 use scheduler::Scheduler;
@@ -84,8 +86,10 @@ pub struct Controller {
 
     next_op: OpId,
     ops: Operations,
-    /// The provider said to send nothing before this instant.
-    paused_until: Option<Instant>,
+    /// The cloud's budget: what may be sent when.
+    spending: Spending,
+    /// The instant of the last input, for `next_deadline`.
+    now: Option<Instant>,
     retries: BTreeMap<Cidr, Retry>,
     /// Destinations a pass wanted to change while an operation on them was in flight;
     /// when it is answered, a follow-up pass looks again.
@@ -137,6 +141,7 @@ impl Controller {
         let leading = !config.leader_election;
         metrics.leader.set(i64::from(leading));
         let scheduler = Scheduler::new(config.mode);
+        let spending = Spending::new(config.budget);
         Controller {
             config,
             metrics,
@@ -153,7 +158,8 @@ impl Controller {
             resync_period,
             next_op: 1,
             ops: Operations::default(),
-            paused_until: None,
+            spending,
+            now: None,
             retries: BTreeMap::new(),
             followups: HashSet::new(),
             list_failures: 0,
@@ -209,6 +215,7 @@ impl Controller {
     #[must_use = "the commands are what the controller decided; carry them out"]
     pub fn handle(&mut self, input: Input, now: Instant) -> Vec<Command> {
         let mut out = Vec::new();
+        self.now = Some(now);
         match input {
             Input::Node(event) => self.on_node_event(event, now, &mut out),
             Input::Cloud { id, reply } => self.on_cloud_reply(id, reply, now, &mut out),
@@ -242,7 +249,8 @@ impl Controller {
         };
         if self.may_start_pass() {
             let due = self.scheduler.due(&self.config);
-            consider(due.map(|d| self.paused_until.map_or(d, |p| p.max(d))));
+            let blocked = self.now.and_then(|now| self.spending.blocked(now));
+            consider(due.map(|d| blocked.map_or(d, |b| b.max(d))));
         }
         consider(self.next_timer);
         consider(self.list_retry_at);
@@ -254,9 +262,7 @@ impl Controller {
                 .min(),
         );
         consider(self.condition_retries.values().min().copied());
-        if self.ops.queued() > 0 {
-            consider(self.paused_until);
-        }
+        consider(self.budget_deadline());
         deadline
     }
 
@@ -431,7 +437,7 @@ impl Controller {
             self.write_condition(&node, None, out);
         }
         self.scheduler.advance(now);
-        let paused = self.paused_until.is_some_and(|t| t > now);
+        let paused = self.spending.blocked(now).is_some();
         if self.may_start_pass()
             && !paused
             && self.scheduler.due(&self.config).is_some_and(|d| d <= now)
@@ -676,13 +682,13 @@ impl Controller {
     /// Sends the list a planning pass waits for, or queued operations, oldest first,
     /// one per destination and at most `max_in_flight` in total.
     fn dispatch(&mut self, now: Instant, out: &mut Vec<Command>) {
-        if self.paused_until.is_some_and(|t| t > now) {
-            return;
-        }
-        self.paused_until = None;
         if let Some(planning) = &self.planning {
             // Nothing else goes out while a pass waits to list.
-            if planning.list.is_none() && self.ops.in_flight() == 0 {
+            if planning.list.is_none()
+                && self.ops.in_flight() == 0
+                && self.spending.can_send(Cost::List, now)
+            {
+                self.spending.spend(Cost::List, now);
                 let pass = planning.pass;
                 let id = self.op_id();
                 let nodes = self.nodes.directory();
@@ -703,7 +709,10 @@ impl Controller {
             }
             return;
         }
-        while self.ops.in_flight() < self.config.max_in_flight {
+        while self.ops.in_flight() < self.config.max_in_flight
+            && self.ops.mutations_in_flight() < self.spending.mutations_at_once()
+            && self.spending.can_send(Cost::Mutation, now)
+        {
             let Some(queued) = self.ops.take_next(self.nodes.is_synced()) else {
                 break;
             };
@@ -734,9 +743,28 @@ impl Controller {
             if let Some(p) = self.open.get_mut(&queued.pass) {
                 p.report.cloud_calls += 1;
             }
+            self.spending.spend(Cost::Mutation, now);
             self.ops.sent(id, kind, queued.pass, now);
             out.push(Command::Cloud { id, op, cause });
         }
+    }
+
+    /// When the budget lets the next operation out, if something waits only for it
+    /// (a past instant is not a deadline: whatever could go out has gone).
+    fn budget_deadline(&self) -> Option<Instant> {
+        let now = self.now?;
+        let cost = match &self.planning {
+            Some(p) if p.list.is_none() && self.ops.in_flight() == 0 => Cost::List,
+            Some(_) => return None,
+            None if self.ops.queued() > 0
+                && self.ops.in_flight() < self.config.max_in_flight
+                && self.ops.mutations_in_flight() < self.spending.mutations_at_once() =>
+            {
+                Cost::Mutation
+            }
+            None => return None,
+        };
+        Some(self.spending.ready_at(cost, now)).filter(|at| *at > now)
     }
 
     /// The request for a queued operation, from the node as it is now.
@@ -830,7 +858,7 @@ impl Controller {
             }
             Err(err) => {
                 if let CloudErrorKind::RateLimited { after } = err.kind {
-                    self.paused_until = Some(now + after);
+                    self.spending.throttled(after, now);
                 }
                 if let Some(p) = self.open.get_mut(&pass) {
                     p.report.list_error = Some(err.message.clone());
@@ -896,7 +924,7 @@ impl Controller {
             (_, Err(e)) if matches!(e.kind, CloudErrorKind::RateLimited { .. }) => {
                 // Not the route's fault: wait out the limit and send it again first.
                 if let CloudErrorKind::RateLimited { after } = e.kind {
-                    self.paused_until = Some(now + after);
+                    self.spending.throttled(after, now);
                 }
                 self.ops.requeue_front(Queued {
                     op: op.planned(),

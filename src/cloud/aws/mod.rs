@@ -48,7 +48,7 @@ use self::ec2::{
 use self::query::{Endpoint, Params, QueryClient, QueryClientConfig, QueryError};
 use self::xml::Element;
 use crate::model::{Cidr, Route};
-use crate::provider::{CloudError, CloudErrorKind, NodeDirectory, RouteTarget, Routes};
+use crate::provider::{Budget, CloudError, CloudErrorKind, NodeDirectory, RouteTarget, Routes};
 use crate::ratelimit::RateLimiter;
 use crate::sync::lock;
 
@@ -107,6 +107,8 @@ impl Default for AwsConfig {
 pub struct AwsProvider {
     ec2: QueryClient,
     limiter: RateLimiter,
+    /// Requests per second and burst, declared to the controller.
+    budget: (f64, u32),
     throttle: Mutex<ThrottleBackoff>,
     configured_table: Option<String>,
     /// `(cluster name, route table ID)` found by tag.
@@ -178,6 +180,7 @@ impl AwsProvider {
                 timeout: config.timeout,
             }),
             limiter: RateLimiter::new(config.requests_per_second, config.burst),
+            budget: (config.requests_per_second, config.burst),
             throttle: Mutex::new(ThrottleBackoff::new()),
             configured_table: table.map(str::to_string),
             discovered: Mutex::new(None),
@@ -737,6 +740,12 @@ pub fn routes_from_table(
 impl Routes for AwsProvider {
     fn provider_name(&self) -> &'static str {
         "aws"
+    }
+
+    /// The configured request rate (EC2's mutating-action bucket); changes may run
+    /// concurrently.
+    fn budget(&self) -> Option<Budget> {
+        Some(Budget::new(self.budget.0, self.budget.1))
     }
 
     fn list_routes(

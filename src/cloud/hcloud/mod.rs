@@ -48,7 +48,7 @@ use api::{
 use servers::{Server, ServerCache, ServerSnapshot};
 
 use crate::model::{Cidr, Route};
-use crate::provider::{CloudError, CloudErrorKind, NodeDirectory, RouteTarget, Routes};
+use crate::provider::{Budget, CloudError, CloudErrorKind, NodeDirectory, RouteTarget, Routes};
 
 /// Servers per page when listing (the API's maximum).
 const SERVERS_PER_PAGE: u32 = 50;
@@ -80,6 +80,8 @@ pub struct HcloudRoutes {
     servers: ServerCache,
     actions: ActionPoller,
     mutations: Slots,
+    /// Requests per second, burst and route changes at once, declared to the controller.
+    budget: (f64, u32, usize),
     /// The gateway of each destination, from the last list or our own changes: a
     /// delete needs it, and a route the controller created carries no name.
     gateways: Mutex<HashMap<Cidr, Ipv4Addr>>,
@@ -121,6 +123,11 @@ impl HcloudRoutes {
                 config.action_timeout,
             ),
             mutations: Slots::new(config.max_concurrent_mutations.max(1)),
+            budget: (
+                config.rate_limit_per_second,
+                config.rate_limit_burst,
+                config.max_concurrent_mutations.max(1),
+            ),
             gateways: Mutex::new(HashMap::new()),
         };
         provider.remember_all(&network.routes);
@@ -160,6 +167,16 @@ impl HcloudRoutes {
 impl Routes for HcloudRoutes {
     fn provider_name(&self) -> &'static str {
         "hcloud"
+    }
+
+    /// The API's 3600 requests per hour; one route action at a time (the API answers
+    /// `conflict` to a second); a change costs its request and a poll of its action.
+    fn budget(&self) -> Option<Budget> {
+        Some(
+            Budget::new(self.budget.0, self.budget.1)
+                .mutations_at_once(self.budget.2)
+                .requests_per_mutation(2),
+        )
     }
 
     fn list_routes(
