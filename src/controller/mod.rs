@@ -24,25 +24,24 @@
 //! (after start or during a relist), no route outside the cluster CIDRs is deleted
 //! (the planner), and nothing is written unless this replica leads.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use rand::rngs::SmallRng;
-use rand::{RngExt, SeedableRng};
-
 use crate::metrics::{Metrics, SyncOutcome};
-use crate::model::{Cidr, Condition, Node, Route};
+use crate::model::{Cidr, Node, Route};
 use crate::plan::{self, Plan};
 use crate::provider::{CloudError, CloudErrorKind, RouteTarget};
 
 mod budget;
 mod cause;
+mod conditions;
 mod config;
 mod messages;
 mod nodes;
 mod ops;
 mod report;
+mod retries;
 mod scheduler;
 mod view;
 
@@ -55,8 +54,10 @@ pub use messages::{
 pub use report::PassReport;
 
 use budget::{Cost, Spending};
+use conditions::Conditions;
 use nodes::{Known, Listed, NodeView};
 use ops::{OpKind, Operations, Planned, Queued};
+use retries::Retries;
 use scheduler::Scheduler;
 use view::RouteView;
 
@@ -66,7 +67,6 @@ use view::RouteView;
 pub struct Controller {
     config: Config,
     metrics: Arc<Metrics>,
-    rng: SmallRng,
 
     nodes: NodeView,
 
@@ -90,19 +90,12 @@ pub struct Controller {
     spending: Spending,
     /// The instant of the last input, for `next_deadline`.
     now: Option<Instant>,
-    retries: BTreeMap<Cidr, Retry>,
+    retries: Retries,
     /// Destinations a pass wanted to change while an operation on them was in flight;
     /// when it is answered, a follow-up pass looks again.
     followups: HashSet<Cidr>,
-    list_failures: u32,
-    list_retry_at: Option<Instant>,
 
-    conditions_in_flight: HashMap<String, Condition>,
-    /// When a failed condition write is tried again, per node.
-    condition_retries: BTreeMap<String, Instant>,
-    /// Failed condition writes in a row per node, for the backoff; kept apart from
-    /// `condition_retries`, which a retry's write clears.
-    condition_failures: HashMap<String, u32>,
+    conditions: Conditions,
 }
 
 /// A pass that needs a list before it can plan.
@@ -121,23 +114,12 @@ struct OpenPass {
     report: PassReport,
 }
 
-struct Retry {
-    attempts: u32,
-    not_before: Instant,
-    fired: bool,
-}
-
 impl Controller {
     /// A controller with `config`, recording into `metrics`.
     pub fn new(config: Config, metrics: Arc<Metrics>) -> Controller {
-        let mut rng = match config.seed {
-            Some(seed) => SmallRng::seed_from_u64(seed),
-            None => rand::make_rng(),
-        };
+        let mut retries = Retries::new(config.retry_initial, config.retry_max, config.seed);
         // Drawn once, as upstream's informer factory does: [min, 2 × min).
-        let resync_period = config
-            .min_resync_period
-            .mul_f64(1.0 + rng.random_range(0.0..1.0));
+        let resync_period = config.min_resync_period.mul_f64(1.0 + retries.draw());
         let leading = !config.leader_election;
         metrics.leader.set(i64::from(leading));
         let scheduler = Scheduler::new(config.mode);
@@ -145,7 +127,6 @@ impl Controller {
         Controller {
             config,
             metrics,
-            rng,
             nodes: NodeView::default(),
             view: None,
             leading,
@@ -160,13 +141,9 @@ impl Controller {
             ops: Operations::default(),
             spending,
             now: None,
-            retries: BTreeMap::new(),
+            retries,
             followups: HashSet::new(),
-            list_failures: 0,
-            list_retry_at: None,
-            conditions_in_flight: HashMap::new(),
-            condition_retries: BTreeMap::new(),
-            condition_failures: HashMap::new(),
+            conditions: Conditions::default(),
         }
     }
 
@@ -197,7 +174,7 @@ impl Controller {
 
     /// Nothing is in flight: after [`Input::Shutdown`], the drivers may stop.
     pub fn is_idle(&self) -> bool {
-        self.ops.in_flight() == 0 && self.conditions_in_flight.is_empty()
+        self.ops.in_flight() == 0 && self.conditions.is_idle()
     }
 
     /// The nodes as the controller sees them.
@@ -253,15 +230,8 @@ impl Controller {
             consider(due.map(|d| blocked.map_or(d, |b| b.max(d))));
         }
         consider(self.next_timer);
-        consider(self.list_retry_at);
-        consider(
-            self.retries
-                .values()
-                .filter(|r| !r.fired)
-                .map(|r| r.not_before)
-                .min(),
-        );
-        consider(self.condition_retries.values().min().copied());
+        consider(self.retries.next_deadline());
+        consider(self.conditions.next_deadline());
         consider(self.budget_deadline());
         deadline
     }
@@ -313,8 +283,7 @@ impl Controller {
             }
             NodeEvent::Deleted(node) => {
                 if self.nodes.delete(&node.name) {
-                    self.condition_retries.remove(&node.name);
-                    self.condition_failures.remove(&node.name);
+                    self.conditions.forget(&node.name);
                     self.node_trigger(Trigger::NodeDeleted(node.name), now);
                 }
             }
@@ -411,29 +380,13 @@ impl Controller {
         if self.next_timer.is_some_and(|t| t <= now) {
             self.fire_timer(now);
         }
-        if self.list_retry_at.is_some_and(|t| t <= now) {
-            self.list_retry_at = None;
+        if self.retries.list_due(now) {
             self.trigger(Trigger::ListRetry, now);
         }
-        let due: Vec<Cidr> = self
-            .retries
-            .iter()
-            .filter(|(_, r)| !r.fired && r.not_before <= now)
-            .map(|(c, _)| *c)
-            .collect();
-        for cidr in due {
-            if let Some(r) = self.retries.get_mut(&cidr) {
-                r.fired = true;
-            }
+        for cidr in self.retries.due_routes(now) {
             self.trigger(Trigger::RouteRetry(cidr), now);
         }
-        let due: Vec<String> = self
-            .condition_retries
-            .iter()
-            .filter(|(_, t)| **t <= now)
-            .map(|(n, _)| n.clone())
-            .collect();
-        for node in due {
+        for node in self.conditions.due(now) {
             self.write_condition(&node, None, out);
         }
         self.scheduler.advance(now);
@@ -576,7 +529,7 @@ impl Controller {
                 }
                 continue;
             }
-            if retry_mode && self.retries.get(&cidr).is_some_and(|r| r.not_before > now) {
+            if retry_mode && self.retries.backing_off(cidr, now) {
                 deferred += 1;
                 continue;
             }
@@ -586,7 +539,7 @@ impl Controller {
             }
         }
         // Retries for routes the plan no longer needs are moot.
-        self.retries.retain(|c, _| wanted.contains(c));
+        self.retries.keep_wanted(&wanted);
         if let Some(p) = self.open.get_mut(&pass) {
             p.report.kept = kept;
             p.report.deferred += deferred;
@@ -635,7 +588,7 @@ impl Controller {
     fn update_route_gauges(&self) {
         let wanted = self.nodes.wanted_routes() as i64;
         let pending = (self.ops.queued() + self.ops.mutations_in_flight()) as i64;
-        let failing = self.retries.len() as i64;
+        let failing = self.retries.failing() as i64;
         self.metrics.routes_pending.set(pending);
         self.metrics.routes_failing.set(failing);
         self.metrics
@@ -845,7 +798,7 @@ impl Controller {
                 // Age the view from when the list was sent: anything changed by others
                 // after that instant may be missing.
                 self.view = Some(RouteView::new(routes, sent));
-                self.list_failures = 0;
+                self.retries.list_done();
                 if self.can_write() {
                     self.plan_and_queue(pass, now, out);
                 } else if let Some(p) = self.open.get_mut(&pass) {
@@ -869,20 +822,15 @@ impl Controller {
     }
 
     fn list_failed(&mut self, err: &CloudError, now: Instant) {
-        self.list_failures += 1;
         match self.config.mode {
             // The next poll retries.
-            Mode::Poll => {}
+            Mode::Poll => self.retries.count_list_failure(),
             // Upstream requeues through its rate limiter.
-            Mode::UpstreamWatch => self.trigger(Trigger::ListRetry, now),
-            Mode::Watch => {
-                let delay = match err.kind {
-                    CloudErrorKind::RateLimited { after }
-                    | CloudErrorKind::Retry { after: Some(after) } => after,
-                    _ => self.backoff(self.list_failures, self.config.retry_initial),
-                };
-                self.list_retry_at = Some(now + delay);
+            Mode::UpstreamWatch => {
+                self.retries.count_list_failure();
+                self.trigger(Trigger::ListRetry, now);
             }
+            Mode::Watch => self.retries.list_failed(err.kind, now),
         }
     }
 
@@ -905,7 +853,7 @@ impl Controller {
                         ..c.route.clone()
                     });
                 }
-                self.retries.remove(&cidr);
+                self.retries.route_done(cidr);
                 if let Some(took) = self.nodes.route_created(&c.route.target_node, cidr, now) {
                     self.metrics.node_to_route.observe(took);
                 }
@@ -913,12 +861,12 @@ impl Controller {
             }
             (OpKind::Delete(d), Ok(())) => {
                 self.forget_route(&d.route, cidr);
-                self.retries.remove(&cidr);
+                self.retries.route_done(cidr);
                 self.resolve(pass, |r| r.deleted += 1);
             }
             (OpKind::Delete(d), Err(e)) if e.kind == CloudErrorKind::NotFound => {
                 self.forget_route(&d.route, cidr);
-                self.retries.remove(&cidr);
+                self.retries.route_done(cidr);
                 self.resolve(pass, |r| r.deleted += 1);
             }
             (_, Err(e)) if matches!(e.kind, CloudErrorKind::RateLimited { .. }) => {
@@ -985,165 +933,8 @@ impl Controller {
     }
 
     fn schedule_retry(&mut self, cidr: Cidr, kind: CloudErrorKind, now: Instant) {
-        if self.config.mode != Mode::Watch {
-            return;
-        }
-        let attempts = self.retries.get(&cidr).map_or(0, |r| r.attempts) + 1;
-        let delay = match kind {
-            CloudErrorKind::Retry { after: Some(after) } => after,
-            CloudErrorKind::Conflict => self.backoff(attempts, self.config.retry_initial / 2),
-            CloudErrorKind::Invalid => self.backoff(attempts, self.config.retry_initial * 30),
-            _ => self.backoff(attempts, self.config.retry_initial),
-        };
-        self.retries.insert(
-            cidr,
-            Retry {
-                attempts,
-                not_before: now + delay,
-                fired: false,
-            },
-        );
-    }
-
-    /// `base × 2^(attempt-1)`, capped at `retry_max`, then jittered into [½, 1] of that,
-    /// so that many routes failing together do not retry in lock-step.
-    fn backoff(&mut self, attempt: u32, base: Duration) -> Duration {
-        let draw = self.rng.random_range(0.0..1.0);
-        crate::backoff::delay(base, attempt, self.config.retry_max, (0.5, 1.0), draw)
-    }
-
-    fn failed_create_event(
-        &mut self,
-        c: &plan::CreateRequest,
-        pass: u64,
-        err: &CloudError,
-        took: Duration,
-        out: &mut Vec<Command>,
-    ) {
-        if !self.leading {
-            return;
-        }
-        out.push(Command::RecordEvent {
-            event: NodeEventRecord {
-                node: c.route.target_node.clone(),
-                // The name hint is the node's UID (upstream's contract).
-                uid: c.name_hint.clone(),
-                kind: "Warning",
-                reason: "FailedToCreateRoute",
-                message: format!(
-                    "Could not create route {} {} for node {} after {}: {}",
-                    c.name_hint,
-                    c.route.destination_cidr,
-                    c.route.target_node,
-                    crate::duration::format(took),
-                    err.message
-                ),
-            },
-            cause: self.cause_of(pass),
-        });
-    }
-
-    // --- node conditions ----------------------------------------------------------
-
-    fn write_condition_for(
-        &mut self,
-        node: &str,
-        routable: Option<bool>,
-        pass: u64,
-        out: &mut Vec<Command>,
-    ) {
-        if self.write_condition(node, routable, out)
-            && let Some(p) = self.open.get_mut(&pass)
-        {
-            p.report.conditions += 1;
-        }
-    }
-
-    /// Writes `NetworkUnavailable` for `node` from what the cloud now holds, unless the
-    /// node already shows that value; returns whether a write was sent. `routable` is
-    /// the planner's verdict; `None` recomputes it (for retries of failed writes).
-    fn write_condition(
-        &mut self,
-        node: &str,
-        routable: Option<bool>,
-        out: &mut Vec<Command>,
-    ) -> bool {
-        self.condition_retries.remove(node);
-        if !self.leading || self.shutting_down {
-            return false;
-        }
-        let Some(known) = self.nodes.get(node) else {
-            return false;
-        };
-        let routes = self.view.as_ref().map(|v| v.routes_to(node)).unwrap_or(&[]);
-        let managed = !known.node.pod_cidrs.is_empty() || !routes.is_empty();
-        if !managed {
-            return false;
-        }
-        let routable = routable.unwrap_or_else(|| known.is_routable());
-        let all_routed = known
-            .pod_cidrs
-            .entries()
-            .iter()
-            .all(|c| c.is_ok_and(|c| routes.contains(&c)));
-        let created = routable && all_routed;
-        let current = self
-            .conditions_in_flight
-            .get(node)
-            .or(known.node.network_unavailable.as_ref());
-        let condition = plan::network_condition(created, current);
-        let uid = known.node.uid.clone();
-        if created {
-            // The route exists: this node no longer counts towards node-to-route latency.
-            self.nodes.all_routed(node);
-        }
-        let Some(condition) = condition else {
-            return false;
-        };
-        self.conditions_in_flight
-            .insert(node.to_string(), condition.clone());
-        let cause = self.latest_cause();
-        out.push(Command::WriteCondition {
-            node: node.to_string(),
-            uid,
-            condition,
-            cause,
-        });
-        true
-    }
-
-    fn latest_cause(&self) -> Arc<Cause> {
-        self.open
-            .values()
-            .next_back()
-            .map(|p| p.report.cause.clone())
-            .unwrap_or_default()
-    }
-
-    fn on_condition_written(&mut self, node: String, result: Result<(), WriteError>, now: Instant) {
-        let Some(written) = self.conditions_in_flight.remove(&node) else {
-            return;
-        };
-        match result {
-            Ok(()) => {
-                self.condition_failures.remove(&node);
-                // The watch will confirm; until then the view shows what was written, so
-                // the skip rule does not write it again.
-                self.nodes.condition_written(&node, written);
-            }
-            Err(WriteError::NodeGone) => {
-                self.condition_failures.remove(&node);
-            }
-            Err(WriteError::Failed(e)) => {
-                let failures = self.condition_failures.entry(node.clone()).or_default();
-                *failures += 1;
-                let attempts = *failures;
-                let delay = self.backoff(attempts, self.config.retry_initial);
-                log::warn!(
-                    "writing NetworkUnavailable on node {node} failed: {e}; retrying in {delay:?}"
-                );
-                self.condition_retries.insert(node, now + delay);
-            }
+        if self.config.mode == Mode::Watch {
+            self.retries.route_failed(cidr, kind, now);
         }
     }
 }

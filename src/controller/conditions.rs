@@ -1,0 +1,227 @@
+//! What the controller writes to Kubernetes: each node's `NetworkUnavailable`
+//! condition, written from what the cloud holds once the node's creates have
+//! resolved (and only when it changes), retried with backoff per node so that one
+//! failing node holds back no other; and upstream's `FailedToCreateRoute` event.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use super::{Cause, Command, Controller, NodeEventRecord, WriteError};
+use crate::model::Condition;
+use crate::plan;
+use crate::provider::CloudError;
+
+/// Condition writes in flight and waiting for a retry. See the module documentation.
+#[derive(Default)]
+pub(super) struct Conditions {
+    /// What was sent and not yet answered, per node.
+    in_flight: HashMap<String, Condition>,
+    /// When a failed write is tried again, per node.
+    retries: BTreeMap<String, Instant>,
+    /// Failed writes in a row per node, for the backoff; kept apart from `retries`,
+    /// which a retry's write clears.
+    failures: HashMap<String, u32>,
+}
+
+/// How a condition write was answered, for the controller.
+pub(super) enum Answer {
+    /// Written: the node view shows it until the watch confirms.
+    Written(Condition),
+    /// Nothing to do (the node is gone, or the write was not ours).
+    Nothing,
+    /// Failed for the `attempts`-th time in a row.
+    Failed { attempts: u32, error: String },
+}
+
+impl Conditions {
+    pub fn in_flight(&self, node: &str) -> Option<&Condition> {
+        self.in_flight.get(node)
+    }
+
+    pub fn is_idle(&self) -> bool {
+        self.in_flight.is_empty()
+    }
+
+    pub fn sent(&mut self, node: &str, condition: Condition) {
+        self.in_flight.insert(node.to_string(), condition);
+    }
+
+    /// A write for `node` is being decided now: a pending retry is moot.
+    pub fn retry_sent(&mut self, node: &str) {
+        self.retries.remove(node);
+    }
+
+    pub fn retry_at(&mut self, node: String, at: Instant) {
+        self.retries.insert(node, at);
+    }
+
+    /// The node is gone: nothing more to write.
+    pub fn forget(&mut self, node: &str) {
+        self.retries.remove(node);
+        self.failures.remove(node);
+    }
+
+    pub fn answered(&mut self, node: &str, result: Result<(), WriteError>) -> Answer {
+        let Some(written) = self.in_flight.remove(node) else {
+            return Answer::Nothing;
+        };
+        match result {
+            Ok(()) => {
+                self.failures.remove(node);
+                Answer::Written(written)
+            }
+            Err(WriteError::NodeGone) => {
+                self.failures.remove(node);
+                Answer::Nothing
+            }
+            Err(WriteError::Failed(error)) => {
+                let failures = self.failures.entry(node.to_string()).or_default();
+                *failures += 1;
+                Answer::Failed {
+                    attempts: *failures,
+                    error,
+                }
+            }
+        }
+    }
+
+    /// The nodes whose retry is due at `now`.
+    pub fn due(&self, now: Instant) -> Vec<String> {
+        self.retries
+            .iter()
+            .filter(|(_, t)| **t <= now)
+            .map(|(n, _)| n.clone())
+            .collect()
+    }
+
+    pub fn next_deadline(&self) -> Option<Instant> {
+        self.retries.values().min().copied()
+    }
+}
+
+impl Controller {
+    pub(super) fn failed_create_event(
+        &mut self,
+        c: &plan::CreateRequest,
+        pass: u64,
+        err: &CloudError,
+        took: Duration,
+        out: &mut Vec<Command>,
+    ) {
+        if !self.leading {
+            return;
+        }
+        out.push(Command::RecordEvent {
+            event: NodeEventRecord {
+                node: c.route.target_node.clone(),
+                // The name hint is the node's UID (upstream's contract).
+                uid: c.name_hint.clone(),
+                kind: "Warning",
+                reason: "FailedToCreateRoute",
+                message: format!(
+                    "Could not create route {} {} for node {} after {}: {}",
+                    c.name_hint,
+                    c.route.destination_cidr,
+                    c.route.target_node,
+                    crate::duration::format(took),
+                    err.message
+                ),
+            },
+            cause: self.cause_of(pass),
+        });
+    }
+
+    pub(super) fn write_condition_for(
+        &mut self,
+        node: &str,
+        routable: Option<bool>,
+        pass: u64,
+        out: &mut Vec<Command>,
+    ) {
+        if self.write_condition(node, routable, out)
+            && let Some(p) = self.open.get_mut(&pass)
+        {
+            p.report.conditions += 1;
+        }
+    }
+
+    /// Writes `NetworkUnavailable` for `node` from what the cloud now holds, unless the
+    /// node already shows that value; returns whether a write was sent. `routable` is
+    /// the planner's verdict; `None` recomputes it (for retries of failed writes).
+    pub(super) fn write_condition(
+        &mut self,
+        node: &str,
+        routable: Option<bool>,
+        out: &mut Vec<Command>,
+    ) -> bool {
+        self.conditions.retry_sent(node);
+        if !self.leading || self.shutting_down {
+            return false;
+        }
+        let Some(known) = self.nodes.get(node) else {
+            return false;
+        };
+        let routes = self.view.as_ref().map(|v| v.routes_to(node)).unwrap_or(&[]);
+        let managed = !known.node.pod_cidrs.is_empty() || !routes.is_empty();
+        if !managed {
+            return false;
+        }
+        let routable = routable.unwrap_or_else(|| known.is_routable());
+        let all_routed = known
+            .pod_cidrs
+            .entries()
+            .iter()
+            .all(|c| c.is_ok_and(|c| routes.contains(&c)));
+        let created = routable && all_routed;
+        let current = self
+            .conditions
+            .in_flight(node)
+            .or(known.node.network_unavailable.as_ref());
+        let condition = plan::network_condition(created, current);
+        let uid = known.node.uid.clone();
+        if created {
+            // The route exists: this node no longer counts towards node-to-route latency.
+            self.nodes.all_routed(node);
+        }
+        let Some(condition) = condition else {
+            return false;
+        };
+        self.conditions.sent(node, condition.clone());
+        let cause = self.latest_cause();
+        out.push(Command::WriteCondition {
+            node: node.to_string(),
+            uid,
+            condition,
+            cause,
+        });
+        true
+    }
+
+    fn latest_cause(&self) -> Arc<Cause> {
+        self.open
+            .values()
+            .next_back()
+            .map(|p| p.report.cause.clone())
+            .unwrap_or_default()
+    }
+
+    pub(super) fn on_condition_written(
+        &mut self,
+        node: String,
+        result: Result<(), WriteError>,
+        now: Instant,
+    ) {
+        match self.conditions.answered(&node, result) {
+            Answer::Written(condition) => self.nodes.condition_written(&node, condition),
+            Answer::Nothing => {}
+            Answer::Failed { attempts, error } => {
+                let delay = self.retries.backoff(attempts, self.retries.initial());
+                log::warn!(
+                    "writing NetworkUnavailable on node {node} failed: {error}; retrying in {delay:?}"
+                );
+                self.conditions.retry_at(node, now + delay);
+            }
+        }
+    }
+}
