@@ -4,10 +4,9 @@
 //! failing node holds back no other; and upstream's `FailedToCreateRoute` event.
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::{Cause, Command, Controller, NodeEventRecord, WriteError};
+use super::{Command, Controller, NodeEventRecord, WriteError};
 use crate::model::Condition;
 use crate::plan;
 use crate::provider::CloudError;
@@ -128,7 +127,7 @@ impl Controller {
                     err.message
                 ),
             },
-            cause: self.cause_of(pass),
+            cause: self.passes.cause_of(pass),
         });
     }
 
@@ -140,9 +139,9 @@ impl Controller {
         out: &mut Vec<Command>,
     ) {
         if self.write_condition(node, routable, out)
-            && let Some(p) = self.open.get_mut(&pass)
+            && let Some(r) = self.passes.report(pass)
         {
-            p.report.conditions += 1;
+            r.conditions += 1;
         }
     }
 
@@ -188,7 +187,7 @@ impl Controller {
             return false;
         };
         self.conditions.sent(node, condition.clone());
-        let cause = self.latest_cause();
+        let cause = self.passes.latest_cause();
         out.push(Command::WriteCondition {
             node: node.to_string(),
             uid,
@@ -196,14 +195,6 @@ impl Controller {
             cause,
         });
         true
-    }
-
-    fn latest_cause(&self) -> Arc<Cause> {
-        self.open
-            .values()
-            .next_back()
-            .map(|p| p.report.cause.clone())
-            .unwrap_or_default()
     }
 
     pub(super) fn on_condition_written(

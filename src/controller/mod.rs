@@ -15,7 +15,8 @@
 //!    ambiguous reply has been seen since the last list.
 //! 3. The planner turns nodes and routes into deletes and creates. Operations queue per
 //!    destination CIDR, a delete before the create that replaces it, and at most one
-//!    operation per destination and `max_in_flight` in total are dispatched.
+//!    operation per destination and `max_in_flight` in total are dispatched, each only
+//!    when the cloud's budget lets it go out at once.
 //! 4. As each node's creates resolve, its `NetworkUnavailable` condition is written
 //!    from what the cloud now holds. When every operation has resolved the pass ends
 //!    with a [`PassReport`].
@@ -23,8 +24,14 @@
 //! Safety rules kept here: no delete is dispatched while the node view is incomplete
 //! (after start or during a relist), no route outside the cluster CIDRs is deleted
 //! (the planner), and nothing is written unless this replica leads.
+//!
+//! This file reads top-down: construction, `handle`, starting a pass, planning and
+//! queueing, dispatch, replies. The parts own their state: `nodes` (the node view),
+//! `scheduler` (coalescing and periodic timers), `passes` (reports), `ops` (the queue),
+//! `budget`, `retries`, `conditions`, `view` (the cloud's routes); `messages` is the
+//! vocabulary.
 
-use std::collections::{BTreeMap, BTreeSet, HashSet};
+use std::collections::{BTreeSet, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -40,6 +47,7 @@ mod config;
 mod messages;
 mod nodes;
 mod ops;
+mod passes;
 mod report;
 mod retries;
 mod scheduler;
@@ -55,8 +63,9 @@ pub use report::PassReport;
 
 use budget::{Cost, Spending};
 use conditions::Conditions;
-use nodes::{Known, Listed, NodeView};
+use nodes::{Known, NodeView};
 use ops::{OpKind, Operations, Planned, Queued};
+use passes::Passes;
 use retries::Retries;
 use scheduler::Scheduler;
 use view::RouteView;
@@ -78,9 +87,8 @@ pub struct Controller {
     scheduler: Scheduler,
     /// The pass waiting for its list of routes, if any; one at a time.
     planning: Option<Planning>,
-    /// Passes whose operations have not all been answered yet, by number.
-    open: BTreeMap<u64, OpenPass>,
-    passes: u64,
+    /// Passes whose operations have not all been answered yet.
+    passes: Passes,
     next_timer: Option<Instant>,
     resync_period: Duration,
 
@@ -106,14 +114,6 @@ struct Planning {
     list: Option<OpId>,
 }
 
-/// A pass whose report waits for its operations.
-struct OpenPass {
-    started: Instant,
-    /// Operations of this pass queued or in flight.
-    outstanding: usize,
-    report: PassReport,
-}
-
 impl Controller {
     /// A controller with `config`, recording into `metrics`.
     pub fn new(config: Config, metrics: Arc<Metrics>) -> Controller {
@@ -133,8 +133,7 @@ impl Controller {
             shutting_down: false,
             scheduler,
             planning: None,
-            open: BTreeMap::new(),
-            passes: 0,
+            passes: Passes::default(),
             next_timer: None,
             resync_period,
             next_op: 1,
@@ -248,82 +247,13 @@ impl Controller {
     }
 
     fn may_start_pass(&self) -> bool {
-        self.planning.is_none() && (self.overlapping() || self.open.is_empty())
+        self.planning.is_none() && (self.overlapping() || self.passes.none_open())
     }
 
     /// A pass is "running" for coalescing while it plans (or, in upstream's modes,
     /// until its operations are done).
     fn pass_running(&self) -> bool {
         !self.may_start_pass()
-    }
-
-    // --- the node view ------------------------------------------------------------
-
-    fn on_node_event(&mut self, event: NodeEvent, now: Instant, out: &mut Vec<Command>) {
-        if matches!(
-            event,
-            NodeEvent::Added(_) | NodeEvent::Modified(_) | NodeEvent::Deleted(_)
-        ) {
-            self.metrics.watch_events.inc();
-        }
-        match event {
-            NodeEvent::Init => {
-                // The view is incomplete until InitDone: nothing queued may be sent, and
-                // the pass after InitDone plans afresh.
-                self.nodes.begin_relist();
-                self.metrics.synced.set(0);
-                self.cancel_queued(now, out);
-            }
-            NodeEvent::InitApply(node) => self.nodes.list_apply(node),
-            NodeEvent::InitDone => self.on_list_complete(now),
-            NodeEvent::Added(node) | NodeEvent::Modified(node) => {
-                if let Some(t) = self.nodes.apply(node, self.config.mode, now) {
-                    self.node_trigger(t, now);
-                }
-            }
-            NodeEvent::Deleted(node) => {
-                if self.nodes.delete(&node.name) {
-                    self.conditions.forget(&node.name);
-                    self.node_trigger(Trigger::NodeDeleted(node.name), now);
-                }
-            }
-        }
-    }
-
-    /// A complete list: swap it in, and ask for a pass even if nothing changed while
-    /// the watch was away (and even with no nodes at all).
-    fn on_list_complete(&mut self, now: Instant) {
-        self.metrics.watch_relists.inc();
-        let Listed { first, changes } = self.nodes.complete_list(self.config.mode, now);
-        self.metrics.synced.set(1);
-        if first {
-            self.arm_timer(now);
-        }
-        match self.config.mode {
-            Mode::UpstreamWatch => {
-                // Upstream has no explicit initial pass: each listed node enqueues, and
-                // an empty cluster enqueues nothing.
-                for t in changes {
-                    self.trigger(t, now);
-                }
-            }
-            Mode::Watch | Mode::Poll => {
-                // One pass after every complete list, even an empty one; what changed
-                // while the watch was away rides along as its cause.
-                let trigger = if first {
-                    Trigger::Startup
-                } else {
-                    Trigger::Relist
-                };
-                self.trigger(trigger, now);
-                if self.config.mode == Mode::Watch {
-                    for t in changes {
-                        self.metrics.trigger(t.kind());
-                        self.scheduler.note(t, now);
-                    }
-                }
-            }
-        }
     }
 
     // --- triggers and timers ------------------------------------------------------
@@ -343,13 +273,6 @@ impl Controller {
         }
         let busy = self.pass_running();
         self.scheduler.trigger(trigger, now, busy, &self.config);
-    }
-
-    fn arm_timer(&mut self, now: Instant) {
-        self.next_timer = match self.config.mode {
-            Mode::Poll => Some(now),
-            Mode::Watch | Mode::UpstreamWatch => Some(now + self.resync_period),
-        };
     }
 
     fn on_leadership(&mut self, leading: bool, now: Instant, out: &mut Vec<Command>) {
@@ -400,38 +323,13 @@ impl Controller {
         self.dispatch(now, out);
     }
 
-    fn fire_timer(&mut self, now: Instant) {
-        match self.config.mode {
-            Mode::Poll => {
-                // Re-armed from the start of the pass it causes (see start_pass).
-                self.next_timer = None;
-                self.trigger(Trigger::Poll, now);
-            }
-            Mode::Watch => {
-                self.next_timer = Some(now + self.resync_period);
-                self.trigger(Trigger::Resync, now);
-            }
-            Mode::UpstreamWatch => {
-                // An informer resync re-delivers every node; each enqueues.
-                self.next_timer = Some(now + self.resync_period);
-                for name in self.nodes.names() {
-                    self.trigger(Trigger::NodeResynced(name), now);
-                }
-            }
-        }
-    }
-
     // --- passes -------------------------------------------------------------------
 
     fn start_pass(&mut self, now: Instant, out: &mut Vec<Command>) {
         let Some(batch) = self.scheduler.take(now) else {
             return;
         };
-        self.passes += 1;
-        let pass = self.passes;
-        let mut cause = batch.cause;
-        cause.pass = pass;
-        let cause = Arc::new(cause);
+        let (pass, cause) = self.passes.start(batch.cause, self.config.mode, now);
         self.metrics.pass_started(cause.primary());
         for t in &batch.times {
             self.metrics
@@ -452,28 +350,6 @@ impl Controller {
                 batch.force_list || view.stale || (aged && self.ops.is_idle())
             }
         };
-        self.open.insert(
-            pass,
-            OpenPass {
-                started: now,
-                outstanding: 0,
-                report: PassReport {
-                    cause,
-                    mode: self.config.mode,
-                    listed: false,
-                    list_error: None,
-                    created: 0,
-                    deleted: 0,
-                    kept: 0,
-                    failed: 0,
-                    deferred: 0,
-                    conditions: 0,
-                    cloud_calls: 0,
-                    duration: Duration::ZERO,
-                    problems: Vec::new(),
-                },
-            },
-        );
         if must_list {
             self.planning = Some(Planning { pass, list: None });
             // The list goes out from dispatch, once no route operation is in flight.
@@ -511,7 +387,7 @@ impl Controller {
         // flight: queued operations it does not repeat are dropped.
         let superseded = self.ops.supersede(&planned);
         for q in superseded {
-            self.resolve(q.pass, |r| r.deferred += 1);
+            self.passes.resolve(q.pass, |r| r.deferred += 1);
         }
         let retry_mode = self.config.mode == Mode::Watch;
         let mut deferred = 0;
@@ -534,16 +410,14 @@ impl Controller {
                 continue;
             }
             self.ops.enqueue(op, pass);
-            if let Some(p) = self.open.get_mut(&pass) {
-                p.outstanding += 1;
-            }
+            self.passes.queued(pass);
         }
         // Retries for routes the plan no longer needs are moot.
         self.retries.keep_wanted(&wanted);
-        if let Some(p) = self.open.get_mut(&pass) {
-            p.report.kept = kept;
-            p.report.deferred += deferred;
-            p.report.problems = problems.iter().map(ToString::to_string).collect();
+        if let Some(r) = self.passes.report(pass) {
+            r.kept = kept;
+            r.deferred += deferred;
+            r.problems = problems.iter().map(ToString::to_string).collect();
         }
         for routing in nodes {
             if self.ops.pending_creates(&routing.node) == 0 {
@@ -555,16 +429,12 @@ impl Controller {
 
     /// Emits the report of `pass` once it has planned and all its operations are done.
     fn maybe_finish(&mut self, pass: u64, now: Instant, out: &mut Vec<Command>) {
-        let planning = self.planning.as_ref().is_some_and(|p| p.pass == pass);
-        let done = self.open.get(&pass).is_some_and(|p| p.outstanding == 0);
-        if planning || !done {
+        if self.planning.as_ref().is_some_and(|p| p.pass == pass) {
             return;
         }
-        let Some(open) = self.open.remove(&pass) else {
+        let Some(report) = self.passes.finish(pass, now) else {
             return;
         };
-        let mut report = open.report;
-        report.duration = now.saturating_duration_since(open.started);
         let outcome = if report.list_error.is_some() {
             SyncOutcome::Error
         } else if report.created + report.deleted > 0 {
@@ -575,14 +445,6 @@ impl Controller {
         self.metrics.pass_finished(report.cause.primary(), outcome);
         self.update_route_gauges();
         out.push(Command::PassFinished(report));
-    }
-
-    /// Counts an outcome for the operation's pass and resolves it there.
-    fn resolve(&mut self, pass: u64, count: impl FnOnce(&mut PassReport)) {
-        if let Some(p) = self.open.get_mut(&pass) {
-            count(&mut p.report);
-            p.outstanding = p.outstanding.saturating_sub(1);
-        }
     }
 
     fn update_route_gauges(&self) {
@@ -604,8 +466,8 @@ impl Controller {
         let Some(planning) = self.planning.take() else {
             return;
         };
-        if let Some(p) = self.open.get_mut(&planning.pass) {
-            p.report.list_error = Some("cancelled before listing".into());
+        if let Some(r) = self.passes.report(planning.pass) {
+            r.list_error = Some("cancelled before listing".into());
         }
         self.maybe_finish(planning.pass, now, out);
     }
@@ -617,7 +479,7 @@ impl Controller {
         let mut passes = BTreeSet::new();
         for q in cancelled {
             passes.insert(q.pass);
-            self.resolve(q.pass, |r| r.deferred += 1);
+            self.passes.resolve(q.pass, |r| r.deferred += 1);
         }
         for pass in passes {
             self.maybe_finish(pass, now, out);
@@ -649,10 +511,10 @@ impl Controller {
                 if let Some(p) = &mut self.planning {
                     p.list = Some(id);
                 }
-                let cause = self.cause_of(pass);
-                if let Some(p) = self.open.get_mut(&pass) {
-                    p.report.cloud_calls += 1;
-                    p.report.listed = true;
+                let cause = self.passes.cause_of(pass);
+                if let Some(r) = self.passes.report(pass) {
+                    r.cloud_calls += 1;
+                    r.listed = true;
                 }
                 out.push(Command::Cloud {
                     id,
@@ -672,7 +534,7 @@ impl Controller {
             let Some(kind) = self.request_for(&queued.op) else {
                 // The node is gone or no longer has this pod CIDR; the pass its
                 // change triggered plans again.
-                self.resolve(queued.pass, |r| r.deferred += 1);
+                self.passes.resolve(queued.pass, |r| r.deferred += 1);
                 self.maybe_finish(queued.pass, now, out);
                 continue;
             };
@@ -692,9 +554,9 @@ impl Controller {
                     reason: d.reason,
                 },
             };
-            let cause = self.cause_of(queued.pass);
-            if let Some(p) = self.open.get_mut(&queued.pass) {
-                p.report.cloud_calls += 1;
+            let cause = self.passes.cause_of(queued.pass);
+            if let Some(r) = self.passes.report(queued.pass) {
+                r.cloud_calls += 1;
             }
             self.spending.spend(Cost::Mutation, now);
             self.ops.sent(id, kind, queued.pass, now);
@@ -732,13 +594,6 @@ impl Controller {
                 Some(OpKind::Create(c.request(&known.node)))
             }
         }
-    }
-
-    fn cause_of(&self, pass: u64) -> Arc<Cause> {
-        self.open
-            .get(&pass)
-            .map(|p| p.report.cause.clone())
-            .unwrap_or_default()
     }
 
     fn on_cloud_reply(
@@ -801,10 +656,10 @@ impl Controller {
                 self.retries.list_done();
                 if self.can_write() {
                     self.plan_and_queue(pass, now, out);
-                } else if let Some(p) = self.open.get_mut(&pass) {
+                } else if let Some(r) = self.passes.report(pass) {
                     // A relist began, or the lease was lost, while listing: the pass
                     // after InitDone (or the new leader) plans instead.
-                    p.report.list_error = Some(
+                    r.list_error = Some(
                         "not planned: the node view is relisting or the lease was lost".into(),
                     );
                 }
@@ -813,8 +668,8 @@ impl Controller {
                 if let CloudErrorKind::RateLimited { after } = err.kind {
                     self.spending.throttled(after, now);
                 }
-                if let Some(p) = self.open.get_mut(&pass) {
-                    p.report.list_error = Some(err.message.clone());
+                if let Some(r) = self.passes.report(pass) {
+                    r.list_error = Some(err.message.clone());
                 }
                 self.list_failed(&err, now);
             }
@@ -857,17 +712,17 @@ impl Controller {
                 if let Some(took) = self.nodes.route_created(&c.route.target_node, cidr, now) {
                     self.metrics.node_to_route.observe(took);
                 }
-                self.resolve(pass, |r| r.created += 1);
+                self.passes.resolve(pass, |r| r.created += 1);
             }
             (OpKind::Delete(d), Ok(())) => {
                 self.forget_route(&d.route, cidr);
                 self.retries.route_done(cidr);
-                self.resolve(pass, |r| r.deleted += 1);
+                self.passes.resolve(pass, |r| r.deleted += 1);
             }
             (OpKind::Delete(d), Err(e)) if e.kind == CloudErrorKind::NotFound => {
                 self.forget_route(&d.route, cidr);
                 self.retries.route_done(cidr);
-                self.resolve(pass, |r| r.deleted += 1);
+                self.passes.resolve(pass, |r| r.deleted += 1);
             }
             (_, Err(e)) if matches!(e.kind, CloudErrorKind::RateLimited { .. }) => {
                 // Not the route's fault: wait out the limit and send it again first.
@@ -895,7 +750,7 @@ impl Controller {
                 {
                     // The old route is still there, so the create behind it would fail
                     // too; it waits for the retry instead.
-                    self.resolve(dropped.pass, |r| r.deferred += 1);
+                    self.passes.resolve(dropped.pass, |r| r.deferred += 1);
                     self.maybe_finish(dropped.pass, now, out);
                 }
                 log::warn!(
@@ -910,7 +765,7 @@ impl Controller {
                     e.message
                 );
                 self.schedule_retry(cidr, e.kind, now);
-                self.resolve(pass, |r| r.failed += 1);
+                self.passes.resolve(pass, |r| r.failed += 1);
             }
         }
         if self.followups.remove(&cidr) {

@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::{Mode, Trigger};
+use super::{Command, Controller, Mode, NodeEvent, Trigger};
 use crate::model::{Cidr, Condition, Node, PodCidrs, same_addresses};
 use crate::provider::NodeDirectory;
 
@@ -188,6 +188,76 @@ impl NodeView {
     pub fn condition_written(&mut self, node: &str, condition: Condition) {
         if let Some(k) = self.nodes.get_mut(node) {
             k.node.network_unavailable = Some(condition);
+        }
+    }
+}
+
+// The controller's side: what a node event means for passes.
+impl Controller {
+    pub(super) fn on_node_event(&mut self, event: NodeEvent, now: Instant, out: &mut Vec<Command>) {
+        if matches!(
+            event,
+            NodeEvent::Added(_) | NodeEvent::Modified(_) | NodeEvent::Deleted(_)
+        ) {
+            self.metrics.watch_events.inc();
+        }
+        match event {
+            NodeEvent::Init => {
+                // The view is incomplete until InitDone: nothing queued may be sent, and
+                // the pass after InitDone plans afresh.
+                self.nodes.begin_relist();
+                self.metrics.synced.set(0);
+                self.cancel_queued(now, out);
+            }
+            NodeEvent::InitApply(node) => self.nodes.list_apply(node),
+            NodeEvent::InitDone => self.on_list_complete(now),
+            NodeEvent::Added(node) | NodeEvent::Modified(node) => {
+                if let Some(t) = self.nodes.apply(node, self.config.mode, now) {
+                    self.node_trigger(t, now);
+                }
+            }
+            NodeEvent::Deleted(node) => {
+                if self.nodes.delete(&node.name) {
+                    self.conditions.forget(&node.name);
+                    self.node_trigger(Trigger::NodeDeleted(node.name), now);
+                }
+            }
+        }
+    }
+
+    /// A complete list: swap it in, and ask for a pass even if nothing changed while
+    /// the watch was away (and even with no nodes at all).
+    fn on_list_complete(&mut self, now: Instant) {
+        self.metrics.watch_relists.inc();
+        let Listed { first, changes } = self.nodes.complete_list(self.config.mode, now);
+        self.metrics.synced.set(1);
+        if first {
+            self.arm_timer(now);
+        }
+        match self.config.mode {
+            Mode::UpstreamWatch => {
+                // Upstream has no explicit initial pass: each listed node enqueues, and
+                // an empty cluster enqueues nothing.
+                for t in changes {
+                    self.trigger(t, now);
+                }
+            }
+            Mode::Watch | Mode::Poll => {
+                // One pass after every complete list, even an empty one; what changed
+                // while the watch was away rides along as its cause.
+                let trigger = if first {
+                    Trigger::Startup
+                } else {
+                    Trigger::Relist
+                };
+                self.trigger(trigger, now);
+                if self.config.mode == Mode::Watch {
+                    for t in changes {
+                        self.metrics.trigger(t.kind());
+                        self.scheduler.note(t, now);
+                    }
+                }
+            }
         }
     }
 }

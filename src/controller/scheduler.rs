@@ -1,11 +1,12 @@
-//! When passes start: the coalescing of triggers.
+//! When passes start: the coalescing of triggers, and the periodic timers (poll,
+//! resync) that raise them.
 //!
 //! Sans-IO like the rest of the controller: told the time, it says when the next pass
 //! is due and hands over the batch of triggers a pass serves.
 
 use std::time::{Duration, Instant};
 
-use super::{Cause, Config, Mode, Trigger};
+use super::{Cause, Config, Controller, Mode, Trigger};
 
 /// Decides when the next pass starts.
 ///
@@ -229,6 +230,39 @@ impl Scheduler {
             Scheduler::Upstream { queued, parked, .. } => {
                 *queued = None;
                 *parked = None;
+            }
+        }
+    }
+}
+
+// The controller's periodic timers: poll mode's period, watch mode's resync.
+impl Controller {
+    /// Arms the periodic timer after the first complete list (or on leadership).
+    pub(super) fn arm_timer(&mut self, now: Instant) {
+        self.next_timer = match self.config.mode {
+            Mode::Poll => Some(now),
+            Mode::Watch | Mode::UpstreamWatch => Some(now + self.resync_period),
+        };
+    }
+
+    /// The periodic timer fired.
+    pub(super) fn fire_timer(&mut self, now: Instant) {
+        match self.config.mode {
+            Mode::Poll => {
+                // Re-armed from the start of the pass it causes (see start_pass).
+                self.next_timer = None;
+                self.trigger(Trigger::Poll, now);
+            }
+            Mode::Watch => {
+                self.next_timer = Some(now + self.resync_period);
+                self.trigger(Trigger::Resync, now);
+            }
+            Mode::UpstreamWatch => {
+                // An informer resync re-delivers every node; each enqueues.
+                self.next_timer = Some(now + self.resync_period);
+                for name in self.nodes.names() {
+                    self.trigger(Trigger::NodeResynced(name), now);
+                }
             }
         }
     }
