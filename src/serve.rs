@@ -1,23 +1,35 @@
 //! The metrics and health server: `/metrics` (the Prometheus text exposition of the
 //! registry), `/healthz` (liveness) and `/readyz` (readiness), served by one thread
-//! around a `mio::Poll`.
+//! around a `mio::Poll`. Two kinds run from the same code:
+//!
+//! - the **secure port** ([`spawn_secure_server`], `--secure-port`, the CCM's 10258):
+//!   HTTPS, and every path but the always-allowed probes needs a bearer token that a
+//!   TokenReview authenticates and a SubjectAccessReview allows (see `access`);
+//! - the **plain port** ([`spawn_server`], `--metrics-bind-address`, off by default):
+//!   HTTP without authentication, for local use.
 //!
 //! It answers `GET` and `HEAD` over HTTP/1.0 and 1.1 and closes every connection after
 //! its response, so a connection is a small state machine: read the request head,
-//! write the response, then drain what the client still sends until it closes
-//! (closing a socket with unread input would reset it and could destroy the response
-//! on its way). That machine, `Conn`, is written against `Read + Write` and the
-//! current instant, so its timing and its partial reads and writes are tested without
-//! sockets or sleeps; the poll loop only moves readiness events and deadlines to it.
+//! (on the secure port) wait for its review, write the response, then drain what the
+//! client still sends until it closes (closing a socket with unread input would reset
+//! it and could destroy the response on its way). That machine, `Conn`, and the table
+//! of connections are written against `Read + Write` and the current instant, so
+//! their timing, partial reads and writes and evictions are tested without sockets or
+//! sleeps; the poll loop only moves readiness events and deadlines to them.
 //!
-//! It must never panic on client input, never block the thread on one client, and
-//! never hold more than [`ServerConfig::max_connections`] connections with at most
-//! [`ServerConfig::max_head`] bytes of request each. Connections beyond the cap are not
-//! accepted until a slot frees: they wait in the kernel's listen backlog, so that a
-//! burst of scrapers is served a little later instead of being reset.
+//! Nobody can starve the probes: a request head must arrive within
+//! [`ServerConfig::head_timeout`] of the accept (about a second), and when all
+//! [`ServerConfig::max_connections`] slots are taken a new connection evicts the
+//! oldest one that has not sent its request yet, so idle and slow-loris connections
+//! only ever push each other out. The API server calls of a review run on their own
+//! thread, so a slow API server delays scrapes, never a probe. It must never panic on
+//! client input and never block its thread on one client.
+
+mod access;
+mod http;
+mod tls;
 
 use std::collections::HashMap;
-use std::fmt::Write as _;
 use std::io::{self, Read, Write};
 use std::net::{Shutdown, SocketAddr};
 use std::sync::Arc;
@@ -25,10 +37,17 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use crossbeam_channel::{Receiver, Sender, TrySendError};
 use mio::net::{TcpListener, TcpStream};
 use mio::{Events, Interest, Poll, Registry, Token, Waker};
 
 use crate::metrics::Metrics;
+use access::{Access, Ask, Decision, ReviewDone, ReviewJob, ReviewKey};
+use http::{METRICS_CONTENT_TYPE, Parsed, Status, TEXT_CONTENT_TYPE, parse_head, response, text};
+use tls::TlsStream;
+
+pub use access::{AccessConfig, DEFAULT_ALWAYS_ALLOW_PATHS, Reviewer};
+pub use tls::{CertSource, SELF_SIGNED_CERT, SELF_SIGNED_KEY, server_config as tls_config};
 
 /// What `/healthz` and `/readyz` report, computed by the caller on each probe.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -50,11 +69,16 @@ pub type HealthFn = Arc<dyn Fn() -> Health + Send + Sync>;
 /// Prometheus servers and probed by the kubelet.
 #[derive(Clone, Debug)]
 pub struct ServerConfig {
-    /// Connections served at once; more wait in the listen backlog (default 64, at
-    /// least 1).
+    /// Connections served at once (default 64, at least 1). A new connection beyond
+    /// it evicts the oldest one still sending its request head; when every slot is
+    /// busy answering, it waits in the listen backlog.
     pub max_connections: usize,
-    /// Time a client has to send its whole request head, and the longest pause while
-    /// it reads the response (default 10 s).
+    /// Time a client has from its accept to send its whole request head, TLS
+    /// handshake included (default 1 s: the kubelet and Prometheus send theirs at
+    /// once; a client that trickles it cannot hold a slot longer).
+    pub head_timeout: Duration,
+    /// The longest wait for a review, and the longest pause while the client reads
+    /// the response (default 10 s).
     pub idle_timeout: Duration,
     /// Largest request head accepted, in bytes; larger gets 431 (default 8 KiB). A
     /// declared body larger than this gets 413.
@@ -65,9 +89,29 @@ impl Default for ServerConfig {
     fn default() -> ServerConfig {
         ServerConfig {
             max_connections: 64,
+            head_timeout: Duration::from_secs(1),
             idle_timeout: Duration::from_secs(10),
             max_head: 8 * 1024,
         }
+    }
+}
+
+/// TLS and delegated authorization of the secure port.
+#[derive(Clone)]
+pub struct Secure {
+    /// The serving certificate and TLS settings ([`tls_config`]).
+    pub tls: Arc<rustls::ServerConfig>,
+    /// Which paths are open, and how long review answers are trusted.
+    pub access: AccessConfig,
+    /// Asks the API server (a [`crate::kube::Client`] in the binary).
+    pub reviewer: Arc<dyn Reviewer>,
+}
+
+impl std::fmt::Debug for Secure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Secure")
+            .field("access", &self.access)
+            .finish_non_exhaustive()
     }
 }
 
@@ -79,8 +123,10 @@ const LINGER_MAX_BYTES: usize = 64 * 1024;
 /// How long to wait before accepting again after `accept` failed for want of
 /// resources (file descriptors, memory).
 const ACCEPT_RETRY: Duration = Duration::from_millis(100);
+/// Reviews waiting for the reviewer thread; beyond, a request gets 503 at once.
+const REVIEW_QUEUE: usize = 64;
 
-/// Starts the server on `addr` with the default [`ServerConfig`].
+/// Starts the plain-HTTP server on `addr` with the default [`ServerConfig`].
 pub fn spawn_server(
     addr: SocketAddr,
     metrics: Arc<Metrics>,
@@ -89,13 +135,36 @@ pub fn spawn_server(
     spawn_server_with(addr, metrics, health, ServerConfig::default())
 }
 
-/// Starts the server on `addr`. Binding happens before this returns, so a port in use
-/// is reported here, and [`ServerHandle::local_addr`] gives the port chosen for port 0.
+/// Starts the plain-HTTP server on `addr`: no TLS, no authentication. Binding happens
+/// before this returns, so a port in use is reported here, and
+/// [`ServerHandle::local_addr`] gives the port chosen for port 0.
 pub fn spawn_server_with(
     addr: SocketAddr,
     metrics: Arc<Metrics>,
     health: HealthFn,
     config: ServerConfig,
+) -> io::Result<ServerHandle> {
+    spawn(addr, metrics, health, config, None)
+}
+
+/// Starts the secure server on `addr`: HTTPS, and every path but
+/// [`AccessConfig::always_allow_paths`] reviewed with the API server.
+pub fn spawn_secure_server(
+    addr: SocketAddr,
+    metrics: Arc<Metrics>,
+    health: HealthFn,
+    config: ServerConfig,
+    secure: Secure,
+) -> io::Result<ServerHandle> {
+    spawn(addr, metrics, health, config, Some(secure))
+}
+
+fn spawn(
+    addr: SocketAddr,
+    metrics: Arc<Metrics>,
+    health: HealthFn,
+    config: ServerConfig,
+    secure: Option<Secure>,
 ) -> io::Result<ServerHandle> {
     let config = ServerConfig {
         max_connections: config.max_connections.max(1),
@@ -108,22 +177,28 @@ pub fn spawn_server_with(
         .register(&mut listener, LISTENER, Interest::READABLE)?;
     let waker = Arc::new(Waker::new(poll.registry(), WAKER)?);
     let stop = Arc::new(AtomicBool::new(false));
+    let guard = match secure {
+        Some(secure) => Some(Guard::spawn(secure, Arc::clone(&waker))?),
+        None => None,
+    };
+    let scheme = if guard.is_some() { "https" } else { "http" };
     let server = Server {
         poll,
         listener,
-        conns: HashMap::new(),
+        table: Table::new(config.max_connections),
         next_token: FIRST_CONN,
         config,
         metrics,
         health,
+        guard,
         stop: Arc::clone(&stop),
         backlog_waiting: false,
         accept_retry_at: None,
     };
     let thread = std::thread::Builder::new()
-        .name("metrics-server".into())
+        .name(format!("{scheme}-server"))
         .spawn(move || server.run())?;
-    log::info!("serving /metrics, /healthz and /readyz on http://{local_addr}");
+    log::info!("serving /metrics, /healthz and /readyz on {scheme}://{local_addr}");
     Ok(ServerHandle {
         local_addr,
         stop,
@@ -148,7 +223,8 @@ impl ServerHandle {
     }
 
     /// Stops the server: wakes its poll loop, closes every connection and the
-    /// listener, and waits for the thread. The port is free when this returns.
+    /// listener, and waits for the thread. The port is free when this returns. A
+    /// review in flight finishes on its own thread, which then ends.
     pub fn stop(mut self) {
         self.shutdown();
     }
@@ -184,17 +260,95 @@ const FIRST_CONN: usize = 2;
 struct Server {
     poll: Poll,
     listener: TcpListener,
-    conns: HashMap<Token, Conn<TcpStream>>,
+    table: Table<Stream>,
     next_token: usize,
     config: ServerConfig,
     metrics: Arc<Metrics>,
     health: HealthFn,
+    /// The secure port's TLS and access decisions; `None` on the plain port.
+    guard: Option<Guard>,
     stop: Arc<AtomicBool>,
     /// Connections may be waiting in the backlog that no readiness event will announce
     /// again (edge-triggered): accepting stopped at the cap or on an error.
     backlog_waiting: bool,
     /// When to try `accept` again after it failed for want of resources.
     accept_retry_at: Option<Instant>,
+}
+
+/// The secure port's state: TLS, the access decision and its caches, the requests
+/// waiting for a review, and the channels to the reviewer thread.
+struct Guard {
+    tls: Arc<rustls::ServerConfig>,
+    access: Access,
+    waiting: HashMap<ReviewKey, Vec<Token>>,
+    jobs: Sender<ReviewJob>,
+    done: Receiver<ReviewDone>,
+}
+
+impl Guard {
+    /// Starts the reviewer thread; it ends when the server drops its job queue.
+    fn spawn(secure: Secure, waker: Arc<Waker>) -> io::Result<Guard> {
+        let (jobs, job_rx) = crossbeam_channel::bounded::<ReviewJob>(REVIEW_QUEUE);
+        let (done_tx, done) = crossbeam_channel::unbounded();
+        let reviewer = secure.reviewer;
+        std::thread::Builder::new()
+            .name("access-reviews".into())
+            .spawn(move || {
+                for job in job_rx {
+                    if done_tx.send(access::run_review(&reviewer, job)).is_err() {
+                        return;
+                    }
+                    let _ = waker.wake();
+                }
+            })?;
+        Ok(Guard {
+            tls: secure.tls,
+            access: Access::new(secure.access),
+            waiting: HashMap::new(),
+            jobs,
+            done,
+        })
+    }
+
+    /// The decision for `conn`'s request, or `None` when it must wait for a review.
+    fn decide(
+        &mut self,
+        conn: Token,
+        path: &str,
+        bearer: Option<&crate::secret::Secret>,
+        now: Instant,
+    ) -> Option<Decision> {
+        match self.access.ask(path, bearer, now) {
+            Ask::Now(decision) => Some(decision),
+            Ask::Review(None) => {
+                self.waiting
+                    .entry(key_of(path, bearer)?)
+                    .or_default()
+                    .push(conn);
+                None
+            }
+            Ask::Review(Some(job)) => {
+                let key = job.key.clone();
+                match self.jobs.try_send(job) {
+                    Ok(()) => {
+                        self.waiting.entry(key).or_default().push(conn);
+                        None
+                    }
+                    Err(TrySendError::Full(_) | TrySendError::Disconnected(_)) => {
+                        self.access.not_queued(&key);
+                        Some(Decision::Unavailable(
+                            "too many requests wait for a review by the API server".into(),
+                        ))
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// The key `Access` uses for a request, to join a review already running.
+fn key_of(path: &str, bearer: Option<&crate::secret::Secret>) -> Option<ReviewKey> {
+    bearer.map(|token| ReviewKey::new(token, path))
 }
 
 impl Server {
@@ -219,14 +373,14 @@ impl Server {
             for event in events.iter() {
                 match event.token() {
                     LISTENER => self.accept_all(now),
-                    WAKER => {}
+                    WAKER => self.reviews_done(now),
                     token => self.serve(token, now),
                 }
             }
             self.expire(now);
             let may_accept = match self.accept_retry_at {
                 Some(at) => at <= now,
-                None => self.backlog_waiting && self.conns.len() < self.config.max_connections,
+                None => self.backlog_waiting && self.table.has_room_or_victim(),
             };
             if may_accept {
                 self.accept_all(now);
@@ -235,35 +389,20 @@ impl Server {
     }
 
     fn next_deadline(&self) -> Option<Instant> {
-        self.conns
-            .values()
-            .map(|c| c.deadline)
+        self.table
+            .next_deadline()
+            .into_iter()
             .chain(self.accept_retry_at)
             .min()
     }
 
     /// Accepts until the listener has nothing more (edge-triggered readiness fires
-    /// once per burst) or the cap is reached.
+    /// once per burst) or every slot is busy answering.
     fn accept_all(&mut self, now: Instant) {
         self.accept_retry_at = None;
-        while self.conns.len() < self.config.max_connections {
+        while self.table.has_room_or_victim() {
             match self.listener.accept() {
-                Ok((mut stream, peer)) => {
-                    let token = Token(self.next_token);
-                    self.next_token += 1;
-                    if let Err(e) =
-                        self.poll
-                            .registry()
-                            .register(&mut stream, token, Interest::READABLE)
-                    {
-                        log::warn!("metrics server: cannot watch the connection from {peer}: {e}");
-                        continue;
-                    }
-                    let deadline = later(now, self.config.idle_timeout);
-                    self.conns.insert(token, Conn::new(stream, peer, deadline));
-                    // Data may have arrived before registration; an edge is reported
-                    // for it on registration, so no read is needed here.
-                }
+                Ok((stream, peer)) => self.admit(stream, peer, now),
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
                     self.backlog_waiting = false;
                     return;
@@ -286,22 +425,82 @@ impl Server {
         self.backlog_waiting = true;
     }
 
+    /// Takes a new connection into the table, evicting the oldest idle one if full.
+    fn admit(&mut self, tcp: TcpStream, peer: SocketAddr, now: Instant) {
+        let mut stream = match &self.guard {
+            Some(guard) => match TlsStream::new(Arc::clone(&guard.tls), tcp) {
+                Ok(tls) => Stream::Tls(Box::new(tls)),
+                Err(e) => {
+                    log::warn!("metrics server: cannot start TLS with {peer}: {e}");
+                    return;
+                }
+            },
+            None => Stream::Plain(tcp),
+        };
+        let token = Token(self.next_token);
+        self.next_token += 1;
+        if let Err(e) = self
+            .poll
+            .registry()
+            .register(stream.socket(), token, Interest::READABLE)
+        {
+            log::warn!("metrics server: cannot watch the connection from {peer}: {e}");
+            return;
+        }
+        if let Some(victim) = self.table.victim_if_full() {
+            if let Some(conn) = self.table.conns.get(&victim) {
+                log::debug!(
+                    "metrics server: all {} slots taken; dropping {} ({}) for {peer}",
+                    self.config.max_connections,
+                    conn.peer,
+                    conn.phase.name()
+                );
+            }
+            self.close(victim);
+        }
+        let conn = Conn::new(stream, peer, now, &self.config);
+        self.table.conns.insert(token, conn);
+        // Data may have arrived before registration; an edge is reported for it on
+        // registration, so no read is needed here.
+    }
+
     fn serve(&mut self, token: Token, now: Instant) {
-        let Some(conn) = self.conns.get_mut(&token) else {
+        let Some(conn) = self.table.conns.get_mut(&token) else {
             return; // closed earlier in this batch of events
         };
         let site = Site {
             metrics: &self.metrics,
             health: &self.health,
         };
-        let step = conn.on_ready(now, &self.config, &mut |req| site.respond(req));
+        let guard = &mut self.guard;
+        let step = conn.on_ready(now, &self.config, &mut |req| match (req, guard.as_mut()) {
+            (
+                Parsed::Request {
+                    head_only,
+                    path,
+                    bearer,
+                },
+                Some(guard),
+            ) => match guard.decide(token, path, bearer.as_ref(), now) {
+                Some(decision) => Reply::Now(site.answer(&decision, path, *head_only)),
+                None => Reply::Review,
+            },
+            (req, _) => Reply::Now(site.respond(req)),
+        });
+        self.apply(token, step);
+    }
+
+    fn apply(&mut self, token: Token, step: Step) {
+        let Some(conn) = self.table.conns.get_mut(&token) else {
+            return;
+        };
         match step {
             Step::Wait(interest) if interest != conn.interest => {
                 conn.interest = interest;
-                if let Err(e) = self
-                    .poll
-                    .registry()
-                    .reregister(&mut conn.stream, token, interest)
+                if let Err(e) =
+                    self.poll
+                        .registry()
+                        .reregister(conn.stream.socket(), token, interest)
                 {
                     log::debug!("metrics server: dropping {}: {e}", conn.peer);
                     self.close(token);
@@ -312,19 +511,43 @@ impl Server {
         }
     }
 
+    /// Answers the requests whose reviews finished.
+    fn reviews_done(&mut self, now: Instant) {
+        let Some(guard) = self.guard.as_mut() else {
+            return;
+        };
+        let mut answers = Vec::new();
+        while let Ok(done) = guard.done.try_recv() {
+            let key = done.key.clone();
+            let decision = guard.access.done(done, now);
+            for token in guard.waiting.remove(&key).unwrap_or_default() {
+                answers.push((token, decision.clone(), key.path.clone()));
+            }
+        }
+        let site = Site {
+            metrics: &self.metrics,
+            health: &self.health,
+        };
+        let mut ready = Vec::new();
+        for (token, decision, path) in answers {
+            if let Some(conn) = self.table.conns.get_mut(&token)
+                && let Phase::Reviewing { head_only } = conn.phase
+            {
+                conn.answer(site.answer(&decision, &path, head_only), now, &self.config);
+                ready.push(token);
+            }
+        }
+        for token in ready {
+            self.serve(token, now);
+        }
+    }
+
     fn expire(&mut self, now: Instant) {
-        let expired: Vec<Token> = self
-            .conns
-            .iter()
-            .filter(|(_, c)| c.deadline <= now)
-            .map(|(t, _)| *t)
-            .collect();
-        for token in expired {
-            if let Some(conn) = self.conns.get(&token) {
+        for token in self.table.expired(now) {
+            if let Some(conn) = self.table.conns.get(&token) {
                 log::debug!(
-                    "metrics server: dropping {} after {:?} without progress ({})",
+                    "metrics server: dropping {}: its time ran out while {}",
                     conn.peer,
-                    self.config.idle_timeout,
                     conn.phase.name()
                 );
             }
@@ -333,8 +556,8 @@ impl Server {
     }
 
     fn close(&mut self, token: Token) {
-        if let Some(mut conn) = self.conns.remove(&token) {
-            deregister(self.poll.registry(), &mut conn.stream);
+        if let Some(mut conn) = self.table.conns.remove(&token) {
+            deregister(self.poll.registry(), conn.stream.socket());
         }
     }
 }
@@ -350,17 +573,132 @@ fn deregister(registry: &Registry, stream: &mut TcpStream) {
     let _ = registry.deregister(stream);
 }
 
-// --- one connection -----------------------------------------------------------------
+// --- the table of connections -------------------------------------------------------
 
-/// A byte stream that can close its sending side (a TCP socket, or a script in tests).
-trait Transport: Read + Write {
-    fn shutdown_write(&mut self);
+/// The connections being served, and which one gives way when a new one arrives.
+struct Table<S> {
+    conns: HashMap<Token, Conn<S>>,
+    max: usize,
 }
 
-impl Transport for TcpStream {
+impl<S> Table<S> {
+    fn new(max: usize) -> Table<S> {
+        Table {
+            conns: HashMap::new(),
+            max,
+        }
+    }
+
+    /// Whether a new connection can be taken now, possibly by evicting another.
+    fn has_room_or_victim(&self) -> bool {
+        self.conns.len() < self.max || self.victim().is_some()
+    }
+
+    /// The connection to drop for a new one, if the table is full.
+    fn victim_if_full(&self) -> Option<Token> {
+        (self.conns.len() >= self.max)
+            .then(|| self.victim())
+            .flatten()
+    }
+
+    /// The oldest connection still sending its request head, else the oldest one
+    /// waiting for its client to close after the answer. Connections being answered
+    /// (reviewed or written) are never evicted: they are doing what the server is for.
+    fn victim(&self) -> Option<Token> {
+        let oldest = |want: fn(&Phase) -> bool| {
+            self.conns
+                .iter()
+                .filter(|(_, c)| want(&c.phase))
+                .min_by_key(|(t, c)| (c.accepted, t.0))
+                .map(|(t, _)| *t)
+        };
+        oldest(|p| matches!(p, Phase::Reading { .. }))
+            .or_else(|| oldest(|p| matches!(p, Phase::Lingering { .. })))
+    }
+
+    fn next_deadline(&self) -> Option<Instant> {
+        self.conns.values().map(|c| c.deadline).min()
+    }
+
+    fn expired(&self, now: Instant) -> Vec<Token> {
+        self.conns
+            .iter()
+            .filter(|(_, c)| c.deadline <= now)
+            .map(|(t, _)| *t)
+            .collect()
+    }
+}
+
+// --- one connection -----------------------------------------------------------------
+
+/// A byte stream that can close its sending side (a TCP socket, TLS over one, or a
+/// script in tests).
+trait Transport: Read + Write {
+    fn shutdown_write(&mut self);
+    /// Bytes the transport made itself (a TLS handshake) wait for the socket.
+    fn wants_write(&self) -> bool {
+        false
+    }
+}
+
+/// A connection's stream: plain TCP, or TLS over it.
+enum Stream {
+    Plain(TcpStream),
+    Tls(Box<TlsStream<TcpStream>>),
+}
+
+impl Stream {
+    fn socket(&mut self) -> &mut TcpStream {
+        match self {
+            Stream::Plain(s) => s,
+            Stream::Tls(s) => s.socket_mut(),
+        }
+    }
+}
+
+impl Read for Stream {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        match self {
+            Stream::Plain(s) => s.read(buf),
+            Stream::Tls(s) => s.read(buf),
+        }
+    }
+}
+
+impl Write for Stream {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        match self {
+            Stream::Plain(s) => s.write(buf),
+            Stream::Tls(s) => s.write(buf),
+        }
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        match self {
+            Stream::Plain(s) => s.flush(),
+            Stream::Tls(s) => s.flush(),
+        }
+    }
+}
+
+impl Transport for Stream {
     fn shutdown_write(&mut self) {
         // Fails only if the peer is gone, which the next read reports.
-        let _ = self.shutdown(Shutdown::Write);
+        match self {
+            Stream::Plain(s) => {
+                let _ = s.shutdown(Shutdown::Write);
+            }
+            Stream::Tls(s) => s.close_write(|tcp| {
+                let _ = tcp.shutdown(Shutdown::Write);
+            }),
+        }
+    }
+
+    fn wants_write(&self) -> bool {
+        match self {
+            Stream::Plain(_) => false,
+            Stream::Tls(s) => s.wants_write(),
+        }
     }
 }
 
@@ -369,6 +707,8 @@ struct Conn<S> {
     stream: S,
     peer: SocketAddr,
     phase: Phase,
+    /// When it was accepted: the oldest idle connection is evicted first.
+    accepted: Instant,
     /// The connection is dropped when this passes without it being finished.
     deadline: Instant,
     /// What the poll registration currently asks for.
@@ -376,9 +716,11 @@ struct Conn<S> {
 }
 
 enum Phase {
-    /// Waiting for the request head; the whole head must arrive before the deadline
-    /// set at accept, so a client trickling bytes cannot hold its slot.
+    /// Waiting for the request head; the whole head must arrive within the head
+    /// timeout of the accept, so a client trickling bytes cannot hold its slot.
     Reading { head: Vec<u8> },
+    /// The request waits for the API server's review of its token.
+    Reviewing { head_only: bool },
     /// Writing the response; each bit of progress moves the deadline.
     Writing { out: Vec<u8>, written: usize },
     /// Response sent and our side shut; discarding input until the client closes.
@@ -389,10 +731,19 @@ impl Phase {
     fn name(&self) -> &'static str {
         match self {
             Phase::Reading { .. } => "reading the request",
+            Phase::Reviewing { .. } => "waiting for the review of its token",
             Phase::Writing { .. } => "writing the response",
             Phase::Lingering { .. } => "waiting for the client to close",
         }
     }
+}
+
+/// What the site makes of a request head.
+enum Reply {
+    /// The complete response.
+    Now(Vec<u8>),
+    /// A review must answer first; [`Conn::answer`] follows.
+    Review,
 }
 
 /// What the poll loop should do with a connection after an event.
@@ -404,12 +755,13 @@ enum Step {
 }
 
 impl<S: Transport> Conn<S> {
-    fn new(stream: S, peer: SocketAddr, deadline: Instant) -> Conn<S> {
+    fn new(stream: S, peer: SocketAddr, now: Instant, config: &ServerConfig) -> Conn<S> {
         Conn {
             stream,
             peer,
             phase: Phase::Reading { head: Vec::new() },
-            deadline,
+            accepted: now,
+            deadline: later(now, config.head_timeout),
             interest: Interest::READABLE,
         }
     }
@@ -420,20 +772,37 @@ impl<S: Transport> Conn<S> {
         &mut self,
         now: Instant,
         config: &ServerConfig,
-        respond: &mut dyn FnMut(&Parsed) -> Vec<u8>,
+        respond: &mut dyn FnMut(&Parsed) -> Reply,
     ) -> Step {
         loop {
             match &mut self.phase {
                 Phase::Reading { head } => match read_head(&mut self.stream, head, config) {
+                    HeadRead::Blocked if self.stream.wants_write() => {
+                        return Step::Wait(Interest::READABLE | Interest::WRITABLE);
+                    }
                     HeadRead::Blocked => return Step::Wait(Interest::READABLE),
                     HeadRead::Gone => return Step::Close,
                     HeadRead::Done(parsed) => {
                         log::debug!("metrics server: {} {}", self.peer, parsed.describe());
-                        let out = respond(&parsed);
-                        self.phase = Phase::Writing { out, written: 0 };
-                        self.deadline = later(now, config.idle_timeout);
+                        match respond(&parsed) {
+                            Reply::Now(out) => self.answer(out, now, config),
+                            Reply::Review => {
+                                let head_only = matches!(
+                                    parsed,
+                                    Parsed::Request {
+                                        head_only: true,
+                                        ..
+                                    }
+                                );
+                                self.phase = Phase::Reviewing { head_only };
+                                self.deadline = later(now, config.idle_timeout);
+                                return Step::Wait(Interest::READABLE);
+                            }
+                        }
                     }
                 },
+                // Nothing to read or write until the review is done.
+                Phase::Reviewing { .. } => return Step::Wait(Interest::READABLE),
                 Phase::Writing { out, written } => {
                     match write_out(&mut self.stream, out, written) {
                         Ok(true) => {
@@ -454,6 +823,12 @@ impl<S: Transport> Conn<S> {
                 Phase::Lingering { discarded } => return linger(&mut self.stream, discarded),
             }
         }
+    }
+
+    /// Starts writing `out`, the response; the next [`Conn::on_ready`] sends it.
+    fn answer(&mut self, out: Vec<u8>, now: Instant, config: &ServerConfig) {
+        self.phase = Phase::Writing { out, written: 0 };
+        self.deadline = later(now, config.idle_timeout);
     }
 }
 
@@ -493,7 +868,8 @@ fn read_head(stream: &mut impl Read, head: &mut Vec<u8>, config: &ServerConfig) 
     }
 }
 
-/// Writes as much of `out` as the socket takes; `Ok(true)` once all of it is written.
+/// Writes as much of `out` as the socket takes; `Ok(true)` once all of it has left
+/// (for TLS: once the encrypted bytes are on the socket too).
 fn write_out(stream: &mut impl Write, out: &[u8], written: &mut usize) -> io::Result<bool> {
     while *written < out.len() {
         match stream.write(&out[*written..]) {
@@ -504,7 +880,11 @@ fn write_out(stream: &mut impl Write, out: &[u8], written: &mut usize) -> io::Re
             Err(e) => return Err(e),
         }
     }
-    Ok(true)
+    match stream.flush() {
+        Ok(()) => Ok(true),
+        Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(false),
+        Err(e) => Err(e),
+    }
 }
 
 fn linger(stream: &mut impl Read, discarded: &mut usize) -> Step {
@@ -527,229 +907,7 @@ fn linger(stream: &mut impl Read, discarded: &mut usize) -> Step {
     }
 }
 
-// --- HTTP: parsing the request head -------------------------------------------------
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Status {
-    Ok,
-    BadRequest,
-    NotFound,
-    MethodNotAllowed,
-    ContentTooLarge,
-    HeaderFieldsTooLarge,
-    ServiceUnavailable,
-    VersionNotSupported,
-}
-
-impl Status {
-    fn code(self) -> u16 {
-        match self {
-            Status::Ok => 200,
-            Status::BadRequest => 400,
-            Status::NotFound => 404,
-            Status::MethodNotAllowed => 405,
-            Status::ContentTooLarge => 413,
-            Status::HeaderFieldsTooLarge => 431,
-            Status::ServiceUnavailable => 503,
-            Status::VersionNotSupported => 505,
-        }
-    }
-
-    fn reason(self) -> &'static str {
-        match self {
-            Status::Ok => "OK",
-            Status::BadRequest => "Bad Request",
-            Status::NotFound => "Not Found",
-            Status::MethodNotAllowed => "Method Not Allowed",
-            Status::ContentTooLarge => "Content Too Large",
-            Status::HeaderFieldsTooLarge => "Request Header Fields Too Large",
-            Status::ServiceUnavailable => "Service Unavailable",
-            Status::VersionNotSupported => "HTTP Version Not Supported",
-        }
-    }
-}
-
-/// The outcome of reading a request head so far.
-#[derive(Debug, PartialEq, Eq)]
-enum Parsed {
-    /// More bytes are needed.
-    Partial,
-    /// A `GET` or `HEAD` for `path` (query removed).
-    Request { head_only: bool, path: String },
-    /// A request we answer with an error status and a short reason.
-    Reject(Status, &'static str),
-}
-
-impl Parsed {
-    fn describe(&self) -> String {
-        match self {
-            Parsed::Partial => "partial request".into(),
-            Parsed::Request { head_only, path } => {
-                format!("{} {path}", if *head_only { "HEAD" } else { "GET" })
-            }
-            Parsed::Reject(status, why) => format!("rejected with {}: {why}", status.code()),
-        }
-    }
-}
-
-/// Parses a request head (RFC 9112) once its blank line has arrived. Only what the
-/// server needs is interpreted: the request line, `Host`, and the body framing, so
-/// that a body is refused rather than misread.
-fn parse_head(buf: &[u8], max_head: usize) -> Parsed {
-    // A client may send empty lines before the request line (RFC 9112 section 2.2).
-    let start = buf
-        .iter()
-        .position(|b| *b != b'\r' && *b != b'\n')
-        .unwrap_or(buf.len());
-    let Some(end) = find_blank_line(&buf[start..]) else {
-        return if buf.len() > max_head {
-            Parsed::Reject(Status::HeaderFieldsTooLarge, "request head too large")
-        } else {
-            Parsed::Partial
-        };
-    };
-    if start + end > max_head {
-        return Parsed::Reject(Status::HeaderFieldsTooLarge, "request head too large");
-    }
-    let mut lines = buf[start..start + end]
-        .split(|b| *b == b'\n')
-        .map(|l| l.strip_suffix(b"\r").unwrap_or(l));
-    let request_line = lines.next().unwrap_or_default();
-    let (method, target, version) = match parse_request_line(request_line) {
-        Ok(parts) => parts,
-        Err(reject) => return reject,
-    };
-    let mut has_host = false;
-    let mut content_length: Option<u64> = None;
-    let mut chunked = false;
-    for line in lines.filter(|l| !l.is_empty()) {
-        let Some((name, value)) = split_header(line) else {
-            return Parsed::Reject(Status::BadRequest, "malformed header line");
-        };
-        if name.eq_ignore_ascii_case(b"host") {
-            has_host = true;
-        } else if name.eq_ignore_ascii_case(b"content-length") {
-            let Some(n) = std::str::from_utf8(value)
-                .ok()
-                .filter(|s| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit()))
-                .and_then(|s| s.parse::<u64>().ok())
-            else {
-                return Parsed::Reject(Status::BadRequest, "invalid Content-Length");
-            };
-            if content_length.is_some_and(|m| m != n) {
-                return Parsed::Reject(Status::BadRequest, "conflicting Content-Length");
-            }
-            content_length = Some(n);
-        } else if name.eq_ignore_ascii_case(b"transfer-encoding") {
-            chunked = true;
-        }
-    }
-    if version == 1 && !has_host {
-        return Parsed::Reject(Status::BadRequest, "HTTP/1.1 request without Host");
-    }
-    let head_only = match method {
-        b"GET" => false,
-        b"HEAD" => true,
-        _ => return Parsed::Reject(Status::MethodNotAllowed, "only GET and HEAD are served"),
-    };
-    // The body of a GET means nothing here; a small one is drained after the
-    // response, a large or unbounded one is refused.
-    if chunked || content_length.is_some_and(|n| n > max_head as u64) {
-        return Parsed::Reject(
-            Status::ContentTooLarge,
-            "a GET or HEAD may carry a small body at most",
-        );
-    }
-    Parsed::Request {
-        head_only,
-        path: path_of(target),
-    }
-}
-
-/// The length of the head up to and including its blank line, if it has arrived.
-/// Lines end in CRLF or, leniently, a bare LF.
-fn find_blank_line(buf: &[u8]) -> Option<usize> {
-    let mut line_start = 0;
-    for (i, b) in buf.iter().enumerate() {
-        if *b == b'\n' {
-            let line = &buf[line_start..i];
-            if (line.is_empty() || line == b"\r") && line_start > 0 {
-                return Some(i + 1);
-            }
-            line_start = i + 1;
-        }
-    }
-    None
-}
-
-/// `METHOD SP target SP HTTP/1.x`; returns the method, the target and the minor version.
-fn parse_request_line(line: &[u8]) -> Result<(&[u8], &[u8], u8), Parsed> {
-    let garbage = || Parsed::Reject(Status::BadRequest, "malformed request line");
-    let mut parts = line.split(|b| *b == b' ');
-    let (Some(method), Some(target), Some(version), None) =
-        (parts.next(), parts.next(), parts.next(), parts.next())
-    else {
-        return Err(garbage());
-    };
-    if method.is_empty() || !method.iter().all(|b| is_token(*b)) {
-        return Err(garbage());
-    }
-    if target.is_empty() || target.iter().any(|b| b.is_ascii_control() || *b >= 0x80) {
-        return Err(garbage());
-    }
-    match version {
-        b"HTTP/1.0" => Ok((method, target, 0)),
-        b"HTTP/1.1" => Ok((method, target, 1)),
-        [b'H', b'T', b'T', b'P', b'/', major, b'.', minor]
-            if major.is_ascii_digit() && minor.is_ascii_digit() =>
-        {
-            Err(Parsed::Reject(
-                Status::VersionNotSupported,
-                "only HTTP/1.0 and HTTP/1.1 are served",
-            ))
-        }
-        _ => Err(garbage()),
-    }
-}
-
-/// `name: value` with a token name and no control characters in the value.
-fn split_header(line: &[u8]) -> Option<(&[u8], &[u8])> {
-    let colon = line.iter().position(|b| *b == b':')?;
-    let (name, value) = (&line[..colon], &line[colon + 1..]);
-    if name.is_empty() || !name.iter().all(|b| is_token(*b)) {
-        return None;
-    }
-    if value.iter().any(|b| b.is_ascii_control() && *b != b'\t') {
-        return None;
-    }
-    Some((name, value.trim_ascii()))
-}
-
-/// RFC 9110 `tchar`.
-fn is_token(b: u8) -> bool {
-    b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b)
-}
-
-/// The path of an origin-form (`/metrics?x`) or absolute-form
-/// (`http://host:8080/metrics`) target, without query or fragment.
-fn path_of(target: &[u8]) -> String {
-    let target = String::from_utf8_lossy(target);
-    let rest = match target.split_once("://") {
-        Some((_, after_scheme)) => match after_scheme.find('/') {
-            Some(i) => after_scheme[i..].to_string(),
-            None => "/".to_string(),
-        },
-        None => target.into_owned(),
-    };
-    let end = rest.find(['?', '#']).unwrap_or(rest.len());
-    rest[..end].to_string()
-}
-
-// --- HTTP: the site -----------------------------------------------------------------
-
-/// The Prometheus text format, version 0.0.4.
-const METRICS_CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
-const TEXT_CONTENT_TYPE: &str = "text/plain; charset=utf-8";
+// --- the site -----------------------------------------------------------------------
 
 struct Site<'a> {
     metrics: &'a Metrics,
@@ -757,25 +915,39 @@ struct Site<'a> {
 }
 
 impl Site<'_> {
-    /// The complete response (head and, unless `HEAD`, body) to a parsed request.
+    /// The complete response (head and, unless `HEAD`, body) to a parsed request, on
+    /// the plain port or once access is allowed.
     fn respond(&self, parsed: &Parsed) -> Vec<u8> {
-        let (head_only, path) = match parsed {
-            Parsed::Request { head_only, path } => (*head_only, path.as_str()),
-            Parsed::Reject(status, why) => {
-                return response(*status, TEXT_CONTENT_TYPE, &format!("{why}\n"), false);
+        match parsed {
+            Parsed::Request {
+                head_only, path, ..
+            } => self.page(path, *head_only),
+            Parsed::Reject(status, why) => text(*status, why, false),
+            Parsed::Partial => text(Status::BadRequest, "incomplete request", false),
+        }
+    }
+
+    /// The response on the secure port after the access decision.
+    fn answer(&self, decision: &Decision, path: &str, head_only: bool) -> Vec<u8> {
+        match decision {
+            Decision::Allow => self.page(path, head_only),
+            Decision::Unauthenticated(why) => text(
+                Status::Unauthorized,
+                &format!("unauthorized: {why}"),
+                head_only,
+            ),
+            Decision::Forbidden(why) => {
+                text(Status::Forbidden, &format!("forbidden: {why}"), head_only)
             }
-            Parsed::Partial => {
-                return response(
-                    Status::BadRequest,
-                    TEXT_CONTENT_TYPE,
-                    "incomplete request\n",
-                    false,
-                );
-            }
-        };
+            Decision::Unavailable(why) => text(Status::ServiceUnavailable, why, head_only),
+        }
+    }
+
+    fn page(&self, path: &str, head_only: bool) -> Vec<u8> {
         let (status, content_type, body) = match path {
             "/metrics" => (Status::Ok, METRICS_CONTENT_TYPE, self.metrics.encode()),
-            "/healthz" => {
+            // /livez is the name newer probes use; the same answer as /healthz.
+            "/healthz" | "/livez" => {
                 let h = (self.health)();
                 probe(h.live, "ok", "not live", &h.detail)
             }
@@ -786,7 +958,7 @@ impl Site<'_> {
             _ => (
                 Status::NotFound,
                 TEXT_CONTENT_TYPE,
-                "not found; this server has /metrics, /healthz and /readyz\n".to_string(),
+                "not found; this server has /metrics, /healthz, /livez and /readyz\n".to_string(),
             ),
         };
         response(status, content_type, &body, head_only)
@@ -802,465 +974,5 @@ fn probe(up: bool, yes: &str, no: &str, detail: &str) -> (Status, &'static str, 
     (status, TEXT_CONTENT_TYPE, format!("{word}: {detail}\n"))
 }
 
-fn response(status: Status, content_type: &str, body: &str, head_only: bool) -> Vec<u8> {
-    let mut head = String::with_capacity(160);
-    let _ = write!(
-        head,
-        "HTTP/1.1 {} {}\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\nConnection: close\r\n",
-        status.code(),
-        status.reason(),
-        body.len()
-    );
-    if status == Status::MethodNotAllowed {
-        head.push_str("Allow: GET, HEAD\r\n");
-    }
-    head.push_str("\r\n");
-    let mut out = head.into_bytes();
-    if !head_only {
-        out.extend_from_slice(body.as_bytes());
-    }
-    out
-}
-
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use std::collections::VecDeque;
-
-    const MAX: usize = 8 * 1024;
-
-    fn request(path: &str) -> Parsed {
-        Parsed::Request {
-            head_only: false,
-            path: path.into(),
-        }
-    }
-
-    #[test]
-    fn a_complete_get_is_parsed_with_its_query_removed() {
-        let p = parse_head(b"GET /metrics?name[]=x HTTP/1.1\r\nHost: a\r\n\r\n", MAX);
-        assert_eq!(p, request("/metrics"));
-        let p = parse_head(b"HEAD /readyz HTTP/1.0\r\n\r\n", MAX);
-        assert_eq!(
-            p,
-            Parsed::Request {
-                head_only: true,
-                path: "/readyz".into()
-            }
-        );
-    }
-
-    #[test]
-    fn lenient_forms_are_accepted() {
-        for raw in [
-            &b"\r\nGET /healthz HTTP/1.1\r\nHost: a\r\n\r\n"[..],
-            b"GET /healthz HTTP/1.1\nHost: a\n\n",
-            b"GET http://10.0.0.1:8080/healthz HTTP/1.1\r\nHost: a\r\n\r\n",
-            b"GET /healthz HTTP/1.0\r\nX-Empty:\r\n\r\n",
-        ] {
-            assert_eq!(
-                parse_head(raw, MAX),
-                request("/healthz"),
-                "{}",
-                String::from_utf8_lossy(raw)
-            );
-        }
-    }
-
-    #[test]
-    fn a_head_without_its_blank_line_is_partial_until_it_passes_the_cap() {
-        assert_eq!(
-            parse_head(b"GET /metrics HTTP/1.1\r\nHost: a\r\n", MAX),
-            Parsed::Partial
-        );
-        assert_eq!(parse_head(b"GET /met", MAX), Parsed::Partial);
-        assert_eq!(parse_head(b"", MAX), Parsed::Partial);
-        let mut big = b"GET /metrics HTTP/1.1\r\nX-Filler: ".to_vec();
-        big.resize(MAX + 1, b'a');
-        assert!(matches!(
-            parse_head(&big, MAX),
-            Parsed::Reject(Status::HeaderFieldsTooLarge, _)
-        ));
-        big.extend_from_slice(b"\r\n\r\n");
-        assert!(matches!(
-            parse_head(&big, MAX),
-            Parsed::Reject(Status::HeaderFieldsTooLarge, _)
-        ));
-    }
-
-    #[test]
-    fn bad_requests_get_the_status_that_names_their_fault() {
-        for (raw, status) in [
-            (&b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03\r\n\r\n"[..], 400),
-            (b"GET /metrics\r\n\r\n", 400),
-            (b"GET  /metrics HTTP/1.1\r\nHost: a\r\n\r\n", 400),
-            (b"GET /metrics HTTP/1.1\r\n\r\n", 400),
-            (b"GET /metrics HTTP/1.1\r\nHost a\r\n\r\n", 400),
-            (b"GET /metrics HTTP/1.1\r\nHost: a\x01\r\n\r\n", 400),
-            (b"GET /me\x00trics HTTP/1.1\r\nHost: a\r\n\r\n", 400),
-            (b"GET /metrics HTTP/1.1\r\nHost: a\r\nContent-Length: -1\r\n\r\n", 400),
-            (
-                b"GET /metrics HTTP/1.1\r\nHost: a\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\n",
-                400,
-            ),
-            (b"GET /metrics FTP/1.1\r\n\r\n", 400),
-            (b"PRI * HTTP/2.0\r\n\r\n", 505),
-            (b"POST /metrics HTTP/1.1\r\nHost: a\r\n\r\n", 405),
-            (b"DELETE /metrics HTTP/1.0\r\n\r\n", 405),
-            (b"GET /metrics HTTP/1.1\r\nHost: a\r\nContent-Length: 99999\r\n\r\n", 413),
-            (b"GET /metrics HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n", 413),
-        ] {
-            match parse_head(raw, MAX) {
-                Parsed::Reject(s, _) => {
-                    assert_eq!(s.code(), status, "{}", String::from_utf8_lossy(raw))
-                }
-                other => panic!("{}: {other:?}", String::from_utf8_lossy(raw)),
-            }
-        }
-    }
-
-    #[test]
-    fn random_bytes_never_panic_the_parser() {
-        use rand::rngs::SmallRng;
-        use rand::{RngExt, SeedableRng};
-        let pieces: &[&[u8]] = &[
-            b"GET",
-            b"HEAD",
-            b" ",
-            b"/",
-            b"?",
-            b"://",
-            b"HTTP/1.1",
-            b"HTTP/9.",
-            b"\r",
-            b"\n",
-            b"\r\n",
-            b":",
-            b"Host",
-            b"Content-Length",
-            b"99999999999999999999999",
-            b"0",
-            b"\xff",
-            b"\xe2\x82",
-            b"\x00",
-            b"\t",
-            b"#",
-        ];
-        let mut rng = SmallRng::seed_from_u64(7);
-        for _ in 0..20_000 {
-            let mut input = Vec::new();
-            for _ in 0..rng.random_range(0..40) {
-                input.extend_from_slice(pieces[rng.random_range(0..pieces.len())]);
-            }
-            let _ = parse_head(&input, 64);
-            let _ = parse_head(&input, MAX).describe();
-        }
-    }
-
-    #[test]
-    fn a_small_declared_body_is_tolerated() {
-        let raw = b"GET /metrics HTTP/1.1\r\nHost: a\r\nContent-Length: 5\r\n\r\nhello";
-        assert_eq!(parse_head(raw, MAX), request("/metrics"));
-    }
-
-    fn site_response(parsed: &Parsed, health: Health) -> String {
-        let metrics = Metrics::new();
-        for _ in 0..7 {
-            metrics.pass_finished(
-                crate::metrics::TriggerKind::NodeAdd,
-                crate::metrics::SyncOutcome::Changed,
-            );
-        }
-        let health: HealthFn = Arc::new(move || health.clone());
-        let site = Site {
-            metrics: &metrics,
-            health: &health,
-        };
-        String::from_utf8(site.respond(parsed)).unwrap()
-    }
-
-    fn health(live: bool, ready: bool) -> Health {
-        Health {
-            live,
-            ready,
-            detail: "watch connected; synced; leading".into(),
-        }
-    }
-
-    #[test]
-    fn metrics_are_served_in_the_prometheus_text_format() {
-        let text = site_response(&request("/metrics"), health(true, true));
-        let (head, body) = text.split_once("\r\n\r\n").unwrap();
-        let head = format!("{head}\r\n");
-        assert!(head.starts_with("HTTP/1.1 200 OK\r\n"), "{head}");
-        assert!(head.contains("Content-Type: text/plain; version=0.0.4; charset=utf-8\r\n"));
-        assert!(head.contains(&format!("Content-Length: {}\r\n", body.len())));
-        assert!(head.contains("Connection: close\r\n"));
-        assert!(
-            body.contains("\nroute_controller_route_sync_total{outcome=\"changed\",trigger=\"node_change\"} 7\n"),
-            "{body}"
-        );
-    }
-
-    #[test]
-    fn probes_answer_503_with_the_detail_when_down() {
-        let text = site_response(&request("/healthz"), health(true, false));
-        assert!(text.starts_with("HTTP/1.1 200 OK\r\n"), "{text}");
-        assert!(text.ends_with("\r\n\r\nok: watch connected; synced; leading\n"));
-        let text = site_response(&request("/readyz"), health(true, false));
-        assert!(
-            text.starts_with("HTTP/1.1 503 Service Unavailable\r\n"),
-            "{text}"
-        );
-        assert!(text.ends_with("\r\n\r\nnot ready: watch connected; synced; leading\n"));
-        let text = site_response(&request("/healthz"), health(false, false));
-        assert!(text.starts_with("HTTP/1.1 503 "), "{text}");
-    }
-
-    #[test]
-    fn head_gets_the_length_of_the_body_without_it() {
-        let parsed = Parsed::Request {
-            head_only: true,
-            path: "/healthz".into(),
-        };
-        let text = site_response(&parsed, health(true, true));
-        let body = "ok: watch connected; synced; leading\n";
-        assert!(
-            text.ends_with(&format!(
-                "Content-Length: {}\r\nConnection: close\r\n\r\n",
-                body.len()
-            )),
-            "{text}"
-        );
-    }
-
-    #[test]
-    fn method_not_allowed_names_the_allowed_methods() {
-        let text = site_response(
-            &Parsed::Reject(Status::MethodNotAllowed, "only GET and HEAD are served"),
-            health(true, true),
-        );
-        assert!(
-            text.starts_with("HTTP/1.1 405 Method Not Allowed\r\n"),
-            "{text}"
-        );
-        assert!(text.contains("\r\nAllow: GET, HEAD\r\n"), "{text}");
-    }
-
-    // --- the connection state machine, on a scripted stream and a virtual clock ---
-
-    /// What the script's socket does on each call.
-    enum Io {
-        Data(&'static [u8]),
-        Eof,
-        Block,
-    }
-
-    #[derive(Default)]
-    struct Script {
-        reads: VecDeque<Io>,
-        /// How many bytes each write call takes; `None` blocks. Empty: take all.
-        writes: VecDeque<Option<usize>>,
-        written: Vec<u8>,
-        shut: bool,
-    }
-
-    impl Read for Script {
-        fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-            match self.reads.pop_front() {
-                Some(Io::Data(d)) => {
-                    assert!(d.len() <= buf.len());
-                    buf[..d.len()].copy_from_slice(d);
-                    Ok(d.len())
-                }
-                Some(Io::Eof) => {
-                    // A closed stream stays closed.
-                    self.reads.push_front(Io::Eof);
-                    Ok(0)
-                }
-                Some(Io::Block) | None => Err(io::ErrorKind::WouldBlock.into()),
-            }
-        }
-    }
-
-    impl Write for Script {
-        fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-            match self.writes.pop_front() {
-                Some(None) => Err(io::ErrorKind::WouldBlock.into()),
-                Some(Some(n)) => {
-                    let n = n.min(buf.len());
-                    self.written.extend_from_slice(&buf[..n]);
-                    Ok(n)
-                }
-                None => {
-                    self.written.extend_from_slice(buf);
-                    Ok(buf.len())
-                }
-            }
-        }
-        fn flush(&mut self) -> io::Result<()> {
-            Ok(())
-        }
-    }
-
-    impl Transport for Script {
-        fn shutdown_write(&mut self) {
-            self.shut = true;
-        }
-    }
-
-    fn conn(script: Script, t0: Instant) -> Conn<Script> {
-        let config = ServerConfig::default();
-        Conn::new(
-            script,
-            "127.0.0.1:1".parse().unwrap(),
-            t0 + config.idle_timeout,
-        )
-    }
-
-    fn echo_path(p: &Parsed) -> Vec<u8> {
-        p.describe().into_bytes()
-    }
-
-    #[test]
-    fn a_request_in_pieces_is_answered_once_its_head_is_complete() {
-        let t0 = Instant::now();
-        let config = ServerConfig::default();
-        let mut c = conn(
-            Script {
-                reads: VecDeque::from([
-                    Io::Data(b"GET /met"),
-                    Io::Block,
-                    Io::Data(b"rics HTTP/1.1\r\nHost: x\r\n"),
-                    Io::Block,
-                    Io::Data(b"\r\n"),
-                    Io::Block,
-                    Io::Eof,
-                ]),
-                ..Script::default()
-            },
-            t0,
-        );
-        let t1 = t0 + Duration::from_secs(1);
-        assert_eq!(
-            c.on_ready(t1, &config, &mut echo_path),
-            Step::Wait(Interest::READABLE)
-        );
-        assert_eq!(
-            c.on_ready(t1, &config, &mut echo_path),
-            Step::Wait(Interest::READABLE)
-        );
-        assert!(c.stream.written.is_empty());
-        assert_eq!(
-            c.deadline,
-            t0 + config.idle_timeout,
-            "trickling does not extend the head's time"
-        );
-        // The head completes: the response is written and our side shut.
-        assert_eq!(
-            c.on_ready(t1, &config, &mut echo_path),
-            Step::Wait(Interest::READABLE)
-        );
-        assert_eq!(c.stream.written, b"GET /metrics");
-        assert!(c.stream.shut);
-        assert!(matches!(c.phase, Phase::Lingering { .. }));
-        assert_eq!(c.deadline, t1 + LINGER);
-        // The client closes.
-        assert_eq!(c.on_ready(t1, &config, &mut echo_path), Step::Close);
-    }
-
-    #[test]
-    fn a_response_larger_than_the_socket_takes_is_finished_on_writable() {
-        let t0 = Instant::now();
-        let config = ServerConfig::default();
-        let mut c = conn(
-            Script {
-                reads: VecDeque::from([Io::Data(b"GET /metrics HTTP/1.0\r\n\r\n")]),
-                writes: VecDeque::from([Some(3), None, Some(4), None]),
-                ..Script::default()
-            },
-            t0,
-        );
-        let body = || b"0123456789".to_vec();
-        let t1 = t0 + Duration::from_secs(1);
-        let mut respond = |_: &Parsed| body();
-        assert_eq!(
-            c.on_ready(t1, &config, &mut respond),
-            Step::Wait(Interest::READABLE | Interest::WRITABLE)
-        );
-        assert_eq!(c.stream.written, b"012");
-        assert_eq!(c.deadline, t1 + config.idle_timeout);
-        let t2 = t1 + Duration::from_secs(5);
-        assert_eq!(
-            c.on_ready(t2, &config, &mut respond),
-            Step::Wait(Interest::READABLE | Interest::WRITABLE)
-        );
-        assert_eq!(c.stream.written, b"0123456");
-        assert_eq!(
-            c.deadline,
-            t2 + config.idle_timeout,
-            "progress moves the deadline"
-        );
-        assert_eq!(
-            c.on_ready(t2, &config, &mut respond),
-            Step::Wait(Interest::READABLE)
-        );
-        assert_eq!(c.stream.written, body());
-        assert!(c.stream.shut);
-    }
-
-    #[test]
-    fn a_client_that_closes_at_once_is_dropped_without_an_answer() {
-        let t0 = Instant::now();
-        let mut c = conn(
-            Script {
-                reads: VecDeque::from([Io::Eof]),
-                ..Script::default()
-            },
-            t0,
-        );
-        let step = c.on_ready(t0, &ServerConfig::default(), &mut echo_path);
-        assert_eq!(step, Step::Close);
-        assert!(c.stream.written.is_empty());
-    }
-
-    #[test]
-    fn half_a_request_then_close_gets_400() {
-        let t0 = Instant::now();
-        let mut c = conn(
-            Script {
-                reads: VecDeque::from([Io::Data(b"GET /metr"), Io::Eof]),
-                ..Script::default()
-            },
-            t0,
-        );
-        let config = ServerConfig::default();
-        let mut site = |p: &Parsed| format!("{p:?}").into_bytes();
-        let step = c.on_ready(t0, &config, &mut site);
-        assert_eq!(step, Step::Close, "the EOF is seen again while lingering");
-        assert_eq!(
-            String::from_utf8(c.stream.written).unwrap(),
-            "Reject(BadRequest, \"incomplete request\")"
-        );
-    }
-
-    #[test]
-    fn a_client_that_keeps_sending_after_its_answer_is_cut_off() {
-        let t0 = Instant::now();
-        static JUNK: [u8; 4096] = [b'x'; 4096];
-        let mut reads = VecDeque::from([Io::Data(b"GET /readyz HTTP/1.0\r\n\r\n")]);
-        for _ in 0..=LINGER_MAX_BYTES / JUNK.len() {
-            reads.push_back(Io::Data(&JUNK));
-        }
-        let mut c = conn(
-            Script {
-                reads,
-                ..Script::default()
-            },
-            t0,
-        );
-        let step = c.on_ready(t0, &ServerConfig::default(), &mut echo_path);
-        assert_eq!(step, Step::Close);
-        assert_eq!(c.stream.written, b"GET /readyz");
-    }
-}
+mod tests;

@@ -376,7 +376,11 @@ fn a_request_head_over_the_cap_is_refused_with_431() {
 
 #[test]
 fn a_slow_client_with_half_a_request_does_not_block_others() {
-    let server = server();
+    // A head timeout that the slow client stays within on a loaded machine.
+    let server = server_with(ServerConfig {
+        head_timeout: PATIENCE,
+        ..ServerConfig::default()
+    });
     let addr = server.local_addr();
     let mut slow = connect(addr);
     slow.write_all(b"GET /metr").unwrap();
@@ -444,10 +448,10 @@ fn a_hundred_concurrent_scrapes_all_succeed() {
 }
 
 #[test]
-fn a_silent_client_is_dropped_after_the_idle_timeout() {
-    let idle = Duration::from_millis(200);
+fn a_silent_client_is_dropped_after_the_head_timeout() {
+    let head_timeout = Duration::from_millis(200);
     let server = server_with(ServerConfig {
-        idle_timeout: idle,
+        head_timeout,
         ..ServerConfig::default()
     });
     let started = Instant::now();
@@ -460,7 +464,7 @@ fn a_silent_client_is_dropped_after_the_idle_timeout() {
     assert_eq!(half.read(&mut buf).expect("closed, not timed out"), 0);
     let waited = started.elapsed();
     assert!(
-        waited >= idle,
+        waited >= head_timeout,
         "dropped after {waited:?}, before the timeout"
     );
     assert!(waited < PATIENCE);
@@ -468,29 +472,106 @@ fn a_silent_client_is_dropped_after_the_idle_timeout() {
 }
 
 #[test]
-fn connections_beyond_the_cap_wait_until_a_slot_frees() {
+fn a_new_connection_beyond_the_cap_evicts_the_oldest_idle_one() {
     let server = server_with(ServerConfig {
         max_connections: 2,
+        head_timeout: PATIENCE,
         ..ServerConfig::default()
     });
     let addr = server.local_addr();
-    let first = connect(addr);
+    let mut first = connect(addr);
+    // The server has taken the first before the second arrives.
+    assert_eq!(get(addr, "/healthz").status, 200);
     let _second = connect(addr);
     let mut third = connect(addr);
     third
         .write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
         .unwrap();
-    third
-        .set_read_timeout(Some(Duration::from_millis(300)))
-        .unwrap();
-    let mut buf = [0u8; 1];
-    match third.read(&mut buf) {
-        Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {}
-        other => panic!("served beyond the cap of 2 connections: {other:?}"),
-    }
-    drop(first);
-    third.set_read_timeout(Some(PATIENCE)).unwrap();
     assert_eq!(read_response(&mut third).status, 200);
+    let mut buf = [0u8; 1];
+    match first.read(&mut buf) {
+        Ok(0) => {}
+        Err(e) if e.kind() == ErrorKind::ConnectionReset => {}
+        other => panic!("the oldest idle connection is still open: {other:?}"),
+    }
+}
+
+/// Guards the health port against starvation (issue 13): 300 idle connections and
+/// 100 slow-loris ones (a byte every 50 ms) are held open against a table of 64
+/// slots, and reopened when the server drops them (up to 400 a second, far more than
+/// the "few a second" that used to be enough), while the kubelet's probe is timed. Before the fix, 70 idle connections made `/healthz` wait 10 s. The logic
+/// guarantees a probe is never queued behind an idle connection (so it never waits
+/// for their 1 s head timeout); the median must stay under the 100 ms the issue asks
+/// for, every probe under the head timeout.
+#[test]
+fn hundreds_of_idle_and_slow_loris_connections_never_delay_healthz() {
+    let server = server();
+    let addr = server.local_addr();
+    let head_timeout = ServerConfig::default().head_timeout;
+    let open = |loris: bool| {
+        let mut s = connect(addr);
+        if loris {
+            let _ = s.write_all(b"GET /metrics HTTP/1.1\r\n");
+        }
+        s.set_nonblocking(true).unwrap();
+        (s, loris)
+    };
+    let attackers: Vec<(std::net::TcpStream, bool)> = (0..400).map(|i| open(i % 4 == 0)).collect();
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    let reopened = std::sync::atomic::AtomicUsize::new(0);
+    let mut latencies: Vec<Duration> = std::thread::scope(|scope| {
+        scope.spawn(|| {
+            let mut attackers = attackers;
+            let mut buf = [0u8; 64];
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                let mut budget = 20;
+                for (s, loris) in &mut attackers {
+                    let closed = match s.read(&mut buf) {
+                        Ok(_) => true,
+                        Err(e) => e.kind() != ErrorKind::WouldBlock,
+                    };
+                    if closed && budget > 0 {
+                        budget -= 1;
+                        *s = open(*loris).0;
+                        reopened.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    } else if *loris {
+                        let _ = s.write(b"X");
+                    }
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        });
+        // Stops the attackers however this closure ends, so a failure cannot hang.
+        struct StopOnDrop<'a>(&'a std::sync::atomic::AtomicBool);
+        impl Drop for StopOnDrop<'_> {
+            fn drop(&mut self) {
+                self.0.store(true, std::sync::atomic::Ordering::Relaxed);
+            }
+        }
+        let _stop = StopOnDrop(&stop);
+        let mut latencies = Vec::new();
+        for _ in 0..40 {
+            let started = Instant::now();
+            let response = get(addr, "/healthz");
+            latencies.push(started.elapsed());
+            assert_eq!(response.status, 200);
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        latencies
+    });
+    latencies.sort();
+    let median = latencies[latencies.len() / 2];
+    let max = latencies[latencies.len() - 1];
+    println!(
+        "/healthz under 300 idle + 100 slow-loris connections ({} reopened): median {median:?}, max {max:?} ({} probes)",
+        reopened.load(std::sync::atomic::Ordering::Relaxed),
+        latencies.len()
+    );
+    assert!(
+        median < Duration::from_millis(100),
+        "median {median:?}: {latencies:?}"
+    );
+    assert!(max < head_timeout, "max {max:?}: {latencies:?}");
 }
 
 // --- lifecycle ----------------------------------------------------------------------

@@ -239,6 +239,29 @@ impl Client {
         decode(resp, &self.url(path), SMALL_BODY_LIMIT)
     }
 
+    /// `POST path` with a JSON body, outside the write rate limiter: for reviews
+    /// (TokenReview, SubjectAccessReview), which store nothing and whose caller bounds
+    /// their rate (caches and a bounded queue), so that they never delay a node's
+    /// condition write.
+    pub fn post_review<T: DeserializeOwned>(
+        &self,
+        path: &str,
+        body: &impl Serialize,
+    ) -> Result<T, KubeError> {
+        let bytes = serde_json::to_vec(body).map_err(|e| KubeError::Decode {
+            url: self.url(path),
+            message: format!("cannot encode the request body: {e}"),
+        })?;
+        let resp = self.send(
+            Method::Post,
+            path,
+            Some("application/json"),
+            Some(bytes),
+            None,
+        )?;
+        decode(resp, &self.url(path), SMALL_BODY_LIMIT)
+    }
+
     /// Opens `GET path` and returns the response for streaming (a watch). Non-2xx
     /// answers are errors.
     pub fn get_stream(&self, path: &str) -> Result<Response<ureq::Body>, KubeError> {

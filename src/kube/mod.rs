@@ -5,6 +5,7 @@
 //! - [`watch`]: the node reflector thread (list, watch, relist) feeding the controller.
 //! - [`status`]: the thread that writes node conditions and records events.
 //! - [`lease`]: leader election on a coordination.k8s.io/v1 Lease.
+//! - [`review`]: TokenReview and SubjectAccessReview, for the secure metrics port.
 //!
 //! The decision logic of each thread (watch states and backoff, event aggregation,
 //! leader election) is a sans-IO struct fed with the time; the threads are thin
@@ -22,6 +23,8 @@ pub mod env;
 pub mod error;
 #[doc(hidden)]
 pub mod lease;
+#[doc(hidden)]
+pub mod review;
 #[doc(hidden)]
 pub mod status;
 #[doc(hidden)]
