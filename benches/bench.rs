@@ -306,6 +306,8 @@ fn measure_rss(binary: &str, nodes: usize) -> Result<(u64, u64, Duration), Strin
             "--feature-gates=CloudControllerManagerWatchBasedRoutesReconciliation=true",
             &format!("--master=http://127.0.0.1:{}", server.port),
             &format!("--metrics-bind-address=127.0.0.1:{metrics_port}"),
+            // The secure port's default is fixed; the bench scrapes the plain one.
+            "--secure-port=0",
         ])
         .args(
             std::env::var("RC_BENCH_ARGS")
@@ -1027,6 +1029,7 @@ impl OursProcess {
             "--cloud-provider=fake",
             "--leader-elect=false",
             "--metrics-bind-address=127.0.0.1:0",
+            "--secure-port=0",
             &format!("--cluster-cidr={UPSTREAM_CLUSTER_CIDR}"),
             &format!("--kubeconfig={}", api.admin_kubeconfig().display()),
         ]);

@@ -118,5 +118,5 @@ pub use controller::{
 pub use metrics::{CloudOperation, CloudOutcome, Metrics, SyncOutcome, TriggerKind};
 pub use model::{Cidr, Condition, Node, NodeAddress, Route};
 pub use provider::{Budget, CloudError, CloudErrorKind, NodeDirectory, RouteTarget, Routes};
-pub use run::{Builder, Handle, Stopper};
+pub use run::{Builder, Handle, Servers, Serving, Stopper};
 pub use workers::run_op;

@@ -6,12 +6,16 @@
 #![forbid(unsafe_code)]
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use route_controller::Builder;
 use route_controller::actor::Exit;
+use route_controller::cli::run::{ProviderError, RunSettings};
 use route_controller::cli::{self, Command, EXIT_USAGE, RunArgs, UsageError};
-use route_controller::kube::{Client, Env, KubeConfig};
+use route_controller::kube::{Client, Env, KubeConfig, LoadOptions};
 use route_controller::metrics::Metrics;
+use route_controller::serve::{DelegatedReviewer, Reviewer};
+use route_controller::Servers;
 
 fn main() {
     let args: Vec<String> = std::env::args().collect();
@@ -47,23 +51,34 @@ fn run(args: &RunArgs, warnings: &[String]) -> i32 {
         .unwrap_or_else(|e| usage_error(&UsageError(format!("Kubernetes credentials: {e}"))));
     let client = Client::new(&kube, settings.client.clone())
         .unwrap_or_else(|e| usage_error(&UsageError(format!("Kubernetes client: {e}"))));
+    // Signals are handled from here on: a signal while the start waits for the cloud
+    // ends the process cleanly, and later stops the controller.
+    let (signal_tx, signals) = crossbeam_channel::bounded::<()>(1);
+    on_signal(Arc::new(move || {
+        let _ = signal_tx.try_send(());
+    }));
+    // One registry for the controller and the provider's HTTP requests, so that
+    // /metrics shows both. The servers start first, so that a start that waits for
+    // the cloud answers probes and shows why it waits.
+    let metrics = Arc::new(Metrics::new());
+    let reviewer = settings
+        .serving
+        .secure_address
+        .map(|_| reviewer(&settings, &client));
+    let servers = Servers::start(&settings.serving, reviewer, metrics.clone())
+        .unwrap_or_else(|e| usage_error(&UsageError(e)));
     if !settings.configure_cloud_routes {
         log::info!(
             "--configure-cloud-routes=false: route-controller manages no routes; waiting for a signal"
         );
-        wait_for_signal();
+        servers.waiting_for("nothing: --configure-cloud-routes=false");
+        let _ = signals.recv();
         return 0;
     }
-    // One registry for the controller and the provider's HTTP requests, so that
-    // /metrics shows both.
-    let metrics = Arc::new(Metrics::new());
-    let cloud = cli::run::provider(
-        &settings.provider,
-        settings.cloud_config.as_ref(),
-        &settings.controller.cluster_cidrs,
-        Some(metrics.clone()),
-    )
-    .unwrap_or_else(|e| usage_error(&e));
+    let Some(cloud) = connect_cloud(&settings, &metrics, &servers, &signals) else {
+        log::info!("signal received while waiting for the cloud; stopped");
+        return 0;
+    };
     let c = &settings.controller;
     log::info!(
         "route-controller {} starting: mode {}, cluster {}, cluster CIDRs {}, provider {}, leader election {}, \
@@ -86,12 +101,11 @@ fn run(args: &RunArgs, warnings: &[String]) -> i32 {
             )),
         kube.server,
     );
-    let mut builder = Builder::new(settings.controller.clone(), client, cloud).metrics(metrics);
+    let mut builder = Builder::new(settings.controller.clone(), client, cloud)
+        .metrics(metrics)
+        .servers(servers);
     if let Some(lease) = settings.lease.clone() {
         builder = builder.leader_election(lease);
-    }
-    if let Some(address) = settings.metrics_address {
-        builder = builder.serve_metrics(address);
     }
     let handle = match builder.spawn() {
         Ok(h) => h,
@@ -101,7 +115,16 @@ fn run(args: &RunArgs, warnings: &[String]) -> i32 {
         }
     };
     let stopper = handle.stopper();
-    on_signal(Arc::new(move || stopper.stop()));
+    let forwarded = std::thread::Builder::new()
+        .name("signal-forward".into())
+        .spawn(move || {
+            if signals.recv().is_ok() {
+                stopper.stop();
+            }
+        });
+    if let Err(e) = forwarded {
+        log::error!("cannot start the signal thread: {e}; SIGTERM will not stop cleanly");
+    }
     match handle.wait() {
         Exit::Shutdown => {
             log::info!("stopped cleanly");
@@ -117,6 +140,71 @@ fn run(args: &RunArgs, warnings: &[String]) -> i32 {
         }
     }
 }
+
+/// The reviews of the secure port: on the controller's own connection unless
+/// `--authentication-kubeconfig`/`--authorization-kubeconfig` name another.
+fn reviewer(settings: &RunSettings, client: &Client) -> Arc<dyn Reviewer> {
+    let connect = |flag: &str, path: &Option<std::path::PathBuf>| match path {
+        None => client.clone(),
+        Some(path) => {
+            let load = LoadOptions {
+                kubeconfig: Some(path.clone()),
+                master: None,
+                context: None,
+            };
+            KubeConfig::load(&load, &Env::from_process())
+                .map_err(|e| e.to_string())
+                .and_then(|k| Client::new(&k, settings.client.clone()).map_err(|e| e.to_string()))
+                .unwrap_or_else(|e| usage_error(&UsageError(format!("{flag}: {e}"))))
+        }
+    };
+    Arc::new(DelegatedReviewer {
+        authentication: connect(
+            "--authentication-kubeconfig",
+            &settings.serving.authentication_kubeconfig,
+        ),
+        authorization: connect(
+            "--authorization-kubeconfig",
+            &settings.serving.authorization_kubeconfig,
+        ),
+    })
+}
+
+/// Builds the provider, waiting out an outage of the cloud's API with backoff (a
+/// wrong setting still exits 2). `None` if a signal came while waiting.
+fn connect_cloud(
+    settings: &RunSettings,
+    metrics: &Arc<Metrics>,
+    servers: &Servers,
+    signals: &crossbeam_channel::Receiver<()>,
+) -> Option<Arc<dyn route_controller::cloud::Routes>> {
+    let mut delay = START_RETRY_FIRST;
+    loop {
+        let attempt = cli::run::connect_provider(
+            &settings.provider,
+            settings.cloud_config.as_ref(),
+            &settings.controller.cluster_cidrs,
+            Some(metrics.clone()),
+        );
+        match attempt {
+            Ok(cloud) => return Some(cloud),
+            Err(ProviderError::Config(e)) => usage_error(&e),
+            Err(ProviderError::Outage(e)) => {
+                servers.waiting_for(format!("the cloud: {e}"));
+                log::warn!("{e}; trying again in {delay:?}");
+                if signals.recv_timeout(delay).is_ok() {
+                    return None;
+                }
+                delay = (delay * 2).min(START_RETRY_MAX);
+            }
+        }
+    }
+}
+
+/// Waits between attempts to reach the cloud at start: doubling from the first to the
+/// last, so a short outage costs seconds and a long one a request every half minute.
+const START_RETRY_FIRST: Duration = Duration::from_secs(1);
+const START_RETRY_MAX: Duration = Duration::from_secs(30);
 
 fn init_logging(args: &RunArgs) {
     let format = args
@@ -155,12 +243,4 @@ fn on_signal(stop: Arc<dyn Fn() + Send + Sync>) {
     if let Err(e) = spawned {
         log::error!("cannot start the signal thread: {e}");
     }
-}
-
-fn wait_for_signal() {
-    let (tx, rx) = crossbeam_channel::bounded::<()>(1);
-    on_signal(Arc::new(move || {
-        let _ = tx.try_send(());
-    }));
-    let _ = rx.recv();
 }

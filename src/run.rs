@@ -29,8 +29,9 @@
 //! ```
 
 use std::net::SocketAddr;
-use std::sync::Arc;
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
 use crossbeam_channel::{Sender, bounded, unbounded};
@@ -40,7 +41,7 @@ use crate::controller::{Config, Controller, PassReport};
 use crate::kube::{self, Client, LeaseConfig, NodeWatch, StatusConfig, StopHandle, WatchConfig};
 use crate::metrics::Metrics;
 use crate::provider::Routes;
-use crate::serve::{self, Health, ServerHandle};
+use crate::serve::{self, AccessConfig, CertSource, Health, Reviewer, ServerConfig, ServerHandle};
 use crate::workers;
 
 /// Assembles the controller's threads.
@@ -54,6 +55,7 @@ pub struct Builder {
     metrics: Arc<Metrics>,
     reports: Option<Sender<PassReport>>,
     metrics_address: Option<SocketAddr>,
+    servers: Option<Servers>,
 }
 
 impl Builder {
@@ -70,6 +72,7 @@ impl Builder {
             metrics: Arc::new(Metrics::new()),
             reports: None,
             metrics_address: None,
+            servers: None,
         }
     }
 
@@ -104,9 +107,18 @@ impl Builder {
         self
     }
 
-    /// Serve `/metrics`, `/healthz` and `/readyz` on this address.
+    /// Serve `/metrics`, `/healthz` and `/readyz` on this address, over plain HTTP
+    /// without authentication.
     pub fn serve_metrics(mut self, address: SocketAddr) -> Builder {
         self.metrics_address = Some(address);
+        self
+    }
+
+    /// Use servers started earlier with [`Servers::start`] (so that probes and
+    /// metrics were answered while the cloud was still being reached); their health
+    /// answers follow the controller from now on. Replaces [`Builder::serve_metrics`].
+    pub fn servers(mut self, servers: Servers) -> Builder {
+        self.servers = Some(servers);
         self
     }
 
@@ -122,6 +134,7 @@ impl Builder {
             metrics,
             reports,
             metrics_address,
+            servers,
         } = self;
         config.leader_election = lease.is_some();
         // The controller spends the provider's budget; workers never wait for it.
@@ -142,17 +155,20 @@ impl Builder {
         let (status_tx, status_rx) = unbounded();
         let (status_replies_tx, status_replies) = unbounded();
 
-        // Alive until the actor returns; /healthz reports it.
-        let running = Arc::new(AtomicBool::new(true));
-        let server = match metrics_address {
-            Some(address) => {
-                let (m, running) = (metrics.clone(), running.clone());
-                let health: serve::HealthFn =
-                    Arc::new(move || health(&m, running.load(Ordering::Relaxed)));
-                Some(serve::spawn_server(address, metrics.clone(), health)?)
-            }
-            None => None,
+        let servers = match (servers, metrics_address) {
+            (Some(servers), _) => servers,
+            (None, address) => Servers::start(
+                &Serving {
+                    plain_address: address,
+                    ..Serving::off()
+                },
+                None,
+                metrics.clone(),
+            )
+            .map_err(|e| std::io::Error::new(std::io::ErrorKind::AddrInUse, e))?,
         };
+        // Alive until the actor returns; /healthz reports it.
+        servers.state.started.store(true, Ordering::Relaxed);
         let workers = workers::spawn(
             cloud,
             config.cluster_name.clone(),
@@ -190,9 +206,14 @@ impl Builder {
             status_requests: status_tx,
             reports,
         };
+        let state = servers.state.clone();
         let actor = std::thread::Builder::new()
             .name("reconcile-actor".into())
-            .spawn(move || actor::run(controller, io))?;
+            .spawn(move || {
+                let exit = actor::run(controller, io);
+                state.running.store(false, Ordering::Relaxed);
+                exit
+            })?;
         Ok(Handle {
             metrics,
             shutdown: shutdown_tx,
@@ -202,15 +223,171 @@ impl Builder {
             lease_thread,
             status_thread: Some(status_thread),
             workers,
-            server,
+            servers: Some(servers),
         })
     }
 }
 
-/// `/healthz`: the actor runs (an API server outage does not make the process
-/// unhealthy: restarting it would not help); `/readyz`: it has a complete view of the
-/// nodes (a standby replica is ready too).
-fn health(metrics: &Metrics, running: bool) -> Health {
+/// How the metrics and health servers are served: the CCM's serving flags, as
+/// `route-controller run` fills them. Field docs give the flags.
+#[derive(Clone, Debug)]
+pub struct Serving {
+    /// `--bind-address`:`--secure-port`: HTTPS, `/metrics` only with an authorized
+    /// bearer token; `None` with `--secure-port=0`.
+    pub secure_address: Option<SocketAddr>,
+    /// `--tls-cert-file`/`--tls-private-key-file`, or self-signed (`--cert-dir`).
+    pub cert: CertSource,
+    /// `--authentication-kubeconfig`: where TokenReviews go (default: the
+    /// controller's own API server connection).
+    pub authentication_kubeconfig: Option<PathBuf>,
+    /// `--authorization-kubeconfig`: where SubjectAccessReviews go (default: the
+    /// controller's own connection).
+    pub authorization_kubeconfig: Option<PathBuf>,
+    /// `--authorization-always-allow-paths` and the review caches.
+    pub access: AccessConfig,
+    /// `--metrics-bind-address`: plain HTTP without authentication, for local use;
+    /// `None` (the default) is off.
+    pub plain_address: Option<SocketAddr>,
+}
+
+impl Serving {
+    /// Nothing served.
+    pub fn off() -> Serving {
+        Serving {
+            secure_address: None,
+            cert: CertSource::SelfSigned {
+                cert_dir: None,
+                hosts: Vec::new(),
+            },
+            authentication_kubeconfig: None,
+            authorization_kubeconfig: None,
+            access: AccessConfig::new(),
+            plain_address: None,
+        }
+    }
+}
+
+/// What the process is doing, as the probes report it: starting (with what it waits
+/// for), then running until the actor returns.
+#[derive(Debug, Default)]
+struct State {
+    /// The controller's threads run ([`Builder::spawn`] was called).
+    started: AtomicBool,
+    /// The actor has not returned.
+    running: AtomicBool,
+    /// Before the start: what it waits for, e.g. "the cloud API: connection refused".
+    waiting_for: Mutex<String>,
+}
+
+/// The metrics and health servers, started before the controller so that a start
+/// that waits (for an unreachable cloud) is visible in `/readyz` and in the metrics.
+pub struct Servers {
+    state: Arc<State>,
+    secure: Option<ServerHandle>,
+    plain: Option<ServerHandle>,
+}
+
+impl Servers {
+    /// Binds and starts the servers `serving` asks for. `reviewer` is required for
+    /// the secure port. An error names the flag, the address and the cause (a port
+    /// in use, an unusable certificate).
+    pub fn start(
+        serving: &Serving,
+        reviewer: Option<Arc<dyn Reviewer>>,
+        metrics: Arc<Metrics>,
+    ) -> Result<Servers, String> {
+        let state = Arc::new(State {
+            waiting_for: Mutex::new("starting".into()),
+            running: AtomicBool::new(true),
+            ..State::default()
+        });
+        let health: serve::HealthFn = {
+            let (m, state) = (metrics.clone(), state.clone());
+            Arc::new(move || health(&m, &state))
+        };
+        let secure = match serving.secure_address {
+            Some(address) => {
+                let reviewer = reviewer.ok_or_else(|| {
+                    "--secure-port: authorizing /metrics needs a connection to the API server".to_string()
+                })?;
+                let tls = serve::tls_config(&serving.cert)?;
+                let secure = serve::Secure {
+                    tls,
+                    access: serving.access.clone(),
+                    reviewer,
+                };
+                let server = serve::spawn_secure_server(
+                    address,
+                    metrics.clone(),
+                    health.clone(),
+                    ServerConfig::default(),
+                    secure,
+                )
+                .map_err(|e| {
+                    format!("--secure-port/--bind-address: cannot listen on {address}: {e}")
+                })?;
+                Some(server)
+            }
+            None => None,
+        };
+        let plain = match serving.plain_address {
+            Some(address) => Some(
+                serve::spawn_server(address, metrics, health).map_err(|e| {
+                    format!("--metrics-bind-address: cannot listen on {address}: {e}")
+                })?,
+            ),
+            None => None,
+        };
+        Ok(Servers {
+            state,
+            secure,
+            plain,
+        })
+    }
+
+    /// Until the controller starts, `/readyz` says it waits for `what`.
+    pub fn waiting_for(&self, what: impl Into<String>) {
+        *self
+            .state
+            .waiting_for
+            .lock()
+            .unwrap_or_else(|e| e.into_inner()) = what.into();
+    }
+
+    /// The secure port's address, if it runs.
+    pub fn secure_address(&self) -> Option<SocketAddr> {
+        self.secure.as_ref().map(ServerHandle::local_addr)
+    }
+
+    /// The plain port's address, if it runs.
+    pub fn plain_address(&self) -> Option<SocketAddr> {
+        self.plain.as_ref().map(ServerHandle::local_addr)
+    }
+
+    fn stop(self) {
+        for server in [self.secure, self.plain].into_iter().flatten() {
+            server.stop();
+        }
+    }
+}
+
+/// `/healthz`: the process is starting, or the actor runs (an API server or cloud
+/// outage does not make the process unhealthy: restarting it would not help);
+/// `/readyz`: it has a complete view of the nodes (a standby replica is ready too).
+fn health(metrics: &Metrics, state: &State) -> Health {
+    if !state.started.load(Ordering::Relaxed) {
+        let waiting = state
+            .waiting_for
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        return Health {
+            live: true,
+            ready: false,
+            detail: format!("starting; waiting for {waiting}"),
+        };
+    }
+    let running = state.running.load(Ordering::Relaxed);
     let synced = metrics.synced.get() == 1;
     let watching = metrics.watch_healthy.get() == 1;
     let leading = metrics.leader.get() == 1;
@@ -241,7 +418,7 @@ pub struct Handle {
     lease_thread: Option<JoinHandle<()>>,
     status_thread: Option<JoinHandle<()>>,
     workers: Vec<JoinHandle<()>>,
-    server: Option<ServerHandle>,
+    servers: Option<Servers>,
 }
 
 /// Asks a running controller to shut down, from any thread (a signal handler).
@@ -261,9 +438,14 @@ impl Handle {
         &self.metrics
     }
 
-    /// The address the metrics server listens on, if it runs.
+    /// The address of the plain metrics server, if it runs.
     pub fn metrics_address(&self) -> Option<SocketAddr> {
-        self.server.as_ref().map(ServerHandle::local_addr)
+        self.servers.as_ref().and_then(Servers::plain_address)
+    }
+
+    /// The address of the secure metrics server, if it runs.
+    pub fn secure_address(&self) -> Option<SocketAddr> {
+        self.servers.as_ref().and_then(Servers::secure_address)
     }
 
     /// A handle that asks for shutdown from another thread.
@@ -310,8 +492,8 @@ impl Handle {
         for w in self.workers.drain(..) {
             let _ = w.join();
         }
-        if let Some(server) = self.server.take() {
-            server.stop();
+        if let Some(servers) = self.servers.take() {
+            servers.stop();
         }
     }
 }

@@ -46,7 +46,7 @@ use access::{Access, Ask, Decision, ReviewDone, ReviewJob, ReviewKey};
 use http::{METRICS_CONTENT_TYPE, Parsed, Status, TEXT_CONTENT_TYPE, parse_head, response, text};
 use tls::TlsStream;
 
-pub use access::{AccessConfig, DEFAULT_ALWAYS_ALLOW_PATHS, Reviewer};
+pub use access::{AccessConfig, DEFAULT_ALWAYS_ALLOW_PATHS, DelegatedReviewer, Reviewer};
 pub use tls::{CertSource, SELF_SIGNED_CERT, SELF_SIGNED_KEY, server_config as tls_config};
 
 /// What `/healthz` and `/readyz` report, computed by the caller on each probe.

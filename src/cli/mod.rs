@@ -69,12 +69,17 @@ pub struct ManifestsArgs {
     /// watch-based reconciliation (true) or polling every 10 s (false) (default: true)
     #[argh(option, default = "true")]
     pub watch_based: bool,
-    /// port of /metrics, /healthz and /readyz (default: 8080)
-    #[argh(option, default = "8080")]
+    /// the secure port (HTTPS) of /metrics, /healthz and /readyz on the host network;
+    /// not the CCM's 10258, which the CCM beside it holds (default: 10270)
+    #[argh(option, default = "10270")]
     pub metrics_port: u16,
     /// replicas; one leads, the others stand by (default: 2)
     #[argh(option, default = "2")]
     pub replicas: u32,
+    /// also a Service and a prometheus-operator ServiceMonitor for the secure port, and
+    /// a Grafana dashboard ConfigMap for the Grafana sidecar (default: false)
+    #[argh(option, default = "false")]
+    pub monitoring: bool,
 }
 
 /// Runs `manifests` and returns the YAML.
@@ -90,6 +95,7 @@ pub fn run_manifests(args: &ManifestsArgs) -> Result<String, UsageError> {
         watch_based: args.watch_based,
         metrics_port: args.metrics_port,
         replicas: args.replicas,
+        monitoring: args.monitoring,
     };
     options.validate().map_err(UsageError)?;
     Ok(crate::manifests::render(&options))
@@ -172,6 +178,7 @@ const BOOL_FLAGS: &[&str] = &[
     "--leader-elect",
     "--configure-cloud-routes",
     "--watch-based",
+    "--monitoring",
 ];
 
 /// Flags of the cloud-controller-manager that do not apply here. They are accepted, so
@@ -179,12 +186,7 @@ const BOOL_FLAGS: &[&str] = &[
 /// field says whether the flag is a boolean (it may stand alone).
 const IGNORED_CCM_FLAGS: &[(&str, bool)] = &[
     ("--allocate-node-cidrs", true),
-    ("--authentication-kubeconfig", false),
     ("--authentication-skip-lookup", true),
-    ("--authorization-always-allow-paths", false),
-    ("--authorization-kubeconfig", false),
-    ("--bind-address", false),
-    ("--cert-dir", false),
     ("--cidr-allocator-type", false),
     ("--concurrent-service-syncs", false),
     ("--contention-profiling", true),
@@ -197,9 +199,6 @@ const IGNORED_CCM_FLAGS: &[(&str, bool)] = &[
     ("--node-sync-period", false),
     ("--profiling", true),
     ("--requestheader-client-ca-file", false),
-    ("--secure-port", false),
-    ("--tls-cert-file", false),
-    ("--tls-private-key-file", false),
     ("--use-service-account-credentials", true),
     ("--webhook-secure-port", false),
 ];
@@ -714,8 +713,8 @@ mod tests {
             "run",
             "--allocate-node-cidrs",
             "--controllers=*,-cloud-node",
-            "--secure-port",
-            "10258",
+            "--webhook-secure-port",
+            "10260",
             "--cluster-cidr=10.0.0.0/8",
         ]));
         assert_eq!(n.args, s(&["run", "--cluster-cidr", "10.0.0.0/8"]));

@@ -14,6 +14,8 @@ use crate::cloud::Routes;
 use crate::config::parse_cluster_cidrs;
 use crate::controller::{Config, Mode};
 use crate::kube::{ClientOptions, LeaseConfig, LoadOptions};
+use crate::run::Serving;
+use crate::serve::{AccessConfig, CertSource};
 
 /// The feature gate of KEP-5237.
 pub const WATCH_GATE: &str = "CloudControllerManagerWatchBasedRoutesReconciliation";
@@ -100,9 +102,39 @@ pub struct RunArgs {
     /// cloud route operations in flight at once (default: 16; upstream uses 200)
     #[argh(option, default = "16")]
     pub concurrent_route_operations: usize,
-    /// where /metrics, /healthz and /readyz are served; "" or 0 turns them off
-    /// (default: 0.0.0.0:8080)
-    #[argh(option, default = "String::from(\"0.0.0.0:8080\")")]
+    /// the HTTPS port of /metrics (authorized), /healthz, /readyz and /livez, as the
+    /// CCM's; 0 turns it off (default: 10258)
+    #[argh(option, default = "10258")]
+    pub secure_port: u16,
+    /// the address the secure port listens on (default: 0.0.0.0)
+    #[argh(option, default = "String::from(\"0.0.0.0\")")]
+    pub bind_address: String,
+    /// the serving certificate (PEM, leaf first) of the secure port; without it a
+    /// self-signed one is made at start (default: none)
+    #[argh(option)]
+    pub tls_cert_file: Option<String>,
+    /// the key of --tls-cert-file (default: none)
+    #[argh(option)]
+    pub tls_private_key_file: Option<String>,
+    /// where the self-signed certificate is kept and reused; ignored with
+    /// --tls-cert-file (default: none, in memory)
+    #[argh(option)]
+    pub cert_dir: Option<String>,
+    /// kubeconfig of the API server that checks tokens (TokenReview) on the secure
+    /// port (default: the --kubeconfig connection)
+    #[argh(option)]
+    pub authentication_kubeconfig: Option<String>,
+    /// kubeconfig of the API server that authorizes requests (SubjectAccessReview)
+    /// on the secure port (default: the --kubeconfig connection)
+    #[argh(option)]
+    pub authorization_kubeconfig: Option<String>,
+    /// paths served on the secure port without a token, comma-separated; a trailing
+    /// * is a prefix (default: /healthz,/readyz,/livez)
+    #[argh(option, default = "String::from(\"/healthz,/readyz,/livez\")")]
+    pub authorization_always_allow_paths: String,
+    /// plain HTTP, without authentication, for local use: where /metrics, /healthz
+    /// and /readyz are also served; "" or 0 is off (default: off)
+    #[argh(option, default = "String::new()")]
     pub metrics_bind_address: String,
     /// watch mode lists the cloud's routes again when its view is older than this,
     /// at the next pass with nothing in flight (default: 5m)
@@ -126,7 +158,7 @@ pub struct RunSettings {
     pub lease: Option<LeaseConfig>,
     pub provider: String,
     pub cloud_config: Option<PathBuf>,
-    pub metrics_address: Option<SocketAddr>,
+    pub serving: Serving,
     pub configure_cloud_routes: bool,
 }
 
@@ -310,8 +342,61 @@ impl RunArgs {
             lease,
             provider,
             cloud_config: self.cloud_config.as_ref().map(PathBuf::from),
-            metrics_address: parse_bind_address(&self.metrics_bind_address)?,
+            serving: self.serving()?,
             configure_cloud_routes: self.configure_cloud_routes,
+        })
+    }
+
+    /// The serving flags: the secure port's address, certificate and authorization,
+    /// and the opt-in plain port.
+    fn serving(&self) -> Result<Serving, UsageError> {
+        let secure_address = match self.secure_port {
+            0 => None,
+            port => {
+                let host = self.bind_address.trim();
+                let ip = host.parse::<std::net::IpAddr>().map_err(|_| {
+                    UsageError(format!(
+                        "--bind-address: {host:?} is not an IP address (e.g. 0.0.0.0, ::, 127.0.0.1)"
+                    ))
+                })?;
+                Some(SocketAddr::new(ip, port))
+            }
+        };
+        let cert = match (&self.tls_cert_file, &self.tls_private_key_file) {
+            (Some(cert), Some(key)) => CertSource::Files {
+                cert: PathBuf::from(cert),
+                key: PathBuf::from(key),
+            },
+            (None, None) => CertSource::SelfSigned {
+                cert_dir: self.cert_dir.as_ref().map(PathBuf::from),
+                hosts: Vec::new(),
+            },
+            _ => {
+                return Err(UsageError(
+                    "--tls-cert-file and --tls-private-key-file go together: give both, or neither for a self-signed certificate".into(),
+                ));
+            }
+        };
+        let mut access = AccessConfig::new();
+        access.always_allow_paths = self
+            .authorization_always_allow_paths
+            .split(',')
+            .map(str::trim)
+            .filter(|p| !p.is_empty())
+            .map(String::from)
+            .collect();
+        if let Some(bad) = access.always_allow_paths.iter().find(|p| !p.starts_with('/')) {
+            return Err(UsageError(format!(
+                "--authorization-always-allow-paths: {bad:?} is not a path (it must start with /)"
+            )));
+        }
+        Ok(Serving {
+            secure_address,
+            cert,
+            authentication_kubeconfig: self.authentication_kubeconfig.as_ref().map(PathBuf::from),
+            authorization_kubeconfig: self.authorization_kubeconfig.as_ref().map(PathBuf::from),
+            access,
+            plain_address: parse_bind_address(&self.metrics_bind_address)?,
         })
     }
 
@@ -362,13 +447,42 @@ pub fn read_cloud_config(path: &PathBuf) -> Result<Vec<(String, String)>, UsageE
 
 /// Builds the cloud provider named by `--cloud-provider`, recording its HTTP requests
 /// in `metrics` if given (the registry the metrics server shows). Errors name the
-/// setting to fix; they are configuration errors (exit 2).
+/// setting to fix; they are configuration errors (exit 2), an outage included.
 pub fn provider(
     name: &str,
     cloud_config: Option<&PathBuf>,
     cluster_cidrs: &[crate::model::Cidr],
     metrics: Option<Arc<crate::metrics::Metrics>>,
 ) -> Result<Arc<dyn Routes>, UsageError> {
+    connect_provider(name, cloud_config, cluster_cidrs, metrics).map_err(|e| match e {
+        ProviderError::Config(e) => e,
+        ProviderError::Outage(message) => UsageError(message),
+    })
+}
+
+/// Why the provider could not be built.
+#[derive(Debug)]
+pub enum ProviderError {
+    /// A setting is wrong; the message names it (exit 2).
+    Config(UsageError),
+    /// The cloud's API could not be reached or failed; trying again may work.
+    Outage(String),
+}
+
+impl From<UsageError> for ProviderError {
+    fn from(e: UsageError) -> ProviderError {
+        ProviderError::Config(e)
+    }
+}
+
+/// As [`provider`], telling an outage of the cloud's API apart from a wrong setting,
+/// so that `run` waits for the cloud instead of exiting.
+pub fn connect_provider(
+    name: &str,
+    cloud_config: Option<&PathBuf>,
+    cluster_cidrs: &[crate::model::Cidr],
+    metrics: Option<Arc<crate::metrics::Metrics>>,
+) -> Result<Arc<dyn Routes>, ProviderError> {
     let file = match cloud_config {
         Some(path) => read_cloud_config(path)?,
         None => Vec::new(),
@@ -383,10 +497,10 @@ pub fn provider(
             log::warn!(
                 "--cloud-provider=fake: routes live in this process's memory only; for trying things out"
             );
-            fake_provider(
+            Ok(fake_provider(
                 std::env::var(FAKE_LATENCY_VAR).ok().as_deref(),
                 std::env::var_os(FAKE_JOURNAL_VAR).map(PathBuf::from),
-            )
+            )?)
         }
         "hcloud" => {
             use crate::cloud::hcloud::{Config as HcloudConfig, HcloudRoutes};
@@ -394,7 +508,10 @@ pub fn provider(
                 HcloudConfig::from_env(|k| from_file(k).or_else(|| std::env::var(k).ok()))
                     .map_err(|e| UsageError(e.to_string()))?;
             config.metrics = metrics;
-            let provider = HcloudRoutes::connect(config).map_err(|e| UsageError(e.to_string()))?;
+            let provider = HcloudRoutes::connect(config).map_err(|e| match e.outage {
+                true => ProviderError::Outage(e.to_string()),
+                false => ProviderError::Config(UsageError(e.to_string())),
+            })?;
             for problem in provider.cluster_cidr_problems(cluster_cidrs) {
                 log::warn!("--cluster-cidr: {problem}");
             }
@@ -406,13 +523,20 @@ pub fn provider(
                 route_table_id: from_file("RouteTableID"),
                 ..AwsConfig::default()
             };
-            let provider = AwsProvider::new(config, &AwsEnv::from_process())
-                .map_err(|e| UsageError(format!("aws: {}", e.message)))?;
+            let provider = AwsProvider::new(config, &AwsEnv::from_process()).map_err(|e| {
+                match e.kind {
+                    crate::cloud::CloudErrorKind::Invalid => {
+                        ProviderError::Config(UsageError(format!("aws: {}", e.message)))
+                    }
+                    // The instance metadata service or STS did not answer in time.
+                    _ => ProviderError::Outage(format!("aws: {}", e.message)),
+                }
+            })?;
             Ok(Arc::new(provider))
         }
-        other => Err(UsageError(format!(
+        other => Err(ProviderError::Config(UsageError(format!(
             "--cloud-provider: {other:?} is not supported; use hcloud, aws or fake"
-        ))),
+        )))),
     }
 }
 
@@ -539,7 +663,20 @@ mod tests {
         );
         assert_eq!(lease.lease_duration, Duration::from_secs(15));
         assert_eq!((s.client.qps, s.client.burst), (20.0, 30));
-        assert_eq!(s.metrics_address, Some("0.0.0.0:8080".parse().unwrap()));
+        assert_eq!(
+            s.serving.secure_address,
+            Some("0.0.0.0:10258".parse().unwrap()),
+            "the CCM's secure port"
+        );
+        assert_eq!(s.serving.plain_address, None, "plain HTTP is opt-in");
+        assert_eq!(
+            s.serving.access.always_allow_paths,
+            ["/healthz", "/readyz", "/livez"]
+        );
+        assert!(matches!(
+            s.serving.cert,
+            CertSource::SelfSigned { cert_dir: None, .. }
+        ));
     }
 
     #[test]
@@ -604,6 +741,12 @@ mod tests {
                 "--metrics-bind-address",
             ),
             (&["--log-format", "xml"], "--log-format"),
+            (&["--bind-address", "localhost:1"], "--bind-address"),
+            (&["--tls-cert-file", "/c.pem"], "--tls-private-key-file go together"),
+            (
+                &["--authorization-always-allow-paths", "healthz"],
+                "--authorization-always-allow-paths",
+            ),
             (&["--cluster-name", " "], "--cluster-name"),
         ];
         for (extra, needle) in cases {

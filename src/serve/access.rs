@@ -81,13 +81,23 @@ pub trait Reviewer: Send + Sync {
     fn authorize(&self, user: &UserInfo, path: &str) -> Result<Result<(), String>, String>;
 }
 
-impl Reviewer for Client {
+/// The reviews of the CCM's delegated authentication and authorization: a
+/// TokenReview on one API server connection (`--authentication-kubeconfig`), a
+/// SubjectAccessReview on another (`--authorization-kubeconfig`); usually both are
+/// the controller's own connection.
+#[derive(Clone, Debug)]
+pub struct DelegatedReviewer {
+    pub authentication: Client,
+    pub authorization: Client,
+}
+
+impl Reviewer for DelegatedReviewer {
     fn authenticate(&self, token: &Secret) -> Result<TokenIdentity, String> {
-        review_token(self, token).map_err(|e| e.to_string())
+        review_token(&self.authentication, token).map_err(|e| e.to_string())
     }
 
     fn authorize(&self, user: &UserInfo, path: &str) -> Result<Result<(), String>, String> {
-        review_access(self, user, VERB, path).map_err(|e| e.to_string())
+        review_access(&self.authorization, user, VERB, path).map_err(|e| e.to_string())
     }
 }
 

@@ -39,6 +39,8 @@ pub const SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(5);
 const LOG_TAIL_LINES: usize = 60;
 /// The log line that names the metrics address (src/main.rs).
 const SERVING: &str = "serving /metrics, /healthz and /readyz on http://";
+/// The log line that names the secure port's address.
+const SERVING_SECURE: &str = "serving /metrics, /healthz and /readyz on https://";
 
 /// A running (or exited) `route-controller run`.
 pub struct ControllerProcess {
@@ -106,7 +108,13 @@ impl ControllerProcess {
         command
             .arg("run")
             .args(&spawn.args)
-            .arg("--metrics-bind-address=127.0.0.1:0")
+            .arg("--metrics-bind-address=127.0.0.1:0");
+        // Off unless the test asks for it: its default port is fixed, and tests run
+        // side by side.
+        if !spawn.args.iter().any(|a| a.starts_with("--secure-port")) {
+            command.arg("--secure-port=0");
+        }
+        command
             .env_clear()
             .env("HOME", &home)
             .env("RUST_BACKTRACE", "1");
@@ -171,6 +179,20 @@ impl ControllerProcess {
 
     pub fn metrics_address(&self) -> SocketAddr {
         self.metrics
+    }
+
+    /// The secure port's address, from its log line (spawn with
+    /// `--secure-port=0 --bind-address=127.0.0.1` to have one chosen).
+    pub fn secure_address(&mut self) -> SocketAddr {
+        let found = self.log().lines().find_map(|l| {
+            l.split_once(SERVING_SECURE)
+                .and_then(|(_, rest)| rest.split_whitespace().next())
+                .and_then(|a| a.parse::<SocketAddr>().ok())
+        });
+        match found {
+            Some(addr) => addr,
+            None => self.fail(&format!("the controller did not log {SERVING_SECURE:?}")),
+        }
     }
 
     /// The whole log so far.

@@ -210,6 +210,9 @@ pub struct ConfigError {
     pub variable: &'static str,
     /// What is wrong with it and how to fix it.
     pub message: String,
+    /// Not a wrong setting but the API unreachable or failing (connection refused, a
+    /// timeout, a 5xx, the rate limit): worth trying again.
+    pub outage: bool,
 }
 
 impl ConfigError {
@@ -218,13 +221,30 @@ impl ConfigError {
         ConfigError {
             variable,
             message: message.into(),
+            outage: false,
+        }
+    }
+
+    /// The API could not be reached or failed; `variable` is where it is configured.
+    pub fn outage(variable: &'static str, message: impl Into<String>) -> ConfigError {
+        ConfigError {
+            outage: true,
+            ..ConfigError::new(variable, message)
         }
     }
 }
 
 impl fmt::Display for ConfigError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "hcloud: {}: {}", self.variable, self.message)
+        if self.outage {
+            write!(
+                f,
+                "hcloud: the API is unreachable or failing: {} (if this lasts, check {})",
+                self.message, self.variable
+            )
+        } else {
+            write!(f, "hcloud: {}: {}", self.variable, self.message)
+        }
     }
 }
 

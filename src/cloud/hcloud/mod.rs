@@ -649,14 +649,25 @@ fn resolve_network(client: &Client, network: &NetworkRef) -> Result<NetworkJson,
 }
 
 /// A failure while resolving the network, blamed on the setting most likely wrong.
+/// An outage (nothing answered, a timeout, a 5xx, the rate limit) is told apart from
+/// a refusal, so that `run` waits for the API instead of exiting as if misconfigured.
 fn setup_error(e: ApiError) -> ConfigError {
+    let outage = matches!(
+        e.kind,
+        CloudErrorKind::Ambiguous | CloudErrorKind::Retry { .. } | CloudErrorKind::RateLimited { .. }
+    );
     let variable = match e.code.as_deref() {
         Some("unauthorized" | "forbidden" | "token_readonly") => ENV_TOKEN,
+        _ if outage => ENV_ENDPOINT,
         Some(_) => ENV_NETWORK,
         None if e.kind == CloudErrorKind::Invalid => ENV_TOKEN,
         None => ENV_ENDPOINT,
     };
-    ConfigError::new(variable, e.message)
+    if outage {
+        ConfigError::outage(variable, e.message)
+    } else {
+        ConfigError::new(variable, e.message)
+    }
 }
 
 /// Every server of the project, page by page.
