@@ -752,19 +752,21 @@ pub fn dashboard_json() -> serde_json::Value {
             serde_json::json!({ "expr": format!("histogram_quantile(0.99, sum by (le) (rate({metric}_bucket[5m])))"), "legendFormat": "p99" }),
         ]
     };
-    let panel = |id: u32, title: &str, description: &str, unit: &str, targets: Vec<serde_json::Value>| {
-        serde_json::json!({
-            "id": id,
-            "type": "timeseries",
-            "title": title,
-            "description": description,
-            "datasource": { "type": "prometheus", "uid": "${datasource}" },
-            "fieldConfig": { "defaults": { "unit": unit }, "overrides": [] },
-            "gridPos": { "h": 8, "w": 12, "x": ((id - 1) % 2) * 12, "y": ((id - 1) / 2) * 8 },
-            "targets": targets,
-        })
-    };
-    let target = |expr: String, legend: &str| serde_json::json!({ "expr": expr, "legendFormat": legend });
+    let panel =
+        |id: u32, title: &str, description: &str, unit: &str, targets: Vec<serde_json::Value>| {
+            serde_json::json!({
+                "id": id,
+                "type": "timeseries",
+                "title": title,
+                "description": description,
+                "datasource": { "type": "prometheus", "uid": "${datasource}" },
+                "fieldConfig": { "defaults": { "unit": unit }, "overrides": [] },
+                "gridPos": { "h": 8, "w": 12, "x": ((id - 1) % 2) * 12, "y": ((id - 1) / 2) * 8 },
+                "targets": targets,
+            })
+        };
+    let target =
+        |expr: String, legend: &str| serde_json::json!({ "expr": expr, "legendFormat": legend });
     serde_json::json!({
         "title": "route-controller",
         "uid": "route-controller",

@@ -308,7 +308,8 @@ impl Servers {
         let secure = match serving.secure_address {
             Some(address) => {
                 let reviewer = reviewer.ok_or_else(|| {
-                    "--secure-port: authorizing /metrics needs a connection to the API server".to_string()
+                    "--secure-port: authorizing /metrics needs a connection to the API server"
+                        .to_string()
                 })?;
                 let tls = serve::tls_config(&serving.cert)?;
                 let secure = serve::Secure {
@@ -331,11 +332,11 @@ impl Servers {
             None => None,
         };
         let plain = match serving.plain_address {
-            Some(address) => Some(
-                serve::spawn_server(address, metrics, health).map_err(|e| {
+            Some(address) => {
+                Some(serve::spawn_server(address, metrics, health).map_err(|e| {
                     format!("--metrics-bind-address: cannot listen on {address}: {e}")
-                })?,
-            ),
+                })?)
+            }
             None => None,
         };
         Ok(Servers {

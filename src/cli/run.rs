@@ -385,7 +385,11 @@ impl RunArgs {
             .filter(|p| !p.is_empty())
             .map(String::from)
             .collect();
-        if let Some(bad) = access.always_allow_paths.iter().find(|p| !p.starts_with('/')) {
+        if let Some(bad) = access
+            .always_allow_paths
+            .iter()
+            .find(|p| !p.starts_with('/'))
+        {
             return Err(UsageError(format!(
                 "--authorization-always-allow-paths: {bad:?} is not a path (it must start with /)"
             )));
@@ -742,7 +746,10 @@ mod tests {
             ),
             (&["--log-format", "xml"], "--log-format"),
             (&["--bind-address", "localhost:1"], "--bind-address"),
-            (&["--tls-cert-file", "/c.pem"], "--tls-private-key-file go together"),
+            (
+                &["--tls-cert-file", "/c.pem"],
+                "--tls-private-key-file go together",
+            ),
             (
                 &["--authorization-always-allow-paths", "healthz"],
                 "--authorization-always-allow-paths",

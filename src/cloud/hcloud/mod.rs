@@ -654,7 +654,9 @@ fn resolve_network(client: &Client, network: &NetworkRef) -> Result<NetworkJson,
 fn setup_error(e: ApiError) -> ConfigError {
     let outage = matches!(
         e.kind,
-        CloudErrorKind::Ambiguous | CloudErrorKind::Retry { .. } | CloudErrorKind::RateLimited { .. }
+        CloudErrorKind::Ambiguous
+            | CloudErrorKind::Retry { .. }
+            | CloudErrorKind::RateLimited { .. }
     );
     let variable = match e.code.as_deref() {
         Some("unauthorized" | "forbidden" | "token_readonly") => ENV_TOKEN,
