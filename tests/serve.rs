@@ -6,6 +6,8 @@
 mod prometheus;
 #[path = "support/raw_http.rs"]
 mod raw_http;
+#[path = "support/tempdir.rs"]
+mod tempdir;
 
 use std::collections::BTreeSet;
 use std::io::{ErrorKind, Read, Write};
@@ -617,4 +619,134 @@ fn a_port_in_use_is_reported_by_spawn() {
     )
     .expect_err("the port is taken");
     assert_eq!(err.kind(), ErrorKind::AddrInUse);
+}
+
+// --- the secure port: TLS and delegated authorization, with a scripted reviewer ---
+
+mod secure {
+    use super::*;
+    use k8s_openapi::api::authentication::v1::UserInfo;
+    use route_controller::kube::review::TokenIdentity;
+    use route_controller::secret::Secret;
+    use route_controller::serve::{
+        AccessConfig, CertSource, Reviewer, SELF_SIGNED_CERT, Secure, spawn_secure_server,
+        tls_config,
+    };
+    use ureq::tls::{PemItem, RootCerts, TlsConfig};
+
+    /// The API server's answers: `good` may read /metrics, `nobody` may not, `slow`
+    /// takes 2 s to be reviewed, anything else is unknown.
+    struct Scripted {
+        reviews: Mutex<usize>,
+    }
+
+    impl Reviewer for Scripted {
+        fn authenticate(&self, token: &Secret) -> Result<TokenIdentity, String> {
+            *self.reviews.lock().unwrap() += 1;
+            match token.expose() {
+                "slow" => {
+                    std::thread::sleep(Duration::from_secs(2));
+                    Ok(TokenIdentity::User(user("slow")))
+                }
+                t @ ("good" | "nobody") => Ok(TokenIdentity::User(user(t))),
+                _ => Ok(TokenIdentity::Unauthenticated("unknown token".into())),
+            }
+        }
+
+        fn authorize(&self, user: &UserInfo, _path: &str) -> Result<Result<(), String>, String> {
+            match user.username.as_deref() {
+                Some("nobody") => Ok(Err("no RBAC rule".into())),
+                _ => Ok(Ok(())),
+            }
+        }
+    }
+
+    fn user(name: &str) -> UserInfo {
+        UserInfo {
+            username: Some(name.into()),
+            ..UserInfo::default()
+        }
+    }
+
+    fn https_agent(cert_pem: &str) -> ureq::Agent {
+        let certs: Vec<_> = ureq::tls::parse_pem(cert_pem.as_bytes())
+            .filter_map(|i| match i {
+                Ok(PemItem::Certificate(c)) => Some(c),
+                _ => None,
+            })
+            .collect();
+        let tls = TlsConfig::builder()
+            .root_certs(RootCerts::new_with_certs(&certs))
+            .build();
+        ureq::Agent::new_with_config(
+            ureq::Agent::config_builder()
+                .tls_config(tls)
+                .http_status_as_error(false)
+                .timeout_global(Some(PATIENCE))
+                .build(),
+        )
+    }
+
+    fn status(agent: &ureq::Agent, url: &str, token: Option<&str>) -> u16 {
+        let mut request = agent.get(url);
+        if let Some(t) = token {
+            request = request.header("Authorization", format!("Bearer {t}"));
+        }
+        request.call().map(|r| r.status().as_u16()).unwrap_or(0)
+    }
+
+    /// Guards the secure port's decisions over real TLS, and that a review the API
+    /// server is slow to answer never delays a probe (the reviews run on their own
+    /// thread).
+    #[test]
+    fn tokens_are_reviewed_off_the_poll_thread_and_probes_never_wait_for_them() {
+        let dir = tempdir::TempDir::new("serve-secure");
+        let cert = CertSource::SelfSigned {
+            cert_dir: Some(dir.path().to_path_buf()),
+            hosts: vec![],
+        };
+        let reviewer = Arc::new(Scripted {
+            reviews: Mutex::new(0),
+        });
+        let secure = Secure {
+            tls: tls_config(&cert).expect("a self-signed certificate"),
+            access: AccessConfig::new(),
+            reviewer: reviewer.clone(),
+        };
+        let server = spawn_secure_server(
+            localhost(),
+            Arc::new(Metrics::new()),
+            fixed(healthy()),
+            ServerConfig::default(),
+            secure,
+        )
+        .unwrap();
+        let pem = std::fs::read_to_string(dir.path().join(SELF_SIGNED_CERT)).unwrap();
+        let agent = https_agent(&pem);
+        let url = |p: &str| format!("https://localhost:{}{p}", server.local_addr().port());
+
+        assert_eq!(status(&agent, &url("/healthz"), None), 200);
+        assert_eq!(status(&agent, &url("/metrics"), None), 401);
+        assert_eq!(status(&agent, &url("/metrics"), Some("made-up")), 401);
+        assert_eq!(status(&agent, &url("/metrics"), Some("nobody")), 403);
+        assert_eq!(status(&agent, &url("/metrics"), Some("good")), 200);
+        let before = *reviewer.reviews.lock().unwrap();
+        assert_eq!(status(&agent, &url("/metrics"), Some("good")), 200);
+        assert_eq!(
+            *reviewer.reviews.lock().unwrap(),
+            before,
+            "served from the cache"
+        );
+
+        std::thread::scope(|s| {
+            let slow = s.spawn(|| status(&agent, &url("/metrics"), Some("slow")));
+            std::thread::sleep(Duration::from_millis(200));
+            let started = Instant::now();
+            assert_eq!(status(&agent, &url("/healthz"), None), 200);
+            let took = started.elapsed();
+            println!("/healthz while a review takes 2 s: {took:?}");
+            assert!(took < Duration::from_secs(1), "{took:?}");
+            assert_eq!(slow.join().unwrap(), 200);
+        });
+    }
 }
