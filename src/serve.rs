@@ -320,14 +320,11 @@ impl Guard {
     ) -> Option<Decision> {
         match self.access.ask(path, bearer, now) {
             Ask::Now(decision) => Some(decision),
-            Ask::Review(None) => {
-                self.waiting
-                    .entry(key_of(path, bearer)?)
-                    .or_default()
-                    .push(conn);
+            Ask::Wait(key) => {
+                self.waiting.entry(key).or_default().push(conn);
                 None
             }
-            Ask::Review(Some(job)) => {
+            Ask::Review(job) => {
                 let key = job.key.clone();
                 match self.jobs.try_send(job) {
                     Ok(()) => {
@@ -344,11 +341,6 @@ impl Guard {
             }
         }
     }
-}
-
-/// The key `Access` uses for a request, to join a review already running.
-fn key_of(path: &str, bearer: Option<&crate::secret::Secret>) -> Option<ReviewKey> {
-    bearer.map(|token| ReviewKey::new(token, path))
 }
 
 impl Server {

@@ -10,7 +10,7 @@
 //! [`AccessConfig::allowed_ttl`], and a flood of made-up tokens to a bounded table and
 //! a bounded queue.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -149,12 +149,15 @@ pub(super) struct ReviewDone {
     pub authorized: Option<Result<Result<(), String>, String>>,
 }
 
-/// Either an answer now, or a review to run (`None`: one for the same key is already
-/// running; wait for it).
+/// What to do with a request that [`Access::ask`] was asked about.
 #[derive(Debug)]
 pub(super) enum Ask {
+    /// Answer now.
     Now(Decision),
-    Review(Option<ReviewJob>),
+    /// Run this review, and answer when it is done.
+    Review(ReviewJob),
+    /// A review for the same token and path is running: answer when it is done.
+    Wait(ReviewKey),
 }
 
 /// The access decision and its caches. Owned by the server's poll thread.
@@ -165,7 +168,7 @@ pub(super) struct Access {
     /// (user key, path) -> (expiry, allowed or the reason of the denial).
     grants: HashMap<(String, String), (Instant, Result<(), String>)>,
     /// Reviews running now.
-    running: HashMap<ReviewKey, ()>,
+    running: HashSet<ReviewKey>,
 }
 
 impl Access {
@@ -174,7 +177,7 @@ impl Access {
             config,
             tokens: HashMap::new(),
             grants: HashMap::new(),
-            running: HashMap::new(),
+            running: HashSet::new(),
         }
     }
 
@@ -206,14 +209,14 @@ impl Access {
                 Err(why) => Decision::Forbidden(why.clone()),
             });
         }
-        if self.running.insert(key.clone(), ()).is_some() {
-            return Ask::Review(None);
+        if !self.running.insert(key.clone()) {
+            return Ask::Wait(key);
         }
-        Ask::Review(Some(ReviewJob {
+        Ask::Review(ReviewJob {
             key,
             token: token.clone(),
             user,
-        }))
+        })
     }
 
     /// The job could not be queued: forget it, so that the next request tries again.
@@ -355,7 +358,7 @@ mod tests {
 
     fn job(ask: Ask) -> ReviewJob {
         match ask {
-            Ask::Review(Some(job)) => job,
+            Ask::Review(job) => job,
             other => panic!("expected a review, got {other:?}"),
         }
     }
@@ -413,7 +416,7 @@ mod tests {
             "the first request reviews the token too"
         );
         assert!(
-            matches!(access.ask("/metrics", Some(&token), t0), Ask::Review(None)),
+            matches!(access.ask("/metrics", Some(&token), t0), Ask::Wait(_)),
             "a second request waits on the running review"
         );
         let decision = done(first, Some(TokenIdentity::User(user("prom"))), Some(Ok(())));
@@ -425,7 +428,7 @@ mod tests {
             now += Duration::from_secs(15);
             match access.ask("/metrics", Some(&token), now) {
                 Ask::Now(Decision::Allow) => {}
-                Ask::Review(Some(j)) => {
+                Ask::Review(j) => {
                     reviews += 1;
                     let authn = j.user.is_none().then(|| TokenIdentity::User(user("prom")));
                     let d = access.done(done(j, authn, Some(Ok(()))), now);
@@ -460,7 +463,7 @@ mod tests {
         ));
         assert!(matches!(
             access.ask("/metrics", Some(&bad), t0 + config.denied_ttl),
-            Ask::Review(Some(_))
+            Ask::Review(_)
         ));
 
         let nobody = Secret::new("nobody");
@@ -500,7 +503,7 @@ mod tests {
         assert!(matches!(&d, Decision::Unavailable(why) if why.contains("connection refused")));
         assert!(matches!(
             access.ask("/metrics", Some(&token), t0),
-            Ask::Review(Some(_))
+            Ask::Review(_)
         ));
     }
 
