@@ -42,6 +42,7 @@ use mio::net::{TcpListener, TcpStream};
 use mio::{Events, Interest, Poll, Registry, Token, Waker};
 
 use crate::metrics::Metrics;
+use crate::secret::Secret;
 use access::{Access, Ask, Decision, ReviewDone, ReviewJob, ReviewKey};
 use http::{METRICS_CONTENT_TYPE, Parsed, Status, TEXT_CONTENT_TYPE, parse_head, response, text};
 use tls::TlsStream;
@@ -315,7 +316,7 @@ impl Guard {
         &mut self,
         conn: Token,
         path: &str,
-        bearer: Option<&crate::secret::Secret>,
+        bearer: Option<&Secret>,
         now: Instant,
     ) -> Option<Decision> {
         match self.access.ask(path, bearer, now) {

@@ -41,6 +41,7 @@ pub struct AccessConfig {
 }
 
 impl AccessConfig {
+    /// The CCM's defaults for the always-allowed paths, and this server's cache TTLs.
     pub fn new() -> AccessConfig {
         AccessConfig {
             always_allow_paths: DEFAULT_ALWAYS_ALLOW_PATHS
@@ -53,6 +54,7 @@ impl AccessConfig {
         }
     }
 
+    /// Whether `path` is served without a token.
     pub fn always_allowed(&self, path: &str) -> bool {
         self.always_allow_paths
             .iter()
@@ -87,7 +89,9 @@ pub trait Reviewer: Send + Sync {
 /// the controller's own connection.
 #[derive(Clone, Debug)]
 pub struct DelegatedReviewer {
+    /// Where TokenReviews go.
     pub authentication: Client,
+    /// Where SubjectAccessReviews go.
     pub authorization: Client,
 }
 

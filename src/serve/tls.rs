@@ -14,18 +14,26 @@ use rustls::{ServerConfig, ServerConnection};
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum CertSource {
     /// `--tls-cert-file` (a PEM chain, leaf first) and `--tls-private-key-file`.
-    Files { cert: PathBuf, key: PathBuf },
+    Files {
+        /// The certificate chain.
+        cert: PathBuf,
+        /// Its private key (PKCS#1, PKCS#8 or SEC1).
+        key: PathBuf,
+    },
     /// Self-signed for `localhost`, `127.0.0.1` and `hosts`, made at start. With
     /// `--cert-dir`, kept in `route-controller.crt` and `.key` there and reused at the
     /// next start; without, in memory only.
     SelfSigned {
+        /// `--cert-dir`, if given.
         cert_dir: Option<PathBuf>,
+        /// Names and addresses besides `localhost` and `127.0.0.1`.
         hosts: Vec<String>,
     },
 }
 
-/// The names of the self-signed pair in `--cert-dir`.
+/// The self-signed certificate's file name in `--cert-dir`.
 pub const SELF_SIGNED_CERT: &str = "route-controller.crt";
+/// The self-signed key's file name in `--cert-dir` (mode 0600).
 pub const SELF_SIGNED_KEY: &str = "route-controller.key";
 
 /// The rustls configuration for `source`. Errors name the file or flag to fix.
