@@ -238,3 +238,32 @@ fn a_secure_port_in_use_names_the_flag_and_the_address() {
         "{stderr}"
     );
 }
+
+/// Guards the other half of the start-up outage: an API server that does not answer
+/// at start is waited for (the node watch retries), not a configuration error; the
+/// process stays live and says in `/readyz` that it is not synced.
+#[test]
+fn an_api_server_that_is_down_at_start_is_waited_for() {
+    let api = kube_apiserver::shared();
+    let identity = Identity::provision(api, "e2e-start-api-outage");
+    let closed = free_port();
+    let mut controller = Spawn::new()
+        .args(identity.flags())
+        .args(["--cloud-provider=fake", "--cluster-cidr=10.244.0.0/16"])
+        .arg(format!("--master=https://127.0.0.1:{closed}"))
+        .spawn("start-api-outage");
+    let waited = poll_until(Duration::from_secs(20), || {
+        let log = controller.log();
+        (log.matches("listing nodes failed").count() >= 3).then_some(())
+    });
+    let (status, body) = controller.http_get("/readyz").expect("/readyz answers");
+    assert_eq!(status, 503, "{body}");
+    assert!(body.contains("not synced yet"), "{body}");
+    assert_eq!(controller.http_get("/healthz").map(|r| r.0), Some(200));
+    assert!(
+        waited.is_some(),
+        "no retry logged:\n{}",
+        controller.log_tail()
+    );
+    controller.assert_running();
+}
