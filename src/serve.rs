@@ -42,11 +42,11 @@ use mio::net::{TcpListener, TcpStream};
 use mio::{Events, Interest, Poll, Registry, Token, Waker};
 
 use crate::metrics::Metrics;
-use crate::secret::Secret;
 use access::{Access, Ask, Decision, ReviewDone, ReviewJob, ReviewKey};
 use http::{METRICS_CONTENT_TYPE, Parsed, Status, TEXT_CONTENT_TYPE, parse_head, response, text};
 use tls::TlsStream;
 
+pub use crate::secret::Secret;
 pub use access::{AccessConfig, DEFAULT_ALWAYS_ALLOW_PATHS, DelegatedReviewer, Reviewer};
 pub use tls::{CertSource, SELF_SIGNED_CERT, SELF_SIGNED_KEY, server_config as tls_config};
 
@@ -124,6 +124,11 @@ const LINGER_MAX_BYTES: usize = 64 * 1024;
 /// How long to wait before accepting again after `accept` failed for want of
 /// resources (file descriptors, memory).
 const ACCEPT_RETRY: Duration = Duration::from_millis(100);
+/// How long a new connection is safe from eviction: a client sends its request at
+/// once, so one that has not after this long keeps a slot without using it. It
+/// bounds the attack it withstands: pushing a probe out would take more than
+/// `max_connections` new connections per grace (640 a second with the defaults).
+const EVICTION_GRACE: Duration = Duration::from_millis(100);
 /// Reviews waiting for the reviewer thread; beyond, a request gets 503 at once.
 const REVIEW_QUEUE: usize = 64;
 
@@ -373,7 +378,7 @@ impl Server {
             self.expire(now);
             let may_accept = match self.accept_retry_at {
                 Some(at) => at <= now,
-                None => self.backlog_waiting && self.table.has_room_or_victim(),
+                None => self.backlog_waiting && self.table.has_room_or_victim(now),
             };
             if may_accept {
                 self.accept_all(now);
@@ -382,10 +387,15 @@ impl Server {
     }
 
     fn next_deadline(&self) -> Option<Instant> {
+        let eviction = self
+            .backlog_waiting
+            .then(|| self.table.next_eviction())
+            .flatten();
         self.table
             .next_deadline()
             .into_iter()
             .chain(self.accept_retry_at)
+            .chain(eviction)
             .min()
     }
 
@@ -393,7 +403,7 @@ impl Server {
     /// once per burst) or every slot is busy answering.
     fn accept_all(&mut self, now: Instant) {
         self.accept_retry_at = None;
-        while self.table.has_room_or_victim() {
+        while self.table.has_room_or_victim(now) {
             match self.listener.accept() {
                 Ok((stream, peer)) => self.admit(stream, peer, now),
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
@@ -440,7 +450,7 @@ impl Server {
             log::warn!("metrics server: cannot watch the connection from {peer}: {e}");
             return;
         }
-        if let Some(victim) = self.table.victim_if_full() {
+        if let Some(victim) = self.table.victim_if_full(now) {
             if let Some(conn) = self.table.conns.get(&victim) {
                 log::debug!(
                     "metrics server: all {} slots taken; dropping {} ({}) for {peer}",
@@ -582,31 +592,46 @@ impl<S> Table<S> {
         }
     }
 
-    /// Whether a new connection can be taken now, possibly by evicting another.
-    fn has_room_or_victim(&self) -> bool {
-        self.conns.len() < self.max || self.victim().is_some()
+    /// Whether a new connection can be taken at `now`, possibly by evicting another.
+    fn has_room_or_victim(&self, now: Instant) -> bool {
+        self.conns.len() < self.max || self.victim(now).is_some()
     }
 
-    /// The connection to drop for a new one, if the table is full.
-    fn victim_if_full(&self) -> Option<Token> {
+    /// The connection to drop at `now` for a new one, if the table is full.
+    fn victim_if_full(&self, now: Instant) -> Option<Token> {
         (self.conns.len() >= self.max)
-            .then(|| self.victim())
+            .then(|| self.victim(now))
             .flatten()
     }
 
-    /// The oldest connection still sending its request head, else the oldest one
-    /// waiting for its client to close after the answer. Connections being answered
-    /// (reviewed or written) are never evicted: they are doing what the server is for.
-    fn victim(&self) -> Option<Token> {
-        let oldest = |want: fn(&Phase) -> bool| {
+    /// The oldest connection still sending its request head after
+    /// [`EVICTION_GRACE`], else the oldest one waiting for its client to close after
+    /// the answer. Connections being answered (reviewed or written) are never
+    /// evicted: they are doing what the server is for. Young connections are spared
+    /// so that a burst of honest clients, whose requests are on their way, waits in
+    /// the backlog instead of pushing each other out.
+    fn victim(&self, now: Instant) -> Option<Token> {
+        let oldest = |want: &dyn Fn(&Conn<S>) -> bool| {
             self.conns
                 .iter()
-                .filter(|(_, c)| want(&c.phase))
+                .filter(|(_, c)| want(c))
                 .min_by_key(|(t, c)| (c.accepted, t.0))
                 .map(|(t, _)| *t)
         };
-        oldest(|p| matches!(p, Phase::Reading { .. }))
-            .or_else(|| oldest(|p| matches!(p, Phase::Lingering { .. })))
+        oldest(&|c| matches!(c.phase, Phase::Reading { .. }) && c.evictable_at() <= now)
+            .or_else(|| oldest(&|c| matches!(c.phase, Phase::Lingering { .. })))
+    }
+
+    /// When a full table next gets a victim, if only the grace keeps it from one.
+    fn next_eviction(&self) -> Option<Instant> {
+        if self.conns.len() < self.max {
+            return None;
+        }
+        self.conns
+            .values()
+            .filter(|c| matches!(c.phase, Phase::Reading { .. }))
+            .map(Conn::evictable_at)
+            .min()
     }
 
     fn next_deadline(&self) -> Option<Instant> {
@@ -745,6 +770,13 @@ enum Step {
     /// Nothing more can be done now; wake the connection on this readiness.
     Wait(Interest),
     Close,
+}
+
+impl<S> Conn<S> {
+    /// From when the connection may be evicted while it sends its request head.
+    fn evictable_at(&self) -> Instant {
+        later(self.accepted, EVICTION_GRACE)
+    }
 }
 
 impl<S: Transport> Conn<S> {

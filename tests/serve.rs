@@ -627,9 +627,8 @@ mod secure {
     use super::*;
     use k8s_openapi::api::authentication::v1::UserInfo;
     use route_controller::kube::review::TokenIdentity;
-    use route_controller::secret::Secret;
     use route_controller::serve::{
-        AccessConfig, CertSource, Reviewer, SELF_SIGNED_CERT, Secure, spawn_secure_server,
+        AccessConfig, CertSource, Reviewer, SELF_SIGNED_CERT, Secret, Secure, spawn_secure_server,
         tls_config,
     };
     use ureq::tls::{PemItem, RootCerts, TlsConfig};

@@ -341,10 +341,12 @@ fn reading() -> Phase {
 }
 
 /// Guards the eviction order: the oldest connection that has not sent its request
-/// goes first, then one that only lingers; a connection being answered never goes.
+/// within the grace goes first, then one that only lingers; a connection being
+/// answered never goes, nor a young one whose request may be on its way.
 #[test]
 fn a_full_table_evicts_the_oldest_idle_connection_and_never_one_being_answered() {
     let t0 = Instant::now();
+    let now = t0 + Duration::from_secs(1);
     let table = table_with(
         vec![
             (
@@ -362,11 +364,14 @@ fn a_full_table_evicts_the_oldest_idle_connection_and_never_one_being_answered()
         t0,
     );
     assert_eq!(
-        table.victim_if_full(),
+        table.victim_if_full(now),
         Some(Token(FIRST_CONN + 2)),
         "the oldest reader"
     );
-    assert!(table.has_room_or_victim());
+    assert!(table.has_room_or_victim(now));
+    // Within the grace the readers are spared; the lingerer goes instead.
+    let young = t0 + Duration::from_millis(50);
+    assert_eq!(table.victim_if_full(young), Some(Token(FIRST_CONN + 1)));
 
     let table = table_with(
         vec![
@@ -377,15 +382,29 @@ fn a_full_table_evicts_the_oldest_idle_connection_and_never_one_being_answered()
                     written: 0,
                 },
             ),
-            (5, Phase::Lingering { discarded: 0 }),
             (30, Phase::Reviewing { head_only: false }),
+            (40, reading()),
         ],
         t0,
+    );
+    let young = t0 + Duration::from_millis(40) + EVICTION_GRACE - Duration::from_millis(1);
+    assert_eq!(
+        table.victim_if_full(young),
+        None,
+        "a young reader is spared"
+    );
+    assert!(
+        !table.has_room_or_victim(young),
+        "new ones wait in the backlog"
     );
     assert_eq!(
-        table.victim_if_full(),
-        Some(Token(FIRST_CONN + 1)),
-        "then a lingerer"
+        table.next_eviction(),
+        Some(t0 + Duration::from_millis(40) + EVICTION_GRACE),
+        "the server wakes when the grace ends"
+    );
+    assert_eq!(
+        table.victim_if_full(young + Duration::from_millis(1)),
+        Some(Token(FIRST_CONN + 2))
     );
 
     let table = table_with(
@@ -401,39 +420,44 @@ fn a_full_table_evicts_the_oldest_idle_connection_and_never_one_being_answered()
         ],
         t0,
     );
-    assert_eq!(table.victim_if_full(), None);
+    assert_eq!(table.victim_if_full(now), None);
     assert!(
-        !table.has_room_or_victim(),
+        !table.has_room_or_victim(now),
         "busy slots make new ones wait in the backlog"
     );
 
     let mut table = table_with(vec![(0, reading())], t0);
     table.max = 2;
-    assert_eq!(table.victim_if_full(), None, "not full: nobody is evicted");
+    assert_eq!(
+        table.victim_if_full(now),
+        None,
+        "not full: nobody is evicted"
+    );
 }
 
-/// Guards the starvation fix end to end in virtual time: 300 idle connections and a
-/// probe arrive at a table of 64; every arrival is taken, the probe's request is read
-/// at once, and every idle connection is gone a head timeout after its accept.
+/// Guards the starvation fix end to end in virtual time: 300 idle connections (one
+/// every 10 ms, 100 a second) and a probe arrive at a table of 64; every arrival is
+/// taken, the probe's request is read at once, and every idle connection is gone a
+/// head timeout after its accept.
 #[test]
 fn hundreds_of_idle_connections_never_keep_a_probe_out() {
     let t0 = Instant::now();
     let config = ServerConfig::default();
     let mut table: Table<Script> = Table::new(config.max_connections);
     let admit = |table: &mut Table<Script>, token: usize, script: Script, at: Instant| {
-        if let Some(victim) = table.victim_if_full() {
+        if let Some(victim) = table.victim_if_full(at) {
             table.conns.remove(&victim);
         }
-        assert!(table.conns.len() < table.max);
+        assert!(table.conns.len() < table.max, "no room at {:?}", at - t0);
         let c = Conn::new(script, "127.0.0.1:2".parse().unwrap(), at, &config);
         table.conns.insert(Token(token), c);
     };
     for i in 0..300 {
-        let at = t0 + Duration::from_millis(i);
+        let at = t0 + Duration::from_millis(10 * i);
         admit(&mut table, FIRST_CONN + i as usize, Script::default(), at);
     }
     assert_eq!(table.conns.len(), config.max_connections);
-    let probe_at = t0 + Duration::from_millis(300);
+    let probe_at = t0 + Duration::from_millis(3000);
     let probe = Script {
         reads: VecDeque::from([Io::Data(b"GET /healthz HTTP/1.1\r\nHost: a\r\n\r\n")]),
         ..Script::default()
@@ -449,7 +473,7 @@ fn hundreds_of_idle_connections_never_keep_a_probe_out() {
     assert_eq!(c.stream.written, b"GET /healthz");
 
     // One head timeout after the last idle accept, only the probe is left.
-    let later = t0 + Duration::from_millis(299) + config.head_timeout;
+    let later = t0 + Duration::from_millis(2990) + config.head_timeout;
     let expired = table.expired(later);
     assert_eq!(expired.len(), config.max_connections - 1);
     assert!(!expired.contains(&probe_token));
