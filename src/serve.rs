@@ -20,8 +20,8 @@
 //! Nobody can starve the probes: a request head must arrive within
 //! [`ServerConfig::head_timeout`] of the accept (about a second), and when all
 //! [`ServerConfig::max_connections`] slots are taken a new connection evicts the
-//! oldest one that has not sent its request yet, so idle and slow-loris connections
-//! only ever push each other out. The API server calls of a review run on their own
+//! oldest one that has not sent its request within a short grace, so idle and
+//! slow-loris connections only ever push each other out. The API server calls of a review run on their own
 //! thread, so a slow API server delays scrapes, never a probe. It must never panic on
 //! client input and never block its thread on one client.
 
@@ -71,8 +71,8 @@ pub type HealthFn = Arc<dyn Fn() -> Health + Send + Sync>;
 #[derive(Clone, Debug)]
 pub struct ServerConfig {
     /// Connections served at once (default 64, at least 1). A new connection beyond
-    /// it evicts the oldest one still sending its request head; when every slot is
-    /// busy answering, it waits in the listen backlog.
+    /// it evicts the oldest one still sending its request head 100 ms after its
+    /// accept; when no slot can be freed so, it waits in the listen backlog.
     pub max_connections: usize,
     /// Time a client has from its accept to send its whole request head, TLS
     /// handshake included (default 1 s: the kubelet and Prometheus send theirs at
