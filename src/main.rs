@@ -8,14 +8,13 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use route_controller::Builder;
-use route_controller::Servers;
 use route_controller::actor::Exit;
 use route_controller::cli::run::{ProviderError, RunSettings};
 use route_controller::cli::{self, Command, EXIT_USAGE, RunArgs, UsageError};
 use route_controller::kube::{Client, Env, KubeConfig, LoadOptions};
 use route_controller::metrics::Metrics;
 use route_controller::serve::{DelegatedReviewer, Reviewer};
+use route_controller::{Builder, Servers};
 
 fn main() {
     let args: Vec<String> = std::env::args().collect();

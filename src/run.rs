@@ -167,7 +167,8 @@ impl Builder {
             )
             .map_err(|e| std::io::Error::new(std::io::ErrorKind::AddrInUse, e))?,
         };
-        // Alive until the actor returns; /healthz reports it.
+        // From here the probes follow the controller: live while the actor runs,
+        // ready once it has a complete view of the nodes.
         servers.state.started.store(true, Ordering::Relaxed);
         let workers = workers::spawn(
             cloud,
