@@ -1248,3 +1248,102 @@ fn random_runs_reach_every_fault() {
     let missing: Vec<_> = want.difference(&seen).collect();
     assert!(missing.is_empty(), "never exercised: {missing:?}");
 }
+
+// --- bugs the random runs found, as named scenarios ----------------------------------
+
+/// Runs `steps` in watch mode from `initial_nodes` and `initial_routes` (as in a
+/// [`Case`]), then answers everything for 30 s of virtual time: far less than the
+/// resync (at least an hour here), so only the controller's own follow-ups can repair.
+fn scenario(
+    reports_addresses: bool,
+    initial_nodes: Vec<(u8, u8, u8)>,
+    initial_routes: Vec<Step>,
+    steps: Vec<Step>,
+) -> Run {
+    let case = Case {
+        mode: Mode::Watch,
+        leader_election: false,
+        max_in_flight: 16,
+        reports_addresses,
+        seed: 1,
+        initial_nodes,
+        initial_routes,
+        first_list_delivered: NODES,
+        steps,
+    };
+    let mut run = Run::new(&case);
+    for step in &case.steps {
+        run.step(step).expect("invariants hold");
+    }
+    for _ in 0..30 {
+        while !run.pending.is_empty() {
+            run.answer(0, Fault::None).expect("invariants hold");
+        }
+        run.advance(Duration::from_secs(1))
+            .expect("invariants hold");
+    }
+    run
+}
+
+/// Found by the random runs: a pass that planned while a create was in flight, for a
+/// node deleted meanwhile, did not look at that route again once the create
+/// succeeded, so the route to the dead node stayed until the resync (12–24 h by
+/// default). Fails without the check of a succeeded create against the node in
+/// `on_op_done`.
+#[test]
+fn a_route_created_after_its_node_was_deleted_is_removed_without_waiting_for_the_resync() {
+    let run = scenario(
+        false,
+        vec![(0, 0b0001, 0)],
+        vec![],
+        vec![
+            Step::RelistEnd,
+            // The list: the create of 10.0.0.0/24 for n0 goes out.
+            Step::Answer {
+                pick: 0,
+                fault: Fault::None,
+            },
+            Step::Remove { node: 0 },
+            // The pass for the delete plans while the create is in flight.
+            Step::Advance { millis: 60 },
+            Step::Answer {
+                pick: 0,
+                fault: Fault::None,
+            },
+        ],
+    );
+    assert_eq!(run.routes_converged(), Ok(()));
+}
+
+/// Found by the random runs: with a provider whose routes carry node addresses, a
+/// node's address changed while the create of its route was in flight. The pass for
+/// the change planned the same create (same node and CIDR) and let the one in flight
+/// be; it then created the route to the old address, which stayed until the resync.
+/// Fails without the check of a succeeded create against the node in `on_op_done`.
+#[test]
+fn a_route_created_while_its_node_changed_address_is_replaced() {
+    let run = scenario(
+        true,
+        vec![(1, 0b0001, 1)],
+        vec![Step::ForeignRoute { slot: 2 }],
+        vec![
+            Step::RelistEnd,
+            // The list: the create of 10.0.4.0/24 to 192.168.1.1 goes out.
+            Step::Answer {
+                pick: 0,
+                fault: Fault::None,
+            },
+            Step::Apply {
+                node: 1,
+                cidrs: 0b0001,
+                address: 0,
+            },
+            Step::Advance { millis: 60 },
+            Step::Answer {
+                pick: 0,
+                fault: Fault::None,
+            },
+        ],
+    );
+    assert_eq!(run.routes_converged(), Ok(()));
+}

@@ -699,6 +699,7 @@ impl Controller {
         out: &mut Vec<Command>,
     ) {
         let cidr = op.cidr();
+        let created = matches!(op, OpKind::Create(_)) && result.is_ok();
         match (&op, result) {
             (OpKind::Create(c), Ok(())) => {
                 if let Some(view) = &mut self.view {
@@ -767,6 +768,15 @@ impl Controller {
                 self.schedule_retry(cidr, e.kind, now);
                 self.passes.resolve(pass, |r| r.failed += 1);
             }
+        }
+        // The node may have changed while this create was in flight: gone, the CIDR no
+        // longer its, other addresses. A pass in between did not see the route yet,
+        // or planned the same create and let this one be; the route gets another look
+        // now, not at the resync (unless a pass is due anyway: it plans from the view
+        // this reply just updated).
+        let pass_due = self.scheduler.has_pending() || self.planning.is_some();
+        if created && !pass_due && self.request_for(&op.planned()).as_ref() != Some(&op) {
+            self.followups.insert(cidr);
         }
         if self.followups.remove(&cidr) {
             self.trigger(Trigger::Followup(cidr), now);
