@@ -362,7 +362,10 @@ impl RateHeaders {
         let (Some(limit), Some(reset)) = (self.limit, self.reset) else {
             return fallback;
         };
-        let until_full = reset.saturating_sub(now_unix);
+        // The budget refills within the hour (3600 requests an hour); a reset further
+        // away is wrong, and must neither stop the provider for longer nor overflow
+        // the `Instant` the pause is added to.
+        let until_full = reset.saturating_sub(now_unix).min(3600);
         if until_full == 0 {
             return fallback;
         }
@@ -885,5 +888,24 @@ mod tests {
         let page: ServersEnvelope = serde_json::from_str(json).unwrap();
         assert_eq!(page.servers[0].private_net[0].ip, "10.0.0.2");
         assert_eq!(page.meta.unwrap().pagination.unwrap().next_page, None);
+    }
+
+    /// Found by the parser tests: `RateLimit-Limit: 0` with a `RateLimit-Reset` far in
+    /// the future paused the provider until then (billions of years), and a reset near
+    /// `u64::MAX` overflowed the rate limiter's `Instant`, a panic on a cloud worker.
+    /// Fails without the cap.
+    #[test]
+    fn a_rate_limit_reset_far_in_the_future_pauses_at_most_an_hour() {
+        for reset in [3_333_333_333_333_333_333, u64::MAX] {
+            let h = RateHeaders {
+                limit: Some(1),
+                remaining: Some(0),
+                reset: Some(reset),
+                retry_after: None,
+            };
+            let delay = h.throttle_delay(1_733_050_000, 1.0);
+            assert!(delay <= Duration::from_secs(3600), "{delay:?}");
+            crate::ratelimit::RateLimiter::new(1.0, 10).observe_throttled(delay);
+        }
     }
 }
