@@ -128,8 +128,13 @@ pub enum ApiErrorKind {
     Other,
 }
 
+/// The longest `Retry-After` honoured. APF asks for seconds; a longer wait is a
+/// server's or proxy's mistake, and the node watch must come back within minutes.
+pub const MAX_RETRY_AFTER: Duration = Duration::from_secs(300);
+
 impl ApiError {
-    /// Builds the error from a response's status, `Retry-After` header and body.
+    /// Builds the error from a response's status, `Retry-After` header and body
+    /// (a wait of at most [`MAX_RETRY_AFTER`]).
     pub fn from_response(
         request: String,
         code: u16,
@@ -141,7 +146,7 @@ impl ApiError {
             .filter(|s: &Status| s.kind == "Status");
         let header_retry = retry_after_header
             .and_then(|v| v.trim().parse::<u64>().ok())
-            .map(Duration::from_secs);
+            .map(|s| Duration::from_secs(s).min(MAX_RETRY_AFTER));
         match status {
             Some(s) => ApiError {
                 code,
@@ -152,7 +157,7 @@ impl ApiError {
                     s.details
                         .and_then(|d| d.retry_after_seconds)
                         .filter(|s| *s > 0)
-                        .map(|s| Duration::from_secs(s as u64))
+                        .map(|s| Duration::from_secs(s as u64).min(MAX_RETRY_AFTER))
                 }),
             },
             None => ApiError {
@@ -280,5 +285,27 @@ mod tests {
         assert_eq!(e.kind(), ApiErrorKind::ServerError);
         assert_eq!(e.message, "<html>bad gateway</html>");
         assert!(e.to_string().contains("GET /x answered 502"), "{e}");
+    }
+
+    /// Found by the parser tests: `Retry-After: 18446744073709551615` (or as many
+    /// `retryAfterSeconds`) became a delay that overflowed the node watch's
+    /// `Instant` arithmetic, a panic on its thread. Fails without the cap.
+    #[test]
+    fn a_retry_after_from_the_server_is_honoured_up_to_five_minutes() {
+        let huge = ApiError::from_response("GET /x".into(), 429, Some("18446744073709551615"), b"");
+        assert_eq!(huge.retry_after, Some(MAX_RETRY_AFTER));
+        let body = status_body(
+            429,
+            "TooManyRequests",
+            r#","details":{"retryAfterSeconds":9223372036854775807}"#,
+        );
+        let from_details = ApiError::from_response("GET /x".into(), 429, None, &body);
+        assert_eq!(from_details.retry_after, Some(MAX_RETRY_AFTER));
+        let mut watch =
+            crate::kube::watch::Reflector::new(crate::kube::watch::WatchConfig::default());
+        let t0 = std::time::Instant::now();
+        let _ = watch.next_action(t0);
+        let _ = watch.on_list_page(Err(&KubeError::Api(huge)), t0);
+        let _ = watch.next_action(t0);
     }
 }
