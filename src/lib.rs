@@ -120,3 +120,6 @@ pub use model::{Cidr, Condition, Node, NodeAddress, Route};
 pub use provider::{Budget, CloudError, CloudErrorKind, NodeDirectory, RouteTarget, Routes};
 pub use run::{Builder, Handle, Servers, Serving, Stopper};
 pub use workers::run_op;
+
+#[cfg(test)]
+mod fuzz;

@@ -723,3 +723,41 @@ fn decode_text(bytes: &[u8]) -> Result<String, String> {
         _ => String::from_utf8(bytes.to_vec()).map_err(|_| "invalid UTF-8".to_string()),
     }
 }
+
+/// Invariant 8 for kubeconfig files: whatever the bytes, parsing and resolving give a
+/// config or an error that names the file, never a panic or a hang (YAML aliases
+/// included).
+#[cfg(test)]
+mod fuzz {
+    use proptest::prelude::*;
+
+    use super::*;
+    use crate::fuzz::{bytes, check, config};
+    use crate::fuzz_seed;
+
+    static FILES: &[&[u8]] = &[
+        fuzz_seed!("kubeconfig.yaml"),
+        fuzz_seed!("kubeconfig-anchors.yaml"),
+    ];
+
+    proptest! {
+        #![proptest_config(config())]
+
+        #[test]
+        fn kubeconfig_files(input in bytes(FILES)) {
+            check("the kubeconfig parser", move || {
+                // A directory that does not exist: relative file references resolve
+                // into it and fail to read, as they should.
+                let path = Path::new("/nonexistent/route-controller-fuzz/config");
+                match Kubeconfig::parse(&input, path) {
+                    Ok(k) => {
+                        let _ = k.resolve(&LoadOptions::default(), "fuzz").map(|c| c.server);
+                    }
+                    Err(e) => {
+                        let _ = e.to_string();
+                    }
+                }
+            });
+        }
+    }
+}

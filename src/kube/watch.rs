@@ -1090,4 +1090,39 @@ mod tests {
         assert_eq!(encode_query("eyJ2Ijo=+/"), "eyJ2Ijo%3D%2B%2F");
         assert_eq!(encode_query("12345"), "12345");
     }
+
+    /// Invariant 8 for the watch stream: any line, valid JSON or not, gives a line
+    /// outcome (an event, nothing, or a restart), never a panic or a hang.
+    mod fuzz {
+        use proptest::prelude::*;
+
+        use super::*;
+        use crate::fuzz::{bytes, check, config};
+        use crate::fuzz_seed;
+
+        static LINES: &[&[u8]] = &[
+            fuzz_seed!("watch-added.json"),
+            fuzz_seed!("watch-modified.json"),
+            fuzz_seed!("watch-deleted.json"),
+            fuzz_seed!("watch-bookmark.json"),
+            fuzz_seed!("watch-error.json"),
+        ];
+
+        proptest! {
+            #![proptest_config(config())]
+
+            #[test]
+            fn watch_lines(lines in proptest::collection::vec(bytes(LINES), 1..4)) {
+                check("the watch's line parser", move || {
+                    let t0 = Instant::now();
+                    let mut r = reflector();
+                    watching(&mut r, t0);
+                    for line in &lines {
+                        let _ = r.on_watch_line(line, t0);
+                    }
+                    let _ = r.next_action(t0);
+                });
+            }
+        }
+    }
 }

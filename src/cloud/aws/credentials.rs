@@ -828,4 +828,26 @@ mod tests {
         assert!(parse_role_credentials(failed).is_err());
         assert!(parse_role_credentials("<html>").is_err());
     }
+
+    /// Invariant 8 for the instance metadata service's credentials document.
+    mod fuzz {
+        use proptest::prelude::*;
+
+        use super::*;
+        use crate::fuzz::{check, config, text};
+        use crate::fuzz_seed;
+
+        static DOCUMENTS: &[&[u8]] = &[fuzz_seed!("aws-role-credentials.json")];
+
+        proptest! {
+            #![proptest_config(config())]
+
+            #[test]
+            fn role_credentials(input in text(DOCUMENTS)) {
+                check("the role credentials parser", move || {
+                    let _ = parse_role_credentials(&input).map(|_| ());
+                });
+            }
+        }
+    }
 }

@@ -890,6 +890,85 @@ mod tests {
         assert_eq!(page.meta.unwrap().pagination.unwrap().next_page, None);
     }
 
+    /// Invariant 8 for the Hetzner Cloud API: any reply body, 2xx or not, and any
+    /// rate-limit header decodes to a value or an error, never a panic or a hang.
+    mod fuzz {
+        use proptest::prelude::*;
+
+        use super::*;
+        use crate::fuzz::{bytes, check, config, text};
+        use crate::fuzz_seed;
+
+        static BODIES: &[&[u8]] = &[
+            fuzz_seed!("hcloud-servers.json"),
+            fuzz_seed!("hcloud-network.json"),
+            fuzz_seed!("hcloud-networks.json"),
+            fuzz_seed!("hcloud-action.json"),
+            fuzz_seed!("hcloud-actions.json"),
+            fuzz_seed!("hcloud-error.json"),
+            fuzz_seed!("hcloud-error-conflict.json"),
+        ];
+        static NUMBERS: &[&[u8]] = &[b"3600", b"0", b" 12 ", b"1733050000", b"-1"];
+
+        proptest! {
+            #![proptest_config(config())]
+
+            #[test]
+            fn hcloud_replies(input in bytes(BODIES), status in 100u16..600, post in any::<bool>()) {
+                let len = input.len();
+                let counts = check("the Hetzner reply decoders", move || {
+                    let servers = serde_json::from_slice::<ServersEnvelope>(&input)
+                        .map_or(0, |e| e.servers.len());
+                    let network = serde_json::from_slice::<NetworkEnvelope>(&input)
+                        .map_or(0, |e| e.network.routes.len());
+                    let networks = serde_json::from_slice::<NetworksEnvelope>(&input)
+                        .map_or(0, |e| e.networks.len());
+                    let _ = serde_json::from_slice::<ActionEnvelope>(&input);
+                    let actions = serde_json::from_slice::<ActionsEnvelope>(&input)
+                        .map_or(0, |e| e.actions.len());
+                    let context = Context {
+                        what: "POST /networks/7/actions/add_route",
+                        status,
+                        correlation: Some("c0ffee"),
+                    };
+                    let method = if post { Method::Post } else { Method::Get };
+                    let e = api_error(method, &context, &input, &RateHeaders::default(), 1.0);
+                    (servers + network + networks + actions, e.message.len())
+                });
+                prop_assert!(counts.0 <= len);
+                // The message quotes the body at most in part.
+                prop_assert!(counts.1 <= len + 1024, "message of {} bytes", counts.1);
+            }
+
+            #[test]
+            fn rate_limit_headers(
+                limit in text(NUMBERS),
+                remaining in text(NUMBERS),
+                reset in text(NUMBERS),
+                retry in text(NUMBERS),
+            ) {
+                check("the rate-limit headers", move || {
+                    let mut headers = ureq::http::HeaderMap::new();
+                    for (name, value) in [
+                        ("RateLimit-Limit", limit),
+                        ("RateLimit-Remaining", remaining),
+                        ("RateLimit-Reset", reset),
+                        ("Retry-After", retry),
+                    ] {
+                        if let Ok(v) = ureq::http::HeaderValue::from_str(&value) {
+                            headers.insert(name, v);
+                        }
+                    }
+                    let rate = RateHeaders::read(&headers);
+                    let delay = rate.throttle_delay(1_733_050_000, 1.0);
+                    // The rate limiter adds it to an Instant; the controller too.
+                    crate::ratelimit::RateLimiter::new(1.0, 10).observe_throttled(delay);
+                    assert!(delay <= Duration::from_secs(3600), "paused {delay:?}");
+                });
+            }
+        }
+    }
+
     /// Found by the parser tests: `RateLimit-Limit: 0` with a `RateLimit-Reset` far in
     /// the future paused the provider until then (billions of years), and a reset near
     /// `u64::MAX` overflowed the rate limiter's `Instant`, a panic on a cloud worker.
