@@ -78,7 +78,11 @@ fn held_replies_reach_the_client_only_when_released() {
     proxy.set(Mode::HoldReplies);
     c.write_all(b"create\n").expect("send");
     assert_eq!(read_line(&mut c), None, "the reply must be held");
-    assert_eq!(*seen.lock().expect("log"), vec!["create"], "the request went through");
+    assert_eq!(
+        *seen.lock().expect("log"),
+        vec!["create"],
+        "the request went through"
+    );
     proxy.set(Mode::Pass);
     c.set_read_timeout(Some(PATIENCE)).expect("timeout");
     assert_eq!(read_line(&mut c).as_deref(), Some("reply:create"));
@@ -96,7 +100,11 @@ fn stall_lets_nothing_through_until_it_ends() {
     c.write_all(b"x\n").expect("send");
     c.set_read_timeout(Some(QUIET)).expect("timeout");
     assert_eq!(read_line(&mut c), None);
-    assert_eq!(*seen.lock().expect("log"), vec!["warm"], "nothing reached the server");
+    assert_eq!(
+        *seen.lock().expect("log"),
+        vec!["warm"],
+        "nothing reached the server"
+    );
     proxy.set(Mode::Pass);
     c.set_read_timeout(Some(PATIENCE)).expect("timeout");
     assert_eq!(read_line(&mut c).as_deref(), Some("reply:x"));

@@ -53,7 +53,9 @@ impl FaultProxy {
     /// Listens on a loopback port chosen by the OS and forwards to `target`.
     pub fn start(target: SocketAddr) -> FaultProxy {
         let listener = TcpListener::bind("127.0.0.1:0").expect("bind the proxy");
-        listener.set_nonblocking(true).expect("nonblocking listener");
+        listener
+            .set_nonblocking(true)
+            .expect("nonblocking listener");
         let addr = listener.local_addr().expect("proxy address");
         let shared = Arc::new(Shared {
             mode: Mutex::new(Mode::Pass),
