@@ -2,11 +2,14 @@
 //! for every parser of outside input, random or mutated from real payloads, and a
 //! bound on each input's time.
 //!
-//! The tests themselves sit next to their parsers (`mod fuzz` in each parser's tests)
-//! and call [`check`]: the parser must return (an error value is fine), never panic,
-//! never take longer than [`TIME_LIMIT`] on one input. Inputs are at most [`MAX_INPUT`]
-//! bytes, so a parser that allocates by a length field shows up in the tests' asserts
-//! on result sizes. Failing inputs shrink and are kept under `proptest-regressions/`.
+//! The tests sit next to the private parsers (`mod fuzz` in the node watch, kubeconfig,
+//! Hetzner API and AWS credentials modules) and, for the parsers the crate's modules
+//! export, in [`parsers`] below. Each calls [`check`]: the parser must return (an
+//! error value is fine), never panic, never take longer than [`TIME_LIMIT`] on one
+//! input. Inputs are at most [`MAX_INPUT`] bytes, and where a parser builds lists the
+//! tests assert the result is bounded by the input's size (none of these formats
+//! carries a length field to allocate by). Failing inputs shrink and are kept under
+//! `proptest-regressions/`.
 //!
 //! `PROPTEST_CASES` sets the number of inputs per parser (default [`DEFAULT_CASES`]).
 
@@ -310,6 +313,7 @@ mod parsers {
         fuzz_seed!("kube-status.json"),
         fuzz_seed!("watch-error.json"),
     ];
+    static LEASES: &[&[u8]] = &[fuzz_seed!("lease.json")];
     static EC2_XML: &[&[u8]] = &[
         fuzz_seed!("ec2-describe-route-tables.xml"),
         fuzz_seed!("ec2-describe-instances.xml"),
@@ -377,6 +381,38 @@ mod parsers {
                 let _ = watch.next_action(t0);
                 let _ = watch.on_list_page(Err(&crate::kube::KubeError::Api(e)), t0);
                 let _ = watch.next_action(t0);
+            });
+        }
+
+        /// The Lease as the API server returns it (written by any replica, or by
+        /// hand), through the leader election's decisions: reading it, claiming it,
+        /// the write's answer, and when to try next.
+        #[test]
+        fn leases(input in bytes(LEASES), ours in any::<bool>(), jitter in 0.0f64..1.0) {
+            check("the lease decoder and elector", move || {
+                use k8s_openapi::api::coordination::v1::Lease;
+                use crate::kube::lease::{Elector, LeaseAction, LeaseConfig};
+                let Ok(lease) = serde_json::from_slice::<Lease>(&input) else {
+                    return;
+                };
+                let identity = if ours {
+                    "node-a_5f0e1d2c-3b4a-4c5d-8e9f-0a1b2c3d4e5f"
+                } else {
+                    "node-b"
+                };
+                let mut elector = Elector::new(LeaseConfig::new(identity));
+                let (t0, wall) = (Instant::now(), std::time::SystemTime::now());
+                let _ = elector.attempt(t0, wall);
+                if let Some(LeaseAction::Create(l) | LeaseAction::Update(l)) =
+                    elector.on_get(Ok(Some(lease.clone())), t0, wall)
+                {
+                    elector.on_write(Ok(l), t0);
+                }
+                elector.on_write(Ok(lease), t0);
+                let _ = elector.leadership_change(t0);
+                let _ = elector.next_attempt(t0, jitter);
+                let _ = elector.attempt(t0, wall);
+                let _ = elector.release(wall);
             });
         }
 
