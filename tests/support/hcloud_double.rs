@@ -459,6 +459,16 @@ fn error_reply(status: u16, code: &str, message: &str) -> Reply {
     )
 }
 
+/// `invalid_input` with the field it is about in `details.fields`, as the API sends it
+/// (hcloud-go decodes them into `ErrorDetailsInvalidInput`).
+fn invalid_input(field: &str, message: &str) -> Reply {
+    reply(
+        400,
+        json!({"error": {"code": "invalid_input", "message": message,
+                         "details": {"fields": [{"name": field, "messages": [message]}]}}}),
+    )
+}
+
 fn read_request(reader: &mut BufReader<TcpStream>) -> Option<HttpRequest> {
     let request = http_wire::read_request(reader)?;
     let (path, query) = request.path_and_query();
@@ -703,7 +713,7 @@ fn route(state: &mut State, request: &HttpRequest) -> Reply {
     match (request.method.as_str(), segments.as_slice()) {
         ("GET", ["networks"]) => list_networks(state, request),
         ("GET", ["networks", id]) => match network_by_id(state, id) {
-            Some(n) => reply(200, json!({"network": network_json(n)})),
+            Some(n) => reply(200, json!({"network": network_json(n, &state.servers)})),
             None => error_reply(404, "not_found", "network not found"),
         },
         (
@@ -761,7 +771,7 @@ fn list_networks(state: &State, request: &HttpRequest) -> Reply {
         .networks
         .values()
         .filter(|n| name.as_ref().is_none_or(|want| *want == n.name))
-        .map(network_json)
+        .map(|n| network_json(n, &state.servers))
         .collect();
     let total = networks.len();
     reply(
@@ -825,10 +835,10 @@ fn route_action(state: &mut State, network_id: &str, command: &str, body: &[u8])
     };
     let (destination, gateway) = (field("destination"), field("gateway"));
     let Some(dest) = parse_cidr(&destination) else {
-        return error_reply(400, "invalid_input", "invalid input in field 'destination'");
+        return invalid_input("destination", "invalid input in field 'destination'");
     };
     let Ok(gw) = gateway.parse::<Ipv4Addr>() else {
-        return error_reply(400, "invalid_input", "invalid input in field 'gateway'");
+        return invalid_input("gateway", "invalid input in field 'gateway'");
     };
     let busy = state
         .actions
@@ -849,8 +859,8 @@ fn route_action(state: &mut State, network_id: &str, command: &str, body: &[u8])
     }
     match command {
         "add_route" => {
-            if let Some(problem) = add_route_problem(&network, dest, gw) {
-                return error_reply(400, "invalid_input", problem);
+            if let Some((field, problem)) = add_route_problem(&network, dest, gw) {
+                return invalid_input(field, problem);
             }
         }
         _ => {
@@ -889,18 +899,21 @@ fn route_action(state: &mut State, network_id: &str, command: &str, body: &[u8])
     reply(201, json!({"action": json}))
 }
 
-/// What the real API would refuse about a new route (reference §3.6).
+/// What the real API would refuse about a new route (reference §3.6): the field and why.
 fn add_route_problem(
     network: &Network,
     dest: (u32, u8),
     gateway: Ipv4Addr,
-) -> Option<&'static str> {
+) -> Option<(&'static str, &'static str)> {
     let private = [("10.0.0.0/8"), ("172.16.0.0/12"), ("192.168.0.0/16")]
         .iter()
         .filter_map(|r| parse_cidr(r))
         .any(|r| contains(r, dest));
     if !private && dest != (0, 0) {
-        return Some("network route destination must be a private IPv4 range or 0.0.0.0/0");
+        return Some((
+            "destination",
+            "network route destination must be a private IPv4 range or 0.0.0.0/0",
+        ));
     }
     let taken = network
         .subnets
@@ -909,12 +922,15 @@ fn add_route_problem(
         .filter_map(|r| parse_cidr(r))
         .any(|r| contains(r, dest) || contains(dest, r));
     if taken {
-        return Some("network route destination overlaps with another subnetwork or network route");
+        return Some((
+            "destination",
+            "network route destination overlaps with another subnetwork or network route",
+        ));
     }
     let in_range =
         parse_cidr(&network.ip_range).is_some_and(|r| contains(r, (u32::from(gateway), 32)));
     if !in_range || gateway == Ipv4Addr::new(172, 31, 1, 1) {
-        return Some("invalid gateway");
+        return Some(("gateway", "invalid gateway"));
     }
     None
 }
@@ -947,7 +963,13 @@ fn format_cidr((addr, prefix): (u32, u8)) -> String {
     format!("{}/{prefix}", Ipv4Addr::from(addr))
 }
 
-fn network_json(n: &Network) -> Value {
+/// A network as the API shows it; `servers` lists the servers attached to it.
+fn network_json(n: &Network, servers: &BTreeMap<u64, Server>) -> Value {
+    let attached: Vec<u64> = servers
+        .values()
+        .filter(|s| s.private_net.iter().any(|(net, _)| *net == n.id))
+        .map(|s| s.id)
+        .collect();
     json!({
         "id": n.id,
         "name": n.name,
@@ -956,7 +978,7 @@ fn network_json(n: &Network) -> Value {
             "type": "cloud", "ip_range": s, "network_zone": "eu-central", "gateway": "10.0.0.1"
         })).collect::<Vec<_>>(),
         "routes": n.routes.iter().map(|(d, g)| json!({"destination": d, "gateway": g})).collect::<Vec<_>>(),
-        "servers": [],
+        "servers": attached,
         "load_balancers": [],
         "protection": {"delete": false},
         "labels": {},

@@ -11,10 +11,13 @@
 //! [`KubeApiserver::start_fresh`] for a private one that a test can stop,
 //! restart or kill.
 //!
-//! The same Go module holds a second program, upstream's route controller with
-//! a counting fake cloud (`tests/kube-apiserver/upstream-route-controller`);
-//! [`upstream_route_controller_binary`] builds it the same way, and
-//! `tests/support/upstream_controller.rs` runs it.
+//! The same Go module holds the other Go programs, built the same way: upstream's
+//! route controller with a counting fake cloud
+//! (`tests/kube-apiserver/upstream-route-controller`,
+//! [`upstream_route_controller_binary`], run by `tests/support/upstream_controller.rs`),
+//! the same with cloud-provider-aws's real routes (`aws-route-controller`,
+//! [`aws_route_controller_binary`]), and hcloud-go driving the Hetzner double
+//! (`hcloud-conformance`, [`hcloud_conformance_binary`]).
 //!
 //! Needs Go (1.26 or newer) on `PATH`, or in the `GO` environment variable;
 //! without it every test that uses this module fails with a message saying so.
@@ -769,9 +772,29 @@ const UPSTREAM_ROUTE_CONTROLLER: GoProgram = GoProgram {
     what: "upstream's route controller (tests/kube-apiserver/upstream-route-controller)",
 };
 
+/// The official Hetzner Cloud client, hcloud-go, driving the Hetzner double
+/// (`tests/kube-apiserver/hcloud-conformance`); see [`hcloud_conformance_binary`].
+const HCLOUD_CONFORMANCE: GoProgram = GoProgram {
+    package: "hcloud-conformance",
+    binary: "hcloud-conformance",
+    what: "the hcloud-go conformance driver (tests/kube-apiserver/hcloud-conformance)",
+};
+
+/// Upstream's route controller with cloud-provider-aws's real `Routes`
+/// (`tests/kube-apiserver/aws-route-controller`); see [`aws_route_controller_binary`].
+const AWS_ROUTE_CONTROLLER: GoProgram = GoProgram {
+    package: "aws-route-controller",
+    binary: "aws-route-controller",
+    what: "upstream's route controller with cloud-provider-aws (tests/kube-apiserver/aws-route-controller)",
+};
+
 /// Package directories of the module that are programs of their own. The
 /// harness's stamp leaves them out, so that changing one rebuilds only it.
-const OTHER_PROGRAMS: &[&str] = &[UPSTREAM_ROUTE_CONTROLLER.package];
+const OTHER_PROGRAMS: &[&str] = &[
+    UPSTREAM_ROUTE_CONTROLLER.package,
+    HCLOUD_CONFORMANCE.package,
+    AWS_ROUTE_CONTROLLER.package,
+];
 
 /// The harness binary, built on first use in this process if the cached one
 /// is missing or was built from other sources.
@@ -787,6 +810,22 @@ pub fn harness_binary() -> &'static Path {
 pub fn upstream_route_controller_binary() -> &'static Path {
     static BINARY: OnceLock<PathBuf> = OnceLock::new();
     BINARY.get_or_init(|| build_go_program(&UPSTREAM_ROUTE_CONTROLLER))
+}
+
+/// The `hcloud-conformance` binary: hcloud-go (the version pinned in go.mod)
+/// answering JSON commands on stdin, used by `tests/hcloud_conformance.rs`. Built
+/// like the harness.
+pub fn hcloud_conformance_binary() -> &'static Path {
+    static BINARY: OnceLock<PathBuf> = OnceLock::new();
+    BINARY.get_or_init(|| build_go_program(&HCLOUD_CONFORMANCE))
+}
+
+/// The `aws-route-controller` binary: upstream's route controller with
+/// cloud-provider-aws's real `Routes`, run by `tests/support/aws_peer.rs`. Built
+/// like the harness.
+pub fn aws_route_controller_binary() -> &'static Path {
+    static BINARY: OnceLock<PathBuf> = OnceLock::new();
+    BINARY.get_or_init(|| build_go_program(&AWS_ROUTE_CONTROLLER))
 }
 
 fn go_command() -> PathBuf {
