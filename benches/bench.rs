@@ -21,8 +21,12 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
+#[path = "../tests/support/aws_peer.rs"]
+mod aws_peer;
 #[path = "../tests/support/kube_apiserver.rs"]
 mod kube_apiserver;
+#[path = "../tests/support/moto.rs"]
+mod moto;
 #[path = "../tests/support/prometheus.rs"]
 mod prometheus;
 #[path = "../tests/support/upstream_controller.rs"]
@@ -64,6 +68,9 @@ fn main() {
     }
     if wanted("upstream") {
         upstream();
+    }
+    if wanted("peers") {
+        peers();
     }
 }
 
@@ -1162,4 +1169,228 @@ impl Drop for OursProcess {
             let _ = self.child.wait();
         }
     }
+}
+
+// --- beside upstream with its real AWS provider, in EC2 requests ------------------------
+
+/// The start-up and rolling-replacement script of `peers`.
+const PEERS_SCRIPT: aws_peer::Script = aws_peer::Script {
+    nodes: 50,
+    replaced: 8,
+    spacing: Duration::from_secs(4),
+    replace_after: Duration::from_secs(1),
+    settle: Duration::from_secs(12),
+    idle: Duration::ZERO,
+};
+
+/// How much the idle run compresses time: the poll period (and our route list's
+/// maximum age) divided by this, for both controllers alike.
+const PEERS_IDLE_COMPRESSION: u32 = 20;
+const PEERS_IDLE: Duration = Duration::from_secs(30);
+
+/// Upstream's route controller with cloud-provider-aws and ours with its AWS provider,
+/// each in poll and in watch mode, one at a time against one real kube-apiserver and
+/// one moto behind a counting proxy. `RC_BENCH_RUNS=N` repeats everything N times and
+/// prints each figure's range.
+fn peers() {
+    let runs: usize = std::env::var("RC_BENCH_RUNS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1)
+        .max(1);
+    let s = PEERS_SCRIPT;
+    println!(
+        "\n[peers] upstream's route controller {} with cloud-provider-aws {} and ours, one at a time, \
+         against one real kube-apiserver and moto behind a counting proxy ({runs} run(s)).",
+        upstream_version(),
+        go_module_version("k8s.io/cloud-provider-aws")
+    );
+    println!(
+        "  start-up: {} nodes; rolling: {} replaced one every {} s (delete; {} s later the replacement \
+         with a new pod CIDR), {} s settle;",
+        s.nodes,
+        s.replaced,
+        s.spacing.as_secs(),
+        s.replace_after.as_secs(),
+        s.settle.as_secs()
+    );
+    println!(
+        "  idle: a separate start with every route in place, then {} s with the poll period {} times shorter \
+         (0.5 s; our route list max age 15 s): {} min of an idle cluster; per hour = × {}.",
+        PEERS_IDLE.as_secs(),
+        PEERS_IDLE_COMPRESSION,
+        PEERS_IDLE.as_secs() * u64::from(PEERS_IDLE_COMPRESSION) / 60,
+        3600 / (PEERS_IDLE.as_secs() * u64::from(PEERS_IDLE_COMPRESSION))
+    );
+    let started = Instant::now();
+    kube_apiserver::harness_binary();
+    kube_apiserver::aws_route_controller_binary();
+    println!(
+        "  Go programs ready in {:.1} s",
+        started.elapsed().as_secs_f64()
+    );
+    let (moto, api) = std::thread::scope(|scope| {
+        let moto = scope.spawn(moto::Moto::start);
+        let api = kube_apiserver::KubeApiserver::start_fresh();
+        (moto.join().expect("moto starts"), api)
+    });
+    let cluster = aws_peer::Cluster::create(&moto, s.nodes + s.replaced);
+    let proxy = aws_peer::Ec2Proxy::start(moto.url());
+    let dir = kube_apiserver::scratch_dir("bench-peers");
+    let peers = [
+        aws_peer::Peer::Upstream { watch: false },
+        aws_peer::Peer::Ours { watch: false },
+        aws_peer::Peer::Upstream { watch: true },
+        aws_peer::Peer::Ours { watch: true },
+    ];
+    let mut results: Vec<(
+        aws_peer::Peer,
+        Vec<aws_peer::PeerRun>,
+        Vec<aws_peer::PeerRun>,
+    )> = peers.iter().map(|p| (*p, Vec::new(), Vec::new())).collect();
+    let idle_script = aws_peer::Script {
+        replaced: 0,
+        idle: PEERS_IDLE,
+        ..s
+    };
+    for round in 0..runs {
+        for (peer, rolling, idle) in results.iter_mut() {
+            let label = peer.label();
+            let run_dir = dir.join(format!("{round}-{}", label.replace([' ', ',', '+'], "-")));
+            let t = Instant::now();
+            let r = aws_peer::run_peer(
+                *peer,
+                &api,
+                &cluster,
+                &proxy,
+                s,
+                aws_peer::Timing::defaults(),
+                &run_dir.join("rolling"),
+            );
+            let i = aws_peer::run_peer(
+                *peer,
+                &api,
+                &cluster,
+                &proxy,
+                idle_script,
+                aws_peer::Timing::compressed(PEERS_IDLE_COMPRESSION),
+                &run_dir.join("idle"),
+            );
+            println!(
+                "  round {} {label:<20} {:.0} s: start-up [{}] rolling [{}] idle [{}]",
+                round + 1,
+                t.elapsed().as_secs_f64(),
+                aws_peer::by_action(&r.startup_requests),
+                aws_peer::by_action(&r.rolling_requests),
+                aws_peer::by_action(&i.idle_requests)
+            );
+            rolling.push(r);
+            idle.push(i);
+        }
+    }
+    drop(proxy);
+
+    let per_hour = 3600.0 / (PEERS_IDLE.as_secs_f64() * f64::from(PEERS_IDLE_COMPRESSION));
+    println!(
+        "\n  EC2 requests (all actions), from the proxy. start-up: process start to the last initial route; \
+         rolling: {} route\n  mutations ({} creates, {} deletes); node→route: node created to moto's answer \
+         to its CreateRoute; CPU and peak RSS of\n  the controller process over start-up and rolling. Ranges are \
+         min–max over the runs.",
+        2 * s.replaced,
+        s.replaced,
+        s.replaced
+    );
+    println!(
+        "  {:<20} {:>9} {:>12} {:>9} {:>14} {:>16} {:>11} {:>9} {:>12}",
+        "controller, mode",
+        "start-up",
+        "start-up s",
+        "rolling",
+        "per mutation",
+        "node→route p50",
+        "max",
+        "CPU s",
+        "RSS MiB"
+    );
+    for (peer, rolling, idle) in &results {
+        let range = |values: Vec<f64>, decimals: usize| {
+            let min = values.iter().cloned().fold(f64::INFINITY, f64::min);
+            let max = values.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+            if (max - min).abs() < 0.5 * 10f64.powi(-(decimals as i32)) {
+                format!("{min:.decimals$}")
+            } else {
+                format!("{min:.decimals$}–{max:.decimals$}")
+            }
+        };
+        let of =
+            |f: &dyn Fn(&aws_peer::PeerRun) -> f64, d| range(rolling.iter().map(f).collect(), d);
+        let mutations = (2 * s.replaced) as f64;
+        println!(
+            "  {:<20} {:>9} {:>12} {:>9} {:>14} {:>16} {:>11} {:>9} {:>12}",
+            peer.label(),
+            of(&|r| aws_peer::total(&r.startup_requests) as f64, 0),
+            of(&|r| r.startup.as_secs_f64(), 2),
+            of(&|r| aws_peer::total(&r.rolling_requests) as f64, 0),
+            of(
+                &|r| aws_peer::total(&r.rolling_requests) as f64 / mutations,
+                2
+            ),
+            of(&|r| aws_peer::p50_max(&r.node_to_route).0, 2),
+            of(&|r| aws_peer::p50_max(&r.node_to_route).1, 2),
+            of(&|r| r.cpu_seconds, 2),
+            of(&|r| r.peak_rss_mib, 1),
+        );
+        let missing: usize = rolling.iter().map(|r| r.missing).sum();
+        if missing > 0 {
+            println!("  {:<20} {missing} replacement routes never created", "");
+        }
+        let idle_total = range(
+            idle.iter()
+                .map(|r| aws_peer::total(&r.idle_requests) as f64)
+                .collect(),
+            0,
+        );
+        let idle_hour = range(
+            idle.iter()
+                .map(|r| aws_peer::total(&r.idle_requests) as f64 * per_hour)
+                .collect(),
+            0,
+        );
+        println!(
+            "  {:<20} idle: {idle_total} requests in {} s = {idle_hour} per idle hour; CPU {} s, RSS {} MiB; \
+             last run: {}",
+            "",
+            PEERS_IDLE.as_secs(),
+            range(idle.iter().map(|r| r.cpu_seconds).collect(), 2),
+            range(idle.iter().map(|r| r.peak_rss_mib).collect(), 1),
+            idle.last()
+                .map(|r| aws_peer::by_action(&r.idle_requests))
+                .unwrap_or_default()
+        );
+        if let Some(last) = rolling.last() {
+            println!(
+                "  {:<20} last run by action: start-up [{}]; rolling [{}]",
+                "",
+                aws_peer::by_action(&last.startup_requests),
+                aws_peer::by_action(&last.rolling_requests)
+            );
+        }
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The version of a module that tests/kube-apiserver/go.mod requires (`v1.37.1`).
+fn go_module_version(module: &str) -> String {
+    let go_mod =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/kube-apiserver/go.mod");
+    std::fs::read_to_string(go_mod)
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| {
+            l.trim()
+                .strip_prefix(&format!("{module} "))
+                .map(str::to_string)
+        })
+        .and_then(|rest| rest.split_whitespace().next().map(str::to_string))
+        .unwrap_or_else(|| "(version unknown)".to_string())
 }
