@@ -1234,7 +1234,7 @@ fn peers() {
         let api = kube_apiserver::KubeApiserver::start_fresh();
         (moto.join().expect("moto starts"), api)
     });
-    let cluster = aws_peer::Cluster::create(&moto, s.nodes + s.replaced);
+    let mut cluster = aws_peer::Cluster::create(&moto, s.nodes + s.replaced);
     let proxy = aws_peer::Ec2Proxy::start(moto.url());
     let dir = kube_apiserver::scratch_dir("bench-peers");
     let peers = [
@@ -1261,7 +1261,7 @@ fn peers() {
             let r = aws_peer::run_peer(
                 *peer,
                 &api,
-                &cluster,
+                &mut cluster,
                 &proxy,
                 s,
                 aws_peer::Timing::defaults(),
@@ -1270,7 +1270,7 @@ fn peers() {
             let i = aws_peer::run_peer(
                 *peer,
                 &api,
-                &cluster,
+                &mut cluster,
                 &proxy,
                 idle_script,
                 aws_peer::Timing::compressed(PEERS_IDLE_COMPRESSION),

@@ -27,7 +27,7 @@ fn upstream_with_cloud_provider_aws_routes_nodes_in_moto_through_the_counting_pr
         let api = KubeApiserver::start_fresh();
         (moto.join().expect("moto starts"), api)
     });
-    let cluster = Cluster::create(&moto, 3);
+    let mut cluster = Cluster::create(&moto, 3);
     let proxy = Ec2Proxy::start(moto.url());
     let script = Script {
         nodes: 2,
@@ -40,7 +40,7 @@ fn upstream_with_cloud_provider_aws_routes_nodes_in_moto_through_the_counting_pr
     let run = run_peer(
         Peer::Upstream { watch: false },
         &api,
-        &cluster,
+        &mut cluster,
         &proxy,
         script,
         Timing::compressed(10),

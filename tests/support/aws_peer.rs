@@ -62,9 +62,18 @@ pub struct Ec2Call {
 
 /// A proxy in front of moto that counts EC2 requests by `Action`. Dropping it stops
 /// accepting; open connections end with their clients.
+///
+/// It also makes up for one thing moto does not model: EC2 marks a route to a
+/// terminated instance `blackhole`, moto keeps it `active`. The proxy rewrites the
+/// state in `DescribeRouteTables` replies for instances the script terminated
+/// ([`Ec2Proxy::terminated`]), for both controllers alike. Without it
+/// cloud-provider-aws's ListRoutes fails for as long as such a route exists (it maps
+/// every active route's instance to a node and errors on one without a node), so a
+/// rolling replacement would stall after its first step.
 pub struct Ec2Proxy {
     addr: SocketAddr,
     calls: Arc<Mutex<Vec<Ec2Call>>>,
+    terminated: Arc<Mutex<Vec<String>>>,
     shutdown: Arc<AtomicBool>,
 }
 
@@ -80,9 +89,11 @@ impl Ec2Proxy {
         let listener = TcpListener::bind("127.0.0.1:0").expect("bind the EC2 proxy");
         let addr = listener.local_addr().expect("the EC2 proxy's address");
         let calls = Arc::new(Mutex::new(Vec::new()));
+        let terminated = Arc::new(Mutex::new(Vec::new()));
         let shutdown = Arc::new(AtomicBool::new(false));
         {
             let calls = calls.clone();
+            let terminated = terminated.clone();
             let shutdown = shutdown.clone();
             thread::Builder::new()
                 .name("ec2-proxy".into())
@@ -93,10 +104,11 @@ impl Ec2Proxy {
                         }
                         let Ok(stream) = stream else { continue };
                         let calls = calls.clone();
+                        let terminated = terminated.clone();
                         let target = target.clone();
                         let _ = thread::Builder::new()
                             .name("ec2-proxy-conn".into())
-                            .spawn(move || proxy_connection(stream, &target, &calls));
+                            .spawn(move || proxy_connection(stream, &target, &calls, &terminated));
                     }
                 })
                 .expect("spawn the EC2 proxy");
@@ -104,8 +116,25 @@ impl Ec2Proxy {
         Ec2Proxy {
             addr,
             calls,
+            terminated,
             shutdown,
         }
+    }
+
+    /// From now on, routes to this instance are `blackhole`, as EC2 shows them once the
+    /// instance is terminated.
+    pub fn terminated(&self, instance: &str) {
+        self.terminated
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(instance.to_string());
+    }
+
+    pub fn forget_terminated(&self) {
+        self.terminated
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clear();
     }
 
     pub fn url(&self) -> String {
@@ -145,7 +174,12 @@ pub fn count_by_action(
     counts
 }
 
-fn proxy_connection(client: TcpStream, target: &str, calls: &Mutex<Vec<Ec2Call>>) {
+fn proxy_connection(
+    client: TcpStream,
+    target: &str,
+    calls: &Mutex<Vec<Ec2Call>>,
+    terminated: &Mutex<Vec<String>>,
+) {
     let _ = client.set_nodelay(true);
     let Ok(read_half) = client.try_clone() else {
         return;
@@ -175,7 +209,7 @@ fn proxy_connection(client: TcpStream, target: &str, calls: &Mutex<Vec<Ec2Call>>
         if to_moto.write_all(&message).is_err() {
             return;
         }
-        let Some((status, response, close)) = read_response(from_moto) else {
+        let Some((status, mut response, close)) = read_response(from_moto) else {
             return;
         };
         let form = String::from_utf8_lossy(&request.body).into_owned();
@@ -187,11 +221,18 @@ fn proxy_connection(client: TcpStream, target: &str, calls: &Mutex<Vec<Ec2Call>>
                 .find(|(k, _)| *k == name)
                 .map(|(_, v)| http_wire::percent_decode(v, true))
         };
+        let action = field("Action").unwrap_or_else(|| "(none)".to_string());
+        if action == "DescribeRouteTables" {
+            let gone = terminated.lock().unwrap_or_else(|e| e.into_inner()).clone();
+            if !gone.is_empty() {
+                response = blackhole_routes(response, &gone);
+            }
+        }
         calls
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .push(Ec2Call {
-                action: field("Action").unwrap_or_else(|| "(none)".to_string()),
+                action,
                 answered: SystemTime::now(),
                 status,
                 destination: field("DestinationCidrBlock"),
@@ -206,6 +247,41 @@ fn proxy_connection(client: TcpStream, target: &str, calls: &Mutex<Vec<Ec2Call>>
             return;
         }
     }
+}
+
+/// A `DescribeRouteTables` reply with the routes to `gone` instances marked
+/// `blackhole`. Only a `Content-Length` reply is rewritten (moto sends no other).
+fn blackhole_routes(response: Vec<u8>, gone: &[String]) -> Vec<u8> {
+    let text = String::from_utf8_lossy(&response).into_owned();
+    let Some((head, body)) = text.split_once("\r\n\r\n") else {
+        return response;
+    };
+    if !head.to_ascii_lowercase().contains("content-length:") {
+        return response;
+    }
+    let mut body = body.to_string();
+    for instance in gone {
+        let needle = format!("<instanceId>{instance}</instanceId>");
+        let mut from = 0;
+        while let Some(at) = body[from..].find(&needle).map(|i| i + from) {
+            let start = body[..at].rfind("<item>").unwrap_or(0);
+            let end = body[at..].find("</item>").map_or(body.len(), |i| i + at);
+            let item =
+                body[start..end].replace("<state>active</state>", "<state>blackhole</state>");
+            body.replace_range(start..end, &item);
+            from = start + item.len();
+        }
+    }
+    let head: Vec<String> = head
+        .split("\r\n")
+        .map(|line| match line.split_once(':') {
+            Some((k, _)) if k.trim().eq_ignore_ascii_case("content-length") => {
+                format!("{k}: {}", body.len())
+            }
+            _ => line.to_string(),
+        })
+        .collect();
+    format!("{}\r\n\r\n{body}", head.join("\r\n")).into_bytes()
 }
 
 /// Reads one HTTP/1.1 response whole (Content-Length or chunked body), returning its
@@ -331,8 +407,11 @@ pub struct Cluster {
     pub ec2: Ec2,
     pub vpc: String,
     pub subnet: String,
+    pub ami: String,
     pub table: String,
     pub instances: Vec<Instance>,
+    /// Instances the script terminated, by index: the next run gets new ones there.
+    terminated: Vec<bool>,
 }
 
 impl Cluster {
@@ -342,17 +421,31 @@ impl Cluster {
         let network = moto::network(&ec2);
         let tag = format!("kubernetes.io/cluster/{CLUSTER}");
         let table = ec2.create_route_table(&network.vpc, &[(tag.as_str(), "owned")]);
-        let root = ec2.call(
+        let mut cluster = Cluster {
+            ec2,
+            vpc: network.vpc,
+            subnet: network.subnet,
+            ami: network.ami,
+            table,
+            instances: Vec::new(),
+            terminated: vec![false; instances],
+        };
+        cluster.instances = cluster.launch(instances);
+        cluster
+    }
+
+    /// Launches `n` instances in the subnet (directly in moto, not counted).
+    fn launch(&self, n: usize) -> Vec<Instance> {
+        let root = self.ec2.call(
             "RunInstances",
             Params::new()
-                .add("ImageId", network.ami.as_str())
-                .add("MinCount", instances.to_string())
-                .add("MaxCount", instances.to_string())
+                .add("ImageId", self.ami.as_str())
+                .add("MinCount", n.to_string())
+                .add("MaxCount", n.to_string())
                 .add("InstanceType", "t3.micro")
-                .add("SubnetId", network.subnet.as_str()),
+                .add("SubnetId", self.subnet.as_str()),
         );
-        let instances = root
-            .items("instancesSet")
+        root.items("instancesSet")
             .map(|item| Instance {
                 id: item.text_of("instanceId").expect("instanceId").to_string(),
                 private_dns_name: item
@@ -369,22 +462,32 @@ impl Cluster {
                     .expect("placement")
                     .to_string(),
             })
-            .collect();
-        Cluster {
-            ec2,
-            vpc: network.vpc,
-            subnet: network.subnet,
-            table,
-            instances,
+            .collect()
+    }
+
+    /// Terminates node `k`'s instance (directly in moto, not counted).
+    pub fn terminate(&mut self, k: usize) {
+        self.ec2.terminate(&self.instances[k].id);
+        self.terminated[k] = true;
+    }
+
+    /// Replaces every terminated instance with a new one.
+    pub fn renew(&mut self) {
+        for k in 0..self.instances.len() {
+            if self.terminated[k] {
+                self.instances[k] = self.launch(1).remove(0);
+                self.terminated[k] = false;
+            }
         }
     }
 
-    /// cloud-provider-aws's INI, with EC2 at `endpoint`. VPC, subnet and cluster ID
-    /// make it skip the instance metadata service.
+    /// cloud-provider-aws's INI, with EC2 at `endpoint` (`Service` is the SDK's service
+    /// ID, `EC2`; any other spelling is silently ignored and the real endpoint used).
+    /// VPC, subnet and cluster ID make it skip the instance metadata service.
     pub fn cloud_config(&self, endpoint: &str) -> String {
         format!(
             "[Global]\nRegion = {region}\nVPC = {vpc}\nSubnetID = {subnet}\nKubernetesClusterID = {CLUSTER}\n\
-             [ServiceOverride \"ec2\"]\nService = ec2\nRegion = {region}\nURL = {endpoint}\nSigningRegion = {region}\n",
+             [ServiceOverride \"ec2\"]\nService = EC2\nRegion = {region}\nURL = {endpoint}\nSigningRegion = {region}\nSigningName = ec2\n",
             region = moto::REGION,
             vpc = self.vpc,
             subnet = self.subnet,
@@ -800,7 +903,7 @@ pub fn total(requests: &BTreeMap<String, u64>) -> u64 {
 pub fn run_peer(
     peer: Peer,
     api: &KubeApiserver,
-    cluster: &Cluster,
+    cluster: &mut Cluster,
     proxy: &Ec2Proxy,
     script: Script,
     timing: Timing,
@@ -814,6 +917,8 @@ pub fn run_peer(
     );
     delete_all_nodes(api);
     cluster.clear_routes();
+    cluster.renew();
+    proxy.forget_terminated();
     for k in 0..script.nodes {
         cluster.create_node(api, k);
     }
@@ -874,6 +979,10 @@ pub fn run_peer(
             if i > 0 {
                 thread::sleep(script.spacing - script.replace_after);
             }
+            // As a node group replaces a node: the instance terminates (EC2 marks its
+            // routes blackhole), then the node object goes.
+            proxy.terminated(&cluster.instances[i].id);
+            cluster.terminate(i);
             cluster.delete_node(api, i);
             thread::sleep(script.replace_after);
             cluster.create_node(api, script.nodes + i);

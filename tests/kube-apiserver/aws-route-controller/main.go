@@ -22,12 +22,14 @@
 //	SubnetID = subnet-1234
 //	KubernetesClusterID = kubernetes
 //	[ServiceOverride "ec2"]
-//	Service = ec2
+//	Service = EC2
 //	Region = us-east-1
 //	URL = http://127.0.0.1:5000
 //	SigningRegion = us-east-1
+//	SigningName = ec2
 //
-// (VPC, SubnetID and the cluster ID together make the provider skip the instance
+// (Service is the SDK's service ID, "EC2": another spelling is ignored without a
+// word and the real endpoint used; VPC, SubnetID and the cluster ID together make the provider skip the instance
 // metadata service, as for a control plane outside AWS); credentials come from
 // the SDK's default chain (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY).
 //
