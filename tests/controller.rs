@@ -846,3 +846,423 @@ fn mutations_at_once_bounds_route_changes_in_flight() {
     d.settle();
     assert_eq!(d.count("create"), 3);
 }
+
+// --- rules pinned exactly (issue 16): each test names the mutation it kills ------------
+
+/// The creates' send times, since the start.
+fn create_times(d: &Driver) -> Vec<Duration> {
+    d.sent
+        .iter()
+        .filter(|(_, op)| op_kind(op) == "create")
+        .map(|(t, _)| *t)
+        .collect()
+}
+
+fn gaps(times: &[Duration]) -> Vec<f64> {
+    times
+        .windows(2)
+        .map(|w| (w[1] - w[0]).as_secs_f64())
+        .collect()
+}
+
+/// Kills: dropping `!self.leading` from `write_condition`, and from the
+/// FailedToCreateRoute event path (`failed_create_event`). Replies to operations sent
+/// before the lease was lost still arrive; none of them may lead to a write.
+#[test]
+fn after_the_lease_is_lost_no_condition_is_written_and_no_event_recorded() {
+    let mut config = watch_config();
+    config.leader_election = true;
+    let mut d = Driver::new(config);
+    // n0's create is refused (an event and a True condition would follow), n1's and
+    // n2's succeed (False conditions would follow).
+    d.cloud
+        .break_destination(Cidr::parse("10.0.0.0/24").unwrap(), CloudErrorKind::Invalid);
+    d.list(nodes(3));
+    d.feed(Input::Leadership(true));
+    d.answer_one(); // the list; three creates go out
+    assert_eq!(d.pending.len(), 3, "{:?}", d.pending);
+    assert!(d.condition_writes.is_empty() && d.events.is_empty());
+    d.feed(Input::Leadership(false));
+    let commands_at_loss = d.commands.len();
+    d.settle(); // the three replies arrive after the loss
+    d.advance(secs(600.0));
+    let writes: Vec<&Command> = d.commands[commands_at_loss..]
+        .iter()
+        .filter(|c| {
+            matches!(
+                c,
+                Command::WriteCondition { .. }
+                    | Command::RecordEvent { .. }
+                    | Command::Cloud { .. }
+            )
+        })
+        .collect();
+    assert!(
+        writes.is_empty(),
+        "written after the lease was lost: {writes:#?}"
+    );
+    assert_eq!(d.cloud_routes().len(), 2, "the replies still happened");
+}
+
+/// Kills: dropping `self.cancel_queued(..)` on the loss of the lease. The queued
+/// operations are dropped at once: the pass that planned them reports them deferred as
+/// soon as its one operation in flight is answered, and a later term never sends an
+/// operation planned in the old one.
+#[test]
+fn losing_the_lease_drops_the_queued_operations_at_once() {
+    let mut config = watch_config();
+    config.leader_election = true;
+    config.max_in_flight = 1;
+    let mut d = Driver::new(config);
+    d.list(nodes(3));
+    d.feed(Input::Leadership(true));
+    d.answer_one(); // the list; n0's create goes out, n1's and n2's wait in the queue
+    assert_eq!(d.pending.len(), 1);
+    d.feed(Input::Leadership(false));
+    d.settle();
+    let report = d.reports.last().expect("the cut-off pass reports");
+    assert_eq!(
+        (report.cause.pass, report.created, report.deferred),
+        (1, 1, 2),
+        "{report}"
+    );
+    // A new term: the new pass lists and plans again; every operation it sends is its own.
+    d.feed(Input::Leadership(true));
+    d.settle();
+    let passes_of_creates: Vec<u64> = d
+        .commands
+        .iter()
+        .filter_map(|c| match c {
+            Command::Cloud {
+                op: CloudOp::Create { .. },
+                cause,
+                ..
+            } => Some(cause.pass),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(passes_of_creates, vec![1, 2, 2], "{:#?}", d.reports);
+    assert_eq!(d.cloud_routes().len(), 3);
+}
+
+/// Kills: dropping the `synced` guards (`can_write`, `take_next(self.synced)`,
+/// `node_trigger`, `on_leadership`) together. The lease is won halfway through the first
+/// list, while the node view still misses n0 and n1: nothing may be sent, not even a
+/// list; once the list is complete the routes of n0 and n1 stay. The same during a
+/// relist.
+#[test]
+fn a_lease_won_during_the_first_list_or_a_relist_deletes_nothing() {
+    let cloud = Arc::new(FakeCloud::new());
+    cloud.seed([
+        route("a", "n0", "10.0.0.0/24"),
+        route("b", "n1", "10.0.1.0/24"),
+    ]);
+    let mut config = watch_config();
+    config.leader_election = true;
+    let mut d = Driver::with_cloud(config, cloud);
+    d.node_event(NodeEvent::Init);
+    d.node_event(NodeEvent::InitApply(node(
+        "n2",
+        &["10.0.2.0/24"],
+        "192.168.0.2",
+    )));
+    d.feed(Input::Leadership(true));
+    d.node_event(NodeEvent::Added(node(
+        "n3",
+        &["10.0.3.0/24"],
+        "192.168.0.3",
+    )));
+    d.advance(secs(60.0));
+    assert!(
+        d.sent.is_empty(),
+        "sent during the first list: {:?}",
+        d.sent
+    );
+    assert_eq!(d.ctrl.next_deadline(), None);
+    d.node_event(NodeEvent::InitApply(node(
+        "n0",
+        &["10.0.0.0/24"],
+        "192.168.0.0",
+    )));
+    d.node_event(NodeEvent::InitApply(node(
+        "n1",
+        &["10.0.1.0/24"],
+        "192.168.0.1",
+    )));
+    d.node_event(NodeEvent::InitDone);
+    d.advance(secs(5.0));
+    assert_eq!(d.count("delete"), 0);
+    assert_eq!(d.cloud_routes().len(), 4, "{:?}", d.cloud_routes());
+
+    // A relist that starts while standing by and is won halfway through.
+    d.feed(Input::Leadership(false));
+    d.node_event(NodeEvent::Init);
+    d.node_event(NodeEvent::InitApply(node(
+        "n2",
+        &["10.0.2.0/24"],
+        "192.168.0.2",
+    )));
+    let sent = d.sent.len();
+    d.feed(Input::Leadership(true));
+    d.advance(secs(60.0));
+    assert_eq!(
+        d.sent.len(),
+        sent,
+        "sent during a relist: {:?}",
+        &d.sent[sent..]
+    );
+    for n in ["n0", "n1", "n3"] {
+        let i = &n[1..];
+        d.node_event(NodeEvent::InitApply(node(
+            n,
+            &[&format!("10.0.{i}.0/24")],
+            &format!("192.168.0.{i}"),
+        )));
+    }
+    d.node_event(NodeEvent::InitDone);
+    d.advance(secs(5.0));
+    assert_eq!(d.count("delete"), 0);
+    assert_eq!(d.cloud_routes().len(), 4);
+}
+
+/// Kills: no doubling (`1u32 << ..` replaced by 1), no cap (`.min(retry_max)` dropped),
+/// and no jitter. Every gap between attempts lies in [½, 1] × min(1 s × 2^(n-1), 5 min),
+/// and jitter spreads them (not all at the top of their range).
+#[test]
+fn retries_back_off_exponentially_from_one_second_to_five_minutes_with_jitter() {
+    let mut d = Driver::new(watch_config());
+    d.cloud.break_destination(
+        Cidr::parse("10.0.0.0/24").unwrap(),
+        CloudErrorKind::Retry { after: None },
+    );
+    d.start(nodes(1));
+    d.advance(Duration::from_secs(4 * 3600));
+    let gaps = gaps(&create_times(&d));
+    // 1 + 2 + … + 256 s = 511 s, then 300 s each: 9 + (14 400 - 511) / 300 ≥ 55 gaps.
+    assert!(
+        gaps.len() >= 50,
+        "{} attempts in 4 h: {gaps:?}",
+        gaps.len() + 1
+    );
+    for (i, gap) in gaps.iter().enumerate() {
+        let full = (2f64.powi(i as i32)).min(300.0);
+        assert!(
+            *gap >= full / 2.0 - 1e-6 && *gap <= full + 1e-6,
+            "gap {} is {gap} s, outside [{}, {full}] s: {gaps:?}",
+            i + 1,
+            full / 2.0
+        );
+    }
+    let low = gaps
+        .iter()
+        .enumerate()
+        .filter(|(i, g)| **g < 0.9 * (2f64.powi(*i as i32)).min(300.0))
+        .count();
+    assert!(low >= gaps.len() / 4, "no jitter: {gaps:?}");
+}
+
+/// Kills: swapping (or unifying) the bases of the backoff: a conflict retries from
+/// ½ s (another change runs; it ends soon), an invalid request from 30 s (it will not
+/// go through by itself soon), doubling as any other.
+#[test]
+fn conflicts_retry_sooner_and_invalid_requests_later() {
+    for (kind, first) in [
+        (CloudErrorKind::Conflict, 0.5),
+        (CloudErrorKind::Invalid, 30.0),
+    ] {
+        let mut d = Driver::new(watch_config());
+        d.cloud
+            .break_destination(Cidr::parse("10.0.0.0/24").unwrap(), kind.clone());
+        d.start(nodes(1));
+        d.advance(secs(first * 8.0));
+        let gaps = gaps(&create_times(&d));
+        assert!(gaps.len() >= 3, "{kind:?}: {gaps:?}");
+        for (i, gap) in gaps.iter().take(3).enumerate() {
+            let full = first * 2f64.powi(i as i32);
+            assert!(
+                *gap >= full / 2.0 - 1e-6 && *gap <= full + 1e-6,
+                "{kind:?}: gap {} is {gap} s, outside [{}, {full}] s",
+                i + 1,
+                full / 2.0
+            );
+        }
+    }
+}
+
+/// Kills: dropping `self.planning.is_none()` from `may_start_pass`. While a pass waits
+/// for its list, triggers only collect: the list in flight is followed by exactly one
+/// pass for all of them.
+#[test]
+fn triggers_while_a_list_is_in_flight_fold_into_exactly_one_follow_up() {
+    let mut d = Driver::new(watch_config());
+    d.start(nodes(1));
+    // Past the view's max age, the next change lists first.
+    d.advance(Duration::from_secs(301));
+    let before = d.passes();
+    let lists = d.count("list");
+    d.node_event(NodeEvent::Added(node(
+        "n1",
+        &["10.0.1.0/24"],
+        "192.168.0.1",
+    )));
+    assert_eq!(d.passes() - before, 1);
+    assert_eq!(d.count("list"), lists + 1, "the pass lists");
+    // The list stays unanswered for 10 s while four more nodes arrive, 2 s apart.
+    for i in 2..6 {
+        d.now += secs(2.0);
+        d.node_event(NodeEvent::Added(node(
+            &format!("n{i}"),
+            &[&format!("10.0.{i}.0/24")],
+            &format!("192.168.0.{i}"),
+        )));
+        d.feed(Input::Tick);
+    }
+    d.now += secs(2.0);
+    d.feed(Input::Tick);
+    assert_eq!(
+        d.passes() - before,
+        1,
+        "passes started while a list was in flight"
+    );
+    assert_eq!(d.pending.len(), 1, "only the list: {:?}", d.pending);
+    d.advance(secs(10.0));
+    assert_eq!(
+        d.passes() - before,
+        2,
+        "one follow-up for the four: {:#?}",
+        d.reports
+    );
+    assert_eq!(d.cloud_routes().len(), 6);
+    let followup = d
+        .reports
+        .iter()
+        .max_by_key(|r| r.cause.pass)
+        .expect("reports");
+    assert_eq!(followup.cause.total(), 4, "{followup}");
+}
+
+/// Kills: a per-destination retry instead of a global pause (dropping `paused_until`
+/// from the rate-limited reply, or from `dispatch`). From the refusal until the instant
+/// the provider named, not one call goes out; then the refused create goes first.
+#[test]
+fn a_rate_limited_reply_stops_every_call_until_the_instant_the_provider_named() {
+    let mut config = watch_config();
+    config.max_in_flight = 1;
+    let mut d = Driver::new(config);
+    d.cloud.fail_next(
+        Call::Create,
+        [CloudErrorKind::RateLimited { after: secs(30.0) }],
+    );
+    d.list(nodes(3));
+    d.answer_one(); // the list; n0's create goes out
+    let refused_at = d.elapsed();
+    d.answer_one(); // refused: 30 s
+    assert!(
+        d.pending.is_empty(),
+        "sent after the refusal: {:?}",
+        d.pending
+    );
+    d.advance(secs(29.999));
+    let during: Vec<_> = d.sent.iter().filter(|(t, _)| *t > refused_at).collect();
+    assert!(during.is_empty(), "calls during the pause: {during:?}");
+    d.advance(secs(0.002));
+    let after: Vec<(Duration, String)> = d
+        .sent
+        .iter()
+        .filter(|(t, _)| *t > refused_at)
+        .map(|(t, op)| (*t - refused_at, destination(op)))
+        .collect();
+    assert_eq!(after.len(), 3, "{after:?}");
+    assert_eq!(
+        after[0],
+        (secs(30.0), "10.0.0.0/24".to_string()),
+        "{after:?}"
+    );
+    assert_eq!(d.cloud_routes().len(), 3);
+    assert!(
+        d.events.is_empty(),
+        "a rate limit is not the route's failure"
+    );
+}
+
+/// Kills: dropping `self.followups.insert(cidr)`. n0 is deleted and its route's delete
+/// is in flight when n9 takes over its pod CIDR: the pass for n9 cannot send the
+/// create (the destination is busy), so once the delete is answered exactly one
+/// follow-up pass creates it, without any other trigger.
+#[test]
+fn a_busy_destination_gets_exactly_one_follow_up_pass_when_it_is_answered() {
+    let mut d = Driver::new(watch_config());
+    d.start(nodes(2));
+    let n0 = nodes(1)[0].clone();
+    d.now += secs(5.0);
+    d.node_event(NodeEvent::Deleted(n0));
+    assert_eq!(
+        d.pending.len(),
+        1,
+        "the delete is in flight: {:?}",
+        d.pending
+    );
+    d.now += secs(5.0);
+    d.node_event(NodeEvent::Added(node(
+        "n9",
+        &["10.0.0.0/24"],
+        "192.168.0.9",
+    )));
+    d.feed(Input::Tick);
+    assert_eq!(d.count("create"), 2, "the create must wait for the delete");
+    let followups = d.metrics.passes(TriggerKind::Retry);
+    d.settle();
+    d.advance(secs(3600.0));
+    assert_eq!(
+        d.cloud_routes(),
+        vec![
+            ("n1".into(), "10.0.1.0/24".into()),
+            ("n9".into(), "10.0.0.0/24".into())
+        ]
+    );
+    assert_eq!(d.metrics.passes(TriggerKind::Retry) - followups, 1);
+    assert!(
+        d.reports
+            .last()
+            .unwrap()
+            .cause
+            .to_string()
+            .contains("follow-up for route 10.0.0.0/24"),
+        "{}",
+        d.reports.last().unwrap()
+    );
+}
+
+/// Kills: any other debounce than the documented 50 ms (`Config::new`). After a pass, a
+/// change within 50 ms of the last one waits until 50 ms have passed without a change:
+/// the deadline is exactly that instant, and the pass starts there, not before.
+#[test]
+fn a_change_soon_after_another_waits_exactly_the_50_ms_debounce() {
+    let mut d = Driver::new(watch_config());
+    d.start(vec![]);
+    d.now += secs(10.0);
+    let before = d.passes();
+    d.node_event(NodeEvent::Added(nodes(1)[0].clone()));
+    d.settle();
+    assert_eq!(d.passes() - before, 1, "leading edge: at once");
+    d.now += secs(0.02);
+    d.node_event(NodeEvent::Added(nodes(2)[1].clone()));
+    d.now += secs(0.02);
+    d.node_event(NodeEvent::Added(nodes(3)[2].clone()));
+    let last = d.now;
+    assert_eq!(
+        d.ctrl.next_deadline(),
+        Some(last + Duration::from_millis(50))
+    );
+    d.now = last + Duration::from_millis(49);
+    d.feed(Input::Tick);
+    assert_eq!(d.passes() - before, 1, "started before the debounce ended");
+    d.now = last + Duration::from_millis(50);
+    d.feed(Input::Tick);
+    assert_eq!(d.passes() - before, 2);
+    // After a quiet 50 ms, the next change starts at once again.
+    d.settle();
+    d.now += Duration::from_millis(50);
+    d.node_event(NodeEvent::Added(nodes(4)[3].clone()));
+    assert_eq!(d.passes() - before, 3);
+}
