@@ -1072,7 +1072,7 @@ fn conflicts_retry_sooner_and_invalid_requests_later() {
     ] {
         let mut d = Driver::new(watch_config());
         d.cloud
-            .break_destination(Cidr::parse("10.0.0.0/24").unwrap(), kind.clone());
+            .break_destination(Cidr::parse("10.0.0.0/24").unwrap(), kind);
         d.start(nodes(1));
         d.advance(secs(first * 8.0));
         let gaps = gaps(&create_times(&d));
