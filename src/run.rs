@@ -44,6 +44,9 @@ use crate::provider::Routes;
 use crate::serve::{self, AccessConfig, CertSource, Health, Reviewer, ServerConfig, ServerHandle};
 use crate::workers;
 
+/// How long teardown waits for idle cloud workers to notice that the job channel closed.
+const WORKER_STOP_GRACE: std::time::Duration = std::time::Duration::from_secs(1);
+
 /// Assembles the controller's threads.
 pub struct Builder {
     config: Config,
@@ -487,12 +490,23 @@ impl Handle {
             let _ = t.join();
         }
         // The actor's senders are gone: the status writer drains its queue and stops;
-        // workers finish their call in hand (bounded by the provider's timeouts).
+        // idle workers stop at once. The actor has already waited up to the drain
+        // deadline for calls in flight, so a worker still inside one is left to finish
+        // it on its own: joining it would stretch the 10 s drain to the provider's
+        // timeout.
         if let Some(t) = self.status_thread.take() {
             let _ = t.join();
         }
+        let grace = std::time::Instant::now() + WORKER_STOP_GRACE;
         for w in self.workers.drain(..) {
-            let _ = w.join();
+            while !w.is_finished() && std::time::Instant::now() < grace {
+                std::thread::sleep(std::time::Duration::from_millis(5));
+            }
+            if w.is_finished() {
+                let _ = w.join();
+            } else {
+                log::warn!("a cloud worker is still inside a call; not waiting for it");
+            }
         }
         if let Some(servers) = self.servers.take() {
             servers.stop();

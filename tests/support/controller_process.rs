@@ -381,6 +381,26 @@ impl ControllerProcess {
         }
     }
 
+    /// Sends `SIG<name>` (`TERM`, `INT`) without waiting.
+    pub fn send_signal(&mut self, name: &str) {
+        self.signal(name);
+    }
+
+    /// Waits up to `timeout` for the process to exit on its own; `None` if it still
+    /// runs then.
+    pub fn wait_exit(&mut self, timeout: Duration) -> Option<ExitStatus> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(status) = self.try_exit() {
+                return Some(status);
+            }
+            if Instant::now() > deadline {
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
     /// SIGKILL, as a crash or an evicted pod: no clean shutdown, the lease stays.
     pub fn kill(&mut self) {
         if self.is_running() {
