@@ -21,7 +21,7 @@ mod hcloud_double;
 #[path = "support/kube_apiserver.rs"]
 mod kube_apiserver;
 
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use controller_process::{ControllerProcess, sum};
 use e2e_cluster::{LEASE, poll_until};
@@ -32,8 +32,12 @@ const LEASE_DURATION: Duration = Duration::from_secs(4);
 const RETRY_PERIOD: Duration = Duration::from_secs(1);
 /// The longest wait between two attempts of a candidate: retry × (1 + 1.2).
 const LONGEST_RETRY: Duration = Duration::from_millis(2200);
-/// HTTP round trips and scrape intervals on a shared two-core machine.
-const SLACK: Duration = Duration::from_millis(750);
+/// HTTP round trips, process scheduling and scrape intervals on a loaded two-core
+/// machine (five engineers compiling at once): wide on purpose. The timing rules
+/// themselves are pinned in virtual time (`kube::lease`'s unit tests and
+/// `tests/kube_lease.rs`); here they only must hold roughly, and the measured values
+/// are printed (`cargo test --test e2e_leader_election -- --nocapture`).
+const SLACK: Duration = Duration::from_secs(3);
 const LEASE_FLAGS: [&str; 3] = [
     "--leader-elect-lease-duration=4s",
     "--leader-elect-renew-deadline=3s",
@@ -142,6 +146,34 @@ fn leader_since(ctl: &mut ControllerProcess, from: Instant, timeout: Duration) -
     from.elapsed()
 }
 
+impl Pair {
+    fn lease(&self) -> serde_json::Value {
+        self.cluster.api.get_json(&format!(
+            "/apis/coordination.k8s.io/v1/namespaces/{}/leases/{LEASE}",
+            self.cluster.identity.namespace
+        ))
+    }
+}
+
+/// A MicroTime field of a lease's spec (`renewTime`, `acquireTime`), as wall-clock time:
+/// both replicas write them from this machine's clock.
+fn lease_time(lease: &serde_json::Value, field: &str) -> SystemTime {
+    let text = lease["spec"][field]
+        .as_str()
+        .unwrap_or_else(|| panic!("lease without spec.{field}: {lease}"));
+    let ts: k8s_openapi::jiff::Timestamp = text
+        .parse()
+        .unwrap_or_else(|e| panic!("spec.{field} {text:?}: {e}"));
+    let micros = u64::try_from(ts.as_microsecond()).expect("a time after 1970");
+    SystemTime::UNIX_EPOCH + Duration::from_micros(micros)
+}
+
+fn between(earlier: SystemTime, later: SystemTime) -> Duration {
+    later
+        .duration_since(earlier)
+        .unwrap_or_else(|e| panic!("{:?} is before the time it should follow", e.duration()))
+}
+
 #[test]
 fn standby_takes_over_from_a_killed_leader_after_the_lease_expires_and_never_writes_alongside_it() {
     let mut pair = start_pair("e2e-leader-kill", 61..=63, "leader_kill");
@@ -166,34 +198,37 @@ fn standby_takes_over_from_a_killed_leader_after_the_lease_expires_and_never_wri
 
     let killed = Instant::now();
     pair.a.kill();
+    // The dead leader's last renewal, as it wrote it.
+    let last_renewal = lease_time(&pair.lease(), "renewTime");
     // A change during the failover: the new leader must serve it.
     let third = pair.cluster.node("leader-kill-3", 63);
     let takeover = leader_since(&mut pair.b, killed, PATIENCE);
+    let acquired = lease_time(&pair.lease(), "acquireTime");
+    let after_renewal = between(last_renewal, acquired);
     eprintln!(
-        "leader_kill: the standby led {:.2} s after the SIGKILL (lease {LEASE_DURATION:?}, retry {RETRY_PERIOD:?})",
-        takeover.as_secs_f64()
+        "leader_kill: the standby led {:.2} s after the SIGKILL, acquiring the lease {:.2} s after          the dead leader's last renewal (lease {LEASE_DURATION:?}, retry {RETRY_PERIOD:?})",
+        takeover.as_secs_f64(),
+        after_renewal.as_secs_f64()
     );
-    let earliest = LEASE_DURATION - RETRY_PERIOD;
+    // Safety, whatever the load: the standby measures expiry from when it saw that
+    // renewal, which is after it was written.
     assert!(
-        takeover >= earliest.saturating_sub(Duration::from_millis(250)),
-        "the standby took the lease {takeover:?} after the kill, before it could have expired"
+        after_renewal >= LEASE_DURATION,
+        "the standby took the lease {after_renewal:?} after the last renewal, before it expired"
     );
     // The standby saw the leader's last renewal at most one of its attempt intervals
     // after it happened, and wakes when the lease it saw runs out (client-go waits up
     // to another interval on top).
     let latest = LEASE_DURATION + LONGEST_RETRY + SLACK;
     assert!(
-        takeover <= latest,
-        "the standby took {takeover:?} to take over; at most {latest:?} expected"
+        after_renewal <= latest,
+        "the standby took the lease {after_renewal:?} after the last renewal; at most {latest:?} expected"
     );
     pair.wait_for_route(&third, "b");
     assert_eq!(pair.creator(&third), "b");
     pair.assert_writes_never_overlap(killed);
 
-    let lease = pair.cluster.api.get_json(&format!(
-        "/apis/coordination.k8s.io/v1/namespaces/{}/leases/{LEASE}",
-        pair.cluster.identity.namespace
-    ));
+    let lease = pair.lease();
     let holder = lease["spec"]["holderIdentity"].as_str().unwrap_or_default();
     assert!(
         !holder.is_empty() && pair.b.log().contains(&format!("({holder}) acquired lease")),
@@ -210,18 +245,31 @@ fn sigterm_releases_the_lease_so_the_standby_takes_over_at_once() {
     assert_eq!(pair.creator(&first), "a");
 
     let terminated = Instant::now();
+    let signalled = SystemTime::now();
     let exit = pair.a.terminate();
     let takeover = leader_since(&mut pair.b, terminated, PATIENCE);
+    let acquired = between(signalled, lease_time(&pair.lease(), "acquireTime"));
     eprintln!(
-        "leader_term: the leader exited {:.2} s after SIGTERM; the standby led {:.2} s after it",
+        "leader_term: the leader exited {:.2} s after SIGTERM; the standby led {:.2} s after it          (acquired the lease {:.2} s after the signal)",
         exit.as_secs_f64(),
-        takeover.as_secs_f64()
+        takeover.as_secs_f64(),
+        acquired.as_secs_f64()
     );
-    // The released lease is free: the standby's next attempt takes it.
-    let latest = LONGEST_RETRY + SLACK;
     assert!(
-        takeover <= latest && takeover < LEASE_DURATION,
-        "the standby took {takeover:?} after a clean stop; a released lease is taken at the next attempt (≤ {latest:?})"
+        pair.a.log().contains(&format!(
+            "released lease {}/{LEASE}",
+            pair.cluster.identity.namespace
+        )),
+        "the stopped leader did not release the lease:\n{}",
+        pair.a.log_tail()
+    );
+    // The released lease is free: the standby's next attempt takes it, without waiting
+    // for it to expire.
+    let latest = exit + LONGEST_RETRY + SLACK;
+    assert!(
+        acquired <= latest,
+        "the standby took the lease {acquired:?} after the SIGTERM; a released lease is taken at \
+         the next attempt (≤ {latest:?})"
     );
     let second = pair.cluster.node("leader-term-2", 72);
     pair.wait_for_route(&second, "b");

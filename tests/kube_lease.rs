@@ -1,7 +1,7 @@
 //! Two electors on one Lease of the fake API server: exactly one leads, the other
 //! takes over when the holder stops renewing, and a release on stop hands over at
-//! once. (The timing rules themselves are unit-tested with a virtual clock in
-//! `kube::lease`; these tests check the wire protocol and the threads.)
+//! once. The timing rules run in virtual time over real HTTP (the test drives
+//! `try_acquire_or_renew` with its own clock); the release test runs the thread.
 
 #[path = "support/fake_apiserver.rs"]
 mod fake_apiserver;
@@ -11,7 +11,11 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::Receiver;
 use fake_apiserver::FakeApiServer;
 use route_controller::kube::config::{Auth, Secret, TlsSettings};
-use route_controller::kube::lease::{LeaseConfig, spawn_leader_election};
+use std::time::SystemTime;
+
+use route_controller::kube::lease::{
+    Elector, LeaseConfig, spawn_leader_election, try_acquire_or_renew,
+};
 use route_controller::kube::{Client, ClientOptions, KubeConfig, StopHandle};
 
 struct Candidate {
@@ -22,16 +26,20 @@ struct Candidate {
     thread: std::thread::JoinHandle<()>,
 }
 
-fn candidate(server: &FakeApiServer, name: &str, lease: Duration, renew: Duration) -> Candidate {
+fn client(server: &FakeApiServer, token: &str) -> Client {
     let config = KubeConfig {
         server: server.url(),
         source: "test".into(),
         tls: TlsSettings::default(),
-        auth: Auth::Token(Secret::new(format!("token-{name}"))),
+        auth: Auth::Token(Secret::new(token.to_string())),
         proxy_url: None,
         namespace: "default".into(),
     };
-    let client = Client::new(&config, ClientOptions::default()).unwrap();
+    Client::new(&config, ClientOptions::default()).unwrap()
+}
+
+fn candidate(server: &FakeApiServer, name: &str, lease: Duration, renew: Duration) -> Candidate {
+    let client = client(server, &format!("token-{name}"));
     let mut lease_config = LeaseConfig::new(format!("host-{name}_{name}"));
     lease_config.lease_duration = lease;
     lease_config.renew_deadline = renew;
@@ -55,74 +63,153 @@ fn holder(server: &FakeApiServer) -> String {
         .unwrap_or_default()
 }
 
-/// Waits for the first of the two to report leadership; returns (leader, follower).
-fn first_leader(a: Candidate, b: Candidate) -> (Candidate, Candidate) {
-    crossbeam_channel::select! {
-        recv(a.leadership) -> m => { assert_eq!(m, Ok(true)); (a, b) }
-        recv(b.leadership) -> m => { assert_eq!(m, Ok(true)); (b, a) }
-        default(Duration::from_secs(10)) => panic!("nobody became leader"),
+/// One elector on its own client, driven by the test in virtual time: its requests are
+/// real HTTP to the fake API server, its clock is the test's.
+struct Virtual {
+    name: &'static str,
+    token: String,
+    client: Client,
+    elector: Elector,
+    next: Instant,
+}
+
+fn virtual_candidate(server: &FakeApiServer, name: &'static str, t0: Instant) -> Virtual {
+    let token = format!("token-{name}");
+    let mut config = LeaseConfig::new(format!("host-{name}_{name}"));
+    config.lease_duration = LEASE;
+    config.renew_deadline = RENEW;
+    config.retry_period = RETRY;
+    Virtual {
+        name,
+        client: client(server, &token),
+        token,
+        elector: Elector::new(config),
+        next: t0,
     }
 }
 
+const LEASE: Duration = Duration::from_secs(2);
+const RENEW: Duration = Duration::from_secs(1);
+const RETRY: Duration = Duration::from_millis(200);
+/// Candidates' jitter draw, fixed: their interval is 200 ms × (1 + 1.2 × ½) = 320 ms.
+const JITTER: f64 = 0.5;
+const CANDIDATE_INTERVAL: Duration = Duration::from_millis(320);
+
+/// What happened in a virtual run: every attempt, and every change of leadership.
+#[derive(Default)]
+struct Log {
+    /// (virtual time since t0, candidate, leads after the attempt, wrote successfully)
+    attempts: Vec<(Duration, &'static str, bool, bool)>,
+    changes: Vec<(Duration, &'static str, bool)>,
+}
+
+/// Runs the candidates' attempts in time order until `until` (virtual).
+fn run_until(
+    server: &FakeApiServer,
+    cs: &mut [Virtual],
+    t0: Instant,
+    until: Duration,
+    log: &mut Log,
+) {
+    loop {
+        let Some(c) = cs.iter_mut().min_by_key(|c| c.next) else {
+            return;
+        };
+        if c.next > t0 + until {
+            return;
+        }
+        let now = c.next;
+        // An elector that asks for its next attempt in the past would spin here.
+        assert!(
+            log.attempts.len() < 10_000,
+            "no progress at {:?}: {:?}",
+            now - t0,
+            &log.attempts[log.attempts.len() - 5..]
+        );
+        let wall = SystemTime::UNIX_EPOCH + Duration::from_secs(1_800_000_000) + (now - t0);
+        let before = lease_version(server);
+        try_acquire_or_renew(&c.client, &mut c.elector, &|| (now, wall));
+        let wrote = lease_version(server) != before;
+        log.attempts
+            .push((now - t0, c.name, c.elector.is_leader(), wrote));
+        if let Some(leading) = c.elector.leadership_change(now) {
+            log.changes.push((now - t0, c.name, leading));
+        }
+        c.next = c.elector.next_attempt(now, JITTER);
+    }
+}
+
+/// The lease's resourceVersion in the server: it changes with every write it takes.
+fn lease_version(server: &FakeApiServer) -> String {
+    server
+        .lease("kube-system", "route-controller")
+        .map(|l| l["metadata"]["resourceVersion"].to_string())
+        .unwrap_or_default()
+}
+
+/// The timing rules of the elector in virtual time over real HTTP: exactly one of two
+/// leads and renews every retry period; cut off from the API server, the leader reports
+/// the loss exactly at its renew deadline; the follower takes over no sooner than a
+/// lease duration after the last renewal it saw, and at most one attempt interval later.
+/// Kills: the renew deadline check (`check_deadline`), the expiry check of `on_get`
+/// (`valid_until > now`), and the leader's renewal period.
 #[test]
 fn exactly_one_of_two_electors_leads_and_the_other_takes_over_when_it_stops_renewing() {
     let server = FakeApiServer::start();
-    let a = candidate(&server, "a", Duration::from_secs(2), Duration::from_secs(1));
-    let b = candidate(&server, "b", Duration::from_secs(2), Duration::from_secs(1));
-    let (leader, follower) = first_leader(a, b);
-    assert_eq!(holder(&server), leader.identity);
-    // The follower stays a follower while the leader renews.
-    assert!(
-        follower
-            .leadership
-            .recv_timeout(Duration::from_millis(1500))
-            .is_err()
+    let t0 = Instant::now();
+    let mut cs = [
+        virtual_candidate(&server, "a", t0),
+        virtual_candidate(&server, "b", t0 + Duration::from_millis(10)),
+    ];
+    let mut log = Log::default();
+    run_until(&server, &mut cs, t0, Duration::from_secs(3), &mut log);
+    assert_eq!(
+        log.changes,
+        vec![(Duration::ZERO, "a", true)],
+        "a, first to ask, leads; b never does"
     );
-    assert_eq!(holder(&server), leader.identity);
-    let renewals = server
-        .requests()
+    assert_eq!(holder(&server), cs[0].elector.config().identity);
+    let renewals: Vec<Duration> = log
+        .attempts
         .iter()
-        .filter(|r| {
-            r.method == "PUT"
-                && r.header("authorization") == Some(&format!("Bearer {}", leader.token))
-        })
-        .count();
+        .filter(|(_, who, _, wrote)| *who == "a" && *wrote)
+        .map(|(t, ..)| *t)
+        .collect();
+    assert_eq!(
+        renewals.len(),
+        16,
+        "a wrote at 0, 0.2, …, 3.0 s: {renewals:?}"
+    );
     assert!(
-        renewals >= 3,
-        "the leader renews every retry period ({renewals} PUTs)"
+        renewals.windows(2).all(|w| w[1] - w[0] == RETRY),
+        "{renewals:?}"
     );
 
-    // Cut the leader off: it reports the loss by its renew deadline, and the follower
-    // takes over once the lease has not changed for a lease duration.
-    let cut = Instant::now();
-    server.block_token(&leader.token);
+    // Cut a off. Its last renewal is the one at 3.0 s.
+    let last_renewal = *renewals.last().unwrap();
+    server.block_token(&cs[0].token);
+    log.changes.clear();
+    run_until(&server, &mut cs, t0, Duration::from_secs(8), &mut log);
+    let (lost_at, who, leading) = log.changes[0];
+    assert_eq!((who, leading), ("a", false), "{:?}", log.changes);
     assert_eq!(
-        leader.leadership.recv_timeout(Duration::from_secs(3)),
-        Ok(false)
+        lost_at,
+        last_renewal + RENEW,
+        "the loss is reported exactly at the renew deadline"
     );
+    let (took_at, who, leading) = log.changes[1];
+    assert_eq!((who, leading), ("b", true), "{:?}", log.changes);
+    let after = took_at - last_renewal;
+    println!("b took over {after:?} after a's last renewal (lease {LEASE:?})");
     assert!(
-        cut.elapsed() < Duration::from_millis(2500),
-        "loss reported after {:?}",
-        cut.elapsed()
+        after >= LEASE && after <= LEASE + CANDIDATE_INTERVAL + Duration::from_millis(10),
+        "b took over {after:?} after a's last renewal"
     );
-    assert_eq!(
-        follower.leadership.recv_timeout(Duration::from_secs(6)),
-        Ok(true)
-    );
-    assert!(
-        cut.elapsed() >= Duration::from_millis(1500),
-        "took over after {:?}",
-        cut.elapsed()
-    );
-    assert_eq!(holder(&server), follower.identity);
+    assert_eq!(log.changes.len(), 2, "{:?}", log.changes);
+    assert_eq!(holder(&server), cs[1].elector.config().identity);
     let lease = server.lease("kube-system", "route-controller").unwrap();
     assert_eq!(lease["spec"]["leaseTransitions"], 1);
     assert_eq!(lease["spec"]["leaseDurationSeconds"], 2);
-
-    for c in [leader, follower] {
-        c.stop.stop();
-        c.thread.join().unwrap();
-    }
 }
 
 #[test]

@@ -451,7 +451,7 @@ pub fn spawn_leader_election(
                 if stop.is_stopped() {
                     break;
                 }
-                attempt(&client, &mut elector);
+                try_acquire_or_renew(&client, &mut elector, &wall_clock);
                 if let Some(leading) = elector.leadership_change(Instant::now())
                     && leadership.send(leading).is_err()
                 {
@@ -478,12 +478,25 @@ fn lease_path(config: &LeaseConfig, name: Option<&str>) -> String {
     }
 }
 
-/// One `tryAcquireOrRenew`.
-fn attempt(client: &Client, elector: &mut Elector) {
+/// The clock of the thread: the local monotonic time and the wall-clock time.
+fn wall_clock() -> (Instant, SystemTime) {
+    (Instant::now(), SystemTime::now())
+}
+
+/// One `tryAcquireOrRenew` against the API server: the requests `elector` asks for,
+/// with its answers fed back at the instants `clock` tells (the thread passes the real
+/// clock; tests pass a virtual one, so that the timing rules run in virtual time over
+/// real HTTP).
+pub fn try_acquire_or_renew(
+    client: &Client,
+    elector: &mut Elector,
+    clock: &dyn Fn() -> (Instant, SystemTime),
+) {
     let timeout = elector.request_timeout();
     let config = elector.config().clone();
     let named = lease_path(&config, Some(&config.name));
-    let mut action = elector.attempt(Instant::now(), SystemTime::now());
+    let (now, wall) = clock();
+    let mut action = elector.attempt(now, wall);
     loop {
         let write = match action {
             LeaseAction::Get => {
@@ -493,9 +506,10 @@ fn attempt(client: &Client, elector: &mut Elector) {
                     Err(e) if e.is(ApiErrorKind::NotFound) => Ok(None),
                     Err(e) => Err(e),
                 };
+                let (now, wall) = clock();
                 let next = match &got {
-                    Ok(l) => elector.on_get(Ok(l.clone()), Instant::now(), SystemTime::now()),
-                    Err(e) => elector.on_get(Err(e), Instant::now(), SystemTime::now()),
+                    Ok(l) => elector.on_get(Ok(l.clone()), now, wall),
+                    Err(e) => elector.on_get(Err(e), now, wall),
                 };
                 match next {
                     Some(a) => {
@@ -520,9 +534,10 @@ fn attempt(client: &Client, elector: &mut Elector) {
                 Some(timeout),
             ),
         };
+        let (now, _) = clock();
         match &write {
-            Ok(l) => elector.on_write(Ok(l.clone()), Instant::now()),
-            Err(e) => elector.on_write(Err(e), Instant::now()),
+            Ok(l) => elector.on_write(Ok(l.clone()), now),
+            Err(e) => elector.on_write(Err(e), now),
         }
         return;
     }
