@@ -340,18 +340,94 @@ fn garbage_cut_and_oversized_lines_restart_the_stream_without_losing_events() {
     watch.stop();
 }
 
+/// Backoff slow enough that "waited" and "did not wait" are far apart on any machine:
+/// 100 ms doubling to 400 ms, ±25 %.
+fn measurable_backoff() -> WatchConfig {
+    WatchConfig {
+        backoff: BackoffConfig {
+            initial: Duration::from_millis(100),
+            max: Duration::from_millis(400),
+            reset_after: Duration::from_secs(120),
+        },
+        ..fast_config()
+    }
+}
+
+/// The gaps between consecutive requests that match `pred`, in order.
+fn request_gaps(
+    server: &FakeApiServer,
+    pred: impl Fn(&fake_apiserver::Recorded) -> bool,
+) -> Vec<Duration> {
+    let times: Vec<Instant> = server
+        .requests()
+        .iter()
+        .filter(|r| pred(r))
+        .map(|r| r.at)
+        .collect();
+    times.windows(2).map(|w| w[1] - w[0]).collect()
+}
+
+/// Kills: a list retried without waiting (the `fail` of `on_list_page`'s error path).
+/// Three failed lists are retried after at least 75, 150 and 300 ms (100 ms doubling,
+/// jittered by at most -25 %); only lower bounds, since a loaded machine only adds.
 #[test]
-fn server_errors_on_list_and_watch_are_retried_with_backoff() {
+fn server_errors_on_the_list_are_retried_with_growing_backoff() {
     let server = FakeApiServer::start();
     seed_nodes(&server, &["n1"]);
     server.fail_next("GET", "/api/v1/nodes", 500, None, 2);
     server.fail_next("GET", "/api/v1/nodes", 429, Some(0), 1);
-    let (watch, rx, _) = start(&server, fast_config());
+    let (watch, rx, _) = start(&server, measurable_backoff());
     assert_eq!(take(&rx, 3), ["Init", "InitApply n1", "InitDone"]);
-    assert!(server.requests().iter().filter(|r| r.is_list()).count() >= 4);
+    let gaps = request_gaps(&server, |r| r.is_list());
+    println!("list retries after {gaps:?}");
+    assert_eq!(
+        gaps.len(),
+        3,
+        "three failures, then the list that worked: {gaps:?}"
+    );
+    for (gap, least) in gaps.iter().zip([75, 150, 300]) {
+        assert!(*gap >= Duration::from_millis(least), "{gaps:?}");
+    }
     watch.stop();
 }
 
+/// Kills: a watch retried without waiting (the `fail` of `on_watch_started`'s error
+/// path), or relisted instead of resumed. Three watches refused with 500 are retried
+/// from the same resourceVersion after at least 75, 150 and 300 ms, with no new list.
+#[test]
+fn server_errors_on_the_watch_are_retried_with_growing_backoff_and_no_relist() {
+    let server = FakeApiServer::start();
+    seed_nodes(&server, &["n1"]);
+    for _ in 0..3 {
+        server.script_watch(WatchScript::Status(500, "InternalError"));
+    }
+    server.script_watch(WatchScript::Stream(vec![
+        WatchStep::Event("ADDED", node_json("n2", 11, &["10.244.9.0/24"], "10.0.0.9")),
+        WatchStep::Stall,
+    ]));
+    let (watch, rx, _) = start(&server, measurable_backoff());
+    assert_eq!(
+        take(&rx, 4),
+        ["Init", "InitApply n1", "InitDone", "Added n2@11"]
+    );
+    let gaps = request_gaps(&server, |r| r.is_watch());
+    println!("watch retries after {gaps:?}");
+    assert_eq!(
+        gaps.len(),
+        3,
+        "three refused watches, then the one that worked: {gaps:?}"
+    );
+    for (gap, least) in gaps.iter().zip([75, 150, 300]) {
+        assert!(*gap >= Duration::from_millis(least), "{gaps:?}");
+    }
+    assert_eq!(watch_rvs(&server), ["10", "10", "10", "10"]);
+    assert_eq!(server.requests().iter().filter(|r| r.is_list()).count(), 1);
+    watch.stop();
+}
+
+/// Kills: a stop that only sets its flag (dropping `agent.shutdown()` from
+/// `StopHandle::stop`): the read blocked on the stalled stream then waits for the 60 s
+/// idle timeout.
 #[test]
 fn stop_interrupts_a_blocked_watch_promptly() {
     let server = FakeApiServer::start();
@@ -360,10 +436,14 @@ fn stop_interrupts_a_blocked_watch_promptly() {
         idle_timeout: Duration::from_secs(60),
         ..fast_config()
     };
+    // The watch delivers one event and then stalls: once that event is out, the thread
+    // is certainly blocked reading the stalled stream (no sleep to guess when).
+    server.script_watch(WatchScript::Stream(vec![
+        WatchStep::Event("ADDED", node_json("n2", 11, &["10.244.9.0/24"], "10.0.0.9")),
+        WatchStep::Stall,
+    ]));
     let (watch, rx, _) = start(&server, config);
-    take(&rx, 3);
-    assert!(server.wait_for(Duration::from_secs(5), |r| r.iter().any(|r| r.is_watch())));
-    std::thread::sleep(Duration::from_millis(50));
+    assert_eq!(take(&rx, 4)[3], "Added n2@11");
     let started = Instant::now();
     watch.stop();
     assert!(

@@ -65,6 +65,8 @@ pub struct Recorded {
     pub query: Vec<(String, String)>,
     pub headers: Vec<(String, String)>,
     pub body: Vec<u8>,
+    /// When the request had been read.
+    pub at: Instant,
 }
 
 impl Recorded {
@@ -420,6 +422,7 @@ fn read_request(reader: &mut impl BufRead) -> Option<Recorded> {
         query,
         headers: request.headers,
         body: request.body,
+        at: Instant::now(),
     })
 }
 
