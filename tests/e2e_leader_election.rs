@@ -206,7 +206,8 @@ fn standby_takes_over_from_a_killed_leader_after_the_lease_expires_and_never_wri
     let acquired = lease_time(&pair.lease(), "acquireTime");
     let after_renewal = between(last_renewal, acquired);
     eprintln!(
-        "leader_kill: the standby led {:.2} s after the SIGKILL, acquiring the lease {:.2} s after          the dead leader's last renewal (lease {LEASE_DURATION:?}, retry {RETRY_PERIOD:?})",
+        "leader_kill: the standby led {:.2} s after the SIGKILL, acquiring the lease {:.2} s after \
+         the dead leader's last renewal (lease {LEASE_DURATION:?}, retry {RETRY_PERIOD:?})",
         takeover.as_secs_f64(),
         after_renewal.as_secs_f64()
     );
@@ -250,7 +251,8 @@ fn sigterm_releases_the_lease_so_the_standby_takes_over_at_once() {
     let takeover = leader_since(&mut pair.b, terminated, PATIENCE);
     let acquired = between(signalled, lease_time(&pair.lease(), "acquireTime"));
     eprintln!(
-        "leader_term: the leader exited {:.2} s after SIGTERM; the standby led {:.2} s after it          (acquired the lease {:.2} s after the signal)",
+        "leader_term: the leader exited {:.2} s after SIGTERM; the standby led {:.2} s after it \
+         (acquired the lease {:.2} s after the signal)",
         exit.as_secs_f64(),
         takeover.as_secs_f64(),
         acquired.as_secs_f64()
