@@ -92,12 +92,15 @@ fn table_output_is_for_people() {
         "10.244.0.0/16",
     ]);
     assert!(out.status.success());
+    // Exactly the README's example, reasons included (they are what an operator reads).
     let t = text(&out.stdout);
-    assert!(t.contains("DELETE     worker-old"), "{t}");
-    assert!(t.contains("CREATE     worker-2"), "{t}");
-    assert!(
-        t.ends_with("2 to delete, 1 to create, 2 kept, 1 condition writes\n"),
-        "{t}"
+    assert_eq!(
+        t,
+        "DELETE     worker-old         10.244.9.0/24            route 10.0.0.9-10.244.9.0/24 (node gone)\n\
+         DELETE     -                  10.244.7.0/24            route 10.0.0.7-10.244.7.0/24 (blackhole)\n\
+         CREATE     worker-2           10.244.2.0/24            name hint c3e9d0a4-5b6f-4e71-9a8b-2c4d6e8f0a32; addresses InternalIP=10.0.0.4,Hostname=worker-2\n\
+         CONDITION  worker-2           NetworkUnavailable=False (RouteCreated)\n\
+         2 to delete, 1 to create, 2 kept, 1 condition writes\n"
     );
 }
 
