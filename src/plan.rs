@@ -467,6 +467,45 @@ mod tests {
         assert!(!is_responsible(&Cidr::parse("10.0.0.0/8").unwrap(), &cc));
     }
 
+    /// Kills (cargo-mutants): the `same_addresses` guard replaced by false (every
+    /// address-carrying route churned), and `replaces` inverted.
+    #[test]
+    fn a_route_carrying_node_addresses_is_kept_while_they_match_and_replaced_when_they_change() {
+        let mut r = route("r", "n1", "10.0.1.0/24");
+        r.enable_node_addresses = true;
+        r.target_node_addresses = vec![NodeAddress::internal_ip("10.1.0.1")];
+        let cc = cidrs(&["10.0.0.0/16"]);
+        let same = plan(
+            &[node("n1", &["10.0.1.0/24"], "10.1.0.1")],
+            &[r.clone()],
+            &cc,
+        );
+        assert!(
+            same.deletes.is_empty() && same.creates.is_empty(),
+            "{same:?}"
+        );
+        assert_eq!(same.kept, 1);
+        let moved = plan(&[node("n1", &["10.0.1.0/24"], "10.1.0.9")], &[r], &cc);
+        assert_eq!(moved.deletes.len(), 1, "{moved:?}");
+        assert_eq!(moved.deletes[0].reason, DeleteReason::AddressesChanged);
+        assert_eq!(moved.creates.len(), 1);
+        assert!(moved.creates[0].replaces, "{moved:?}");
+    }
+
+    /// Kills (cargo-mutants): the `a.is_empty()` guard replaced by false (the reason
+    /// would read "CIDR not assigned to the node").
+    #[test]
+    fn a_route_to_a_node_without_pod_cidrs_is_deleted_for_that_reason() {
+        let p = plan(
+            &[node("n1", &[], "10.1.0.1")],
+            &[route("r", "n1", "10.0.1.0/24")],
+            &cidrs(&["10.0.0.0/16"]),
+        );
+        assert_eq!(p.deletes.len(), 1);
+        assert_eq!(p.deletes[0].reason, DeleteReason::NodeHasNoPodCidrs);
+        assert!(p.creates.is_empty() && p.nodes.len() == 1, "{p:?}");
+    }
+
     #[test]
     fn node_without_pod_cidr_gets_no_route_and_no_condition() {
         let p = plan(&[node("n", &[], "10.0.0.1")], &[], &cidrs(&["10.0.0.0/8"]));
