@@ -1266,3 +1266,97 @@ fn a_change_soon_after_another_waits_exactly_the_50_ms_debounce() {
     d.node_event(NodeEvent::Added(nodes(4)[3].clone()));
     assert_eq!(d.passes() - before, 3);
 }
+
+/// Kills (cargo-mutants): `force_list |= …` made `&=` in the scheduler's `Pending::add`.
+/// A new term lists the routes even when the view is fresh (another leader may have
+/// changed them), and so does the resync, which no view age can skip.
+#[test]
+fn a_new_term_and_the_resync_list_even_with_a_fresh_view() {
+    let mut config = watch_config();
+    config.leader_election = true;
+    config.route_view_max_age = Duration::from_secs(100 * 3600);
+    let mut d = Driver::new(config);
+    d.list(nodes(1));
+    d.feed(Input::Leadership(true));
+    d.settle();
+    assert_eq!(d.count("list"), 1);
+    d.advance(secs(10.0));
+    d.feed(Input::Leadership(false));
+    d.advance(secs(10.0));
+    d.feed(Input::Leadership(true));
+    d.settle();
+    assert_eq!(d.count("list"), 2, "the new term did not list");
+    d.advance(d.ctrl.resync_period());
+    assert_eq!(d.count("list"), 3, "the resync did not list");
+    assert_eq!(d.metrics.passes(TriggerKind::Resync), 1);
+}
+
+/// Kills (cargo-mutants): `||` made `&&` in the scheduler's `has_pending` (upstream's
+/// parked triggers no longer count as coalesced), and `Pending::merge` made a no-op (the
+/// triggers parked while a pass runs would be lost from the next pass's cause and
+/// from the trigger-to-pass latency that `simulate` reports for upstream's mode).
+#[test]
+fn upstream_watch_mode_folds_parked_triggers_into_the_next_pass() {
+    let mut config = watch_config();
+    config.mode = Mode::UpstreamWatch;
+    let mut d = Driver::new(config);
+    let n = nodes(1)[0].clone();
+    let moved = |rv: u64, ip: &str| {
+        let mut m = bumped(n.clone(), rv);
+        m.addresses = vec![route_controller::model::NodeAddress::internal_ip(ip)];
+        NodeEvent::Modified(m)
+    };
+    d.start(vec![n.clone()]);
+    d.advance(secs(30.0));
+    // A takes the token that is free now; its pass runs at once.
+    d.node_event(moved(20, "192.168.5.1"));
+    d.settle();
+    let coalesced = d.metrics.triggers_coalesced.get();
+    // B must wait for the next token (10 s): it is parked, nothing else pending.
+    d.now += secs(1.0);
+    d.node_event(moved(21, "192.168.5.2"));
+    assert_eq!(
+        d.metrics.triggers_coalesced.get(),
+        coalesced,
+        "B joined nothing"
+    );
+    // C joins B's parked batch.
+    d.now += secs(1.0);
+    d.node_event(moved(22, "192.168.5.3"));
+    assert_eq!(
+        d.metrics.triggers_coalesced.get(),
+        coalesced + 1,
+        "C joins B"
+    );
+    let passes = d.passes();
+    d.advance(secs(20.0));
+    assert_eq!(d.passes() - passes, 1);
+    assert_eq!(
+        d.reports.last().unwrap().cause.total(),
+        2,
+        "{}",
+        d.reports.last().unwrap()
+    );
+
+    // A pass in flight (its list unanswered) for 25 s: D waits for its token (10 s),
+    // then is queued behind the pass; E, parked meanwhile, comes due while D is queued
+    // and is merged into D's batch; the next pass serves both.
+    d.advance(secs(30.0));
+    d.node_event(moved(30, "192.168.5.4")); // starts a pass; its list stays pending
+    assert_eq!(d.pending.len(), 1, "{:?}", d.pending);
+    d.now += secs(0.5);
+    d.node_event(moved(31, "192.168.5.5")); // D: parked until +10 s
+    d.now += secs(10.0);
+    d.feed(Input::Tick); // D is queued; the pass still runs
+    d.now += secs(0.5);
+    d.node_event(moved(32, "192.168.5.6")); // E: parked until +20 s
+    d.now += secs(10.0);
+    d.feed(Input::Tick); // E's time has come; merged into D's batch
+    assert_eq!(d.pending.len(), 1, "the pass still waits for its list");
+    let passes = d.passes();
+    d.settle();
+    d.advance(secs(1.0));
+    assert_eq!(d.passes() - passes, 1);
+    let last = d.reports.last().unwrap();
+    assert_eq!(last.cause.total(), 2, "D and E in one pass: {last}");
+}
