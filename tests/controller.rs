@@ -11,7 +11,7 @@ use route_controller::cloud::CloudErrorKind;
 use route_controller::cloud::fake::{Call, FakeCloud};
 use route_controller::metrics::TriggerKind;
 use route_controller::model::Cidr;
-use route_controller::{CloudOp, Command, Input, Mode, NodeEvent};
+use route_controller::{CloudOp, Command, Input, Mode, NodeEvent, Trigger};
 use std::sync::Arc;
 
 fn nodes(n: usize) -> Vec<route_controller::model::Node> {
@@ -1359,4 +1359,41 @@ fn upstream_watch_mode_folds_parked_triggers_into_the_next_pass() {
     assert_eq!(d.passes() - passes, 1);
     let last = d.reports.last().unwrap();
     assert_eq!(last.cause.total(), 2, "D and E in one pass: {last}");
+}
+
+/// Kills (cargo-mutants): `Scheduler::clear` made a no-op on the loss of the lease.
+/// Triggers waiting when the lease is lost are moot (the next term lists and plans
+/// everything): the new term's first pass is caused by the leadership alone, and no
+/// trigger-to-pass latency spans the time spent standing by.
+#[test]
+fn triggers_pending_when_the_lease_is_lost_are_dropped() {
+    let mut config = watch_config();
+    config.leader_election = true;
+    let mut d = Driver::new(config);
+    d.list(nodes(2));
+    d.feed(Input::Leadership(true));
+    d.settle();
+    d.now += secs(5.0);
+    d.node_event(NodeEvent::Added(node(
+        "n5",
+        &["10.0.5.0/24"],
+        "192.168.0.5",
+    )));
+    d.settle();
+    // Within the debounce: this one waits, then the lease goes.
+    d.now += secs(0.01);
+    d.node_event(NodeEvent::Added(node(
+        "n6",
+        &["10.0.6.0/24"],
+        "192.168.0.6",
+    )));
+    d.feed(Input::Leadership(false));
+    let observed = d.metrics.trigger_to_pass.count();
+    d.advance(secs(60.0));
+    d.feed(Input::Leadership(true));
+    d.settle();
+    let first = d.reports.last().expect("the new term's pass");
+    assert_eq!(first.cause.samples, vec![Trigger::Leadership], "{first}");
+    assert_eq!(d.metrics.trigger_to_pass.count(), observed + 1);
+    assert_eq!(d.cloud_routes().len(), 4);
 }
