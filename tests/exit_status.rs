@@ -46,7 +46,7 @@ fn start(label: &str, latency: &str, extra: &[&str]) -> (FakeApiServer, Controll
             "ROUTE_CONTROLLER_FAKE_JOURNAL",
             journal.display().to_string(),
         )
-        .env("RUST_LOG", "info,route_controller::actor=debug")
+        .env("RUST_LOG", "info,route_controller::workers=debug")
         .spawn(label);
     (server, process)
 }
@@ -66,7 +66,7 @@ fn journal(label: &str) -> String {
 fn sigterm_lets_the_call_in_flight_finish_and_exits_0() {
     let label = "sigterm_drains";
     let (_server, mut c) = start(label, "2s", &["--leader-elect=false"]);
-    c.wait_for_log("cloud Create (pass", Duration::from_secs(20));
+    c.wait_for_log("cloud create (pass", Duration::from_secs(20));
     let signalled = Instant::now();
     c.send_signal("TERM");
     let Some(status) = c.wait_exit(DRAIN + Duration::from_secs(10)) else {
@@ -93,7 +93,7 @@ fn sigterm_lets_the_call_in_flight_finish_and_exits_0() {
 #[test]
 fn a_call_outlasting_the_10_s_drain_is_given_up_and_the_exit_is_0() {
     let (_server, mut c) = start("sigterm_drain_deadline", "60s", &["--leader-elect=false"]);
-    c.wait_for_log("cloud List (pass", Duration::from_secs(20));
+    c.wait_for_log("cloud list (pass", Duration::from_secs(20));
     let signalled = Instant::now();
     c.send_signal("TERM");
     let Some(status) = c.wait_exit(DRAIN + Duration::from_secs(20)) else {
@@ -119,7 +119,7 @@ fn a_call_outlasting_the_10_s_drain_is_given_up_and_the_exit_is_0() {
 #[test]
 fn a_second_signal_exits_at_once() {
     let (_server, mut c) = start("second_signal", "60s", &["--leader-elect=false"]);
-    c.wait_for_log("cloud List (pass", Duration::from_secs(20));
+    c.wait_for_log("cloud list (pass", Duration::from_secs(20));
     c.send_signal("TERM");
     c.wait_for_log("send it again to exit at once", Duration::from_secs(5));
     let second = Instant::now();
