@@ -1397,3 +1397,102 @@ fn triggers_pending_when_the_lease_is_lost_are_dropped() {
     assert_eq!(d.metrics.trigger_to_pass.count(), observed + 1);
     assert_eq!(d.cloud_routes().len(), 4);
 }
+
+/// The lists' send times, since the start.
+fn list_times(d: &Driver) -> Vec<Duration> {
+    d.sent
+        .iter()
+        .filter(|(_, op)| op_kind(op) == "list")
+        .map(|(t, _)| *t)
+        .collect()
+}
+
+/// Kills (cargo-mutants, before the reorganisation): `list_failed` made a no-op, its
+/// failure count not incremented, `now + delay` made `now - delay`. A failed list is
+/// retried on its own, with the same backoff as a route: [½, 1] × 1 s doubling.
+#[test]
+fn a_failed_list_is_retried_with_backoff() {
+    let mut d = Driver::new(watch_config());
+    d.cloud.fail_next(
+        Call::List,
+        [
+            CloudErrorKind::Ambiguous,
+            CloudErrorKind::Ambiguous,
+            CloudErrorKind::Ambiguous,
+        ],
+    );
+    d.start(nodes(1));
+    d.advance(secs(30.0));
+    let gaps = gaps(&list_times(&d));
+    assert_eq!(
+        gaps.len(),
+        3,
+        "three failures, then the list that worked: {gaps:?}"
+    );
+    for (i, gap) in gaps.iter().enumerate() {
+        let full = 2f64.powi(i as i32);
+        assert!(
+            *gap >= full / 2.0 - 1e-6 && *gap <= full + 1e-6,
+            "gap {} is {gap} s, outside [{}, {full}] s",
+            i + 1,
+            full / 2.0
+        );
+    }
+    assert_eq!(d.cloud_routes().len(), 1);
+}
+
+/// Kills (cargo-mutants, before the reorganisation): the `Retry { after: Some(..) }`
+/// arms of the route and the list retries. A provider's Retry-After is honoured exactly,
+/// for a route operation and for a list.
+#[test]
+fn a_retry_after_from_the_provider_is_honoured_for_routes_and_lists() {
+    let mut d = Driver::new(watch_config());
+    d.cloud.fail_next(
+        Call::List,
+        [CloudErrorKind::Retry {
+            after: Some(secs(7.0)),
+        }],
+    );
+    d.cloud.fail_next(
+        Call::Create,
+        [CloudErrorKind::Retry {
+            after: Some(secs(42.0)),
+        }],
+    );
+    d.start(nodes(1));
+    d.advance(secs(120.0));
+    assert_eq!(gaps(&list_times(&d)), vec![7.0]);
+    assert_eq!(gaps(&create_times(&d)), vec![42.0]);
+    assert_eq!(d.cloud_routes().len(), 1);
+}
+
+/// Kills (cargo-mutants, before the reorganisation): `abandon_planning` made a no-op.
+/// A pass that waits to list when the lease is lost ends at once with its reason, and
+/// the next term's pass is a new one.
+#[test]
+fn a_pass_waiting_to_list_when_the_lease_is_lost_ends_with_its_reason() {
+    let mut config = watch_config();
+    config.leader_election = true;
+    config.max_in_flight = 1;
+    let mut d = Driver::new(config);
+    d.list(nodes(2));
+    d.feed(Input::Leadership(true));
+    d.answer_one(); // the list; n0's create goes out
+    // An ambiguous reply: the next pass must list, and waits until nothing is in flight.
+    d.cloud.fail_next(Call::Create, [CloudErrorKind::Ambiguous]);
+    d.answer_one(); // n0's create: ambiguous; n1's goes out
+    d.now += secs(2.0);
+    d.feed(Input::Tick); // the retry pass wants to list; n1's create is in flight
+    let waiting = d.passes();
+    d.feed(Input::Leadership(false));
+    let cancelled = d
+        .reports
+        .iter()
+        .find(|r| r.cause.pass == waiting)
+        .unwrap_or_else(|| panic!("pass {waiting} did not end: {:#?}", d.reports));
+    assert_eq!(
+        cancelled.list_error.as_deref(),
+        Some("cancelled before listing"),
+        "{cancelled}"
+    );
+}
