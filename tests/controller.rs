@@ -1496,3 +1496,66 @@ fn a_pass_waiting_to_list_when_the_lease_is_lost_ends_with_its_reason() {
         "{cancelled}"
     );
 }
+
+/// Kills (cargo-mutants, before the reorganisation): a created route entered into the
+/// view without `enable_node_addresses` although the provider's routes carry them. With
+/// such a provider, an address change after a create replaces the route without
+/// waiting for a list.
+#[test]
+fn a_route_created_on_a_provider_that_carries_addresses_is_replaced_when_they_change() {
+    let cloud = Arc::new(FakeCloud::new());
+    cloud.set_report_node_addresses(true);
+    let mut seeded = route("a", "n0", "10.0.0.0/24");
+    seeded.target_node_addresses = vec![route_controller::model::NodeAddress::internal_ip(
+        "192.168.0.0",
+    )];
+    cloud.seed([seeded]);
+    let mut d = Driver::with_cloud(watch_config(), cloud);
+    d.start(nodes(2));
+    assert_eq!(
+        (d.count("list"), d.count("create"), d.count("delete")),
+        (1, 1, 0)
+    );
+    d.now += secs(5.0);
+    let mut moved = bumped(nodes(2)[1].clone(), 9);
+    moved.addresses = vec![route_controller::model::NodeAddress::internal_ip(
+        "192.168.7.7",
+    )];
+    d.node_event(NodeEvent::Modified(moved));
+    d.advance(secs(5.0));
+    assert_eq!(
+        (d.count("list"), d.count("create"), d.count("delete")),
+        (1, 2, 1),
+        "n1's route is replaced, without a list: {:?}",
+        d.sent
+    );
+}
+
+/// Kills (cargo-mutants, before the reorganisation): `now + after` made `now - after`
+/// for a rate-limited list. Operations queued behind a pass that lists wait out the
+/// provider's limit too: nothing goes out until it ends.
+#[test]
+fn a_rate_limited_list_pauses_the_queued_operations_too() {
+    let mut config = watch_config();
+    config.max_in_flight = 1;
+    let mut d = Driver::new(config);
+    d.list(nodes(3));
+    d.answer_one(); // the list; n0's create goes out, n1's and n2's wait
+    d.cloud.fail_next(Call::Create, [CloudErrorKind::Ambiguous]);
+    d.answer_one(); // n0's create: ambiguous, so the next pass lists; n1's goes out
+    d.now += secs(2.0);
+    d.feed(Input::Tick); // the retry pass waits to list; n2's create stays queued
+    d.cloud.fail_next(
+        Call::List,
+        [CloudErrorKind::RateLimited { after: secs(30.0) }],
+    );
+    d.answer_one(); // n1's create; now the list goes out
+    assert_eq!(d.pending.len(), 1, "{:?}", d.pending);
+    let sent_before = d.sent.len();
+    d.answer_one(); // the list: rate limited for 30 s
+    d.advance(secs(29.9));
+    let during = &d.sent[sent_before..];
+    assert!(during.is_empty(), "calls during the pause: {during:?}");
+    d.advance(secs(5.0));
+    assert_eq!(d.cloud_routes().len(), 3);
+}
