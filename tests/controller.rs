@@ -1559,3 +1559,25 @@ fn a_rate_limited_list_pauses_the_queued_operations_too() {
     d.advance(secs(5.0));
     assert_eq!(d.cloud_routes().len(), 3);
 }
+
+/// Kills (cargo-mutants, before the reorganisation): the `!` of `!routes.is_empty()` in
+/// `write_condition` deleted. As upstream, a node without pod CIDRs that a cloud route
+/// still targets gets its condition written (the route is deleted; the node is not
+/// routed), while a node with neither is left alone.
+#[test]
+fn a_node_without_pod_cidrs_but_with_a_route_gets_its_condition_written() {
+    let cloud = Arc::new(FakeCloud::new());
+    cloud.seed([route("a", "n1", "10.0.1.0/24")]);
+    let mut d = Driver::with_cloud(watch_config(), cloud);
+    d.start(vec![
+        node("n1", &[], "192.168.0.1"),
+        node("n2", &[], "192.168.0.2"),
+    ]);
+    assert!(d.cloud_routes().is_empty(), "{:?}", d.cloud_routes());
+    let written: Vec<(&str, &str)> = d
+        .condition_writes
+        .iter()
+        .map(|(n, c)| (n.as_str(), c.status.as_ref()))
+        .collect();
+    assert_eq!(written, vec![("n1", "True")]);
+}
