@@ -7,7 +7,7 @@
 //! its own beyond priorities: shutdown first, then leadership (so that a lost lease
 //! stops writes before anything else is handled), then replies, then node events.
 
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use crossbeam_channel::{Receiver, Sender, at, never, select_biased};
 
@@ -31,43 +31,20 @@ pub struct ActorIo {
     pub reports: Option<Sender<PassReport>>,
 }
 
-/// Why the actor returned.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Exit {
-    /// Shutdown was asked for and in-flight work finished (or the drain timed out).
-    Shutdown,
-    /// This replica lost the lease; the process should exit non-zero, as the CCM does.
-    LostLeadership,
-    /// The node watch stopped for good (its sender was dropped without a shutdown).
-    WatchEnded,
-}
+/// Why the actor returned: the controller's decision (re-exported here for the
+/// binary, which maps it to an exit status).
+pub use crate::controller::Exit;
 
-/// How long a shutdown waits for in-flight cloud calls and condition writes.
-pub const DRAIN_TIMEOUT: Duration = Duration::from_secs(10);
-
-/// Runs the actor until shutdown, loss of leadership or the end of the watch.
+/// Runs the actor until the controller says it is done ([`Command::Exit`]: shutdown
+/// drained, lease lost) or the node watch ends.
 pub fn run(mut controller: Controller, mut io: ActorIo) -> Exit {
-    let mut drain_deadline: Option<Instant> = None;
-    let mut was_leading = controller.is_leading();
+    let mut shutting_down = false;
     loop {
-        if let Some(limit) = drain_deadline {
-            if controller.is_idle() {
-                return Exit::Shutdown;
-            }
-            if Instant::now() >= limit {
-                log::warn!("shutdown: giving up on in-flight operations after {DRAIN_TIMEOUT:?}");
-                return Exit::Shutdown;
-            }
-        }
-        let deadline = match drain_deadline {
-            Some(limit) => Some(limit),
-            None => controller.next_deadline(),
-        };
-        let timer = deadline.map(at).unwrap_or_else(never);
+        let timer = controller.next_deadline().map(at).unwrap_or_else(never);
         let input = select_biased! {
             recv(io.shutdown) -> _ => {
                 io.shutdown = never();
-                drain_deadline = Some(Instant::now() + DRAIN_TIMEOUT);
+                shutting_down = true;
                 log::info!("shutdown requested: no new passes; waiting for in-flight operations");
                 Input::Shutdown
             }
@@ -86,7 +63,7 @@ pub fn run(mut controller: Controller, mut io: ActorIo) -> Exit {
             recv(io.nodes) -> msg => match msg {
                 Ok(event) => Input::Node(event),
                 Err(_) => {
-                    if drain_deadline.is_some() {
+                    if shutting_down {
                         io.nodes = never();
                         continue;
                     }
@@ -96,19 +73,17 @@ pub fn run(mut controller: Controller, mut io: ActorIo) -> Exit {
             },
             recv(timer) -> _ => Input::Tick,
         };
-        let lost = matches!(input, Input::Leadership(false)) && was_leading;
         let commands = controller.handle(input, Instant::now());
-        dispatch(commands, &io);
-        if lost {
-            log::error!("lost the leader lease; stopping");
-            return Exit::LostLeadership;
+        if let Some(exit) = dispatch(commands, &io) {
+            return exit;
         }
-        was_leading = controller.is_leading();
     }
 }
 
-/// Forwards each command whole, cause included, to the driver that carries it out.
-fn dispatch(commands: Vec<Command>, io: &ActorIo) {
+/// Forwards each command whole, cause included, to the driver that carries it out;
+/// returns the controller's exit, if it decided one.
+fn dispatch(commands: Vec<Command>, io: &ActorIo) -> Option<Exit> {
+    let mut exit = None;
     for command in commands {
         match command {
             Command::Cloud { id, op, cause } => {
@@ -144,6 +119,8 @@ fn dispatch(commands: Vec<Command>, io: &ActorIo) {
                     let _ = tx.send(report);
                 }
             }
+            Command::Exit(why) => exit = Some(why),
         }
     }
+    exit
 }

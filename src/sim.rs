@@ -784,7 +784,8 @@ impl<'a> World<'a> {
                 Command::WriteCondition { node, .. } => {
                     self.push(self.now + 10_000_000, Event::ConditionWritten(node));
                 }
-                Command::RecordEvent { .. } => {}
+                // The simulation neither shuts down nor loses a lease.
+                Command::RecordEvent { .. } | Command::Exit(_) => {}
                 Command::PassFinished(report) => {
                     let took = report.duration.as_nanos() as u64;
                     self.pass_starts.push(self.now.saturating_sub(took));

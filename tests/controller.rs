@@ -1581,3 +1581,72 @@ fn a_node_without_pod_cidrs_but_with_a_route_gets_its_condition_written() {
         .collect();
     assert_eq!(written, vec![("n1", "True")]);
 }
+
+// --- shutdown and the lease: the controller decides when the drivers stop -------------
+
+/// Guards the drain: after Shutdown the controller exits once nothing is in flight, not
+/// before (break `maybe_exit`'s idle check and the exit comes with the Shutdown).
+#[test]
+fn shutdown_exits_once_the_calls_in_flight_are_answered() {
+    let mut d = Driver::new(watch_config());
+    d.list(nodes(2));
+    d.answer_one(); // the list; two creates in flight
+    assert_eq!(d.pending.len(), 2);
+    d.feed(Input::Shutdown);
+    assert!(d.exits.is_empty(), "exited with calls in flight");
+    d.answer_one();
+    assert!(d.exits.is_empty());
+    d.answer_one();
+    assert_eq!(d.exits, vec![route_controller::Exit::Shutdown]);
+    assert_eq!(
+        d.ctrl.next_deadline(),
+        None,
+        "nothing to wake for after the exit"
+    );
+}
+
+/// Guards the drain deadline in virtual time: a call that is never answered holds the
+/// shutdown for `drain_timeout` and no longer (break the deadline in next_deadline and
+/// the controller is never woken to give up).
+#[test]
+fn shutdown_gives_up_on_unanswered_calls_at_the_drain_deadline() {
+    let mut d = Driver::new(watch_config());
+    d.list(nodes(1));
+    d.answer_one(); // the list; the create stays unanswered
+    d.pending.clear();
+    let asked = d.now;
+    d.feed(Input::Shutdown);
+    let deadline = d.ctrl.next_deadline().expect("the drain deadline");
+    assert_eq!(deadline - asked, secs(10.0));
+    d.now = deadline - secs(0.001);
+    d.feed(Input::Tick);
+    assert!(d.exits.is_empty(), "gave up early");
+    d.now = deadline;
+    d.feed(Input::Tick);
+    assert_eq!(d.exits, vec![route_controller::Exit::Shutdown]);
+}
+
+/// Guards the exit on a lost lease, and that a shutdown's drain ignores the lease
+/// (SIGTERM exits 0): without the `shutting_down` check the second controller would
+/// exit with LostLeadership.
+#[test]
+fn losing_the_lease_exits_except_during_a_shutdown() {
+    let mut config = watch_config();
+    config.leader_election = true;
+    let mut d = Driver::new(config.clone());
+    d.start(nodes(1));
+    d.feed(Input::Leadership(true));
+    d.settle();
+    d.feed(Input::Leadership(false));
+    assert_eq!(d.exits, vec![route_controller::Exit::LostLeadership]);
+
+    let mut d = Driver::new(config);
+    d.start(nodes(1));
+    d.feed(Input::Leadership(true));
+    d.answer_one(); // the list; the create in flight
+    d.feed(Input::Shutdown);
+    d.feed(Input::Leadership(false));
+    assert!(d.exits.is_empty());
+    d.settle();
+    assert_eq!(d.exits, vec![route_controller::Exit::Shutdown]);
+}

@@ -70,6 +70,9 @@ pub struct Config {
     pub leader_election: bool,
     /// Seed for the resync draw and the jitter; `None` seeds from the OS.
     pub seed: Option<u64>,
+    /// How long a shutdown waits for in-flight cloud calls and condition writes before
+    /// it gives up on them (default 10 s).
+    pub drain_timeout: Duration,
     /// The provider's budget ([`Routes::budget`](crate::Routes::budget)), spent by the
     /// controller. Default `None`: [`Builder`](crate::Builder) fills it from the
     /// provider; without one only the provider's refusals pace.
@@ -94,6 +97,7 @@ impl Config {
             leader_election: false,
             seed: None,
             budget: None,
+            drain_timeout: Duration::from_secs(10),
         }
     }
 }

@@ -112,6 +112,20 @@ pub enum Command {
     },
     /// A pass ended; log it.
     PassFinished(PassReport),
+    /// The drivers should stop: the controller has nothing left to do, or may do
+    /// nothing more (see [`Exit`]). Emitted once.
+    Exit(Exit),
+}
+
+/// Why the controller is done, and so the process's exit status.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Exit {
+    /// Shutdown was asked for and in-flight work finished (or the drain timed out).
+    Shutdown,
+    /// This replica lost the lease; the process should exit non-zero, as the CCM does.
+    LostLeadership,
+    /// The node watch stopped for good (its sender was dropped without a shutdown).
+    WatchEnded,
 }
 
 /// A cloud operation.

@@ -44,6 +44,7 @@ mod budget;
 mod cause;
 mod conditions;
 mod config;
+mod lifecycle;
 mod messages;
 mod nodes;
 mod ops;
@@ -56,8 +57,8 @@ mod view;
 pub use cause::{Cause, Trigger};
 pub use config::{Config, Mode};
 pub use messages::{
-    CloudJob, CloudOp, CloudReply, Command, Input, NodeEvent, NodeEventRecord, OpId, StatusRequest,
-    WriteError,
+    CloudJob, CloudOp, CloudReply, Command, Exit, Input, NodeEvent, NodeEventRecord, OpId,
+    StatusRequest, WriteError,
 };
 pub use report::PassReport;
 
@@ -83,6 +84,10 @@ pub struct Controller {
 
     leading: bool,
     shutting_down: bool,
+    /// After a shutdown: when the drain gives up on what is still in flight.
+    drain_until: Option<Instant>,
+    /// [`Command::Exit`] was emitted.
+    exited: bool,
 
     scheduler: Scheduler,
     /// The pass waiting for its list of routes, if any; one at a time.
@@ -131,6 +136,8 @@ impl Controller {
             view: None,
             leading,
             shutting_down: false,
+            drain_until: None,
+            exited: false,
             scheduler,
             planning: None,
             passes: Passes::default(),
@@ -200,13 +207,10 @@ impl Controller {
             }
             Input::Leadership(leading) => self.on_leadership(leading, now, &mut out),
             Input::Tick => {}
-            Input::Shutdown => {
-                self.shutting_down = true;
-                self.abandon_planning(now, &mut out);
-                self.cancel_queued(now, &mut out);
-            }
+            Input::Shutdown => self.on_shutdown(now, &mut out),
         }
         self.advance(now, &mut out);
+        self.maybe_exit(now, &mut out);
         out
     }
 
@@ -214,6 +218,12 @@ impl Controller {
     /// when [`Controller::handle`] is called.
     #[must_use]
     pub fn next_deadline(&self) -> Option<Instant> {
+        if self.exited {
+            return None;
+        }
+        if let Some(limit) = self.drain_until {
+            return Some(limit);
+        }
         if !self.can_write() {
             return None;
         }
@@ -273,26 +283,6 @@ impl Controller {
         }
         let busy = self.pass_running();
         self.scheduler.trigger(trigger, now, busy, &self.config);
-    }
-
-    fn on_leadership(&mut self, leading: bool, now: Instant, out: &mut Vec<Command>) {
-        if leading == self.leading {
-            return;
-        }
-        self.leading = leading;
-        self.metrics.leader.set(i64::from(leading));
-        self.metrics.leader_transitions.inc();
-        if leading {
-            if self.nodes.is_synced() {
-                self.arm_timer(now);
-                self.trigger(Trigger::Leadership, now);
-            }
-        } else {
-            // Writes stop at once: nothing queued is sent; replies still update the view.
-            self.abandon_planning(now, out);
-            self.cancel_queued(now, out);
-            self.scheduler.clear();
-        }
     }
 
     /// Runs whatever is due at `now`: timers, retries, the next pass, sending.

@@ -34,6 +34,8 @@ pub struct Driver {
     pub condition_failure: Option<String>,
     pub events: Vec<NodeEventRecord>,
     pub reports: Vec<PassReport>,
+    /// The controller's exits, in order (at most one).
+    pub exits: Vec<route_controller::Exit>,
     /// Every command, in order, for assertions on causes.
     pub commands: Vec<Command>,
 }
@@ -59,6 +61,7 @@ impl Driver {
             condition_failure: None,
             events: Vec::new(),
             reports: Vec::new(),
+            exits: Vec::new(),
             commands: Vec::new(),
         }
     }
@@ -99,6 +102,7 @@ impl Driver {
                 }
                 Command::RecordEvent { event, .. } => self.events.push(event.clone()),
                 Command::PassFinished(r) => self.reports.push(r.clone()),
+                Command::Exit(why) => self.exits.push(*why),
                 other => panic!("a command the driver does not know: {other:?}"),
             }
         }
