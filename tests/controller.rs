@@ -1650,3 +1650,29 @@ fn losing_the_lease_exits_except_during_a_shutdown() {
     d.settle();
     assert_eq!(d.exits, vec![route_controller::Exit::Shutdown]);
 }
+
+/// Guards that condition-write retries are the controller's: a node whose write meets
+/// conflicts is tried again 100–200 ms later, by a timer of the controller, while the
+/// other nodes' writes were sent at once (treated as a failure, n0's retries would
+/// back off for seconds).
+#[test]
+fn a_busy_condition_write_is_retried_soon_without_holding_back_other_nodes() {
+    let mut d = Driver::new(watch_config());
+    d.busy_writes.insert("n0".into(), 2);
+    d.start(nodes(3));
+    let first_round: Vec<&str> = d.condition_writes.iter().map(|(n, _)| n.as_str()).collect();
+    assert_eq!(
+        first_round,
+        vec!["n0", "n1", "n2"],
+        "every node's write went out at once"
+    );
+    // Within a second: the failure backoff (½–1 s, then 1–2 s) could not do that.
+    d.advance(secs(1.0));
+    let n0: Vec<_> = d
+        .condition_writes
+        .iter()
+        .filter(|(n, _)| n == "n0")
+        .collect();
+    assert_eq!(n0.len(), 3, "two busy answers, then written");
+    assert_eq!(d.conditions["n0"].status, "False");
+}

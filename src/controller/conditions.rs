@@ -11,6 +11,10 @@ use crate::model::Condition;
 use crate::plan;
 use crate::provider::CloudError;
 
+/// Busy answers in a row retried quickly (upstream's conflict attempts); after that a
+/// busy node backs off like a failing one.
+const BUSY_ATTEMPTS: u32 = 5;
+
 /// Condition writes in flight and waiting for a retry. See the module documentation.
 #[derive(Default)]
 pub(super) struct Conditions {
@@ -31,6 +35,11 @@ pub(super) enum Answer {
     Nothing,
     /// Failed for the `attempts`-th time in a row.
     Failed { attempts: u32, error: String },
+    /// Busy (a conflict, a 429) for the `attempts`-th time in a row.
+    Busy {
+        attempts: u32,
+        after: Option<Duration>,
+    },
 }
 
 impl Conditions {
@@ -74,15 +83,21 @@ impl Conditions {
                 self.failures.remove(node);
                 Answer::Nothing
             }
-            Err(WriteError::Failed(error)) => {
-                let failures = self.failures.entry(node.to_string()).or_default();
-                *failures += 1;
-                Answer::Failed {
-                    attempts: *failures,
-                    error,
-                }
-            }
+            Err(WriteError::Failed(error)) => Answer::Failed {
+                attempts: self.count_failure(node),
+                error,
+            },
+            Err(WriteError::Busy { after }) => Answer::Busy {
+                attempts: self.count_failure(node),
+                after,
+            },
         }
+    }
+
+    fn count_failure(&mut self, node: &str) -> u32 {
+        let failures = self.failures.entry(node.to_string()).or_default();
+        *failures += 1;
+        *failures
     }
 
     /// The nodes whose retry is due at `now`.
@@ -206,6 +221,24 @@ impl Controller {
         match self.conditions.answered(&node, result) {
             Answer::Written(condition) => self.nodes.condition_written(&node, condition),
             Answer::Nothing => {}
+            Answer::Busy { attempts, after } if attempts < BUSY_ATTEMPTS => {
+                // Upstream's conflict retry, 100–200 ms apart, or the server's
+                // Retry-After; scheduled here, so no other node's write waits.
+                let delay = after.unwrap_or_else(|| {
+                    Duration::from_millis(100).mul_f64(1.0 + self.retries.draw())
+                });
+                log::debug!("node {node}: NetworkUnavailable write busy; retrying in {delay:?}");
+                self.conditions.retry_at(node, now + delay);
+            }
+            Answer::Busy { attempts, .. } => {
+                let delay = self
+                    .retries
+                    .backoff(attempts - BUSY_ATTEMPTS + 1, self.retries.initial());
+                log::warn!(
+                    "writing NetworkUnavailable on node {node}: still busy after {attempts} attempts; retrying in {delay:?}"
+                );
+                self.conditions.retry_at(node, now + delay);
+            }
             Answer::Failed { attempts, error } => {
                 let delay = self.retries.backoff(attempts, self.retries.initial());
                 log::warn!(

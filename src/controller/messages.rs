@@ -4,6 +4,7 @@
 //! them. The one home of the messages between the core and its drivers.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use super::Cause;
 use super::report::PassReport;
@@ -74,6 +75,12 @@ pub enum CloudReply {
 pub enum WriteError {
     /// The node no longer exists; nothing to do.
     NodeGone,
+    /// The API server could not take it now (a conflict with another writer, or 429
+    /// with its Retry-After in `after`); the controller tries again soon.
+    Busy {
+        /// When the server said to come back, if it did.
+        after: Option<Duration>,
+    },
     /// Anything else; the write is retried later.
     Failed(String),
 }

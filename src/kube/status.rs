@@ -3,8 +3,11 @@
 //!
 //! Conditions are written as upstream's `SetNodeCondition` does: a strategic-merge
 //! PATCH of `nodes/NAME/status` carrying only that condition (conditions merge on
-//! `type`), retried on Conflict 5 times 100–200 ms apart. A node that is gone answers
-//! [`WriteError::NodeGone`]; that is not an error.
+//! `type`). Each request is made once: a Conflict or a 429 is answered at once as
+//! [`WriteError::Busy`] and the controller schedules the retry (upstream's 5 attempts
+//! 100–200 ms apart), so one busy node never holds back the writes of the others on
+//! this single thread. A node that is gone answers [`WriteError::NodeGone`]; that is
+//! not an error.
 //!
 //! Events are aggregated like client-go's event correlator ([`EventCorrelator`], sans-IO):
 //! the same failure on the same node within the window bumps the `count` of one event
@@ -19,7 +22,6 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant, SystemTime};
 
 use crossbeam_channel::{Receiver, Sender};
-use rand::RngExt;
 use serde::de::IgnoredAny;
 use serde_json::json;
 
@@ -44,8 +46,6 @@ pub struct StatusConfig {
     /// Where events about nodes go (default `default`, as client-go's recorder puts
     /// events of cluster-scoped objects).
     pub event_namespace: String,
-    /// Attempts of a condition patch that meets Conflict (default 5, as upstream).
-    pub conflict_attempts: u32,
     pub events: EventConfig,
 }
 
@@ -54,7 +54,6 @@ impl StatusConfig {
         StatusConfig {
             identity: identity.into(),
             event_namespace: "default".to_string(),
-            conflict_attempts: 5,
             events: EventConfig::default(),
         }
     }
@@ -310,7 +309,7 @@ impl StatusWriter {
         }
     }
 
-    /// Patches `NetworkUnavailable` on `node`, retrying on Conflict.
+    /// Patches `NetworkUnavailable` on `node`, once (see the module documentation).
     pub fn write_condition(
         &mut self,
         node: &str,
@@ -327,38 +326,25 @@ impl StatusWriter {
             "lastHeartbeatTime": now,
         }]}});
         let path = format!("/api/v1/nodes/{node}/status");
-        let attempts = self.config.conflict_attempts.max(1);
-        let mut attempt = 1;
-        let result = loop {
-            let result = self.client.write_json::<IgnoredAny>(
-                Method::Patch,
-                &path,
-                STRATEGIC_MERGE_PATCH,
-                &body,
-                None,
-            );
-            let err = match result {
-                Ok(_) => break Ok(()),
-                Err(e) => e,
-            };
-            let wait = match err.kind() {
+        let result = match self.client.write_json::<IgnoredAny>(
+            Method::Patch,
+            &path,
+            STRATEGIC_MERGE_PATCH,
+            &body,
+            None,
+        ) {
+            Ok(_) => Ok(()),
+            Err(err) => match err.kind() {
                 Some(ApiErrorKind::NotFound) => {
                     log::info!("node {node} (uid {uid}) is gone; its condition is not written");
-                    break Err(WriteError::NodeGone);
+                    Err(WriteError::NodeGone)
                 }
-                Some(ApiErrorKind::Conflict) => {
-                    Duration::from_millis(rand::rng().random_range(100..200))
-                }
-                Some(ApiErrorKind::TooManyRequests) => retry_after(&err),
-                _ => break Err(WriteError::Failed(err.to_string())),
-            };
-            if attempt >= attempts {
-                break Err(WriteError::Failed(format!(
-                    "{err} (gave up after {attempts} attempts)"
-                )));
-            }
-            attempt += 1;
-            std::thread::sleep(wait);
+                Some(ApiErrorKind::Conflict) => Err(WriteError::Busy { after: None }),
+                Some(ApiErrorKind::TooManyRequests) => Err(WriteError::Busy {
+                    after: Some(retry_after(&err)),
+                }),
+                _ => Err(WriteError::Failed(err.to_string())),
+            },
         };
         match &result {
             Ok(()) => {
@@ -369,7 +355,7 @@ impl StatusWriter {
                     condition.reason
                 );
             }
-            Err(WriteError::NodeGone) => {}
+            Err(WriteError::NodeGone | WriteError::Busy { .. }) => {}
             Err(WriteError::Failed(e)) => {
                 self.metrics.condition_write_failures.inc();
                 log::warn!("node {node}: writing NetworkUnavailable failed: {e}");

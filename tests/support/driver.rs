@@ -32,6 +32,8 @@ pub struct Driver {
     pub condition_writes: Vec<(String, Condition)>,
     /// When set, every condition write fails with this message.
     pub condition_failure: Option<String>,
+    /// How many more writes for a node are answered Busy (a conflict).
+    pub busy_writes: BTreeMap<String, u32>,
     pub events: Vec<NodeEventRecord>,
     pub reports: Vec<PassReport>,
     /// The controller's exits, in order (at most one).
@@ -62,6 +64,7 @@ impl Driver {
             events: Vec::new(),
             reports: Vec::new(),
             exits: Vec::new(),
+            busy_writes: BTreeMap::new(),
             commands: Vec::new(),
         }
     }
@@ -91,9 +94,14 @@ impl Driver {
                     self.conditions.insert(node.clone(), condition.clone());
                     self.condition_writes
                         .push((node.clone(), condition.clone()));
-                    let result = match &self.condition_failure {
-                        Some(e) => Err(WriteError::Failed(e.clone())),
-                        None => Ok(()),
+                    let busy = self.busy_writes.get_mut(node).filter(|n| **n > 0);
+                    let result = match (busy, &self.condition_failure) {
+                        (Some(n), _) => {
+                            *n -= 1;
+                            Err(WriteError::Busy { after: None })
+                        }
+                        (None, Some(e)) => Err(WriteError::Failed(e.clone())),
+                        (None, None) => Ok(()),
                     };
                     replies.push(Input::ConditionWritten {
                         node: node.clone(),
