@@ -647,35 +647,6 @@ fn connect_errors_name_the_variable_to_fix() {
 }
 
 #[test]
-fn concurrent_creates_from_eight_threads_never_conflict_and_all_land() {
-    let double = cluster(40);
-    double.set_action_duration(ms(15));
-    let p = Arc::new(connect(&double));
-    let threads: Vec<_> = (0..8u64)
-        .map(|t| {
-            let p = p.clone();
-            std::thread::spawn(move || {
-                for k in 0..5u64 {
-                    let i = t * 5 + k + 1;
-                    create(&p, i, &pod_cidr(i)).unwrap();
-                }
-            })
-        })
-        .collect();
-    for t in threads {
-        t.join().unwrap();
-    }
-    assert_eq!(double.conflicts(), 0);
-    let mut routes = double.routes(NET);
-    routes.sort();
-    let mut expected: Vec<_> = (1..=40).map(|i| (pod_cidr(i), ip(i))).collect();
-    expected.sort();
-    assert_eq!(routes, expected);
-    // One server listing shared by all threads.
-    assert_eq!(double.count("GET", "/servers"), 1);
-}
-
-#[test]
 fn polls_of_concurrent_actions_share_requests() {
     let double = cluster(8);
     double.allow_concurrent_actions(true);
@@ -707,76 +678,6 @@ fn polls_of_concurrent_actions_share_requests() {
         polls.iter().any(|r| r.query.matches("id=").count() > 1),
         "{polls:?}"
     );
-}
-
-#[test]
-fn a_burst_of_creates_stays_under_the_api_rate_limit_and_finishes_near_the_minimum_time() {
-    // Hetzner's 3600/h (one per second, bucket of 3600) scaled down so the test takes
-    // seconds: a bucket of 10 refilled at 20 per second.
-    const BURST: u32 = 10;
-    const RATE: f64 = 20.0;
-    const CREATES: u64 = 40;
-    let double = cluster(CREATES);
-    double.set_action_duration(Duration::ZERO);
-    double.set_rate_limit(BURST, RATE);
-    let mut config = config(&double, &NET.to_string());
-    config.rate_limit_per_second = RATE;
-    let metrics = Arc::new(Metrics::new());
-    config.metrics = Some(metrics.clone());
-
-    let started = Instant::now();
-    let p = Arc::new(HcloudRoutes::connect(config).unwrap());
-    let threads: Vec<_> = (0..8u64)
-        .map(|t| {
-            let p = p.clone();
-            std::thread::spawn(move || {
-                for k in 0..CREATES / 8 {
-                    let i = t * (CREATES / 8) + k + 1;
-                    create(&p, i, &pod_cidr(i)).unwrap();
-                }
-            })
-        })
-        .collect();
-    for t in threads {
-        t.join().unwrap();
-    }
-    let took = started.elapsed();
-    // For a failure message: when each request arrived, relative to the start.
-    let timeline: Vec<String> = double
-        .requests()
-        .iter()
-        .map(|r| format!("{}ms {} {}", (r.at - started).as_millis(), r.method, r.path))
-        .collect();
-
-    assert_eq!(
-        double.throttled(),
-        0,
-        "the API refused requests for its rate limit"
-    );
-    assert_eq!(double.routes(NET).len() as u64, CREATES);
-    // The physical minimum: the network lookup, one server page, and per create the
-    // action plus one poll. The bucket lets the first BURST go at once.
-    let minimum_requests = 1 + 1 + 2 * CREATES;
-    assert_eq!(double.requests().len() as u64, minimum_requests);
-    let minimum = Duration::from_secs_f64((minimum_requests - u64::from(BURST)) as f64 / RATE);
-    eprintln!(
-        "burst: {CREATES} creates ({minimum_requests} requests) in {took:.2?}, the limit allows {minimum:.2?}; \
-         {} refused with 429",
-        double.throttled()
-    );
-    assert!(
-        took <= minimum.mul_f64(1.25),
-        "took {took:?}, the limit allows {minimum:?}; requests: {timeline:#?}"
-    );
-    assert!(
-        took >= minimum.mul_f64(0.9),
-        "took {took:?}, faster than the limit allows?"
-    );
-    assert_eq!(
-        metrics.cloud_api_requests("hcloud", "/networks/-/actions/add_route"),
-        CREATES
-    );
-    assert_eq!(metrics.cloud_api_requests("hcloud", "/actions"), CREATES);
 }
 
 // ---------------------------------------------------------------------------------
@@ -910,6 +811,56 @@ mod controller_against_the_double {
         assert_eq!(routes.len(), 4, "{routes:?}");
         assert_eq!(double.requests().len(), 2, "{:?}", double.requests());
         assert_eq!(double.throttled(), 0);
+        assert_eq!(double.conflicts(), 0);
+    }
+
+    /// Guards the move of Hetzner's one-change-at-a-time rule from a semaphore in the
+    /// provider into the budget the controller spends: the provider declares one
+    /// change at a time and the controller, given that budget, never has two changes
+    /// in flight, so the double never answers `conflict` (with
+    /// `mutations_at_once` ignored, eight creates go out together).
+    #[test]
+    fn the_controller_keeps_the_providers_one_change_at_a_time() {
+        let double = cluster(8);
+        double.set_action_duration(Duration::ZERO);
+        let provider = connect(&double);
+        let budget = provider.budget().expect("hcloud declares its budget");
+        assert_eq!(budget.mutations_at_once, 1);
+        let metrics = Arc::new(Metrics::new());
+        let mut config = ControllerConfig::new(vec![Cidr::parse("10.244.0.0/16").unwrap()]);
+        config.seed = Some(7);
+        config.budget = Some(budget);
+        let mut c = Controller::new(config, metrics.clone());
+        let now = Instant::now();
+        let mut commands = c.handle(Input::Node(NodeEvent::Init), now);
+        for i in 1..=8 {
+            commands.extend(c.handle(Input::Node(NodeEvent::InitApply(node(i))), now));
+        }
+        commands.extend(c.handle(Input::Node(NodeEvent::InitDone), now));
+        let mut most_in_flight = 0;
+        for _ in 0..100 {
+            let ops: Vec<_> = commands
+                .drain(..)
+                .filter_map(|cmd| match cmd {
+                    Command::Cloud { id, op, .. } => Some((id, op)),
+                    _ => None,
+                })
+                .collect();
+            if ops.is_empty() {
+                break;
+            }
+            let changes = ops
+                .iter()
+                .filter(|(_, op)| !matches!(op, route_controller::CloudOp::List { .. }))
+                .count();
+            most_in_flight = most_in_flight.max(changes);
+            for (id, op) in ops {
+                let reply = run_op(&provider, CLUSTER, &op, &metrics);
+                commands.extend(c.handle(Input::Cloud { id, reply }, now));
+            }
+        }
+        assert_eq!(most_in_flight, 1, "changes dispatched together");
+        assert_eq!(double.routes(NET).len(), 8);
         assert_eq!(double.conflicts(), 0);
     }
 }

@@ -15,7 +15,10 @@
 //! Route actions on the network run one at a time (see
 //! [`Config::max_concurrent_mutations`]): the API refuses a change with `conflict` while
 //! another one is running on the same network, so running them in parallel would only
-//! turn into refusals and retries, each paid from the request budget.
+//! turn into refusals and retries, each paid from the request budget. The provider
+//! declares that limit in its [`Routes::budget`] and the controller keeps it: no worker
+//! waits on a semaphore here, so the controller's count of calls in flight is real. A
+//! caller that drives the provider from several threads itself gets `conflict`s.
 //!
 //! Every request goes through one rate limiter that follows the API's rate-limit
 //! headers, so that the API never has to refuse a request for its budget.
@@ -30,7 +33,7 @@ mod servers;
 
 use std::collections::HashMap;
 use std::net::Ipv4Addr;
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use serde::Serialize;
@@ -79,7 +82,6 @@ pub struct HcloudRoutes {
     refresh_on_miss_after: Duration,
     servers: ServerCache,
     actions: ActionPoller,
-    mutations: Slots,
     /// Requests per second, burst and route changes at once, declared to the controller.
     budget: (f64, u32, usize),
     /// The gateway of each destination, from the last list or our own changes: a
@@ -122,7 +124,6 @@ impl HcloudRoutes {
                 config.action_poll_interval,
                 config.action_timeout,
             ),
-            mutations: Slots::new(config.max_concurrent_mutations.max(1)),
             budget: (
                 config.rate_limit_per_second,
                 config.rate_limit_burst,
@@ -212,7 +213,6 @@ impl Routes for HcloudRoutes {
         let destination = ipv4_destination(&route.destination_cidr)?;
         let gateway = self.gateway_for(target)?;
         let body = RouteBody::new(destination, gateway);
-        let _slot = self.mutations.acquire();
         match self.route_action("add_route", &body) {
             Ok(()) => {
                 self.gateways().insert(destination, gateway);
@@ -245,7 +245,6 @@ impl Routes for HcloudRoutes {
             return Err(gone());
         };
         let body = RouteBody::new(destination, gateway);
-        let _slot = self.mutations.acquire();
         match self.route_action("delete_route", &body) {
             Ok(()) => {
                 self.gateways().remove(&destination);
@@ -696,40 +695,6 @@ fn list_servers(client: &Client) -> Result<Vec<api::ServerJson>, ApiError> {
             }
             _ => return Ok(all),
         }
-    }
-}
-
-/// A counting semaphore: at most `n` holders at once.
-#[derive(Debug)]
-struct Slots {
-    free: Mutex<usize>,
-    released: Condvar,
-}
-
-struct SlotGuard<'a>(&'a Slots);
-
-impl Slots {
-    fn new(n: usize) -> Slots {
-        Slots {
-            free: Mutex::new(n),
-            released: Condvar::new(),
-        }
-    }
-
-    fn acquire(&self) -> SlotGuard<'_> {
-        let mut free = crate::sync::lock(&self.free);
-        while *free == 0 {
-            free = self.released.wait(free).unwrap_or_else(|e| e.into_inner());
-        }
-        *free -= 1;
-        SlotGuard(self)
-    }
-}
-
-impl Drop for SlotGuard<'_> {
-    fn drop(&mut self) {
-        *crate::sync::lock(&self.0.free) += 1;
-        self.0.released.notify_one();
     }
 }
 
