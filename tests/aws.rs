@@ -903,7 +903,7 @@ fn route_table_pages_are_followed_with_next_token() {
 }
 
 #[test]
-fn throttling_is_rate_limited_and_holds_back_the_whole_provider() {
+fn throttling_is_rate_limited_for_the_controller_to_hold_back_and_no_worker_waits() {
     let stub = StubServer::start(|_| {
         Reply::ec2_error(503, "RequestLimitExceeded", "Request limit exceeded.")
     });
@@ -936,13 +936,14 @@ fn throttling_is_rate_limited_and_holds_back_the_whole_provider() {
         "{}",
         err.message
     );
-    // Every later call of this provider (any thread, any action) now waits: the
-    // shared limiter is blocked for `after` from the moment the reply came in.
+    // The hold-back is the controller's (its budget blocks all sending for `after`,
+    // see tests/controller.rs): the provider's own limiter does not make the next
+    // worker sleep.
     let now = Instant::now();
     let next_send = provider.rate_limiter().available_at(now);
     assert!(
-        next_send >= before + after,
-        "limiter not backed off: {:?}",
+        next_send <= now + Duration::from_millis(1),
+        "a worker would wait {:?} in the provider",
         next_send - now
     );
     // No retry behind the controller's back.

@@ -247,10 +247,11 @@ impl AwsProvider {
                 let backoff = match &error {
                     QueryError::Service { code, .. } if is_throttling(code) => {
                         let jitter = rand::rng().random_range(0.0..1.0);
+                        // Reported as RateLimited: the controller holds back every
+                        // call for `after`; no worker here waits for it.
                         let after = lock(&self.throttle).on_throttled(jitter);
-                        self.limiter.observe_throttled(after);
                         log::warn!(
-                            "EC2 throttled {action}; holding back every EC2 call for {}",
+                            "EC2 throttled {action}; asking the controller to hold back every EC2 call for {}",
                             crate::duration::format(after)
                         );
                         Some(after)
