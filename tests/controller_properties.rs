@@ -39,7 +39,8 @@ use proptest::test_runner::{
 use route_controller::plan;
 use route_controller::{
     Cidr, CloudError, CloudErrorKind, CloudOp, CloudReply, Command, Condition, Config, Controller,
-    Input, Metrics, Mode, Node, NodeAddress, NodeDirectory, NodeEvent, OpId, Route, WriteError,
+    Exit, Input, Metrics, Mode, Node, NodeAddress, NodeDirectory, NodeEvent, OpId, Route,
+    WriteError,
 };
 
 const NODES: u8 = 4;
@@ -415,6 +416,10 @@ struct Relist {
 
 struct Run {
     ctrl: Controller,
+    /// To start a new replica after the old one exited on a lost lease.
+    config: Config,
+    /// The controller said `Exit(Shutdown)`: the process is gone, nothing more is fed.
+    exited: bool,
     metrics: Arc<Metrics>,
     mode: Mode,
     now: Instant,
@@ -462,7 +467,9 @@ impl Run {
         config.seed = Some(case.seed);
         let metrics = Arc::new(Metrics::new());
         let mut run = Run {
-            ctrl: Controller::new(config, metrics.clone()),
+            ctrl: Controller::new(config.clone(), metrics.clone()),
+            config,
+            exited: false,
             metrics,
             mode: case.mode,
             now: Instant::now(),
@@ -580,6 +587,9 @@ impl Run {
     // --- feeding the controller and checking what it says ----------------------
 
     fn feed(&mut self, input: Input) -> Result<(), String> {
+        if self.exited {
+            return Ok(());
+        }
         if let Input::Node(event) = &input {
             self.mirror(event);
         }
@@ -599,7 +609,11 @@ impl Run {
             }
         }
         let mut replies = Vec::new();
+        let mut exit = None;
         for command in commands {
+            if exit.is_some() {
+                return Err(format!("{command:?} after the exit"));
+            }
             self.check(&command)?;
             match command {
                 Command::Cloud { id, op, .. } => {
@@ -619,8 +633,21 @@ impl Run {
                     node, condition, ..
                 } => replies.push((node, condition)),
                 Command::RecordEvent { .. } | Command::PassFinished(_) => {}
+                Command::Exit(e) => exit = Some(e),
                 other => return Err(format!("a command this test does not know: {other:?}")),
             }
+        }
+        match exit {
+            // The process is gone: its writes in flight are never answered.
+            Some(Exit::Shutdown) => {
+                self.exited = true;
+                self.pending.clear();
+                self.seen.insert("exit after shutdown".into());
+                return Ok(());
+            }
+            Some(Exit::LostLeadership) => return self.restart(),
+            Some(other) => return Err(format!("an exit this test does not know: {other:?}")),
+            None => {}
         }
         for (node, condition) in replies {
             let result = if self.condition_writes_fail {
@@ -646,6 +673,29 @@ impl Run {
             }
         }
         Ok(())
+    }
+
+    /// A replica that lost the lease exits, as the CCM does, and its pod starts again:
+    /// a new controller that lists the nodes and waits for the lease. Requests the old
+    /// process had in flight are never answered (fencing stops the rest).
+    fn restart(&mut self) -> Result<(), String> {
+        if !self.leader_election || self.shut_down {
+            return Err("exit on a lost lease without leader election or during a shutdown".into());
+        }
+        self.seen.insert("restart after a lost lease".into());
+        self.ctrl = Controller::new(self.config.clone(), self.metrics.clone());
+        self.pending.clear();
+        self.leading = false;
+        self.told.clear();
+        self.told_relist = None;
+        self.complete = false;
+        self.relist = None;
+        let nodes: Vec<Node> = self.truth.values().cloned().collect();
+        self.feed(Input::Node(NodeEvent::Init))?;
+        for n in nodes {
+            self.feed(Input::Node(NodeEvent::InitApply(n)))?;
+        }
+        self.feed(Input::Node(NodeEvent::InitDone))
     }
 
     /// Keeps `told` as the controller's node view.
@@ -755,7 +805,7 @@ impl Run {
                 Err("event while not leading (invariant 5)".into())
             }
             Command::RecordEvent { .. } => Ok(()),
-            Command::PassFinished(_) => Ok(()),
+            Command::PassFinished(_) | Command::Exit(_) => Ok(()),
             other => Err(format!("a command this test does not know: {other:?}")),
         }
     }
@@ -1130,7 +1180,7 @@ fn run_case_seeing(case: &Case) -> Result<BTreeSet<String>, String> {
     let quiet_from = run.now;
     let (passes, calls) = run.quiesce().map_err(|e| format!("quiescence: {e}"))?;
     if run.shut_down {
-        if !run.ctrl.is_idle() {
+        if !run.exited && !run.ctrl.is_idle() {
             return Err("not idle after shutdown with every reply answered".into());
         }
         run.seen.insert("shutdown".into());
@@ -1231,7 +1281,10 @@ fn random_runs_reach_every_fault() {
         "sent delete",
         "reply ok",
         "lost after taking effect",
-        "reply while not leading",
+        // A lost lease ends the process (Exit), so no reply reaches a replica that is
+        // not leading; the new replica starts from a list instead.
+        "restart after a lost lease",
+        "exit after shutdown",
         "reply during a relist",
         "shutdown",
         "converged after work",
