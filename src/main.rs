@@ -18,8 +18,8 @@ use route_controller::{Builder, Servers};
 
 fn main() {
     let args: Vec<String> = std::env::args().collect();
-    let (cli, warnings) = cli::parse(&args);
-    match cli.command {
+    let (command, warnings) = cli::parse(&args);
+    match command {
         Command::Run(args) => std::process::exit(run(&args, &warnings)),
         Command::Plan(args) => finish(cli::run_plan(&args)),
         Command::Simulate(args) => finish(cli::run_simulate(&args)),
@@ -42,8 +42,8 @@ fn usage_error(e: &UsageError) -> ! {
 
 fn run(args: &RunArgs, warnings: &[String]) -> i32 {
     let settings = args.settings().unwrap_or_else(|e| usage_error(&e));
-    init_logging(args);
-    for w in warnings {
+    route_controller::logging::init(settings.log_format, settings.log_level);
+    for w in warnings.iter().chain(&settings.warnings) {
         log::warn!("{w}");
     }
     let kube = KubeConfig::load(&settings.load, &Env::from_process())
@@ -204,14 +204,6 @@ fn connect_cloud(
 /// last, so a short outage costs seconds and a long one a request every half minute.
 const START_RETRY_FIRST: Duration = Duration::from_secs(1);
 const START_RETRY_MAX: Duration = Duration::from_secs(30);
-
-fn init_logging(args: &RunArgs) {
-    let format = args
-        .log_format
-        .parse::<route_controller::logging::LogFormat>()
-        .unwrap_or_else(|e| usage_error(&UsageError(format!("--log-format: {e}"))));
-    route_controller::logging::init(format, args.log_level());
-}
 
 /// Calls `stop` on the first SIGTERM or SIGINT; a second one exits at once.
 fn on_signal(stop: Arc<dyn Fn() + Send + Sync>) {

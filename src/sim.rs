@@ -151,11 +151,70 @@ impl CloudCalls {
 #[serde(rename_all = "camelCase")]
 pub struct Latencies {
     /// From a node change (add, delete, pod CIDRs, addresses) to the start of the next
-    /// pass.
+    /// pass. `null` in JSON when nothing changed.
+    #[serde(serialize_with = "measured")]
     pub trigger_to_pass: Percentiles,
     /// From a node getting a pod CIDR (or new addresses, where routes carry them) to its
-    /// route existing in the cloud.
+    /// route existing in the cloud. `null` in JSON when no route was wanted.
+    #[serde(serialize_with = "measured")]
     pub node_to_route: Percentiles,
+}
+
+/// Percentiles of no samples are not zero: JSON says `null`, as the table says `-`.
+fn measured<S: serde::Serializer>(p: &Percentiles, s: S) -> Result<S::Ok, S::Error> {
+    if p.count == 0 {
+        s.serialize_none()
+    } else {
+        s.serialize_some(p)
+    }
+}
+
+/// The largest run `simulate` accepts: the script holds every node heartbeat (one per
+/// node every 5 minutes) in memory, about 100 bytes each.
+pub const MAX_HEARTBEATS: u64 = 3_000_000;
+/// The longest simulated time.
+pub const MAX_DURATION: Duration = Duration::from_secs(30 * 24 * 3600);
+/// The most nodes.
+pub const MAX_NODES: usize = 60_000;
+/// The longest cloud call.
+pub const MAX_LATENCY: Duration = Duration::from_secs(60);
+
+/// Checks that a run fits in memory and time before it starts; the error names the
+/// flag and what fits.
+pub fn check_bounds(options: &SimOptions) -> Result<(), String> {
+    let (default_nodes, default_duration) = options.scenario.defaults();
+    let nodes = options.nodes.unwrap_or(default_nodes);
+    let duration = options.duration.unwrap_or(default_duration);
+    if nodes == 0 || nodes > MAX_NODES {
+        return Err(format!("--nodes: give between 1 and {MAX_NODES} nodes"));
+    }
+    if duration.is_zero() {
+        return Err("--duration: must be more than 0".into());
+    }
+    if duration > MAX_DURATION {
+        return Err(format!(
+            "--duration: {} is longer than the {} a simulation may cover",
+            crate::duration::format(duration),
+            crate::duration::format(MAX_DURATION)
+        ));
+    }
+    if options.latency > MAX_LATENCY {
+        return Err(format!(
+            "--latency: {} is longer than {} (a cloud call that slow is an outage)",
+            crate::duration::format(options.latency),
+            crate::duration::format(MAX_LATENCY)
+        ));
+    }
+    let heartbeats = nodes as u64 * (duration.as_secs() / 300);
+    if heartbeats > MAX_HEARTBEATS {
+        let hours = (MAX_HEARTBEATS * 300 / nodes as u64 / 3600).max(1);
+        return Err(format!(
+            "--nodes {nodes} for {} means {heartbeats} node heartbeats to simulate, more than \
+             the {MAX_HEARTBEATS} that fit in memory; with {nodes} nodes give at most --duration {hours}h",
+            crate::duration::format(duration)
+        ));
+    }
+    Ok(())
 }
 
 /// The outcome of one mode.
@@ -200,8 +259,11 @@ pub struct ScenarioReport {
 /// Runs one scenario in the three modes. `progress` is called with the fraction done.
 pub fn run(options: &SimOptions, progress: &mut dyn FnMut(f64)) -> ScenarioReport {
     let (default_nodes, default_duration) = options.scenario.defaults();
-    let nodes = options.nodes.unwrap_or(default_nodes).clamp(1, 60_000);
-    let duration = options.duration.unwrap_or(default_duration);
+    let nodes = options.nodes.unwrap_or(default_nodes).clamp(1, MAX_NODES);
+    let duration = options
+        .duration
+        .unwrap_or(default_duration)
+        .min(MAX_DURATION);
     let script = Script::new(options.scenario, nodes, duration, options.seed);
     let modes = [Mode::Poll, Mode::UpstreamWatch, Mode::Watch];
     let mut reports = Vec::new();
@@ -837,7 +899,9 @@ impl<'a> World<'a> {
 pub struct Goal {
     pub goal: String,
     pub measured: String,
-    pub met: bool,
+    /// `None` when the run could not show it either way (too short, too few nodes):
+    /// a goal is met or missed only when it was measured.
+    pub met: Option<bool>,
 }
 
 /// The goals that apply to this scenario (issue 7), evaluated on our mode.
@@ -847,61 +911,148 @@ pub fn goals(report: &ScenarioReport) -> Vec<Goal> {
     };
     let poll = report.modes.iter().find(|m| m.mode == "poll");
     let mut goals = Vec::new();
+    let unmeasured = |goal: String, why: &str| Goal {
+        goal,
+        measured: why.to_string(),
+        met: None,
+    };
     match report.scenario {
         "steady" => {
             let resyncs = report.duration_seconds / ours.resync_period.as_secs().max(1);
             let allowed = 1 + resyncs;
-            goals.push(Goal {
-                goal: format!(
-                    "at most 1 list per resync (+1 at start: {allowed}) and nothing else"
-                ),
-                measured: format!(
-                    "{} lists, {} creates, {} deletes (poll: {} lists)",
-                    ours.cloud_calls.list,
-                    ours.cloud_calls.create,
-                    ours.cloud_calls.delete,
-                    poll.map_or(0, |p| p.cloud_calls.list)
-                ),
-                met: ours.cloud_calls.list <= allowed
-                    && ours.cloud_calls.create + ours.cloud_calls.delete == 0,
-            });
+            let goal =
+                format!("at most 1 list per resync (+1 at start: {allowed}) and nothing else");
+            // Nothing happens in a steady cluster but heartbeats, every 5 minutes.
+            if report.duration_seconds < 300 {
+                goals.push(unmeasured(
+                    goal,
+                    "not measured: no node heartbeat in under 5m; give --duration 5m or more",
+                ));
+            } else {
+                goals.push(Goal {
+                    goal,
+                    measured: format!(
+                        "{} lists, {} creates, {} deletes (poll: {} lists)",
+                        ours.cloud_calls.list,
+                        ours.cloud_calls.create,
+                        ours.cloud_calls.delete,
+                        poll.map_or(0, |p| p.cloud_calls.list)
+                    ),
+                    met: Some(
+                        ours.cloud_calls.list <= allowed
+                            && ours.cloud_calls.create + ours.cloud_calls.delete == 0,
+                    ),
+                });
+            }
         }
         "rolling-upgrade" => {
-            let limit = 1.1 * report.modes[0].route_mutations as f64;
-            goals.push(Goal {
-                goal: format!("cloud calls at most 1.1 x route mutations ({limit:.0})"),
-                measured: format!("{} calls", ours.cloud_calls.total()),
-                met: (ours.cloud_calls.total() as f64) <= limit,
+            let limit = 1.1 * ours.route_mutations as f64;
+            let goal = format!("cloud calls at most 1.1 x route mutations ({limit:.0})");
+            goals.push(if ours.route_mutations == 0 {
+                unmeasured(goal, "not measured: no route changed")
+            } else {
+                Goal {
+                    goal,
+                    measured: format!("{} calls", ours.cloud_calls.total()),
+                    met: Some((ours.cloud_calls.total() as f64) <= limit),
+                }
             });
-            goals.push(Goal {
-                goal: format!(
-                    "p99 node change to route created under 1 s with {} cloud latency",
-                    crate::duration::format(report.latency)
-                ),
-                measured: format!("p99 {:.3} s", ours.latency_seconds.node_to_route.p99),
-                met: ours.latency_seconds.node_to_route.p99 < 1.0 && ours.unserved == 0,
+            let goal = format!(
+                "p99 node change to route created under 1 s with {} cloud latency",
+                crate::duration::format(report.latency)
+            );
+            let latency = &ours.latency_seconds.node_to_route;
+            goals.push(if latency.count == 0 {
+                unmeasured(goal, "not measured: no route was created")
+            } else {
+                Goal {
+                    goal,
+                    measured: format!("p99 {:.3} s", latency.p99),
+                    met: Some(latency.p99 < 1.0 && ours.unserved == 0),
+                }
             });
         }
         "scale-out" => {
             let (rate, burst) = report.rate_limit.unwrap_or((1.0, 0));
-            let minimum = (ours.route_mutations.saturating_sub(u64::from(burst))) as f64 / rate;
-            goals.push(Goal {
-                goal: "zero 429s".into(),
-                measured: format!("{} 429s", ours.rate_limited),
-                met: ours.rate_limited == 0,
+            let beyond_burst = ours.route_mutations.saturating_sub(u64::from(burst));
+            let minimum = beyond_burst as f64 / rate;
+            let why = format!(
+                "not measured: {} route creates fit in the burst of {burst}; give --nodes {} or more",
+                ours.route_mutations,
+                u64::from(burst) + 4
+            );
+            goals.push(if beyond_burst == 0 {
+                unmeasured("zero 429s".into(), &why)
+            } else {
+                Goal {
+                    goal: "zero 429s".into(),
+                    measured: format!("{} 429s", ours.rate_limited),
+                    met: Some(ours.rate_limited == 0),
+                }
             });
-            let took = ours.completion_seconds.unwrap_or(f64::INFINITY);
-            goals.push(Goal {
-                goal: format!(
-                    "completion within 5 % of the minimum the rate limit allows ({minimum:.0} s)"
-                ),
-                measured: format!("{took:.0} s ({:+.1} %)", (took / minimum - 1.0) * 100.0),
-                met: took <= minimum * 1.05 && ours.unserved == 0,
+            let goal = format!(
+                "completion within 5 % of the minimum the rate limit allows ({minimum:.0} s)"
+            );
+            goals.push(match ours.completion_seconds {
+                _ if beyond_burst == 0 => unmeasured(goal, &why),
+                Some(took) if ours.unserved == 0 => Goal {
+                    goal,
+                    measured: format!("{took:.0} s ({:+.1} %)", (took / minimum - 1.0) * 100.0),
+                    met: Some(took <= minimum * 1.05),
+                },
+                _ => Goal {
+                    goal,
+                    measured: format!(
+                        "{} routes still missing at the end; a longer --duration shows the completion time",
+                        ours.unserved
+                    ),
+                    met: Some(false),
+                },
             });
         }
         _ => {}
     }
     goals
+}
+
+/// What the table calls a mode: ours is marked, since the other two are references.
+pub fn mode_label(mode: &str) -> String {
+    match mode {
+        "watch" => "watch (ours)".to_string(),
+        other => other.to_string(),
+    }
+}
+
+/// One line that sums a scenario up: our calls and latency beside the references, and
+/// the goals' tally.
+pub fn verdict(report: &ScenarioReport) -> String {
+    let find = |name: &str| report.modes.iter().find(|m| m.mode == name);
+    let Some(ours) = find("watch") else {
+        return "verdict: our mode did not run".into();
+    };
+    let others: Vec<String> = report
+        .modes
+        .iter()
+        .filter(|m| m.mode != "watch")
+        .map(|m| format!("{} {}", m.mode, m.cloud_calls.total()))
+        .collect();
+    let goals = goals(report);
+    let count = |met: Option<bool>| goals.iter().filter(|g| g.met == met).count();
+    let latency = &ours.latency_seconds.node_to_route;
+    format!(
+        "verdict: watch (ours) made {} cloud calls ({}), node->route p99 {}, {} routes missing; goals: {} met, {} not met, {} not measured",
+        ours.cloud_calls.total(),
+        others.join(", "),
+        if latency.count == 0 {
+            "-".to_string()
+        } else {
+            short(latency.p99)
+        },
+        ours.unserved,
+        count(Some(true)),
+        count(Some(false)),
+        count(None)
+    )
 }
 
 /// The report as the people-readable table.
@@ -944,7 +1095,7 @@ pub fn table(report: &ScenarioReport) -> String {
         let _ = writeln!(
             out,
             "  {:<15} {:>7} {:>7} {:>7} {:>8} {:>9} {:>7} {:>6}  {:<25}  {:<23} {:>8}",
-            m.mode,
+            mode_label(m.mode),
             m.cloud_calls.list,
             m.cloud_calls.create,
             m.cloud_calls.delete,
@@ -961,11 +1112,16 @@ pub fn table(report: &ScenarioReport) -> String {
         let _ = writeln!(
             out,
             "  goal {}: {} -> {}",
-            if g.met { "met" } else { "NOT MET" },
+            match g.met {
+                Some(true) => "met",
+                Some(false) => "NOT MET",
+                None => "not measured",
+            },
             g.goal,
             g.measured
         );
     }
+    let _ = writeln!(out, "  {}", verdict(report));
     out
 }
 
@@ -984,9 +1140,26 @@ fn short(secs: f64) -> String {
     }
 }
 
-/// An SVG chart of cumulative cloud calls over time, one line per mode.
+/// An SVG chart in two panels: cumulative cloud calls over time, one line per mode, on
+/// a log axis (poll's thousands and ours' handful both stay readable); below it the
+/// node-to-route latency of each mode (p50, p99, max), also on a log axis.
 pub fn chart(report: &ScenarioReport) -> String {
-    let (w, h, left, bottom) = (760.0, 380.0, 70.0, 40.0);
+    let (w, left, right) = (760.0, 70.0, 20.0);
+    let (calls_top, calls_bottom) = (30.0, 330.0);
+    let (lat_top, row) = (390.0, 24.0);
+    let h = lat_top + row * report.modes.len() as f64 + 50.0;
+    let plot_w = w - left - right;
+    let colours = ["#d62728", "#ff7f0e", "#2ca02c"];
+    let mut svg = format!(
+        "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{w}\" height=\"{h}\" font-family=\"sans-serif\" font-size=\"12\">\n\
+         <rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n\
+         <text x=\"{left}\" y=\"16\">{}: cumulative cloud calls over {} ({} nodes), log scale</text>\n",
+        report.scenario,
+        crate::duration::format(Duration::from_secs(report.duration_seconds)),
+        report.nodes,
+    );
+
+    // Calls: a log axis from 1 to the next power of ten above the largest total.
     let minutes = report
         .modes
         .iter()
@@ -1013,33 +1186,38 @@ pub fn chart(report: &ScenarioReport) -> String {
         .max()
         .unwrap_or(1)
         .max(1) as f64;
-    let x = |i: usize| left + (w - left - 20.0) * i as f64 / (minutes - 1) as f64;
-    let y = |v: f64| (h - bottom) - (h - bottom - 20.0) * v / top;
-    let colours = ["#d62728", "#ff7f0e", "#2ca02c"];
-    let mut svg = format!(
-        "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{w}\" height=\"{h}\" font-family=\"sans-serif\" font-size=\"12\">\n\
-         <rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n\
-         <text x=\"{left}\" y=\"14\">{}: cumulative cloud calls over {} ({} nodes)</text>\n\
-         <line x1=\"{left}\" y1=\"{}\" x2=\"{}\" y2=\"{}\" stroke=\"black\"/>\n<line x1=\"{left}\" y1=\"20\" x2=\"{left}\" y2=\"{}\" stroke=\"black\"/>\n\
-         <text x=\"4\" y=\"24\">{top}</text><text x=\"4\" y=\"{}\">0</text>\n\
-         <text x=\"{}\" y=\"{}\" text-anchor=\"end\">minutes: {}</text>\n",
-        report.scenario,
-        crate::duration::format(Duration::from_secs(report.duration_seconds)),
-        report.nodes,
-        h - bottom,
-        w - 20.0,
-        h - bottom,
-        h - bottom,
-        h - bottom,
-        w - 20.0,
-        h - 10.0,
+    let decades = top.log10().ceil().max(1.0);
+    let x = |i: usize| left + plot_w * i as f64 / (minutes - 1) as f64;
+    // Zero calls sit on the axis, one call one step above it.
+    let y = |v: u64| {
+        let level = if v == 0 { 0.0 } else { (v as f64).log10() };
+        calls_bottom - (calls_bottom - calls_top) * level / decades
+    };
+    axes(&mut svg, left, calls_top, calls_bottom, w - right);
+    for d in 0..=decades as u32 {
+        let v = 10u64.pow(d);
+        let _ = writeln!(
+            svg,
+            "<text x=\"{}\" y=\"{:.1}\" text-anchor=\"end\">{v}</text><line x1=\"{left}\" y1=\"{:.1}\" x2=\"{}\" y2=\"{:.1}\" stroke=\"#ddd\"/>",
+            left - 4.0,
+            y(v) + 4.0,
+            y(v),
+            w - right,
+            y(v)
+        );
+    }
+    let _ = writeln!(
+        svg,
+        "<text x=\"{}\" y=\"{}\" text-anchor=\"end\">minutes: {}</text>",
+        w - right,
+        calls_bottom + 16.0,
         minutes - 1
     );
     for (i, (m, c)) in report.modes.iter().zip(&cumulative).enumerate() {
         let points: Vec<String> = c
             .iter()
             .enumerate()
-            .map(|(j, v)| format!("{:.1},{:.1}", x(j), y(*v as f64)))
+            .map(|(j, v)| format!("{:.1},{:.1}", x(j), y(*v)))
             .collect();
         let colour = colours[i % colours.len()];
         let _ = writeln!(
@@ -1051,13 +1229,80 @@ pub fn chart(report: &ScenarioReport) -> String {
             svg,
             "<text x=\"{}\" y=\"{}\" fill=\"{colour}\">{} ({} calls)</text>",
             left + 10.0,
-            40.0 + 16.0 * i as f64,
-            m.mode,
+            calls_top + 16.0 + 16.0 * i as f64,
+            mode_label(m.mode),
             m.cloud_calls.total()
+        );
+    }
+
+    // Latency: p50, p99 and max as marks on a log axis of seconds, 1 ms to the next
+    // power of ten above the slowest.
+    let _ = writeln!(
+        svg,
+        "<text x=\"{left}\" y=\"{}\">node change to route created (p50 | p99 ◆ max), seconds, log scale</text>",
+        lat_top - 20.0
+    );
+    let slowest = report
+        .modes
+        .iter()
+        .map(|m| m.latency_seconds.node_to_route.max)
+        .fold(0.001, f64::max);
+    let (low, high) = (-3.0, slowest.log10().ceil().max(-2.0));
+    let lx = |secs: f64| left + plot_w * (secs.max(0.001).log10() - low) / (high - low);
+    let lat_bottom = lat_top + row * report.modes.len() as f64;
+    axes(&mut svg, left, lat_top, lat_bottom, w - right);
+    for d in low as i32..=high as i32 {
+        let secs = 10f64.powi(d);
+        let _ = writeln!(
+            svg,
+            "<text x=\"{:.1}\" y=\"{}\" text-anchor=\"middle\">{}</text>",
+            lx(secs),
+            lat_bottom + 16.0,
+            short(secs)
+        );
+    }
+    for (i, m) in report.modes.iter().enumerate() {
+        let colour = colours[i % colours.len()];
+        let cy = lat_top + row * (i as f64 + 0.5);
+        let l = &m.latency_seconds.node_to_route;
+        if l.count == 0 {
+            let _ = writeln!(
+                svg,
+                "<text x=\"{}\" y=\"{:.1}\" fill=\"{colour}\">{}: no route created</text>",
+                left + 6.0,
+                cy + 4.0,
+                mode_label(m.mode)
+            );
+            continue;
+        }
+        let _ = writeln!(
+            svg,
+            "<g class=\"latency\"><line x1=\"{:.1}\" y1=\"{cy:.1}\" x2=\"{:.1}\" y2=\"{cy:.1}\" stroke=\"{colour}\" stroke-width=\"6\"/>\
+             <circle cx=\"{:.1}\" cy=\"{cy:.1}\" r=\"5\" fill=\"{colour}\"/><line x1=\"{:.1}\" y1=\"{:.1}\" x2=\"{:.1}\" y2=\"{:.1}\" stroke=\"black\"/>\
+             <text x=\"{:.1}\" y=\"{:.1}\" fill=\"{colour}\">{}: {}</text></g>",
+            lx(l.p50),
+            lx(l.max),
+            lx(l.p99),
+            lx(l.p50),
+            cy - 8.0,
+            lx(l.p50),
+            cy + 8.0,
+            lx(l.max) + 8.0,
+            cy + 4.0,
+            mode_label(m.mode),
+            triple(l)
         );
     }
     svg.push_str("</svg>\n");
     svg
+}
+
+fn axes(svg: &mut String, left: f64, top: f64, bottom: f64, right: f64) {
+    let _ = writeln!(
+        svg,
+        "<line x1=\"{left}\" y1=\"{bottom}\" x2=\"{right}\" y2=\"{bottom}\" stroke=\"black\"/>\
+         <line x1=\"{left}\" y1=\"{top}\" x2=\"{left}\" y2=\"{bottom}\" stroke=\"black\"/>"
+    );
 }
 
 #[cfg(test)]

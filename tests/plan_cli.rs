@@ -100,7 +100,8 @@ fn table_output_is_for_people() {
          DELETE     -                  10.244.7.0/24            route 10.0.0.7-10.244.7.0/24 (blackhole)\n\
          CREATE     worker-2           10.244.2.0/24            name hint c3e9d0a4-5b6f-4e71-9a8b-2c4d6e8f0a32; addresses InternalIP=10.0.0.4,Hostname=worker-2\n\
          CONDITION  worker-2           NetworkUnavailable=False (RouteCreated)\n\
-         2 to delete, 1 to create, 2 kept, 1 condition writes\n"
+         NOT OURS   -                  192.168.100.0/24         route 10.0.0.254-192.168.100.0/24 (outside the cluster CIDRs; never deleted)\n\
+         2 to delete, 1 to create, 2 kept, 1 condition writes, 1 not ours\n"
     );
 }
 
@@ -277,4 +278,153 @@ fn bad_input_exits_2_with_one_line_naming_the_file_or_flag() {
         assert!(err.contains(needle), "{args:?}: {err}");
         assert!(out.stdout.is_empty(), "{args:?}");
     }
+}
+
+#[test]
+fn routes_outside_the_cluster_cidrs_are_listed_as_not_ours_in_json() {
+    let out = plan(&[
+        "--nodes",
+        &path(NODES),
+        "--routes",
+        &path(ROUTES),
+        "--cluster-cidr=10.244.0.0/16",
+        "--output=json",
+    ]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let not_ours: Vec<&str> = v["notOurs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["destinationCIDR"].as_str().unwrap())
+        .collect();
+    assert_eq!(not_ours, ["192.168.100.0/24"]);
+}
+
+/// Guards the check that a node file holds Nodes: `kubectl get pods -o json` has the
+/// same shape (a List with items) and used to plan as if the cluster had no nodes,
+/// deleting every route.
+#[test]
+fn a_list_of_pods_is_refused() {
+    let out = plan(&[
+        "--nodes",
+        &path("testdata/plan/pods.json"),
+        "--routes",
+        &path(ROUTES),
+        "--cluster-cidr=10.244.0.0/16",
+    ]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = text(&out.stderr);
+    assert!(err.contains("item 1 is a Pod"), "{err}");
+    assert!(out.stdout.is_empty());
+}
+
+/// Guards `--allow-partial`: one Node (`kubectl get node worker-1 -o json`) is not the
+/// cluster, and a plan from it would delete every other node's route.
+#[test]
+fn a_single_node_is_the_cluster_only_with_allow_partial() {
+    let single = path("testdata/plan/single-node.json");
+    let args = [
+        "--nodes",
+        &single,
+        "--routes",
+        &path(ROUTES),
+        "--cluster-cidr=10.244.0.0/16",
+    ];
+    let out = plan(&args);
+    assert_eq!(out.status.code(), Some(2));
+    let err = text(&out.stderr);
+    assert!(
+        err.contains("a single Node") && err.contains("--allow-partial"),
+        "{err}"
+    );
+    let mut partial = args.to_vec();
+    partial.push("--allow-partial");
+    let out = plan(&partial);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let t = text(&out.stdout);
+    assert!(
+        t.contains("DELETE     cp-1"),
+        "with one node, the others' routes go: {t}"
+    );
+}
+
+#[test]
+fn stdin_carries_nodes_or_routes_not_both() {
+    let out = plan(&[
+        "--nodes",
+        "-",
+        "--routes",
+        "-",
+        "--cluster-cidr=10.244.0.0/16",
+    ]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = text(&out.stderr);
+    assert!(err.contains("stdin can carry only one"), "{err}");
+}
+
+/// 20 000 nodes as `kubectl get nodes -o json` prints them (each a copy of a real
+/// node with its managed fields, labels and images), planned under a memory limit.
+/// Guards the streaming reader: holding the document and a generic JSON tree of it
+/// took 725 MB; the limit is far below that.
+#[test]
+fn twenty_thousand_nodes_are_planned_in_bounded_memory() {
+    let dir = std::env::temp_dir().join(format!("rc-plan-big-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let nodes = dir.join("nodes.json");
+    write_big_node_list(&nodes, 20_000);
+    let routes = dir.join("routes.json");
+    std::fs::write(&routes, r#"{"routes": []}"#).unwrap();
+    let script = format!(
+        "ulimit -v {LIMIT_KB} && exec \"$0\" plan --nodes {} --routes {} --cluster-cidr 10.0.0.0/8 --output json",
+        nodes.display(),
+        routes.display()
+    );
+    let out = Command::new("sh")
+        .args(["-c", &script, env!("CARGO_BIN_EXE_route-controller")])
+        .output()
+        .unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(
+        out.status.success(),
+        "under ulimit -v {LIMIT_KB}: {}",
+        text(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["creates"].as_array().unwrap().len(), 20_000);
+}
+
+/// The address space `plan` gets for 20 000 nodes, in KiB.
+const LIMIT_KB: u64 = 300 * 1024;
+
+fn write_big_node_list(path: &std::path::Path, count: usize) {
+    use std::io::BufWriter;
+    let sample: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(path_of(NODES)).unwrap()).unwrap();
+    let template = sample["items"][0].clone();
+    let mut out = BufWriter::new(std::fs::File::create(path).unwrap());
+    write!(
+        out,
+        r#"{{"apiVersion":"v1","kind":"List","metadata":{{"resourceVersion":""}},"items":["#
+    )
+    .unwrap();
+    for i in 0..count {
+        let mut node = template.clone();
+        node["metadata"]["name"] = format!("node-{i}").into();
+        node["metadata"]["uid"] = format!("00000000-0000-4000-8000-{i:012}").into();
+        let cidr = format!("10.{}.{}.0/24", 64 + i / 256, i % 256);
+        node["spec"]["podCIDR"] = cidr.clone().into();
+        node["spec"]["podCIDRs"] = serde_json::json!([cidr]);
+        node["spec"]["providerID"] = format!("hcloud://{}", 1000 + i).into();
+        if i > 0 {
+            out.write_all(b",").unwrap();
+        }
+        serde_json::to_writer(&mut out, &node).unwrap();
+    }
+    out.write_all(b"]}").unwrap();
+    out.flush().unwrap();
+}
+
+fn path_of(p: &str) -> std::path::PathBuf {
+    dir().join(p)
 }

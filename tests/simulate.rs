@@ -178,6 +178,21 @@ fn the_table_reports_the_goals_and_the_chart_is_svg() {
         "{svg}"
     );
     assert_eq!(svg.matches("<polyline").count(), 3, "one line per mode");
+    assert!(svg.contains("log scale"), "calls on a log axis: {svg}");
+    assert!(
+        svg.contains("node change to route created"),
+        "the latency panel: {svg}"
+    );
+    assert!(table.contains("  watch (ours) "), "{table}");
+    assert!(
+        table
+            .trim_end()
+            .lines()
+            .last()
+            .unwrap()
+            .starts_with("  verdict: "),
+        "{table}"
+    );
     let _ = std::fs::remove_dir_all(dir);
 }
 
@@ -190,6 +205,21 @@ fn bad_flags_exit_2_with_one_line() {
         (vec!["--nodes", "0"], "--nodes"),
         (vec!["--latency", "fast"], "--latency"),
         (vec!["--output", "xml"], "--output"),
+        (vec!["--duration", "100000000h"], "--duration"),
+        (vec!["--duration", "721h"], "--duration"),
+        (vec!["--nodes", "60001"], "--nodes"),
+        (vec!["--latency", "2m"], "--latency"),
+        (
+            vec![
+                "--scenario",
+                "steady",
+                "--nodes",
+                "60000",
+                "--duration",
+                "24h",
+            ],
+            "at most --duration 4h",
+        ),
     ] {
         let out = simulate(&args);
         assert_eq!(out.status.code(), Some(2), "{args:?}");
@@ -199,4 +229,97 @@ fn bad_flags_exit_2_with_one_line() {
             "{args:?}: {err}"
         );
     }
+}
+
+/// Guards the bounds check: `--duration 100000000h` used to allocate until the machine
+/// ran out of memory. Now it is refused before anything runs, also under a memory
+/// limit the simulation itself would exceed at once.
+#[test]
+fn a_run_too_big_for_memory_is_refused_before_it_starts() {
+    let out = Command::new("sh")
+        .args([
+            "-c",
+            "ulimit -v 262144 && exec \"$0\" simulate --scenario steady --duration 100000000h",
+            env!("CARGO_BIN_EXE_route-controller"),
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("--duration") && !err.contains("simulating"),
+        "{err}"
+    );
+}
+
+/// Guards that goals are judged only when measured: a 1 s steady run has no
+/// heartbeat, a scale-out of one node no create beyond the burst (it printed
+/// `+inf %` and "goal met").
+#[test]
+fn goals_that_a_run_cannot_show_are_not_measured() {
+    for args in [
+        &["--scenario", "steady", "--duration", "1s"][..],
+        &[
+            "--scenario",
+            "scale-out",
+            "--nodes",
+            "1",
+            "--duration",
+            "5m",
+        ],
+    ] {
+        let out = simulate(args);
+        assert!(out.status.success(), "{args:?}");
+        let table = String::from_utf8_lossy(&out.stdout);
+        assert!(!table.contains("inf"), "{args:?}: {table}");
+        assert!(!table.contains("goal met"), "{args:?}: {table}");
+        assert!(table.contains("goal not measured"), "{args:?}: {table}");
+        let mut json_args = args.to_vec();
+        json_args.extend(["--output", "json"]);
+        let r = json(&json_args);
+        let goals = r["goals"].as_array().unwrap();
+        assert!(!goals.is_empty());
+        assert!(goals.iter().all(|g| g["met"].is_null()), "{goals:?}");
+    }
+}
+
+/// Guards JSON's `null` where the table shows `-`: in a steady cluster no route is
+/// wanted, so there is no node-to-route latency (it used to read 0).
+#[test]
+fn json_has_null_where_nothing_was_measured() {
+    let r = json(&[
+        "--scenario",
+        "steady",
+        "--nodes",
+        "10",
+        "--duration",
+        "10m",
+        "--output",
+        "json",
+    ]);
+    for m in r["modes"].as_array().unwrap() {
+        assert!(m["latencySeconds"]["nodeToRoute"].is_null(), "{m}");
+    }
+    assert!(
+        r["verdict"]
+            .as_str()
+            .unwrap()
+            .starts_with("verdict: watch (ours)")
+    );
+}
+
+/// Guards the chart check before the run: a path that cannot be written fails at once
+/// instead of after the simulation.
+#[test]
+fn an_unwritable_chart_fails_before_the_run() {
+    let out = simulate(&[
+        "--scenario",
+        "steady",
+        "--chart",
+        "/nonexistent-dir/calls.svg",
+    ]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("--chart /nonexistent-dir/calls.svg"), "{err}");
+    assert!(!err.contains("simulating"), "checked before the run: {err}");
 }

@@ -1,39 +1,79 @@
-//! The command line: subcommands, their flags, and the `plan` command.
+//! The command line: subcommands, their flags, and the `plan` and `simulate` commands.
 //!
-//! Flags are spelled as in the cloud-controller-manager, and accepted in both forms it
-//! accepts (`--flag value` and `--flag=value`; booleans as `--flag`, `--flag=true` or
-//! `--flag=false`), so that operators can copy their manifests. Invalid input exits
-//! with status 2 and one line naming the flag or file and the fix.
+//! Flags are spelled as in the cloud-controller-manager and parsed as Go's pflag
+//! parses them ([`flags`]), so that operators can copy their manifests. The flags
+//! several commands share (the cloud, the cluster, the cluster's API) are declared once
+//! here. Invalid input exits with status 2 and one line naming the flag or file and
+//! the fix.
 
 use std::fmt::Write as _;
-use std::io::Read;
 
-use argh::FromArgs;
 use serde::Serialize;
 
 use crate::config::parse_cluster_cidrs;
-use crate::model::{Node, NodeAddress, NodeList, Route};
+use crate::model::{Node, NodeAddress, Route};
 use crate::plan::{self, Plan};
 
+pub mod ccm;
+pub mod flags;
 pub mod run;
 
+use flags::{Flag, Kind, Outcome, Parsed, Spec};
 pub use run::RunArgs;
 
 /// Exit status for invalid configuration or input.
 pub const EXIT_USAGE: i32 = 2;
 
-#[derive(FromArgs, Debug)]
-/// route-controller keeps a cloud's route table in step with the cluster's nodes: every
-/// node's pod CIDRs are routed to that node.
-pub struct Cli {
-    #[argh(subcommand)]
-    pub command: Command,
-}
+// --- flags several commands share --------------------------------------------------------
 
-#[derive(FromArgs, Debug)]
-#[argh(subcommand)]
-// Parsed once at start; boxing would need argh support for boxed subcommands.
-#[allow(clippy::large_enum_variant)]
+pub(crate) const CLOUD_PROVIDER: Flag = Flag::new(
+    "cloud-provider",
+    Kind::String,
+    "the cloud: hcloud, aws or fake",
+);
+pub(crate) const CLOUD_CONFIG: Flag = Flag::new(
+    "cloud-config",
+    Kind::String,
+    "provider settings file: for hcloud, HCLOUD_*=value lines (instead of environment \
+     variables); for aws, the AWS cloud config (its [Global] RouteTableID applies)",
+);
+pub(crate) const CLUSTER_NAME: Flag = Flag::new(
+    "cluster-name",
+    Kind::String,
+    "the cluster name: the AWS route table tag, passed to every cloud call",
+)
+.default("kubernetes");
+pub(crate) const CLUSTER_CIDR: Flag = Flag::new(
+    "cluster-cidr",
+    Kind::String,
+    "the pod network: one CIDR, or an IPv4 and an IPv6 CIDR separated by a comma; \
+     routes outside it are never deleted",
+);
+pub(crate) const KUBECONFIG: Flag = Flag::new(
+    "kubeconfig",
+    Kind::String,
+    "path to a kubeconfig (default: $KUBECONFIG, then ~/.kube/config, then the \
+     in-cluster service account)",
+);
+pub(crate) const MASTER: Flag = Flag::new(
+    "master",
+    Kind::String,
+    "the API server URL, overriding the kubeconfig's",
+);
+const OUTPUT: Flag =
+    Flag::new("output", Kind::String, "output format: table or json").default("table");
+
+/// The environment variables of the cluster's API, for help.
+pub(crate) const KUBE_ENV: (&str, &str) = (
+    "KUBECONFIG",
+    "the kubeconfig when --kubeconfig is not given (then ~/.kube/config, then the \
+     in-cluster service account)",
+);
+
+// --- the command line as a whole -----------------------------------------------------------
+
+/// A subcommand and its flags.
+#[derive(Debug)]
 pub enum Command {
     Run(RunArgs),
     Plan(PlanArgs),
@@ -41,45 +81,187 @@ pub enum Command {
     Manifests(ManifestsArgs),
 }
 
-#[derive(FromArgs, Debug)]
-/// Print ready-to-apply YAML: a ServiceAccount with least-privilege RBAC, a Deployment
-/// with leader election, probes, resources and a locked-down security context, and
-/// Secret references for the provider's credentials.
-#[argh(subcommand, name = "manifests")]
+/// What the command line asks for.
+#[derive(Debug)]
+pub enum Invocation {
+    /// Run this command; log these warnings (flags accepted but ignored) first.
+    Command(Box<Command>, Vec<String>),
+    /// Print this on stdout and exit 0 (`--help`, `--version`).
+    Print(String),
+}
+
+const COMMANDS: &[(&str, &Spec)] = &[
+    ("run", &run::SPEC),
+    ("plan", &PLAN),
+    ("simulate", &SIMULATE),
+    ("manifests", &MANIFESTS),
+];
+
+fn top_help() -> String {
+    let mut out = String::from(
+        "route-controller keeps a cloud's route table in step with the cluster's nodes: every \
+         node's pod CIDRs are routed to that node.\n\nUsage: route-controller COMMAND [flags]\n\nCommands:\n",
+    );
+    for (name, spec) in COMMANDS {
+        let first = spec.about.split(". ").next().unwrap_or(spec.about);
+        let _ = writeln!(out, "  {name:<10} {}", first.trim_end_matches('.'));
+    }
+    out.push_str(
+        "\n  -h, --help  print this help (COMMAND --help: the command's flags)\n      --version  print the version\n",
+    );
+    out
+}
+
+/// Parses the arguments after the program name.
+pub fn parse_args(args: &[String]) -> Result<Invocation, UsageError> {
+    let Some(first) = args.first() else {
+        return Err(UsageError(
+            "no command given: use run, plan, simulate or manifests (see route-controller --help)"
+                .into(),
+        ));
+    };
+    match first.as_str() {
+        "-h" | "--help" | "help" => return Ok(Invocation::Print(top_help())),
+        "--version" | "version" => {
+            return Ok(Invocation::Print(format!(
+                "route-controller {}\n",
+                env!("CARGO_PKG_VERSION")
+            )));
+        }
+        _ => {}
+    }
+    let spec = COMMANDS
+        .iter()
+        .find(|(name, _)| name == first)
+        .map(|(_, spec)| *spec)
+        .ok_or_else(|| {
+            UsageError(format!(
+                "{first:?} is not a command: use run, plan, simulate or manifests (see route-controller --help)"
+            ))
+        })?;
+    let parsed = match flags::parse(spec, &args[1..])? {
+        Outcome::Parsed(p) => p,
+        Outcome::Help(text) => return Ok(Invocation::Print(text)),
+        Outcome::Version(text) => return Ok(Invocation::Print(text + "\n")),
+    };
+    let warnings = parsed.ignored_warnings();
+    let command = match spec.name {
+        "run" => Command::Run(RunArgs::from_parsed(parsed)),
+        "plan" => Command::Plan(PlanArgs::from_parsed(&parsed)?),
+        "simulate" => Command::Simulate(SimulateArgs::from_parsed(&parsed)?),
+        _ => Command::Manifests(ManifestsArgs::from_parsed(&parsed)?),
+    };
+    Ok(Invocation::Command(Box::new(command), warnings))
+}
+
+/// Parses the process arguments; on `--help` or `--version` prints and exits 0, on bad
+/// flags prints one line and exits 2. Returns warnings about ignored flags, for the log.
+pub fn parse(args: &[String]) -> (Command, Vec<String>) {
+    match parse_args(args.get(1..).unwrap_or(&[])) {
+        Ok(Invocation::Command(command, warnings)) => (*command, warnings),
+        Ok(Invocation::Print(text)) => {
+            print!("{text}");
+            std::process::exit(0);
+        }
+        Err(e) => {
+            eprintln!("error: {e}");
+            std::process::exit(EXIT_USAGE);
+        }
+    }
+}
+
+// --- manifests ---------------------------------------------------------------------------
+
+static MANIFESTS: Spec = Spec {
+    name: "manifests",
+    about: "Print ready-to-apply YAML: a ServiceAccount with least-privilege RBAC, a \
+            Deployment with leader election, probes, resources and a locked-down security \
+            context, and Secret references for the provider's credentials.",
+    env: &[],
+    groups: &[(
+        "Flags",
+        &[
+            CLOUD_PROVIDER.default("hcloud"),
+            CLUSTER_CIDR.required(),
+            CLUSTER_NAME,
+            Flag::new(
+                "namespace",
+                Kind::String,
+                "namespace of the Deployment, its ServiceAccount and the lease",
+            )
+            .default("kube-system"),
+            Flag::new(
+                "image",
+                Kind::String,
+                "the container image (default: route-controller:<version>, an image you \
+                 build and push yourself; see the README)",
+            ),
+            Flag::new(
+                "leader-elect-resource-name",
+                Kind::String,
+                "the leader election Lease's name",
+            )
+            .default("route-controller"),
+            Flag::new(
+                "watch-based",
+                Kind::Bool,
+                "watch-based reconciliation (true) or polling every 10 s (false)",
+            )
+            .default("true"),
+            Flag::new(
+                "metrics-port",
+                Kind::Int,
+                "the secure port (HTTPS) of /metrics, /healthz and /readyz on the host network; \
+                 not the CCM's 10258, which the CCM beside it holds",
+            )
+            .default("10270"),
+            Flag::new(
+                "replicas",
+                Kind::Int,
+                "replicas; one leads, the others stand by",
+            )
+            .default("2"),
+            Flag::new(
+                "monitoring",
+                Kind::Bool,
+                "also a Service and a prometheus-operator ServiceMonitor for the secure port, \
+                 and a Grafana dashboard ConfigMap for the Grafana sidecar",
+            )
+            .default("false"),
+        ],
+    )],
+};
+
+/// The flags of `manifests`.
+#[derive(Debug)]
 pub struct ManifestsArgs {
-    /// the cloud: hcloud, aws or fake (default: hcloud)
-    #[argh(option, default = "String::from(\"hcloud\")")]
     pub cloud_provider: String,
-    /// the pod network, as for `run` (required)
-    #[argh(option)]
     pub cluster_cidr: Option<String>,
-    /// the cluster name (default: kubernetes)
-    #[argh(option, default = "String::from(\"kubernetes\")")]
     pub cluster_name: String,
-    /// namespace of the Deployment, its ServiceAccount and the lease (default: kube-system)
-    #[argh(option, default = "String::from(\"kube-system\")")]
     pub namespace: String,
-    /// the container image (default: route-controller:<version>, an image you build
-    /// and push yourself; see the README)
-    #[argh(option)]
     pub image: Option<String>,
-    /// the leader election Lease's name (default: route-controller)
-    #[argh(option, default = "String::from(\"route-controller\")")]
     pub leader_elect_resource_name: String,
-    /// watch-based reconciliation (true) or polling every 10 s (false) (default: true)
-    #[argh(option, default = "true")]
     pub watch_based: bool,
-    /// the secure port (HTTPS) of /metrics, /healthz and /readyz on the host network;
-    /// not the CCM's 10258, which the CCM beside it holds (default: 10270)
-    #[argh(option, default = "10270")]
     pub metrics_port: u16,
-    /// replicas; one leads, the others stand by (default: 2)
-    #[argh(option, default = "2")]
     pub replicas: u32,
-    /// also a Service and a prometheus-operator ServiceMonitor for the secure port, and
-    /// a Grafana dashboard ConfigMap for the Grafana sidecar (default: false)
-    #[argh(option, default = "false")]
     pub monitoring: bool,
+}
+
+impl ManifestsArgs {
+    fn from_parsed(p: &Parsed) -> Result<ManifestsArgs, UsageError> {
+        Ok(ManifestsArgs {
+            cloud_provider: p.string("cloud-provider"),
+            cluster_cidr: p.optional("cluster-cidr"),
+            cluster_name: p.string("cluster-name"),
+            namespace: p.string("namespace"),
+            image: p.optional("image"),
+            leader_elect_resource_name: p.string("leader-elect-resource-name"),
+            watch_based: p.bool("watch-based"),
+            metrics_port: p.number("metrics-port")?,
+            replicas: p.number("replicas")?,
+            monitoring: p.bool("monitoring"),
+        })
+    }
 }
 
 /// Runs `manifests` and returns the YAML.
@@ -101,183 +283,84 @@ pub fn run_manifests(args: &ManifestsArgs) -> Result<String, UsageError> {
     Ok(crate::manifests::render(&options))
 }
 
-#[derive(FromArgs, Debug)]
-/// Simulate the controller in virtual time against an in-memory cloud, in each mode side
-/// by side (poll, upstream-style watch, ours), and print the cloud calls and latencies.
-/// The real controller code runs; only the cluster and the cloud are simulated. A 24-hour
-/// scenario takes seconds.
-#[argh(subcommand, name = "simulate")]
+// --- simulate ----------------------------------------------------------------------------
+
+static SIMULATE: Spec = Spec {
+    name: "simulate",
+    about: "Simulate the controller in virtual time against an in-memory cloud, in each mode \
+            side by side (poll, upstream-style watch, ours), and print the cloud calls and \
+            latencies. The real controller code runs; only the cluster and the cloud are \
+            simulated. A 24-hour scenario takes seconds.",
+    env: &[],
+    groups: &[(
+        "Flags",
+        &[
+            Flag::new(
+                "scenario",
+                Kind::String,
+                "scenario: steady, rolling-upgrade, scale-out, flaky-cloud, address-churn, or all",
+            )
+            .default("all"),
+            Flag::new(
+                "nodes",
+                Kind::Int,
+                "number of nodes, 1 to 60000 (default: the scenario's, 1000 or 300)",
+            ),
+            Flag::new(
+                "duration",
+                Kind::String,
+                "simulated time, in Go syntax such as 24h or 90m, at most 720h (default: the \
+                 scenario's, 24h or 1h)",
+            ),
+            Flag::new(
+                "seed",
+                Kind::Int,
+                "random seed; one seed always gives the same numbers",
+            )
+            .default("1"),
+            Flag::new(
+                "latency",
+                Kind::String,
+                "time each cloud call takes, at most 1m",
+            )
+            .default("100ms"),
+            OUTPUT,
+            Flag::new(
+                "chart",
+                Kind::String,
+                "write an SVG chart of cloud calls and node-to-route latency to FILE (with \
+                 several scenarios, the scenario name is added before the extension)",
+            ),
+        ],
+    )],
+};
+
+/// The flags of `simulate`.
+#[derive(Debug)]
 pub struct SimulateArgs {
-    /// scenario: steady, rolling-upgrade, scale-out, flaky-cloud, address-churn, or all
-    /// (default: all)
-    #[argh(option, default = "String::from(\"all\")")]
     pub scenario: String,
-    /// number of nodes (default: the scenario's, 1000 or 300)
-    #[argh(option)]
     pub nodes: Option<usize>,
-    /// simulated time, in Go syntax such as 24h or 90m (default: the scenario's, 24h or 1h)
-    #[argh(option)]
     pub duration: Option<String>,
-    /// random seed; one seed always gives the same numbers (default: 1)
-    #[argh(option, default = "1")]
     pub seed: u64,
-    /// time each cloud call takes (default: 100ms)
-    #[argh(option, default = "String::from(\"100ms\")")]
     pub latency: String,
-    /// output format: table (default) or json
-    #[argh(option, default = "String::from(\"table\")")]
     pub output: String,
-    /// write an SVG chart of cloud calls over time to FILE (with several scenarios, the
-    /// scenario name is added before the extension)
-    #[argh(option)]
     pub chart: Option<String>,
 }
 
-#[derive(FromArgs, Debug)]
-/// Show what one reconcile pass would do, changing nothing. Nodes come from a file
-/// (`kubectl get nodes -o json` output, "-" for stdin) or, without --nodes, from the
-/// cluster; routes from a file ({"routes":[{"name","targetNode","destinationCIDR",
-/// "blackhole","targetNodeAddresses","enableNodeAddresses"}]}) or, without --routes,
-/// from the cloud named by --cloud-provider.
-#[argh(subcommand, name = "plan")]
-pub struct PlanArgs {
-    /// the nodes: a NodeList as `kubectl get nodes -o json` prints it, or "-" for
-    /// stdin (default: list them from the cluster)
-    #[argh(option)]
-    pub nodes: Option<String>,
-    /// the cloud routes: {"routes":[...]} (default: list them from --cloud-provider)
-    #[argh(option)]
-    pub routes: Option<String>,
-    /// the pod network: one CIDR, or an IPv4 and an IPv6 CIDR separated by a comma;
-    /// routes outside it are never deleted
-    #[argh(option)]
-    pub cluster_cidr: String,
-    /// the cluster name passed to the cloud (default: kubernetes)
-    #[argh(option, default = "String::from(\"kubernetes\")")]
-    pub cluster_name: String,
-    /// output format: table (default) or json
-    #[argh(option, default = "String::from(\"table\")")]
-    pub output: String,
-    /// without --nodes: the kubeconfig to read the cluster with (default: $KUBECONFIG,
-    /// ~/.kube/config, in-cluster)
-    #[argh(option)]
-    pub kubeconfig: Option<String>,
-    /// without --nodes: the API server URL, overriding the kubeconfig's
-    #[argh(option)]
-    pub master: Option<String>,
-    /// without --routes: the cloud to list routes from: hcloud, aws or fake
-    #[argh(option)]
-    pub cloud_provider: Option<String>,
-    /// without --routes: the provider settings file (see `run --help`)
-    #[argh(option)]
-    pub cloud_config: Option<String>,
-}
-
-/// Flags of `run` that are booleans: `--flag` alone means true.
-const BOOL_FLAGS: &[&str] = &[
-    "--leader-elect",
-    "--configure-cloud-routes",
-    "--watch-based",
-    "--monitoring",
-];
-
-/// Flags of the cloud-controller-manager that do not apply here. They are accepted, so
-/// that flags copied from a CCM manifest work, and ignored with a warning. The second
-/// field says whether the flag is a boolean (it may stand alone).
-const IGNORED_CCM_FLAGS: &[(&str, bool)] = &[
-    ("--allocate-node-cidrs", true),
-    ("--authentication-skip-lookup", true),
-    ("--cidr-allocator-type", false),
-    ("--concurrent-service-syncs", false),
-    ("--contention-profiling", true),
-    ("--controllers", false),
-    ("--enable-leader-migration", true),
-    ("--external-cloud-volume-plugin", false),
-    ("--leader-migration-config", false),
-    ("--node-monitor-period", false),
-    ("--node-status-update-frequency", false),
-    ("--node-sync-period", false),
-    ("--profiling", true),
-    ("--requestheader-client-ca-file", false),
-    ("--use-service-account-credentials", true),
-    ("--webhook-secure-port", false),
-];
-
-/// Arguments as argh reads them, plus warnings about flags that were ignored.
-#[derive(Debug, PartialEq, Eq)]
-pub struct Normalized {
-    pub args: Vec<String>,
-    pub warnings: Vec<String>,
-}
-
-/// Rewrites the spellings of Go's pflag into argh's: `--flag=value` becomes `--flag
-/// value`, and a boolean `--flag` given alone becomes `--flag true`. For `run`, the
-/// cloud-controller-manager's flags that do not apply are dropped with a warning.
-pub fn normalize_args(args: &[String]) -> Normalized {
-    let is_run = args.first().is_some_and(|a| a == "run");
-    let mut out = Vec::with_capacity(args.len() + 4);
-    let mut warnings = Vec::new();
-    let mut iter = args.iter().peekable();
-    while let Some(arg) = iter.next() {
-        if arg == "--" {
-            out.push(arg.clone());
-            out.extend(iter.by_ref().cloned());
-            break;
-        }
-        let (name, value) = match arg.split_once('=') {
-            Some((n, v)) if n.starts_with("--") => (n, Some(v)),
-            _ => (arg.as_str(), None),
-        };
-        if is_run && let Some((_, boolean)) = IGNORED_CCM_FLAGS.iter().find(|(f, _)| *f == name) {
-            let takes_next =
-                value.is_none() && !boolean && iter.peek().is_some_and(|n| !n.starts_with("--"));
-            if takes_next {
-                iter.next();
-            }
-            warnings.push(format!("{name} is a cloud-controller-manager flag that route-controller does not use; ignored"));
-            continue;
-        }
-        out.push(name.to_string());
-        match value {
-            Some(v) => out.push(v.to_string()),
-            None if BOOL_FLAGS.contains(&name)
-                && iter.peek().is_none_or(|n| n.starts_with("--")) =>
-            {
-                out.push("true".to_string());
-            }
-            None => {}
-        }
-    }
-    Normalized {
-        args: out,
-        warnings,
-    }
-}
-
-/// Parses the process arguments; on `--help` prints help and exits 0, on bad flags
-/// prints one line and exits 2. Returns warnings about ignored flags, for the log.
-pub fn parse(args: &[String]) -> (Cli, Vec<String>) {
-    let normalized = normalize_args(args.get(1..).unwrap_or(&[]));
-    let strs: Vec<&str> = normalized.args.iter().map(String::as_str).collect();
-    match Cli::from_args(&["route-controller"], &strs) {
-        Ok(cli) => (cli, normalized.warnings),
-        Err(early) => match early.status {
-            Ok(()) => {
-                println!("{}", early.output);
-                std::process::exit(0);
-            }
-            Err(()) => {
-                let line = early
-                    .output
-                    .lines()
-                    .map(str::trim)
-                    .filter(|l| !l.is_empty())
-                    .collect::<Vec<_>>()
-                    .join(" ");
-                eprintln!("error: {line} (see --help)");
-                std::process::exit(EXIT_USAGE);
-            }
-        },
+impl SimulateArgs {
+    fn from_parsed(p: &Parsed) -> Result<SimulateArgs, UsageError> {
+        Ok(SimulateArgs {
+            scenario: p.string("scenario"),
+            nodes: match p.last("nodes") {
+                Some(_) => Some(p.number("nodes")?),
+                None => None,
+            },
+            duration: p.optional("duration"),
+            seed: p.number("seed")?,
+            latency: p.string("latency"),
+            output: p.string("output"),
+            chart: p.optional("chart"),
+        })
     }
 }
 
@@ -319,23 +402,42 @@ pub fn run_simulate(args: &SimulateArgs) -> Result<String, UsageError> {
         }
         None => None,
     };
-    if duration.is_some_and(|d| d.is_zero()) {
-        return Err(UsageError("--duration: must be more than 0".into()));
-    }
     let latency =
         crate::duration::parse(&args.latency).map_err(|e| UsageError(format!("--latency: {e}")))?;
-    if args.nodes == Some(0) || args.nodes.is_some_and(|n| n > 60_000) {
-        return Err(UsageError("--nodes: give between 1 and 60000 nodes".into()));
-    }
-    let mut reports = Vec::new();
-    for scenario in &scenarios {
-        let options = SimOptions {
+    let options: Vec<SimOptions> = scenarios
+        .iter()
+        .map(|scenario| SimOptions {
             scenario: *scenario,
             nodes: args.nodes,
             duration,
             seed: args.seed,
             latency,
-        };
+        })
+        .collect();
+    for o in &options {
+        sim::check_bounds(o).map_err(UsageError)?;
+    }
+    // The chart files are created before the run, so that a bad path fails at once
+    // rather than after minutes of simulation.
+    let charts: Vec<Option<String>> = scenarios
+        .iter()
+        .map(|s| {
+            args.chart.as_ref().map(|path| {
+                if scenarios.len() > 1 {
+                    chart_path(path, s.name())
+                } else {
+                    path.clone()
+                }
+            })
+        })
+        .collect();
+    for path in charts.iter().flatten() {
+        std::fs::File::create(path)
+            .map_err(|e| UsageError(format!("--chart {path}: cannot write: {e}")))?;
+    }
+    let mut reports = Vec::new();
+    for (options, chart) in options.iter().zip(&charts) {
+        let scenario = options.scenario;
         // On a terminal, one line that counts up; in a log, a line per quarter.
         let tty = std::io::IsTerminal::is_terminal(&std::io::stderr());
         let step = if tty { 1 } else { 25 };
@@ -352,27 +454,38 @@ pub fn run_simulate(args: &SimulateArgs) -> Result<String, UsageError> {
                 eprintln!("simulating {}: {pct} %", scenario.name());
             }
         };
-        let report = sim::run(&options, &mut progress);
+        let report = sim::run(options, &mut progress);
         if tty {
             eprint!("\r{:<40}\r", "");
         }
-        if let Some(path) = &args.chart {
-            let path = if scenarios.len() > 1 {
-                chart_path(path, scenario.name())
-            } else {
-                path.clone()
-            };
-            std::fs::write(&path, sim::chart(&report))
+        if let Some(path) = chart {
+            std::fs::write(path, sim::chart(&report))
                 .map_err(|e| UsageError(format!("--chart {path}: cannot write: {e}")))?;
             eprintln!("wrote {path}");
         }
         reports.push(report);
     }
+    /// A scenario's report with its goals, as JSON shows it.
+    #[derive(Serialize)]
+    struct WithGoals<'a> {
+        #[serde(flatten)]
+        report: &'a sim::ScenarioReport,
+        goals: Vec<sim::Goal>,
+        verdict: String,
+    }
+    let with_goals: Vec<WithGoals> = reports
+        .iter()
+        .map(|report| WithGoals {
+            report,
+            goals: sim::goals(report),
+            verdict: sim::verdict(report),
+        })
+        .collect();
     Ok(match args.output.as_str() {
         "json" if reports.len() == 1 => {
-            serde_json::to_string_pretty(&reports[0]).unwrap_or_default() + "\n"
+            serde_json::to_string_pretty(&with_goals[0]).unwrap_or_default() + "\n"
         }
-        "json" => serde_json::to_string_pretty(&reports).unwrap_or_default() + "\n",
+        "json" => serde_json::to_string_pretty(&with_goals).unwrap_or_default() + "\n",
         _ => reports
             .iter()
             .map(sim::table)
@@ -392,6 +505,99 @@ fn chart_path(path: &str, scenario: &str) -> String {
 
 // --- plan ------------------------------------------------------------------------------
 
+static PLAN: Spec = Spec {
+    name: "plan",
+    about: "Show what one reconcile pass would do, changing nothing. Nodes come from a file \
+            (`kubectl get nodes -o json` output, \"-\" for stdin) or, without --nodes, from the \
+            cluster; routes from a file ({\"routes\":[{\"name\",\"targetNode\",\"destinationCIDR\",\
+            \"blackhole\",\"targetNodeAddresses\",\"enableNodeAddresses\"}]}) or, without \
+            --routes, from the cloud named by --cloud-provider. Routes outside the cluster CIDRs \
+            are listed as not ours: they are never deleted.",
+    env: &[
+        KUBE_ENV,
+        (
+            "HCLOUD_TOKEN, HCLOUD_NETWORK, AWS_*",
+            "the provider's credentials and settings without --routes, as for run",
+        ),
+    ],
+    groups: &[(
+        "Flags",
+        &[
+            Flag::new(
+                "nodes",
+                Kind::String,
+                "the nodes: a NodeList as `kubectl get nodes -o json` prints it, or \"-\" for \
+                 stdin (default: list them from the cluster)",
+            ),
+            Flag::new(
+                "allow-partial",
+                Kind::Bool,
+                "accept a single Node as --nodes: it is the whole cluster (without this, a \
+                 plan from one node would delete every other node's route)",
+            )
+            .default("false"),
+            Flag::new(
+                "routes",
+                Kind::String,
+                "the cloud routes: {\"routes\":[...]}, or \"-\" for stdin (default: list them \
+                 from --cloud-provider)",
+            ),
+            CLUSTER_CIDR.required(),
+            CLUSTER_NAME,
+            OUTPUT,
+            Flag {
+                help: "without --nodes: path to a kubeconfig (default: $KUBECONFIG, then \
+                       ~/.kube/config, then the in-cluster service account)",
+                ..KUBECONFIG
+            },
+            Flag {
+                help: "without --nodes: the API server URL, overriding the kubeconfig's",
+                ..MASTER
+            },
+            Flag {
+                help: "without --routes: the cloud to list routes from: hcloud, aws or fake",
+                ..CLOUD_PROVIDER
+            },
+            Flag {
+                help: "without --routes: the provider settings file (see run --help)",
+                ..CLOUD_CONFIG
+            },
+        ],
+    )],
+};
+
+/// The flags of `plan`.
+#[derive(Debug)]
+pub struct PlanArgs {
+    pub nodes: Option<String>,
+    pub allow_partial: bool,
+    pub routes: Option<String>,
+    pub cluster_cidr: String,
+    pub cluster_name: String,
+    pub output: String,
+    pub kubeconfig: Option<String>,
+    pub master: Option<String>,
+    pub cloud_provider: Option<String>,
+    pub cloud_config: Option<String>,
+}
+
+impl PlanArgs {
+    fn from_parsed(p: &Parsed) -> Result<PlanArgs, UsageError> {
+        Ok(PlanArgs {
+            nodes: p.optional("nodes"),
+            allow_partial: p.bool("allow-partial"),
+            routes: p.optional("routes"),
+            cluster_cidr: p.string("cluster-cidr"),
+            cluster_name: p.string("cluster-name"),
+            output: p.string("output"),
+            kubeconfig: p.optional("kubeconfig"),
+            master: p.optional("master"),
+            cloud_provider: p.optional("cloud-provider"),
+            cloud_config: p.optional("cloud-config"),
+        })
+    }
+}
+
 /// `{"routes": [...]}`; anything else at the top level is a mistake (a node list
 /// passed as routes, say), not something to ignore.
 #[derive(serde::Deserialize)]
@@ -409,14 +615,14 @@ pub fn run_plan(args: &PlanArgs) -> Result<String, UsageError> {
             args.output
         )));
     }
-    if args.routes.is_none() && args.cloud_provider.is_none() {
+    if args.nodes.as_deref() == Some("-") && args.routes.as_deref() == Some("-") {
         return Err(UsageError(
-            "--routes or --cloud-provider is required: read routes from a file or from the cloud"
+            "--nodes - and --routes -: stdin can carry only one of them; put the other in a file"
                 .into(),
         ));
     }
     let nodes = match &args.nodes {
-        Some(path) => read_nodes(path)?,
+        Some(path) => read_nodes(path, args.allow_partial)?,
         None => live_nodes(args)?,
     };
     let routes = match (&args.routes, &args.cloud_provider) {
@@ -444,16 +650,34 @@ pub fn run_plan(args: &PlanArgs) -> Result<String, UsageError> {
                     ))
                 })?
         }
-        (None, None) => unreachable!("checked above"),
+        (None, None) => {
+            return Err(UsageError(
+                "--routes or --cloud-provider is required: read routes from a file or from the cloud"
+                    .into(),
+            ));
+        }
     };
     let plan = plan::plan(&nodes, &routes, &cluster_cidrs);
     for p in &plan.problems {
         eprintln!("warning: {p}");
     }
+    let not_ours = not_ours(&routes, &cluster_cidrs);
     Ok(match args.output.as_str() {
-        "json" => plan_json(&plan, &nodes),
-        _ => plan_table(&plan, &nodes),
+        "json" => plan_json(&plan, &nodes, &not_ours),
+        _ => plan_table(&plan, &nodes, &not_ours),
     })
+}
+
+/// The routes outside every cluster CIDR, by upstream's rule: the planner never
+/// deletes them, and the plan says so rather than leaving them out in silence.
+fn not_ours<'a>(routes: &'a [Route], cluster_cidrs: &[crate::model::Cidr]) -> Vec<&'a Route> {
+    routes
+        .iter()
+        .filter(|r| {
+            crate::model::Cidr::parse(&r.destination_cidr)
+                .is_ok_and(|c| !plan::is_responsible(&c, cluster_cidrs))
+        })
+        .collect()
 }
 
 /// Lists the nodes of the cluster that `--kubeconfig`/`--master` (or the usual
@@ -473,39 +697,147 @@ fn live_nodes(args: &PlanArgs) -> Result<Vec<Node>, UsageError> {
         .map_err(|e| UsageError(format!("listing nodes from {}: {e}", kube.server)))
 }
 
-fn read_input(path: &str, flag: &str) -> Result<String, UsageError> {
-    let mut text = String::new();
-    let result = if path == "-" {
-        std::io::stdin().read_to_string(&mut text).map(|_| ())
-    } else {
-        std::fs::read_to_string(path).map(|t| text = t)
-    };
-    result.map_err(|e| UsageError(format!("{flag} {path}: cannot read: {e}")))?;
-    Ok(text)
+/// The file, or stdin for "-", buffered: inputs are read as a stream.
+fn open_input(path: &str, flag: &str) -> Result<Box<dyn std::io::BufRead>, UsageError> {
+    if path == "-" {
+        return Ok(Box::new(std::io::BufReader::new(std::io::stdin())));
+    }
+    let file = std::fs::File::open(path)
+        .map_err(|e| UsageError(format!("{flag} {path}: cannot read: {e}")))?;
+    Ok(Box::new(std::io::BufReader::with_capacity(1 << 16, file)))
 }
 
-/// Reads a NodeList (or a single Node) from `kubectl get nodes -o json`.
-pub fn read_nodes(path: &str) -> Result<Vec<Node>, UsageError> {
-    let text = read_input(path, "--nodes")?;
-    let value: serde_json::Value = serde_json::from_str(&text)
-        .map_err(|e| UsageError(format!("--nodes {path}: not valid JSON: {e}")))?;
-    let bad = |e: serde_json::Error| UsageError(format!("--nodes {path}: not a node list: {e}"));
-    match value.get("kind").and_then(|k| k.as_str()) {
-        Some("Node") => Ok(vec![serde_json::from_value(value).map_err(bad)?]),
-        _ if value.get("items").is_some_and(|i| i.is_array()) => {
-            Ok(serde_json::from_value::<NodeList>(value)
-                .map_err(bad)?
-                .items)
-        }
-        _ => Err(UsageError(format!(
-            "--nodes {path}: expected a NodeList with \"items\" (kubectl get nodes -o json)"
+/// Reads `kubectl get nodes -o json` (a `List` of Nodes) or a `NodeList` from the API,
+/// as a stream: each item becomes a [`Node`] as soon as it is read, so memory grows
+/// with the fields the planner keeps, not with the document. A single Node is
+/// accepted only with `allow_partial`, since a plan from it deletes every other
+/// node's route.
+pub fn read_nodes(path: &str, allow_partial: bool) -> Result<Vec<Node>, UsageError> {
+    let input = open_input(path, "--nodes")?;
+    let mut de = serde_json::Deserializer::from_reader(input);
+    let file = serde::Deserialize::deserialize(&mut de)
+        .and_then(|f: node_file::NodeFile| de.end().map(|()| f))
+        .map_err(|e| {
+            if e.is_syntax() || e.is_eof() {
+                UsageError(format!("--nodes {path}: not valid JSON: {e}"))
+            } else {
+                UsageError(format!("--nodes {path}: {e}"))
+            }
+        })?;
+    match file {
+        node_file::NodeFile::List(nodes) => Ok(nodes),
+        node_file::NodeFile::Single(_) if !allow_partial => Err(UsageError(format!(
+            "--nodes {path}: a single Node, not the cluster's list: a plan from it would delete \
+             every other node's route; give `kubectl get nodes -o json`, or --allow-partial if \
+             this node is the whole cluster"
         ))),
+        node_file::NodeFile::Single(node) => Ok(vec![*node]),
+    }
+}
+
+/// The streaming reader of node files.
+mod node_file {
+    use std::fmt;
+
+    use serde::Deserialize;
+    use serde::de::{self, Deserializer, IgnoredAny, MapAccess, Visitor};
+
+    use crate::model::Node;
+
+    pub enum NodeFile {
+        List(Vec<Node>),
+        Single(Box<Node>),
+    }
+
+    /// One list item: a Node, which `kubectl get -o json` marks with its kind (an API
+    /// server's NodeList leaves the kind out).
+    #[derive(Deserialize)]
+    struct Item {
+        kind: Option<String>,
+        #[serde(flatten)]
+        node: Node,
+    }
+
+    /// The items, each checked to be a Node as it arrives.
+    struct Items(Vec<Node>);
+
+    impl<'de> Deserialize<'de> for Items {
+        fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Items, D::Error> {
+            struct ItemsVisitor;
+            impl<'de> Visitor<'de> for ItemsVisitor {
+                type Value = Items;
+                fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                    f.write_str("a list of Nodes")
+                }
+                fn visit_seq<A: de::SeqAccess<'de>>(self, mut seq: A) -> Result<Items, A::Error> {
+                    let mut nodes = Vec::with_capacity(seq.size_hint().unwrap_or(0));
+                    while let Some(item) = seq.next_element::<Item>()? {
+                        if let Some(kind) = item.kind.filter(|k| k != "Node") {
+                            return Err(de::Error::custom(format!(
+                                "expected a NodeList (kubectl get nodes -o json), but item {} is a {kind}",
+                                nodes.len() + 1
+                            )));
+                        }
+                        nodes.push(item.node);
+                    }
+                    Ok(Items(nodes))
+                }
+            }
+            d.deserialize_seq(ItemsVisitor)
+        }
+    }
+
+    impl<'de> Deserialize<'de> for NodeFile {
+        fn deserialize<D: Deserializer<'de>>(d: D) -> Result<NodeFile, D::Error> {
+            d.deserialize_map(FileVisitor)
+        }
+    }
+
+    struct FileVisitor;
+
+    impl<'de> Visitor<'de> for FileVisitor {
+        type Value = NodeFile;
+
+        fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.write_str("a NodeList (kubectl get nodes -o json)")
+        }
+
+        fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<NodeFile, A::Error> {
+            let mut kind: Option<String> = None;
+            let mut items: Option<Vec<Node>> = None;
+            // A single Node's own fields: small, kept as JSON until the kind is known.
+            let mut single = serde_json::Map::new();
+            while let Some(key) = map.next_key::<String>()? {
+                match key.as_str() {
+                    "kind" => kind = Some(map.next_value()?),
+                    "items" => items = Some(map.next_value::<Items>()?.0),
+                    "metadata" | "spec" | "status" => {
+                        single.insert(key, map.next_value()?);
+                    }
+                    _ => {
+                        map.next_value::<IgnoredAny>()?;
+                    }
+                }
+            }
+            match (kind.as_deref(), items) {
+                (Some("List" | "NodeList") | None, Some(nodes)) => Ok(NodeFile::List(nodes)),
+                (Some("Node"), None) => serde_json::from_value(serde_json::Value::Object(single))
+                    .map(|n| NodeFile::Single(Box::new(n)))
+                    .map_err(de::Error::custom),
+                (Some(other), _) => Err(de::Error::custom(format!(
+                    "expected a NodeList (kubectl get nodes -o json), not a {other}"
+                ))),
+                (None, None) => Err(de::Error::custom(
+                    "expected a NodeList with \"items\" (kubectl get nodes -o json)",
+                )),
+            }
+        }
     }
 }
 
 pub fn read_routes(path: &str) -> Result<Vec<Route>, UsageError> {
-    let text = read_input(path, "--routes")?;
-    let file: RouteFile = serde_json::from_str(&text).map_err(|e| {
+    let input = open_input(path, "--routes")?;
+    let file: RouteFile = serde_json::from_reader(input).map_err(|e| {
         UsageError(format!(
             "--routes {path}: not a route list ({{\"routes\":[...]}}): {e}"
         ))
@@ -519,7 +851,18 @@ struct JsonPlan<'a> {
     deletes: Vec<JsonDelete<'a>>,
     creates: Vec<JsonCreate<'a>>,
     conditions: Vec<JsonCondition<'a>>,
+    /// Routes outside the cluster CIDRs: never deleted, whatever they point at.
+    not_ours: Vec<JsonRoute<'a>>,
     problems: Vec<String>,
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct JsonRoute<'a> {
+    name: &'a str,
+    target_node: &'a str,
+    #[serde(rename = "destinationCIDR")]
+    destination_cidr: &'a str,
 }
 
 #[derive(Serialize)]
@@ -552,8 +895,8 @@ struct JsonCondition<'a> {
 
 /// The plan as JSON: deletes in the order of the listed routes, creates in node order
 /// then pod-CIDR order, and the condition writes that would follow if every operation
-/// succeeded.
-pub fn plan_json(plan: &Plan, nodes: &[Node]) -> String {
+/// succeeded; then the routes that are not ours.
+pub fn plan_json(plan: &Plan, nodes: &[Node], not_ours: &[&Route]) -> String {
     let requests = plan::requests(plan, nodes);
     let json = JsonPlan {
         deletes: plan
@@ -584,6 +927,14 @@ pub fn plan_json(plan: &Plan, nodes: &[Node]) -> String {
                 message: c.message.into_owned(),
             })
             .collect(),
+        not_ours: not_ours
+            .iter()
+            .map(|r| JsonRoute {
+                name: &r.name,
+                target_node: &r.target_node,
+                destination_cidr: &r.destination_cidr,
+            })
+            .collect(),
         problems: plan.problems.iter().map(ToString::to_string).collect(),
     };
     let mut text = serde_json::to_string_pretty(&json).unwrap_or_default();
@@ -592,7 +943,7 @@ pub fn plan_json(plan: &Plan, nodes: &[Node]) -> String {
 }
 
 /// The plan for people.
-pub fn plan_table(plan: &Plan, nodes: &[Node]) -> String {
+pub fn plan_table(plan: &Plan, nodes: &[Node], not_ours: &[&Route]) -> String {
     let mut out = String::new();
     for d in &plan.deletes {
         let target = if d.route.target_node.is_empty() {
@@ -639,13 +990,26 @@ pub fn plan_table(plan: &Plan, nodes: &[Node]) -> String {
             n.node, c.status, c.reason
         );
     }
+    for r in not_ours {
+        let target = if r.target_node.is_empty() {
+            "-"
+        } else {
+            &r.target_node
+        };
+        let _ = writeln!(
+            out,
+            "NOT OURS   {:<18} {:<24} route {} (outside the cluster CIDRs; never deleted)",
+            target, r.destination_cidr, r.name
+        );
+    }
     let _ = writeln!(
         out,
-        "{} to delete, {} to create, {} kept, {} condition writes{}",
+        "{} to delete, {} to create, {} kept, {} condition writes, {} not ours{}",
         plan.deletes.len(),
         plan.creates.len(),
         plan.kept,
         conditions.len(),
+        not_ours.len(),
         if plan.problems.is_empty() {
             String::new()
         } else {
@@ -653,72 +1017,4 @@ pub fn plan_table(plan: &Plan, nodes: &[Node]) -> String {
         }
     );
     out
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn s(v: &[&str]) -> Vec<String> {
-        v.iter().map(|x| x.to_string()).collect()
-    }
-
-    #[test]
-    fn equals_form_is_split_into_flag_and_value() {
-        assert_eq!(
-            normalize_args(&s(&[
-                "plan",
-                "--cluster-cidr=10.0.0.0/8",
-                "--nodes",
-                "n.json"
-            ]))
-            .args,
-            s(&["plan", "--cluster-cidr", "10.0.0.0/8", "--nodes", "n.json"])
-        );
-    }
-
-    #[test]
-    fn values_after_double_dash_are_left_alone() {
-        assert_eq!(
-            normalize_args(&s(&["--", "--a=b"])).args,
-            s(&["--", "--a=b"])
-        );
-    }
-
-    #[test]
-    fn booleans_take_pflag_spellings() {
-        let n = normalize_args(&s(&[
-            "run",
-            "--leader-elect",
-            "--configure-cloud-routes=false",
-            "--leader-elect=false",
-        ]));
-        assert_eq!(
-            n.args,
-            s(&[
-                "run",
-                "--leader-elect",
-                "true",
-                "--configure-cloud-routes",
-                "false",
-                "--leader-elect",
-                "false"
-            ])
-        );
-    }
-
-    #[test]
-    fn ccm_flags_that_do_not_apply_are_dropped_with_a_warning() {
-        let n = normalize_args(&s(&[
-            "run",
-            "--allocate-node-cidrs",
-            "--controllers=*,-cloud-node",
-            "--webhook-secure-port",
-            "10260",
-            "--cluster-cidr=10.0.0.0/8",
-        ]));
-        assert_eq!(n.args, s(&["run", "--cluster-cidr", "10.0.0.0/8"]));
-        assert_eq!(n.warnings.len(), 3);
-        assert!(n.warnings[1].starts_with("--controllers is a cloud-controller-manager flag"));
-    }
 }

@@ -7,11 +7,13 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use argh::FromArgs;
-
-use super::UsageError;
+use super::flags::{Flag, Kind, Parsed};
+use super::{
+    CLOUD_CONFIG, CLOUD_PROVIDER, CLUSTER_CIDR, CLUSTER_NAME, KUBE_ENV, KUBECONFIG, MASTER,
+    UsageError,
+};
 use crate::cloud::Routes;
-use crate::config::parse_cluster_cidrs;
+use crate::config::{parse_cluster_cidrs, validate_lease_name, validate_namespace};
 use crate::controller::{Config, Mode};
 use crate::kube::{ClientOptions, LeaseConfig, LoadOptions};
 use crate::run::Serving;
@@ -20,134 +22,193 @@ use crate::serve::{AccessConfig, CertSource};
 /// The feature gate of KEP-5237.
 pub const WATCH_GATE: &str = "CloudControllerManagerWatchBasedRoutesReconciliation";
 
-/// Feature gates this program knows, with their defaults (upstream's: the watch-based
-/// gate is alpha and off, so poll mode is the default, as in the CCM).
-const KNOWN_GATES: &[(&str, bool)] = &[(WATCH_GATE, false)];
+/// The flags of `run` that apply: the cloud-controller-manager's that concern routes,
+/// spelled and typed as there, and route-controller's own. The CCM's other flags are
+/// in [`super::ccm::FLAGS`].
+const FLAGS: &[Flag] = &[
+    CLOUD_PROVIDER.required(),
+    CLOUD_CONFIG,
+    CLUSTER_NAME,
+    CLUSTER_CIDR.required(),
+    KUBECONFIG,
+    MASTER,
+    Flag::new(
+        "configure-cloud-routes",
+        Kind::Bool,
+        "whether to manage routes at all; with false the process only serves health and metrics",
+    )
+    .default("true"),
+    Flag::new(
+        "route-reconciliation-period",
+        Kind::Duration,
+        "poll period when the watch-based gate is off; at least 1s",
+    )
+    .default("10s"),
+    Flag::new(
+        "route-reconcile-period",
+        Kind::Duration,
+        "the name KEP-5237 uses for --route-reconciliation-period; give one of the two",
+    ),
+    Flag::new(
+        "min-resync-period",
+        Kind::Duration,
+        "the full resync runs every [min, 2 x min), drawn once at start; at least 1s",
+    )
+    .default("12h"),
+    Flag::new(
+        "feature-gates",
+        Kind::Map,
+        "feature gates, NAME=BOOL,... . CloudControllerManagerWatchBasedRoutesReconciliation \
+         turns on watch-based reconciliation (default false, as upstream: polling every \
+         --route-reconciliation-period); AllAlpha and AllBeta turn on every gate of that stage. \
+         Every other gate the cloud-controller-manager knows is accepted and ignored with a \
+         warning; an unknown gate is an error",
+    ),
+    Flag::new(
+        "leader-elect",
+        Kind::Bool,
+        "write only while holding the leader lease",
+    )
+    .default("true"),
+    Flag::new(
+        "leader-elect-lease-duration",
+        Kind::Duration,
+        "how long a lease is valid after its last renewal",
+    )
+    .default("15s"),
+    Flag::new(
+        "leader-elect-renew-deadline",
+        Kind::Duration,
+        "how long the leader tries to renew before giving up",
+    )
+    .default("10s"),
+    Flag::new(
+        "leader-elect-retry-period",
+        Kind::Duration,
+        "time between leader election attempts",
+    )
+    .default("2s"),
+    Flag::new(
+        "leader-elect-resource-lock",
+        Kind::String,
+        "the lock type; only leases is supported",
+    )
+    .default("leases"),
+    Flag::new(
+        "leader-elect-resource-name",
+        Kind::String,
+        "the Lease's name (the CCM's default is cloud-controller-manager; a different one \
+         lets both run side by side)",
+    )
+    .default("route-controller"),
+    Flag::new(
+        "leader-elect-resource-namespace",
+        Kind::String,
+        "the Lease's namespace",
+    )
+    .default("kube-system"),
+    Flag::new(
+        "kube-api-qps",
+        Kind::Float,
+        "writes per second to the Kubernetes API",
+    )
+    .default("20"),
+    Flag::new(
+        "kube-api-burst",
+        Kind::Int,
+        "writes to the Kubernetes API allowed in a burst",
+    )
+    .default("30"),
+    Flag::new(
+        "concurrent-route-operations",
+        Kind::Int,
+        "cloud route operations in flight at once, 1 to 1000 (upstream uses 200)",
+    )
+    .default("16"),
+    Flag::new(
+        "metrics-bind-address",
+        Kind::String,
+        "plain HTTP, without authentication, for local use: where /metrics, /healthz and \
+         /readyz are also served (HOST:PORT or :PORT); \"\" or 0 is off",
+    ),
+    Flag::new(
+        "route-list-max-age",
+        Kind::Duration,
+        "watch mode lists the cloud's routes again when its view is older than this, at \
+         the next pass with nothing in flight",
+    )
+    .default("5m"),
+    Flag::new(
+        "logging-format",
+        Kind::String,
+        "log format: text or json; RUST_LOG sets levels",
+    )
+    .default("text"),
+    Flag::new(
+        "log-format",
+        Kind::String,
+        "route-controller's older name for --logging-format",
+    ),
+    Flag::new(
+        "v",
+        Kind::Int,
+        "klog-style verbosity: 0-3 info, 4-5 debug, 6 and more trace",
+    )
+    .default("2")
+    .short('v'),
+];
 
-#[derive(FromArgs, Debug)]
-/// Run the route controller: watch the cluster's nodes and keep the cloud's route table
-/// in step. Flags are spelled as in the cloud-controller-manager; `--flag=value` and
-/// `--flag value` both work, booleans also as `--flag` and `--flag=false`.
-#[argh(subcommand, name = "run")]
-pub struct RunArgs {
-    /// path to a kubeconfig (default: $KUBECONFIG, then ~/.kube/config, then the
-    /// in-cluster service account)
-    #[argh(option)]
-    pub kubeconfig: Option<String>,
-    /// the API server URL, overriding the kubeconfig's (default: none)
-    #[argh(option)]
-    pub master: Option<String>,
-    /// the cloud: hcloud, aws or fake (required)
-    #[argh(option)]
-    pub cloud_provider: Option<String>,
-    /// provider settings file: for hcloud, HCLOUD_*=value lines (instead of environment
-    /// variables); for aws, the AWS cloud config's [Global] RouteTableID (default: none)
-    #[argh(option)]
-    pub cloud_config: Option<String>,
-    /// the cluster name: the AWS route table tag, passed to every cloud call (default:
-    /// kubernetes)
-    #[argh(option, default = "String::from(\"kubernetes\")")]
-    pub cluster_name: String,
-    /// the pod network: one CIDR, or an IPv4 and an IPv6 CIDR separated by a comma;
-    /// routes outside it are never deleted (required)
-    #[argh(option)]
-    pub cluster_cidr: Option<String>,
-    /// whether to manage routes at all; with false the process only serves health and
-    /// metrics (default: true)
-    #[argh(option, default = "true")]
-    pub configure_cloud_routes: bool,
-    /// poll period when the watch-based gate is off (default: 10s)
-    #[argh(option, default = "String::from(\"10s\")")]
-    pub route_reconciliation_period: String,
-    /// alias of --route-reconciliation-period (the name KEP-5237 uses)
-    #[argh(option)]
-    pub route_reconcile_period: Option<String>,
-    /// the full resync runs every [min, 2 x min), drawn once at start (default: 12h)
-    #[argh(option, default = "String::from(\"12h\")")]
-    pub min_resync_period: String,
-    /// feature gates, NAME=true|false,... ; known:
-    /// CloudControllerManagerWatchBasedRoutesReconciliation (watch-based reconciliation;
-    /// default: false, as upstream, which means polling every
-    /// --route-reconciliation-period)
-    #[argh(option)]
-    pub feature_gates: Option<String>,
-    /// write only while holding the leader lease (default: true)
-    #[argh(option, default = "true")]
-    pub leader_elect: bool,
-    /// how long a lease is valid after its last renewal (default: 15s)
-    #[argh(option, default = "String::from(\"15s\")")]
-    pub leader_elect_lease_duration: String,
-    /// how long the leader tries to renew before giving up (default: 10s)
-    #[argh(option, default = "String::from(\"10s\")")]
-    pub leader_elect_renew_deadline: String,
-    /// time between leader election attempts (default: 2s)
-    #[argh(option, default = "String::from(\"2s\")")]
-    pub leader_elect_retry_period: String,
-    /// the lock type; only leases is supported (default: leases)
-    #[argh(option, default = "String::from(\"leases\")")]
-    pub leader_elect_resource_lock: String,
-    /// the Lease's name (default: route-controller; the CCM uses
-    /// cloud-controller-manager)
-    #[argh(option, default = "String::from(\"route-controller\")")]
-    pub leader_elect_resource_name: String,
-    /// the Lease's namespace (default: kube-system)
-    #[argh(option, default = "String::from(\"kube-system\")")]
-    pub leader_elect_resource_namespace: String,
-    /// writes per second to the Kubernetes API (default: 20)
-    #[argh(option, default = "20.0")]
-    pub kube_api_qps: f64,
-    /// writes to the Kubernetes API allowed in a burst (default: 30)
-    #[argh(option, default = "30")]
-    pub kube_api_burst: u32,
-    /// cloud route operations in flight at once (default: 16; upstream uses 200)
-    #[argh(option, default = "16")]
-    pub concurrent_route_operations: usize,
-    /// the HTTPS port of /metrics (authorized), /healthz, /readyz and /livez, as the
-    /// CCM's; 0 turns it off (default: 10258)
-    #[argh(option, default = "10258")]
-    pub secure_port: u16,
-    /// the address the secure port listens on (default: 0.0.0.0)
-    #[argh(option, default = "String::from(\"0.0.0.0\")")]
-    pub bind_address: String,
-    /// the serving certificate (PEM, leaf first) of the secure port; without it a
-    /// self-signed one is made at start (default: none)
-    #[argh(option)]
-    pub tls_cert_file: Option<String>,
-    /// the key of --tls-cert-file (default: none)
-    #[argh(option)]
-    pub tls_private_key_file: Option<String>,
-    /// where the self-signed certificate is kept and reused; ignored with
-    /// --tls-cert-file (default: none, in memory)
-    #[argh(option)]
-    pub cert_dir: Option<String>,
-    /// kubeconfig of the API server that checks tokens (TokenReview) on the secure
-    /// port (default: the --kubeconfig connection)
-    #[argh(option)]
-    pub authentication_kubeconfig: Option<String>,
-    /// kubeconfig of the API server that authorizes requests (SubjectAccessReview)
-    /// on the secure port (default: the --kubeconfig connection)
-    #[argh(option)]
-    pub authorization_kubeconfig: Option<String>,
-    /// paths served on the secure port without a token, comma-separated; a trailing
-    /// * is a prefix (default: /healthz,/readyz,/livez)
-    #[argh(option, default = "String::from(\"/healthz,/readyz,/livez\")")]
-    pub authorization_always_allow_paths: String,
-    /// plain HTTP, without authentication, for local use: where /metrics, /healthz
-    /// and /readyz are also served; "" or 0 is off (default: off)
-    #[argh(option, default = "String::new()")]
-    pub metrics_bind_address: String,
-    /// watch mode lists the cloud's routes again when its view is older than this,
-    /// at the next pass with nothing in flight (default: 5m)
-    #[argh(option, default = "String::from(\"5m\")")]
-    pub route_list_max_age: String,
-    /// log format: text or json (default: text); RUST_LOG sets levels
-    #[argh(option, default = "String::from(\"text\")")]
-    pub log_format: String,
-    /// klog-style verbosity, accepted for compatibility: 0-3 info, 4-5 debug, 6+ trace
-    /// (default: 2)
-    #[argh(option, default = "2")]
-    pub v: u8,
-}
+/// `run`'s command line.
+pub static SPEC: super::flags::Spec = super::flags::Spec {
+    name: "run",
+    about: "Run the route controller: watch the cluster's nodes and keep the cloud's route \
+            table in step. Flags are spelled and parsed as in the cloud-controller-manager \
+            (--flag=value or --flag value; booleans as --flag or --flag=false; a repeated flag's \
+            last value wins), so a CCM's arguments work unchanged: the flags that concern \
+            routes apply, every other CCM flag is accepted and ignored with a warning.",
+    env: &[
+        KUBE_ENV,
+        (
+            "HCLOUD_TOKEN, HCLOUD_TOKEN_FILE, HCLOUD_NETWORK, HCLOUD_ENDPOINT, \
+             HCLOUD_SERVER_CACHE_MAX_AGE",
+            "--cloud-provider=hcloud: the API token (or a file holding it), the network's ID \
+             or name (both required), the API URL, how long the server list is reused; \
+             --cloud-config may set them instead",
+        ),
+        (
+            "AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN, AWS_REGION, AWS_PROFILE, ...",
+            "--cloud-provider=aws: the usual AWS credential chain (environment, shared files, \
+             web identity, instance metadata)",
+        ),
+        (
+            "RUST_LOG",
+            "log levels per module, as env_logger reads them (default from --v)",
+        ),
+        (
+            FAKE_LATENCY_VAR,
+            "--cloud-provider=fake: how long each call takes (a Go duration)",
+        ),
+        (
+            FAKE_JOURNAL_VAR,
+            "--cloud-provider=fake: a file that gets one JSON line per route created",
+        ),
+    ],
+    groups: &[
+        ("Flags", FLAGS),
+        (
+            "Other cloud-controller-manager flags (accepted for compatibility, ignored with a warning)",
+            super::ccm::FLAGS,
+        ),
+        (
+            "Flags of other controllers that CCM templates pass (accepted, ignored with a warning)",
+            super::ccm::EXTRA_FLAGS,
+        ),
+    ],
+};
+
+/// `run`'s flags, parsed; [`RunArgs::settings`] validates them.
+#[derive(Debug)]
+pub struct RunArgs(Parsed);
 
 /// Everything `run` needs, validated.
 #[derive(Debug)]
@@ -160,56 +221,99 @@ pub struct RunSettings {
     pub cloud_config: Option<PathBuf>,
     pub serving: Serving,
     pub configure_cloud_routes: bool,
+    pub log_format: crate::logging::LogFormat,
+    /// The default log level, from `-v`.
+    pub log_level: log::LevelFilter,
+    /// Settings accepted but without effect here (feature gates that do not apply), for
+    /// the log.
+    pub warnings: Vec<String>,
 }
 
-fn duration(flag: &str, value: &str) -> Result<Duration, UsageError> {
-    crate::duration::parse(value).map_err(|e| UsageError(format!("{flag}: {e}")))
-}
-
-fn positive(flag: &str, value: &str) -> Result<Duration, UsageError> {
-    let d = duration(flag, value)?;
-    if d.is_zero() {
+/// A period the controller runs on: a Go duration of at least a second (a shorter
+/// one is almost always a unit typo, `500` for `500s`, and would spin the process).
+fn period(flag: &str, value: &str) -> Result<Duration, UsageError> {
+    let d = crate::duration::parse(value).map_err(|e| UsageError(format!("--{flag}: {e}")))?;
+    if d < Duration::from_secs(1) {
         return Err(UsageError(format!(
-            "{flag}: must be more than 0 (e.g. {flag}=10s)"
+            "--{flag}: {value} is shorter than 1s; give a period such as --{flag}=10s"
         )));
     }
     Ok(d)
 }
 
-/// Parses `--feature-gates`: `NAME=true|false` pairs separated by commas.
-pub fn parse_feature_gates(value: &str) -> Result<Vec<(String, bool)>, UsageError> {
-    let known = || {
-        KNOWN_GATES
-            .iter()
-            .map(|(n, _)| *n)
-            .collect::<Vec<_>>()
-            .join(", ")
-    };
-    let mut gates = Vec::new();
-    for part in value.split(',').map(str::trim).filter(|p| !p.is_empty()) {
-        let (name, setting) = part.split_once('=').ok_or_else(|| {
+/// `--feature-gates`, read as component-base reads it: every `NAME=BOOL` of every
+/// occurrence, later ones winning, booleans as Go's `strconv.ParseBool` takes them.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct FeatureGates {
+    /// Watch-based reconciliation (KEP-5237).
+    pub watch: bool,
+    /// One line per gate that was set but means nothing here.
+    pub warnings: Vec<String>,
+}
+
+/// Parses the items of `--feature-gates`.
+pub fn parse_feature_gates(items: &[String]) -> Result<FeatureGates, UsageError> {
+    use super::ccm::{GATES, Stage};
+    let mut set: Vec<(&'static str, bool)> = Vec::new();
+    for item in items {
+        let (name, value) = item.split_once('=').ok_or_else(|| {
             UsageError(format!(
-                "--feature-gates: {part:?} needs a value, as in {WATCH_GATE}=true"
+                "--feature-gates: {item:?} needs a value, as in {WATCH_GATE}=true"
             ))
         })?;
-        if !KNOWN_GATES.iter().any(|(n, _)| *n == name) {
+        let (name, value) = (name.trim(), value.trim());
+        let Some(gate) = GATES.iter().find(|g| g.name == name) else {
+            let known: Vec<&str> = GATES.iter().map(|g| g.name).collect();
             return Err(UsageError(format!(
-                "--feature-gates: unknown gate {name:?}; known gates: {}",
-                known()
+                "--feature-gates: unknown gate {name:?}{}; known gates: {}",
+                super::flags::closest(name, known.iter().copied())
+                    .map(|c| format!(" (did you mean {c}?)"))
+                    .unwrap_or_default(),
+                known.join(", ")
+            )));
+        };
+        let on = super::flags::parse_bool(value).ok_or_else(|| {
+            UsageError(format!(
+                "--feature-gates: {name} must be true or false (or 1, 0, t, f), not {value:?}"
+            ))
+        })?;
+        if gate.locked && on != gate.default {
+            return Err(UsageError(format!(
+                "--feature-gates: {name} is locked to {} in this Kubernetes version; remove it",
+                gate.default
             )));
         }
-        let on = match setting.to_ascii_lowercase().as_str() {
-            "true" => true,
-            "false" => false,
-            _ => {
-                return Err(UsageError(format!(
-                    "--feature-gates: {name} must be true or false, not {setting:?}"
-                )));
-            }
-        };
-        gates.push((name.to_string(), on));
+        set.retain(|(n, _)| *n != gate.name);
+        set.push((gate.name, on));
     }
-    Ok(gates)
+    let value = |name: &str| set.iter().find(|(n, _)| *n == name).map(|(_, on)| *on);
+    let watch_gate = GATES
+        .iter()
+        .find(|g| g.name == WATCH_GATE)
+        .expect("the CCM knows the watch-based routes gate");
+    let stage_all = match watch_gate.stage {
+        Stage::Alpha => value("AllAlpha"),
+        Stage::Beta => value("AllBeta"),
+        _ => None,
+    };
+    let watch = value(WATCH_GATE)
+        .or(stage_all)
+        .unwrap_or(watch_gate.default);
+    let warnings = set
+        .iter()
+        .filter(|(n, _)| *n != WATCH_GATE)
+        .map(|(n, on)| match *n {
+            "AllAlpha" | "AllBeta" => format!(
+                "--feature-gates {n}={on}: of the gates it covers, only {WATCH_GATE} applies to \
+                 route-controller"
+            ),
+            _ => format!(
+                "--feature-gates {n}={on}: a cloud-controller-manager gate that does not apply \
+                 to route-controller; ignored"
+            ),
+        })
+        .collect();
+    Ok(FeatureGates { watch, warnings })
 }
 
 /// Parses `--metrics-bind-address`: `host:port`, `:port`, or "" / "0" for off.
@@ -232,86 +336,178 @@ pub fn parse_bind_address(value: &str) -> Result<Option<SocketAddr>, UsageError>
     addrs.next().map(Some).ok_or_else(bad)
 }
 
+/// The serving flags: the secure port's address, certificate and authorization, and
+/// the opt-in plain port.
+fn serving(p: &Parsed) -> Result<Serving, UsageError> {
+    let port: u16 = p.number("secure-port")?;
+    let secure_address = match port {
+        0 => None,
+        port => {
+            let host = p.string("bind-address");
+            let ip = host.trim().parse::<std::net::IpAddr>().map_err(|_| {
+                UsageError(format!(
+                    "--bind-address: {host:?} is not an IP address (e.g. 0.0.0.0, ::, 127.0.0.1)"
+                ))
+            })?;
+            Some(SocketAddr::new(ip, port))
+        }
+    };
+    let cert = match (
+        p.optional("tls-cert-file"),
+        p.optional("tls-private-key-file"),
+    ) {
+        (Some(cert), Some(key)) => CertSource::Files {
+            cert: PathBuf::from(cert),
+            key: PathBuf::from(key),
+        },
+        (None, None) => CertSource::SelfSigned {
+            cert_dir: p.optional("cert-dir").map(PathBuf::from),
+            hosts: Vec::new(),
+        },
+        _ => {
+            return Err(UsageError(
+                "--tls-cert-file and --tls-private-key-file go together: give both, or neither for a self-signed certificate".into(),
+            ));
+        }
+    };
+    let mut access = AccessConfig::new();
+    // Upstream's default, as pflag shows a list: [/healthz,/readyz,/livez].
+    access.always_allow_paths = if p.given("authorization-always-allow-paths") {
+        p.items("authorization-always-allow-paths")
+    } else {
+        vec!["/healthz".into(), "/readyz".into(), "/livez".into()]
+    };
+    if let Some(bad) = access
+        .always_allow_paths
+        .iter()
+        .find(|p| !p.starts_with('/'))
+    {
+        return Err(UsageError(format!(
+            "--authorization-always-allow-paths: {bad:?} is not a path (it must start with /)"
+        )));
+    }
+    Ok(Serving {
+        secure_address,
+        cert,
+        authentication_kubeconfig: p.optional("authentication-kubeconfig").map(PathBuf::from),
+        authorization_kubeconfig: p.optional("authorization-kubeconfig").map(PathBuf::from),
+        access,
+        plain_address: parse_bind_address(&p.string("metrics-bind-address"))?,
+    })
+}
+
 impl RunArgs {
+    pub(super) fn from_parsed(parsed: Parsed) -> RunArgs {
+        RunArgs(parsed)
+    }
+
+    /// Parses `run`'s flags (the arguments after `run`), without the process-level
+    /// handling of `--help` and errors: for tests and tools that check a command line.
+    pub fn parse(args: &[&str]) -> Result<RunArgs, UsageError> {
+        let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
+        match super::flags::parse(&SPEC, &args)? {
+            super::flags::Outcome::Parsed(p) => Ok(RunArgs(p)),
+            _ => Err(UsageError("--help or --version given".into())),
+        }
+    }
+
+    /// One line per flag that was accepted but does not apply, in the order given.
+    pub fn ignored_warnings(&self) -> Vec<String> {
+        self.0.ignored_warnings()
+    }
+
     /// Validates the flags; every error names its flag and the fix.
     pub fn settings(&self) -> Result<RunSettings, UsageError> {
-        let provider = self.cloud_provider.clone().ok_or_else(|| {
-            UsageError("--cloud-provider is required: one of hcloud, aws, fake".into())
-        })?;
+        let p = &self.0;
+        let provider = p.string("cloud-provider");
         if !["hcloud", "aws", "fake"].contains(&provider.as_str()) {
             return Err(UsageError(format!(
                 "--cloud-provider: {provider:?} is not supported; use hcloud, aws or fake"
             )));
         }
-        let cidr = self.cluster_cidr.as_deref().unwrap_or("");
-        let cluster_cidrs = parse_cluster_cidrs(cidr).map_err(UsageError)?;
-        if self.cluster_name.trim().is_empty() {
+        let cluster_cidrs = parse_cluster_cidrs(&p.string("cluster-cidr")).map_err(UsageError)?;
+        let cluster_name = p.string("cluster-name");
+        if cluster_name.trim().is_empty() {
             return Err(UsageError(
                 "--cluster-name must not be empty (default: kubernetes)".into(),
             ));
         }
-        let mut watch = KNOWN_GATES
-            .iter()
-            .find(|(n, _)| *n == WATCH_GATE)
-            .is_some_and(|(_, on)| *on);
-        if let Some(gates) = &self.feature_gates {
-            for (name, on) in parse_feature_gates(gates)? {
-                if name == WATCH_GATE {
-                    watch = on;
-                }
+        let gates = parse_feature_gates(&p.items("feature-gates"))?;
+        let reconcile_period = match (
+            p.last("route-reconcile-period"),
+            p.last("route-reconciliation-period"),
+        ) {
+            (Some(a), Some(b)) if a != b => {
+                return Err(UsageError(format!(
+                    "--route-reconcile-period={a} and --route-reconciliation-period={b}: one \
+                     setting under two names; give one of them"
+                )));
             }
-        }
-        let period = match &self.route_reconcile_period {
-            Some(alias) => positive("--route-reconcile-period", alias)?,
-            None => positive(
-                "--route-reconciliation-period",
-                &self.route_reconciliation_period,
+            (Some(alias), _) => period("route-reconcile-period", alias)?,
+            (None, _) => period(
+                "route-reconciliation-period",
+                &p.string("route-reconciliation-period"),
             )?,
         };
-        let min_resync = positive("--min-resync-period", &self.min_resync_period)?;
-        let list_max_age = positive("--route-list-max-age", &self.route_list_max_age)?;
-        if self.concurrent_route_operations == 0 || self.concurrent_route_operations > 1000 {
+        let min_resync = period("min-resync-period", &p.string("min-resync-period"))?;
+        let list_max_age = period("route-list-max-age", &p.string("route-list-max-age"))?;
+        let in_flight: usize = p.number("concurrent-route-operations")?;
+        if in_flight == 0 || in_flight > 1000 {
             return Err(UsageError(
                 "--concurrent-route-operations: give between 1 and 1000".into(),
             ));
         }
-        if !(self.kube_api_qps > 0.0 && self.kube_api_qps.is_finite()) {
+        let qps: f64 = p.number("kube-api-qps")?;
+        if !(qps > 0.0 && qps.is_finite()) {
             return Err(UsageError(
                 "--kube-api-qps: must be more than 0 (default 20)".into(),
             ));
         }
-        if self.kube_api_burst == 0 {
+        let burst: u32 = p.number("kube-api-burst")?;
+        if burst == 0 {
             return Err(UsageError(
                 "--kube-api-burst: must be at least 1 (default 30)".into(),
             ));
         }
-        if self.log_format != "text" && self.log_format != "json" {
-            return Err(UsageError(format!(
-                "--log-format: {:?} is not a format; use text or json",
-                self.log_format
-            )));
-        }
-        let lease = if self.leader_elect {
-            if self.leader_elect_resource_lock != "leases" {
+        let format = p
+            .last("logging-format")
+            .or(p.last("log-format"))
+            .unwrap_or("text");
+        let log_format = format.parse().map_err(|_| {
+            UsageError(format!(
+                "--logging-format: {format:?} is not a format; use text or json"
+            ))
+        })?;
+        let verbosity: i64 = p.number("v")?;
+        let log_level = match verbosity {
+            ..=3 => log::LevelFilter::Info,
+            4..=5 => log::LevelFilter::Debug,
+            _ => log::LevelFilter::Trace,
+        };
+        let lease = if p.bool("leader-elect") {
+            let lock = p.string("leader-elect-resource-lock");
+            if lock != "leases" {
                 return Err(UsageError(format!(
-                    "--leader-elect-resource-lock: {:?} is not supported; only leases (the default) is",
-                    self.leader_elect_resource_lock
+                    "--leader-elect-resource-lock: {lock:?} is not supported; only leases (the default) is"
                 )));
             }
             let mut lease = LeaseConfig::new(crate::kube::default_identity());
-            lease.name = self.leader_elect_resource_name.clone();
-            lease.namespace = self.leader_elect_resource_namespace.clone();
-            lease.lease_duration = positive(
-                "--leader-elect-lease-duration",
-                &self.leader_elect_lease_duration,
+            lease.name = p.string("leader-elect-resource-name");
+            lease.namespace = p.string("leader-elect-resource-namespace");
+            validate_lease_name("--leader-elect-resource-name", &lease.name).map_err(UsageError)?;
+            validate_namespace("--leader-elect-resource-namespace", &lease.namespace)
+                .map_err(UsageError)?;
+            lease.lease_duration = period(
+                "leader-elect-lease-duration",
+                &p.string("leader-elect-lease-duration"),
             )?;
-            lease.renew_deadline = positive(
-                "--leader-elect-renew-deadline",
-                &self.leader_elect_renew_deadline,
+            lease.renew_deadline = period(
+                "leader-elect-renew-deadline",
+                &p.string("leader-elect-renew-deadline"),
             )?;
-            lease.retry_period = positive(
-                "--leader-elect-retry-period",
-                &self.leader_elect_retry_period,
+            lease.retry_period = period(
+                "leader-elect-retry-period",
+                &p.string("leader-elect-retry-period"),
             )?;
             lease.validate().map_err(UsageError)?;
             Some(lease)
@@ -319,98 +515,35 @@ impl RunArgs {
             None
         };
         let mut controller = Config::new(cluster_cidrs);
-        controller.cluster_name = self.cluster_name.clone();
-        controller.mode = if watch { Mode::Watch } else { Mode::Poll };
-        controller.route_reconciliation_period = period;
+        controller.cluster_name = cluster_name;
+        controller.mode = if gates.watch { Mode::Watch } else { Mode::Poll };
+        controller.route_reconciliation_period = reconcile_period;
         controller.min_resync_period = min_resync;
         controller.route_view_max_age = list_max_age;
-        controller.max_in_flight = self.concurrent_route_operations;
+        controller.max_in_flight = in_flight;
         controller.leader_election = lease.is_some();
         let client = ClientOptions {
-            qps: self.kube_api_qps,
-            burst: self.kube_api_burst,
+            qps,
+            burst,
             ..ClientOptions::default()
         };
         Ok(RunSettings {
             controller,
             load: LoadOptions {
-                kubeconfig: self.kubeconfig.as_ref().map(PathBuf::from),
-                master: self.master.clone(),
+                kubeconfig: p.optional("kubeconfig").map(PathBuf::from),
+                master: p.optional("master"),
                 context: None,
             },
             client,
             lease,
             provider,
-            cloud_config: self.cloud_config.as_ref().map(PathBuf::from),
-            serving: self.serving()?,
-            configure_cloud_routes: self.configure_cloud_routes,
+            cloud_config: p.optional("cloud-config").map(PathBuf::from),
+            serving: serving(p)?,
+            configure_cloud_routes: p.bool("configure-cloud-routes"),
+            log_format,
+            log_level,
+            warnings: gates.warnings,
         })
-    }
-
-    /// The serving flags: the secure port's address, certificate and authorization,
-    /// and the opt-in plain port.
-    fn serving(&self) -> Result<Serving, UsageError> {
-        let secure_address = match self.secure_port {
-            0 => None,
-            port => {
-                let host = self.bind_address.trim();
-                let ip = host.parse::<std::net::IpAddr>().map_err(|_| {
-                    UsageError(format!(
-                        "--bind-address: {host:?} is not an IP address (e.g. 0.0.0.0, ::, 127.0.0.1)"
-                    ))
-                })?;
-                Some(SocketAddr::new(ip, port))
-            }
-        };
-        let cert = match (&self.tls_cert_file, &self.tls_private_key_file) {
-            (Some(cert), Some(key)) => CertSource::Files {
-                cert: PathBuf::from(cert),
-                key: PathBuf::from(key),
-            },
-            (None, None) => CertSource::SelfSigned {
-                cert_dir: self.cert_dir.as_ref().map(PathBuf::from),
-                hosts: Vec::new(),
-            },
-            _ => {
-                return Err(UsageError(
-                    "--tls-cert-file and --tls-private-key-file go together: give both, or neither for a self-signed certificate".into(),
-                ));
-            }
-        };
-        let mut access = AccessConfig::new();
-        access.always_allow_paths = self
-            .authorization_always_allow_paths
-            .split(',')
-            .map(str::trim)
-            .filter(|p| !p.is_empty())
-            .map(String::from)
-            .collect();
-        if let Some(bad) = access
-            .always_allow_paths
-            .iter()
-            .find(|p| !p.starts_with('/'))
-        {
-            return Err(UsageError(format!(
-                "--authorization-always-allow-paths: {bad:?} is not a path (it must start with /)"
-            )));
-        }
-        Ok(Serving {
-            secure_address,
-            cert,
-            authentication_kubeconfig: self.authentication_kubeconfig.as_ref().map(PathBuf::from),
-            authorization_kubeconfig: self.authorization_kubeconfig.as_ref().map(PathBuf::from),
-            access,
-            plain_address: parse_bind_address(&self.metrics_bind_address)?,
-        })
-    }
-
-    /// The default log level from `--v`.
-    pub fn log_level(&self) -> log::LevelFilter {
-        match self.v {
-            0..=3 => log::LevelFilter::Info,
-            4..=5 => log::LevelFilter::Debug,
-            _ => log::LevelFilter::Trace,
-        }
     }
 }
 
@@ -447,6 +580,84 @@ pub fn read_cloud_config(path: &PathBuf) -> Result<Vec<(String, String)>, UsageE
         pairs.push((k.trim().to_string(), v.to_string()));
     }
     Ok(pairs)
+}
+
+/// The `--cloud-config` keys each provider reads.
+const HCLOUD_KEYS: &[&str] = &[
+    crate::cloud::hcloud::ENV_TOKEN,
+    crate::cloud::hcloud::ENV_TOKEN_FILE,
+    crate::cloud::hcloud::ENV_NETWORK,
+    crate::cloud::hcloud::ENV_ENDPOINT,
+    crate::cloud::hcloud::ENV_SERVER_CACHE_MAX_AGE,
+];
+const AWS_KEYS: &[&str] = &["RouteTableID"];
+/// Keys of the AWS cloud config (`[Global]` and `[ServiceOverride]`, cloud-provider-aws
+/// v1.37) that concern other controllers: accepted, so that a CCM's file works, with a
+/// warning.
+const AWS_OTHER_KEYS: &[&str] = &[
+    "Zone",
+    "Region",
+    "VPC",
+    "SubnetID",
+    "RoleARN",
+    "SourceARN",
+    "KubernetesClusterTag",
+    "KubernetesClusterID",
+    "DisableSecurityGroupIngress",
+    "ElbSecurityGroup",
+    "NodeIPFamilies",
+    "ClusterServiceLoadBalancerHealthProbeMode",
+    "ClusterServiceSharedLoadBalancerHealthProbePort",
+    "ClusterServiceSharedLoadBalancerHealthProbePath",
+    "SupportedTopologyInstanceTypePattern",
+    "NLBSecurityGroupMode",
+    "Service",
+    "URL",
+    "SigningRegion",
+    "SigningMethod",
+    "SigningName",
+];
+
+/// Checks `--cloud-config`'s keys against what `provider` reads: an unknown key is an
+/// error naming the closest known one (a typo would otherwise be ignored in silence);
+/// a key of the provider's other controllers gives a warning, returned for the log.
+fn check_cloud_config_keys(
+    provider: &str,
+    path: &std::path::Path,
+    pairs: &[(String, String)],
+) -> Result<Vec<String>, UsageError> {
+    let (applies, others): (&[&str], &[&str]) = match provider {
+        "hcloud" => (HCLOUD_KEYS, &[]),
+        "aws" => (AWS_KEYS, AWS_OTHER_KEYS),
+        _ => (&[], &[]),
+    };
+    let is = |list: &[&str], key: &str| list.iter().any(|k| k.eq_ignore_ascii_case(key));
+    let mut warnings = Vec::new();
+    for (key, _) in pairs {
+        if is(applies, key) {
+            continue;
+        }
+        if is(others, key) {
+            warnings.push(format!(
+                "--cloud-config {}: {key} does not concern routes; ignored",
+                path.display()
+            ));
+            continue;
+        }
+        let known = applies.iter().chain(others).copied();
+        let hint = match super::flags::closest(key, known) {
+            Some(c) => format!("did you mean {c}?"),
+            None if applies.is_empty() => {
+                format!("--cloud-provider={provider} reads no settings file")
+            }
+            None => format!("known keys: {}", applies.join(", ")),
+        };
+        return Err(UsageError(format!(
+            "--cloud-config {}: unknown key {key:?} for --cloud-provider={provider}; {hint}",
+            path.display()
+        )));
+    }
+    Ok(warnings)
 }
 
 /// Builds the cloud provider named by `--cloud-provider`, recording its HTTP requests
@@ -488,7 +699,13 @@ pub fn connect_provider(
     metrics: Option<Arc<crate::metrics::Metrics>>,
 ) -> Result<Arc<dyn Routes>, ProviderError> {
     let file = match cloud_config {
-        Some(path) => read_cloud_config(path)?,
+        Some(path) => {
+            let pairs = read_cloud_config(path)?;
+            for warning in check_cloud_config_keys(name, path, &pairs)? {
+                log::warn!("{warning}");
+            }
+            pairs
+        }
         None => Vec::new(),
     };
     let from_file = |key: &str| {
@@ -640,7 +857,17 @@ mod tests {
             "10.244.0.0/16",
         ];
         v.extend_from_slice(extra);
-        RunArgs::from_args(&["run"], &v).expect("flags parse")
+        RunArgs::parse(&v).expect("flags parse")
+    }
+
+    /// The error of a command line, from parsing or validation.
+    fn error(extra: &[&str]) -> String {
+        let mut v = vec!["--cloud-provider=fake", "--cluster-cidr=10.244.0.0/16"];
+        v.extend_from_slice(extra);
+        match RunArgs::parse(&v).and_then(|a| a.settings()) {
+            Err(e) => e.0,
+            Ok(_) => panic!("{extra:?} was accepted"),
+        }
     }
 
     #[test]
@@ -705,14 +932,14 @@ mod tests {
         let cases: &[(&[&str], &str)] = &[
             (
                 &["--feature-gates", "Bogus=true"],
-                "unknown gate \"Bogus\"; known gates: CloudControllerManager",
+                "unknown gate \"Bogus\"; known gates: ",
             ),
             (
                 &[
                     "--feature-gates",
                     "CloudControllerManagerWatchBasedRoutesReconciliation",
                 ],
-                "needs a value",
+                "is not KEY=VALUE",
             ),
             (
                 &[
@@ -721,19 +948,35 @@ mod tests {
                 ],
                 "true or false",
             ),
+            (&["--route-reconciliation-period", "0s"], "shorter than 1s"),
             (
-                &["--route-reconciliation-period", "10"],
-                "--route-reconciliation-period",
+                &["--route-reconciliation-period", "500ms"],
+                "shorter than 1s",
             ),
-            (&["--route-reconciliation-period", "0s"], "more than 0"),
-            (&["--min-resync-period", "soon"], "--min-resync-period"),
+            (&["--min-resync-period", "100ms"], "--min-resync-period"),
+            (
+                &[
+                    "--route-reconcile-period=30s",
+                    "--route-reconciliation-period=1m",
+                ],
+                "give one of them",
+            ),
             (
                 &["--leader-elect-lease-duration", "5s"],
                 "--leader-elect-lease-duration",
             ),
+            (&["--leader-elect-retry-period", "200ms"], "shorter than 1s"),
             (
                 &["--leader-elect-resource-lock", "configmaps"],
                 "only leases",
+            ),
+            (
+                &["--leader-elect-resource-name="],
+                "--leader-elect-resource-name: \"\" is not a Lease name",
+            ),
+            (
+                &["--leader-elect-resource-namespace", "Kube_System"],
+                "is not a namespace name",
             ),
             (
                 &["--concurrent-route-operations", "0"],
@@ -744,50 +987,124 @@ mod tests {
                 &["--metrics-bind-address", "nonsense"],
                 "--metrics-bind-address",
             ),
-            (&["--log-format", "xml"], "--log-format"),
-            (&["--bind-address", "localhost:1"], "--bind-address"),
-            (
-                &["--tls-cert-file", "/c.pem"],
-                "--tls-private-key-file go together",
-            ),
-            (
-                &["--authorization-always-allow-paths", "healthz"],
-                "--authorization-always-allow-paths",
-            ),
+            (&["--logging-format", "xml"], "--logging-format"),
+            (&["--log-format", "xml"], "--logging-format"),
             (&["--cluster-name", " "], "--cluster-name"),
+            (&["--cluster-cidr", "010.244.0.0/16"], "leading zero"),
         ];
         for (extra, needle) in cases {
-            let err = args(extra).settings().unwrap_err().0;
+            let err = error(extra);
             assert!(err.contains(needle), "{extra:?}: {err}");
             assert!(!err.contains('\n'), "{err}");
         }
-        let no_provider = RunArgs::from_args(&["run"], &["--cluster-cidr", "10.0.0.0/8"]).unwrap();
+        let no_provider = RunArgs::parse(&["--cluster-cidr", "10.0.0.0/8"]).unwrap_err();
         assert!(
-            no_provider
-                .settings()
-                .unwrap_err()
-                .0
-                .starts_with("--cloud-provider is required")
+            no_provider.0.starts_with("--cloud-provider is required"),
+            "{no_provider}"
         );
-        let no_cidr = RunArgs::from_args(&["run"], &["--cloud-provider", "fake"]).unwrap();
+        let no_cidr = RunArgs::parse(&["--cloud-provider", "fake"]).unwrap_err();
         assert!(
-            no_cidr
-                .settings()
-                .unwrap_err()
-                .0
-                .starts_with("--cluster-cidr is required")
+            no_cidr.0.starts_with("--cluster-cidr is required"),
+            "{no_cidr}"
         );
-        let bad_provider = RunArgs::from_args(
-            &["run"],
-            &["--cloud-provider", "gce", "--cluster-cidr", "10.0.0.0/8"],
+        assert!(error(&["--cloud-provider=gce"]).contains("use hcloud, aws or fake"));
+    }
+
+    #[test]
+    fn the_last_of_a_repeated_flag_wins_as_in_pflag() {
+        let s = args(&["--cluster-cidr=10.0.0.0/8", "--cluster-cidr", "10.1.0.0/16"])
+            .settings()
+            .unwrap();
+        assert_eq!(s.controller.cluster_cidrs[0].to_string(), "10.1.0.0/16");
+        let s = args(&["--leader-elect=True", "--leader-elect=FALSE"])
+            .settings()
+            .unwrap();
+        assert!(s.lease.is_none());
+        let s = args(&["-v=6", "--logging-format=json"]).settings().unwrap();
+        assert_eq!(s.log_level, log::LevelFilter::Trace);
+        assert_eq!(s.log_format, crate::logging::LogFormat::Json);
+    }
+
+    #[test]
+    fn node_ipam_flags_of_kops_and_kube_hetzner_templates_are_accepted_with_a_warning() {
+        let a = args(&[
+            "--node-cidr-mask-size=24",
+            "--service-cluster-ip-range=10.96.0.0/12",
+        ]);
+        a.settings().unwrap();
+        assert_eq!(a.ignored_warnings().len(), 2, "{:?}", a.ignored_warnings());
+    }
+
+    #[test]
+    fn help_names_every_flag_with_its_default_the_required_ones_and_the_environment() {
+        let text = super::super::flags::help(&SPEC);
+        for flag in SPEC.flags() {
+            assert!(
+                text.contains(&format!("--{}", flag.name)),
+                "--{} missing",
+                flag.name
+            );
+        }
+        assert!(
+            text.contains("the cloud: hcloud, aws or fake (required)"),
+            "{text}"
+        );
+        assert!(text.contains("(default: 10s)"), "{text}");
+        assert!(text.contains("HCLOUD_TOKEN"), "{text}");
+        assert!(text.contains("--secure-port=10258"), "{text}");
+        assert!(!text.contains("{{") && !text.contains("}}"), "{text}");
+    }
+
+    #[test]
+    fn feature_gates_take_every_ccm_gate_and_parse_bool_spellings() {
+        let on = |items: &[&str]| {
+            let items: Vec<String> = items.iter().map(|s| s.to_string()).collect();
+            parse_feature_gates(&items).unwrap()
+        };
+        assert!(on(&[&format!("{WATCH_GATE}=1")]).watch);
+        assert!(!on(&[&format!("{WATCH_GATE}=True"), &format!("{WATCH_GATE}=f")]).watch);
+        let stage = super::super::ccm::GATES
+            .iter()
+            .find(|g| g.name == WATCH_GATE)
+            .unwrap()
+            .stage;
+        let all = match stage {
+            super::super::ccm::Stage::Alpha => "AllAlpha",
+            _ => "AllBeta",
+        };
+        let gates = on(&[&format!("{all}=true")]);
+        assert!(gates.watch, "{all}=true turns on the {stage:?} watch gate");
+        assert!(gates.warnings[0].contains(all), "{:?}", gates.warnings);
+        assert!(!on(&[&format!("{all}=true"), &format!("{WATCH_GATE}=false")]).watch);
+        let other = super::super::ccm::GATES
+            .iter()
+            .find(|g| g.name != WATCH_GATE && !g.name.starts_with("All") && !g.locked)
+            .unwrap();
+        let gates = on(&[&format!("{}=false", other.name)]);
+        assert_eq!(gates.warnings.len(), 1);
+        assert!(gates.warnings[0].contains(other.name));
+        let items = vec!["WatchBasedRoutes=true".to_string()];
+        let err = parse_feature_gates(&items).unwrap_err().0;
+        assert!(err.contains(WATCH_GATE), "lists the known gates: {err}");
+    }
+
+    #[test]
+    fn cloud_config_keys_that_nobody_reads_are_errors_naming_the_closest() {
+        let path = std::path::Path::new("cloud.conf");
+        let pairs = |k: &str| vec![(k.to_string(), "x".to_string())];
+        let err = check_cloud_config_keys("aws", path, &pairs("RouteTableId2")).unwrap_err();
+        assert!(err.0.contains("did you mean RouteTableID?"), "{err}");
+        let err = check_cloud_config_keys("hcloud", path, &pairs("HCLOUD_NETWROK")).unwrap_err();
+        assert!(err.0.contains("did you mean HCLOUD_NETWORK?"), "{err}");
+        let warnings = check_cloud_config_keys("aws", path, &pairs("Zone")).unwrap();
+        assert!(
+            warnings[0].contains("Zone does not concern routes"),
+            "{warnings:?}"
         );
         assert!(
-            bad_provider
+            check_cloud_config_keys("aws", path, &pairs("routetableid"))
                 .unwrap()
-                .settings()
-                .unwrap_err()
-                .0
-                .contains("use hcloud, aws or fake")
+                .is_empty()
         );
     }
 

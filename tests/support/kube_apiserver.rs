@@ -788,12 +788,21 @@ const AWS_ROUTE_CONTROLLER: GoProgram = GoProgram {
     what: "upstream's route controller with cloud-provider-aws (tests/kube-apiserver/aws-route-controller)",
 };
 
+/// Upstream's cloud-controller-manager command, which prints its flags and feature
+/// gates (`tests/kube-apiserver/ccm-flags`); see [`ccm_flags_binary`].
+const CCM_FLAGS: GoProgram = GoProgram {
+    package: "ccm-flags",
+    binary: "ccm-flags",
+    what: "upstream's cloud-controller-manager flag set (tests/kube-apiserver/ccm-flags)",
+};
+
 /// Package directories of the module that are programs of their own. The
 /// harness's stamp leaves them out, so that changing one rebuilds only it.
 const OTHER_PROGRAMS: &[&str] = &[
     UPSTREAM_ROUTE_CONTROLLER.package,
     HCLOUD_CONFORMANCE.package,
     AWS_ROUTE_CONTROLLER.package,
+    CCM_FLAGS.package,
 ];
 
 /// The harness binary, built on first use in this process if the cached one
@@ -826,6 +835,14 @@ pub fn hcloud_conformance_binary() -> &'static Path {
 pub fn aws_route_controller_binary() -> &'static Path {
     static BINARY: OnceLock<PathBuf> = OnceLock::new();
     BINARY.get_or_init(|| build_go_program(&AWS_ROUTE_CONTROLLER))
+}
+
+/// The `ccm-flags` binary: upstream's `k8s.io/cloud-provider/app` command at the
+/// version pinned in go.mod, printing its flags and gates as JSON; built like the
+/// harness.
+pub fn ccm_flags_binary() -> &'static Path {
+    static BINARY: OnceLock<PathBuf> = OnceLock::new();
+    BINARY.get_or_init(|| build_go_program(&CCM_FLAGS))
 }
 
 fn go_command() -> PathBuf {
