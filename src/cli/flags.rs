@@ -455,7 +455,8 @@ impl Parsed {
 pub fn help(spec: &Spec) -> String {
     let mut out = format!(
         "Usage: route-controller {} [flags]\n\n{}\n",
-        spec.name, spec.about
+        spec.name,
+        wrap(spec.about, 0)
     );
     for (heading, flags) in spec.groups {
         let _ = writeln!(out, "\n{heading}:");
