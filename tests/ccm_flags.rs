@@ -271,12 +271,10 @@ fn the_whole_upstream_flag_set_on_one_command_line_gives_one_warning_per_ignored
         .flags
         .iter()
         .filter(|f| f.name != "help" && f.name != "version")
-        .filter_map(|f| {
-            let flag = ours(&f.name)?;
-            Some((
-                format!("--{}={}", f.name, value_for(&f.name, flag.kind)),
-                flag.role,
-            ))
+        .map(|f| {
+            let kind = kind_of(&f.kind);
+            let role = ours(&f.name).map_or(Use::Applies, |flag| flag.role);
+            (format!("--{}={}", f.name, value_for(&f.name, kind)), role)
         })
         .collect();
     let mut args: Vec<&str> = BASE.to_vec();

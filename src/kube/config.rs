@@ -418,9 +418,14 @@ impl Kubeconfig {
         let text =
             decode_text(bytes).map_err(|e| err(format!("kubeconfig {}: {e}", path.display())))?;
         let docs: Vec<FileDoc> = serde_saphyr::from_multiple(&text).map_err(|e| {
+            // The parser's message is a snippet of several lines; the first names the
+            // line, column and problem, which is what an error line has room for.
+            let message = e.to_string();
+            let first = message.lines().next().unwrap_or_default();
             err(format!(
-                "kubeconfig {} is not valid YAML/JSON: {e}",
-                path.display()
+                "kubeconfig {} is not valid YAML/JSON: {}",
+                path.display(),
+                first.trim_start_matches("error: ")
             ))
         })?;
         let dir = path.parent().unwrap_or(Path::new("."));
@@ -759,5 +764,24 @@ mod fuzz {
                 }
             });
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_yaml_error_is_one_line_with_its_position() {
+        let text = b"apiVersion: v1\nclusters:\n- cluster:\n    server: https://x\n  bad: [\n";
+        let Err(e) = Kubeconfig::parse(text, Path::new("/k/config")) else {
+            panic!("a broken kubeconfig parsed");
+        };
+        let message = e.to_string();
+        assert!(!message.contains('\n'), "{message}");
+        assert!(
+            message.contains("/k/config is not valid YAML/JSON: line 5"),
+            "{message}"
+        );
     }
 }
