@@ -383,11 +383,11 @@ impl Parsed {
 
     /// The last value given, if any.
     pub fn last(&self, name: &str) -> Option<&str> {
-        let flag = self.spec.flag(name);
+        self.spec.flag(name);
         self.values
             .iter()
             .rev()
-            .find(|(f, _)| std::ptr::eq(*f, flag) || f.name == name)
+            .find(|(f, _)| f.name == name)
             .map(|(_, v)| v.as_str())
     }
 

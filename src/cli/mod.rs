@@ -90,11 +90,28 @@ pub enum Invocation {
     Print(String),
 }
 
-const COMMANDS: &[(&str, &Spec)] = &[
-    ("run", &run::SPEC),
-    ("plan", &PLAN),
-    ("simulate", &SIMULATE),
-    ("manifests", &MANIFESTS),
+/// The subcommands, with the line the top-level help gives each.
+const COMMANDS: &[(&str, &Spec, &str)] = &[
+    (
+        "run",
+        &run::SPEC,
+        "keep the cloud's route table in step with the nodes",
+    ),
+    (
+        "plan",
+        &PLAN,
+        "show what one reconcile pass would do, changing nothing",
+    ),
+    (
+        "simulate",
+        &SIMULATE,
+        "compare the modes in virtual time against an in-memory cloud",
+    ),
+    (
+        "manifests",
+        &MANIFESTS,
+        "print the RBAC and Deployment YAML that run the controller",
+    ),
 ];
 
 fn top_help() -> String {
@@ -102,12 +119,11 @@ fn top_help() -> String {
         "route-controller keeps a cloud's route table in step with the cluster's nodes: every \
          node's pod CIDRs are routed to that node.\n\nUsage: route-controller COMMAND [flags]\n\nCommands:\n",
     );
-    for (name, spec) in COMMANDS {
-        let first = spec.about.split(". ").next().unwrap_or(spec.about);
-        let _ = writeln!(out, "  {name:<10} {}", first.trim_end_matches('.'));
+    for (name, _, summary) in COMMANDS {
+        let _ = writeln!(out, "  {name:<10} {summary}");
     }
     out.push_str(
-        "\n  -h, --help  print this help (COMMAND --help: the command's flags)\n      --version  print the version\n",
+        "\n  -h, --help   print this help (COMMAND --help: the command's flags, defaults and\n               environment variables)\n  --version    print the version\n",
     );
     out
 }
@@ -132,8 +148,8 @@ pub fn parse_args(args: &[String]) -> Result<Invocation, UsageError> {
     }
     let spec = COMMANDS
         .iter()
-        .find(|(name, _)| name == first)
-        .map(|(_, spec)| *spec)
+        .find(|(name, _, _)| name == first)
+        .map(|(_, spec, _)| *spec)
         .ok_or_else(|| {
             UsageError(format!(
                 "{first:?} is not a command: use run, plan, simulate or manifests (see route-controller --help)"
@@ -1017,4 +1033,81 @@ pub fn plan_table(plan: &Plan, nodes: &[Node], not_ours: &[&Route]) -> String {
         }
     );
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(args: &[&str]) -> Result<Invocation, UsageError> {
+        let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
+        parse_args(&args)
+    }
+
+    fn printed(args: &[&str]) -> String {
+        match parse(args) {
+            Ok(Invocation::Print(text)) => text,
+            other => panic!("{args:?}: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn help_and_version_at_the_top_and_for_each_command() {
+        assert!(printed(&["--help"]).contains("  plan       show what"));
+        assert!(printed(&["-h"]).contains("Commands:"));
+        assert!(printed(&["--version"]).starts_with("route-controller "));
+        assert!(printed(&["run", "--version"]).starts_with("route-controller "));
+        for (name, spec, _) in COMMANDS {
+            let text = printed(&[name, "-h"]);
+            for flag in spec.flags() {
+                assert!(
+                    text.contains(&format!("--{}", flag.name)),
+                    "{name}: --{}",
+                    flag.name
+                );
+            }
+            assert!(!text.contains("{{"), "{name}: {text}");
+        }
+    }
+
+    #[test]
+    fn no_command_or_an_unknown_one_says_which_there_are() {
+        for args in [&[][..], &["serve"]] {
+            let Err(e) = parse(args) else {
+                panic!("{args:?} parsed")
+            };
+            assert!(e.0.contains("use run, plan, simulate or manifests"), "{e}");
+        }
+    }
+
+    #[test]
+    fn the_shared_flags_mean_the_same_in_every_command() {
+        let Ok(Invocation::Command(command, _)) = parse(&[
+            "plan",
+            "--cluster-cidr=10.0.0.0/8",
+            "--cluster-name=a",
+            "--cluster-name=b",
+            "--nodes=n.json",
+            "--routes=r.json",
+        ]) else {
+            panic!("plan parses")
+        };
+        let Command::Plan(plan) = *command else {
+            panic!("not plan")
+        };
+        assert_eq!(
+            (plan.cluster_name.as_str(), plan.cluster_cidr.as_str()),
+            ("b", "10.0.0.0/8")
+        );
+        let Ok(Invocation::Command(command, _)) =
+            parse(&["manifests", "--cluster-cidr=10.0.0.0/8"])
+        else {
+            panic!("manifests parses")
+        };
+        let Command::Manifests(m) = *command else {
+            panic!("not manifests")
+        };
+        assert_eq!(m.cloud_provider, "hcloud", "manifests' own default");
+        assert_eq!(m.cluster_name, "kubernetes");
+    }
 }
