@@ -1025,6 +1025,27 @@ mod tests {
         assert_eq!(s.log_format, crate::logging::LogFormat::Json);
     }
 
+    /// What `manifests` prints, `run` takes: the container's arguments pass `run`'s
+    /// parser and validation for every provider, with no warning.
+    #[test]
+    fn the_arguments_manifests_writes_are_valid_for_run() {
+        for provider in crate::manifests::PROVIDERS {
+            let options = crate::manifests::ManifestOptions {
+                provider: provider.to_string(),
+                cluster_cidr: "10.244.0.0/16".into(),
+                ..crate::manifests::ManifestOptions::default()
+            };
+            let args = crate::manifests::container_args(&options);
+            assert_eq!(args[0], "run");
+            let args: Vec<&str> = args[1..].iter().map(String::as_str).collect();
+            let parsed = RunArgs::parse(&args).unwrap_or_else(|e| panic!("{provider}: {e}"));
+            parsed
+                .settings()
+                .unwrap_or_else(|e| panic!("{provider}: {e}"));
+            assert!(parsed.ignored_warnings().is_empty(), "{provider}");
+        }
+    }
+
     #[test]
     fn node_ipam_flags_of_kops_and_kube_hetzner_templates_are_accepted_with_a_warning() {
         let a = args(&[
