@@ -1239,7 +1239,7 @@ pub fn chart(report: &ScenarioReport) -> String {
     // power of ten above the slowest.
     let _ = writeln!(
         svg,
-        "<text x=\"{left}\" y=\"{}\">node change to route created (p50 | p99 ◆ max), seconds, log scale</text>",
+        "<text x=\"{left}\" y=\"{}\">node change to route created: a bar from p50 to max, a dot at p99; seconds, log scale</text>",
         lat_top - 20.0
     );
     let slowest = report

@@ -71,6 +71,7 @@ pub struct Flag {
     pub name: &'static str,
     /// The one-letter name, if any (`-v`, `-h`).
     pub short: Option<char>,
+    /// How the value is read and checked.
     pub kind: Kind,
     /// The default as help shows it; "" when there is none.
     pub default: &'static str,
@@ -78,6 +79,7 @@ pub struct Flag {
     pub help: &'static str,
     /// The command fails without it.
     pub required: bool,
+    /// Whether the flag has a meaning here or is only accepted.
     pub role: Use,
 }
 
@@ -144,7 +146,9 @@ pub const VERSION: Flag = Flag::new("version", Kind::Bool, "print the version an
 
 /// A subcommand: its name, what it does, and its flags.
 pub struct Spec {
+    /// The subcommand's name.
     pub name: &'static str,
+    /// What it does, for help.
     pub about: &'static str,
     /// Environment variables the command reads, with what they are for.
     pub env: &'static [(&'static str, &'static str)],
