@@ -334,9 +334,26 @@ fn feature_gates_are_exactly_upstreams() {
     );
 }
 
+/// Whether two Go durations are equal (`12h` and `12h0m0s`).
 fn same_duration(a: &str, b: &str) -> bool {
-    let parse = |s: &str| route_controller::duration::parse(s.trim_start_matches('-')).ok();
-    parse(a).is_some() && parse(a) == parse(b)
+    millis(a).is_some() && millis(a) == millis(b)
+}
+
+/// A Go duration of h, m, s and ms parts, in milliseconds.
+fn millis(s: &str) -> Option<u64> {
+    let (mut total, mut rest) = (0u64, s);
+    while !rest.is_empty() {
+        let digits = rest.find(|c: char| !c.is_ascii_digit())?;
+        let number: u64 = rest[..digits].parse().ok()?;
+        rest = &rest[digits..];
+        let (unit, len) = [("ms", 1), ("h", 3_600_000), ("m", 60_000), ("s", 1000)]
+            .into_iter()
+            .find(|(u, _)| rest.starts_with(u))
+            .map(|(u, f)| (f, u.len()))?;
+        total += number * unit;
+        rest = &rest[len..];
+    }
+    Some(total)
 }
 
 fn same_number(a: &str, b: &str) -> bool {
