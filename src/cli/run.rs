@@ -196,7 +196,8 @@ pub static SPEC: super::flags::Spec = super::flags::Spec {
     groups: &[
         ("Flags", FLAGS),
         (
-            "Other cloud-controller-manager flags (accepted for compatibility, ignored with a warning)",
+            "The cloud-controller-manager's other flags: the serving ones apply, the rest are \
+             accepted and ignored with a warning",
             super::ccm::FLAGS,
         ),
         (
@@ -1072,7 +1073,11 @@ mod tests {
         );
         assert!(text.contains("(default: 10s)"), "{text}");
         assert!(text.contains("HCLOUD_TOKEN"), "{text}");
-        assert!(text.contains("--secure-port=10258"), "{text}");
+        assert!(text.contains("--webhook-secure-port=10260"), "{text}");
+        assert!(
+            text.contains("--secure-port int"),
+            "the serving flags in full: {text}"
+        );
         assert!(!text.contains("{{") && !text.contains("}}"), "{text}");
     }
 
