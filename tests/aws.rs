@@ -171,10 +171,10 @@ fn list_create_delete_round_trip_against_moto() {
         .expect_err("already gone");
     assert_eq!(again.kind, CloudErrorKind::NotFound, "{}", again.message);
 
-    // The physical minimum: discovery once, then one call per operation (plus the
-    // once-per-instance source/dest check).
+    // The physical minimum: one call per operation (plus the once-per-instance
+    // source/dest check); the list finds the tables and reads them in one call.
     let m = |pairs: &[(&'static str, u64)]| pairs.iter().copied().collect::<BTreeMap<_, _>>();
-    assert_eq!(first_list, m(&[("DescribeRouteTables", 2)]));
+    assert_eq!(first_list, m(&[("DescribeRouteTables", 1)]));
     assert_eq!(
         first_create,
         m(&[("CreateRoute", 1), ("ModifyInstanceAttribute", 1)])
@@ -214,7 +214,7 @@ fn route_table_is_found_by_the_legacy_cluster_tag() {
     let a = ec2.run_instance(&net.ami, &net.subnet);
     let provider = provider_at(moto.url(), AwsConfig::default(), &test_env());
 
-    assert_eq!(provider.route_table_id(CLUSTER).expect("found"), table);
+    assert_eq!(provider.route_table_ids(CLUSTER).expect("found"), vec![table]);
     provider
         .create_route(
             CLUSTER,
@@ -239,7 +239,7 @@ fn route_table_is_found_by_the_cluster_tag_key_with_any_value() {
     let (key, _) = owned_tag();
     let table = ec2.create_route_table(&net.vpc, &[(&key, "shared")]);
     let provider = provider_at(moto.url(), AwsConfig::default(), &test_env());
-    assert_eq!(provider.route_table_id(CLUSTER).expect("found"), table);
+    assert_eq!(provider.route_table_ids(CLUSTER).expect("found"), vec![table]);
 }
 
 #[test]
@@ -252,7 +252,7 @@ fn route_table_given_by_id_needs_no_tag_and_no_discovery() {
     let provider = provider_at(
         moto.url(),
         AwsConfig {
-            route_table_id: Some(table.clone()),
+            route_table_ids: vec![table.clone()],
             ..AwsConfig::default()
         },
         &test_env(),
@@ -341,7 +341,7 @@ fn source_dest_check_is_disabled_once_per_instance() {
         "moto starts with the check on"
     );
     let provider = provider_at(moto.url(), AwsConfig::default(), &test_env());
-    provider.route_table_id(CLUSTER).expect("table");
+    provider.route_table_ids(CLUSTER).expect("table");
 
     // Four routes to a (concurrently, as the worker pool would) and one to b.
     std::thread::scope(|s| {
@@ -522,7 +522,7 @@ fn route_table_is_found_again_after_the_cached_one_is_deleted() {
     let first = ec2.create_route_table(&net.vpc, &[(&key, value)]);
     let a = ec2.run_instance(&net.ami, &net.subnet);
     let provider = provider_at(moto.url(), AwsConfig::default(), &test_env());
-    assert_eq!(provider.route_table_id(CLUSTER).expect("first"), first);
+    assert_eq!(provider.route_table_ids(CLUSTER).expect("first"), vec![first]);
 
     ec2.delete_route_table(&first);
     let second = ec2.create_route_table(&net.vpc, &[(&key, value)]);
@@ -534,7 +534,7 @@ fn route_table_is_found_again_after_the_cached_one_is_deleted() {
             &target("a", Some(&a.provider_id())),
         )
         .expect("create after rediscovery");
-    assert_eq!(provider.route_table_id(CLUSTER).expect("second"), second);
+    assert_eq!(provider.route_table_ids(CLUSTER).expect("second"), vec![second]);
     assert!(
         ec2.routes(&second)
             .iter()
@@ -729,7 +729,11 @@ fn route_tables_xml(tables: &[(&str, &[FixtureRoute])], next: Option<&str>) -> S
                 "<origin>CreateRoute</origin><state>{state}</state></item>"
             ));
         }
-        xml.push_str("</routeSet><tagSet/></item>");
+        // Tagged for the cluster, as the server-side tag filter would have chosen it.
+        xml.push_str(&format!(
+            "</routeSet><tagSet><item><key>kubernetes.io/cluster/{CLUSTER}</key>\
+             <value>owned</value></item></tagSet></item>"
+        ));
     }
     xml.push_str("</routeTableSet>");
     if let Some(n) = next {
@@ -910,7 +914,7 @@ fn throttling_is_rate_limited_for_the_controller_to_hold_back_and_no_worker_wait
     let provider = provider_at(
         &stub.url(),
         AwsConfig {
-            route_table_id: Some("rtb-0stub".into()),
+            route_table_ids: vec!["rtb-0stub".into()],
             requests_per_second: 1000.0,
             burst: 1000,
             ..AwsConfig::default()
@@ -960,7 +964,7 @@ fn timeout_after_sending_create_route_is_ambiguous() {
     let provider = provider_at(
         &stub.url(),
         AwsConfig {
-            route_table_id: Some("rtb-0stub".into()),
+            route_table_ids: vec!["rtb-0stub".into()],
             timeout: Duration::from_millis(400),
             ..AwsConfig::default()
         },
@@ -989,7 +993,7 @@ fn timeout_of_a_describe_is_retry_not_ambiguous() {
     let provider = provider_at(
         &stub.url(),
         AwsConfig {
-            route_table_id: Some("rtb-0stub".into()),
+            route_table_ids: vec!["rtb-0stub".into()],
             timeout: Duration::from_millis(300),
             ..AwsConfig::default()
         },
@@ -1022,7 +1026,7 @@ fn server_errors_are_ambiguous_for_mutations_and_retry_for_describes() {
         let provider = provider_at(
             &stub.url(),
             AwsConfig {
-                route_table_id: Some("rtb-0stub".into()),
+                route_table_ids: vec!["rtb-0stub".into()],
                 ..AwsConfig::default()
             },
             &test_env(),
@@ -1052,7 +1056,7 @@ fn refused_connection_is_retry_even_for_a_mutation() {
     let provider = provider_at(
         &format!("http://127.0.0.1:{port}"),
         AwsConfig {
-            route_table_id: Some("rtb-0stub".into()),
+            route_table_ids: vec!["rtb-0stub".into()],
             ..AwsConfig::default()
         },
         &test_env(),

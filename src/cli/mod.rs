@@ -35,7 +35,9 @@ pub(crate) const CLOUD_CONFIG: Flag = Flag::new(
     "cloud-config",
     Kind::String,
     "provider settings file: for hcloud, HCLOUD_*=value lines (instead of environment \
-     variables); for aws, the AWS cloud config (its [Global] RouteTableID applies)",
+     variables); for aws, the AWS cloud config (its [Global] RouteTableID applies, \
+     repeated or comma-separated for several tables; without it every table tagged for \
+     the cluster is used)",
 );
 pub(crate) const CLUSTER_NAME: Flag = Flag::new(
     "cluster-name",

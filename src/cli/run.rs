@@ -548,6 +548,19 @@ impl RunArgs {
     }
 }
 
+/// The route tables of an AWS cloud config: `RouteTableID` given once with one ID
+/// (as upstream's), repeated (gcfg's way of giving a list), or with IDs separated by
+/// commas.
+pub fn route_table_ids(file: &[(String, String)]) -> Vec<String> {
+    file.iter()
+        .filter(|(k, _)| k.eq_ignore_ascii_case("RouteTableID"))
+        .flat_map(|(_, v)| v.split(','))
+        .map(str::trim)
+        .filter(|id| !id.is_empty())
+        .map(str::to_string)
+        .collect()
+}
+
 /// Reads `--cloud-config`: `KEY=VALUE` or `KEY: VALUE` lines (`[Section]` headers and
 /// `#`/`;` comments are skipped), as both an env file and the AWS INI use them.
 pub fn read_cloud_config(path: &PathBuf) -> Result<Vec<(String, String)>, UsageError> {
@@ -742,7 +755,7 @@ pub fn connect_provider(
         "aws" => {
             use crate::cloud::aws::{AwsConfig, AwsProvider, credentials::AwsEnv};
             let config = AwsConfig {
-                route_table_id: from_file("RouteTableID"),
+                route_table_ids: route_table_ids(&file),
                 ..AwsConfig::default()
             };
             let provider = AwsProvider::new(config, &AwsEnv::from_process()).map_err(|e| {
@@ -1220,5 +1233,20 @@ mod tests {
                 .contains("line 1 is not KEY=VALUE")
         );
         let _ = std::fs::remove_dir_all(dir);
+    }
+
+    /// Guards that several route tables can be configured, both ways the docs name.
+    #[test]
+    fn route_table_ids_are_read_repeated_and_comma_separated() {
+        let file: Vec<(String, String)> = [
+            ("RouteTableID", "rtb-1"),
+            ("HCLOUD_NETWORK", "k8s"),
+            ("routetableid", " rtb-2 , rtb-3,"),
+        ]
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+        assert_eq!(route_table_ids(&file), vec!["rtb-1", "rtb-2", "rtb-3"]);
+        assert_eq!(route_table_ids(&[]), Vec::<String>::new());
     }
 }

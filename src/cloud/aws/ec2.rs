@@ -32,6 +32,18 @@ pub struct RouteTable {
     pub id: String,
     pub vpc_id: String,
     pub routes: Vec<RouteEntry>,
+    /// `(key, value)` of each tag.
+    pub tags: Vec<(String, String)>,
+}
+
+impl RouteTable {
+    /// Whether the table carries either cluster tag of `cluster_name`.
+    pub fn is_tagged_for(&self, cluster_name: &str) -> bool {
+        let key = cluster_tag_key(cluster_name);
+        self.tags
+            .iter()
+            .any(|(k, v)| *k == key || (k == LEGACY_CLUSTER_TAG && v == cluster_name))
+    }
 }
 
 /// One route of a table.
@@ -70,6 +82,13 @@ pub fn parse_route_tables(root: &Element) -> (Vec<RouteTable>, Option<String>) {
             id: t.text_of("routeTableId").unwrap_or_default().to_string(),
             vpc_id: t.text_of("vpcId").unwrap_or_default().to_string(),
             routes: t.items("routeSet").map(parse_route).collect(),
+            tags: t
+                .items("tagSet")
+                .filter_map(|tag| {
+                    let key = tag.text_of("key")?.to_string();
+                    Some((key, tag.text_of("value").unwrap_or_default().to_string()))
+                })
+                .collect(),
         })
         .filter(|t| !t.id.is_empty())
         .collect();
@@ -398,6 +417,8 @@ mod tests {
         assert_eq!(t.routes[2].target(), "eni-2");
         assert_eq!(t.routes[3].destination, None);
         assert_eq!(t.routes[4].target(), "nat-1");
+        assert!(t.is_tagged_for("c"));
+        assert!(!t.is_tagged_for("other"));
     }
 
     #[test]

@@ -72,8 +72,8 @@ pub struct AwsConfig {
     /// The EC2 endpoint URL. Default: `AWS_ENDPOINT_URL_EC2`, `AWS_ENDPOINT_URL`, then
     /// `https://ec2.<region>.amazonaws.com/`. Tests point it at moto.
     pub endpoint: Option<String>,
-    /// The route table to manage. Default: the one table tagged for the cluster.
-    pub route_table_id: Option<String>,
+    /// The route tables to manage. Default (empty): every table tagged for the cluster.
+    pub route_table_ids: Vec<String>,
     /// The instance metadata endpoint. Default: `AWS_EC2_METADATA_SERVICE_ENDPOINT`,
     /// then `http://169.254.169.254`.
     pub imds_endpoint: Option<String>,
@@ -94,7 +94,7 @@ impl Default for AwsConfig {
         AwsConfig {
             region: None,
             endpoint: None,
-            route_table_id: None,
+            route_table_ids: Vec::new(),
             imds_endpoint: None,
             requests_per_second: 5.0,
             burst: 20,
@@ -110,9 +110,11 @@ pub struct AwsProvider {
     /// Requests per second and burst, declared to the controller.
     budget: (f64, u32),
     throttle: Mutex<ThrottleBackoff>,
-    configured_table: Option<String>,
-    /// `(cluster name, route table ID)` found by tag.
-    discovered: Mutex<Option<(String, String)>>,
+    /// The configured route table IDs; empty: the tables tagged for the cluster.
+    configured_tables: Vec<String>,
+    /// The tables of the last list (or lookup) and the routes each held then, updated
+    /// by this provider's own creates and deletes.
+    managed: Mutex<Option<Managed>>,
     /// Instances whose source/destination check this process has disabled; one lock
     /// per instance so that concurrent creates for one node call EC2 once.
     source_dest_check: Mutex<HashMap<String, Arc<Mutex<bool>>>>,
@@ -125,7 +127,7 @@ impl fmt::Debug for AwsProvider {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("AwsProvider")
             .field("ec2", &self.ec2)
-            .field("route_table", &self.configured_table)
+            .field("route_tables", &self.configured_tables)
             .finish_non_exhaustive()
     }
 }
@@ -151,23 +153,27 @@ impl AwsProvider {
         if let CredentialSource::Instance(_) = &credentials {
             credentials.current(env.now())?;
         }
-        let table = config
-            .route_table_id
-            .as_deref()
-            .map(str::trim)
-            .filter(|t| !t.is_empty());
-        if let Some(t) = table
-            && !t.starts_with("rtb-")
-        {
-            return Err(CloudError::invalid(format!(
-                "route table ID {t:?} does not look like one (rtb-…)"
-            )));
+        let mut tables: Vec<String> = Vec::new();
+        for t in config.route_table_ids.iter().map(|t| t.trim()) {
+            if t.is_empty() || tables.iter().any(|known| known == t) {
+                continue;
+            }
+            if !t.starts_with("rtb-") {
+                return Err(CloudError::invalid(format!(
+                    "route table ID {t:?} does not look like one (rtb-…)"
+                )));
+            }
+            tables.push(t.to_string());
         }
         log::info!(
-            "AWS provider: region {region}, endpoint {}, credentials from {}, route table {}",
+            "AWS provider: region {region}, endpoint {}, credentials from {}, route tables {}",
             endpoint.url,
             credentials.origin(),
-            table.unwrap_or("found by cluster tag")
+            if tables.is_empty() {
+                "found by cluster tag".to_string()
+            } else {
+                tables.join(", ")
+            }
         );
         Ok(AwsProvider {
             ec2: QueryClient::new(QueryClientConfig {
@@ -182,8 +188,8 @@ impl AwsProvider {
             limiter: RateLimiter::new(config.requests_per_second, config.burst),
             budget: (config.requests_per_second, config.burst),
             throttle: Mutex::new(ThrottleBackoff::new()),
-            configured_table: table.map(str::to_string),
-            discovered: Mutex::new(None),
+            configured_tables: tables,
+            managed: Mutex::new(None),
             source_dest_check: Mutex::new(HashMap::new()),
             gone: Mutex::new(HashSet::new()),
             calls: Mutex::new(BTreeMap::new()),
@@ -208,18 +214,6 @@ impl AwsProvider {
     /// EC2 calls made so far, by action (`CreateRoute`, …), failed ones included.
     pub fn api_calls(&self) -> BTreeMap<&'static str, u64> {
         lock(&self.calls).clone()
-    }
-
-    /// The route table this provider manages for `cluster_name`, looking it up if
-    /// needed (useful as a start-up check).
-    pub fn route_table_id(&self, cluster_name: &str) -> Result<String, CloudError> {
-        if let Some(id) = &self.configured_table {
-            return Ok(id.clone());
-        }
-        if let Some(id) = self.cached_table(cluster_name) {
-            return Ok(id);
-        }
-        Ok(self.discover(cluster_name)?.id)
     }
 
     // --- one call -----------------------------------------------------------------
@@ -313,69 +307,145 @@ impl AwsProvider {
         Ok(())
     }
 
-    // --- the route table ----------------------------------------------------------
+    // --- the route tables ---------------------------------------------------------
 
-    fn cached_table(&self, cluster_name: &str) -> Option<String> {
-        lock(&self.discovered)
-            .as_ref()
-            .filter(|(cluster, _)| cluster == cluster_name)
-            .map(|(_, id)| id.clone())
-    }
-
-    fn forget_table(&self, id: &str) {
-        let mut discovered = lock(&self.discovered);
-        if discovered.as_ref().is_some_and(|(_, cached)| cached == id) {
-            *discovered = None;
+    /// The cluster's route tables as they are now, in one `DescribeRouteTables`: the
+    /// configured ones by ID, or every table with either cluster tag (both tag keys
+    /// in one `tag-key` filter; the legacy tag's value is checked here). The result
+    /// replaces the remembered set: a table gone or untagged is dropped with a log
+    /// line, a new one is picked up.
+    fn fetch_tables(&self, cluster_name: &str) -> Result<Vec<RouteTable>, CloudError> {
+        let params = if self.configured_tables.is_empty() {
+            let key = cluster_tag_key(cluster_name);
+            Params::new().filter(1, "tag-key", &[&key, LEGACY_CLUSTER_TAG])
+        } else {
+            let ids: Vec<&str> = self.configured_tables.iter().map(String::as_str).collect();
+            Params::new().filter(1, "route-table-id", &ids)
+        };
+        let mut tables = self
+            .describe_route_tables(params)
+            .map_err(CallError::into_cloud)?;
+        if self.configured_tables.is_empty() {
+            tables.retain(|t| t.is_tagged_for(cluster_name));
+        } else {
+            tables.retain(|t| self.configured_tables.contains(&t.id));
         }
-    }
-
-    /// Finds the one route table tagged for the cluster, with both tag styles
-    /// filtered server-side, and caches its ID.
-    fn discover(&self, cluster_name: &str) -> Result<RouteTable, CloudError> {
-        let key = cluster_tag_key(cluster_name);
-        let mut found = self
-            .describe_route_tables(Params::new().filter(1, "tag-key", &[&key]))
-            .map_err(CallError::into_cloud)?;
-        let legacy_filter = format!("tag:{LEGACY_CLUSTER_TAG}");
-        let legacy = self
-            .describe_route_tables(Params::new().filter(1, &legacy_filter, &[cluster_name]))
-            .map_err(CallError::into_cloud)?;
-        for table in legacy {
-            if !found.iter().any(|t| t.id == table.id) {
-                found.push(table);
+        tables.sort_by(|a, b| a.id.cmp(&b.id));
+        tables.dedup_by(|a, b| a.id == b.id);
+        if tables.is_empty() {
+            return Err(self.no_tables_error(cluster_name));
+        }
+        if !self.configured_tables.is_empty() {
+            for id in &self.configured_tables {
+                if !tables.iter().any(|t| t.id == *id) {
+                    log::warn!(
+                        "the configured route table {id} does not exist in region {}; managing \
+                         the other configured tables (fix RouteTableID in --cloud-config)",
+                        self.region()
+                    );
+                }
             }
         }
-        let fix = format!(
-            "tag exactly one route table with {key} (any value) or {LEGACY_CLUSTER_TAG}={cluster_name}, \
-             or configure the route table ID"
-        );
-        match found.len() {
-            0 => Err(CloudError::invalid(format!(
-                "no route table in region {} is tagged for cluster {cluster_name:?}: {fix}",
+        self.remember(cluster_name, &tables);
+        Ok(tables)
+    }
+
+    fn no_tables_error(&self, cluster_name: &str) -> CloudError {
+        if !self.configured_tables.is_empty() {
+            return CloudError::invalid(format!(
+                "none of the configured route tables ({}) exists in region {}: fix RouteTableID \
+                 in --cloud-config, or remove it to use the tables tagged for cluster \
+                 {cluster_name:?}",
+                self.configured_tables.join(", "),
                 self.region()
-            ))),
-            1 => {
-                let table = found.remove(0);
+            ));
+        }
+        let key = cluster_tag_key(cluster_name);
+        CloudError::invalid(format!(
+            "no route table in region {} is tagged for cluster {cluster_name:?}: tag the \
+             cluster's route tables with {key} (any value) or {LEGACY_CLUSTER_TAG}={cluster_name}, \
+             or configure the route table IDs (RouteTableID in --cloud-config)",
+            self.region()
+        ))
+    }
+
+    /// Replaces the remembered tables with `tables`, logging each one dropped or added.
+    fn remember(&self, cluster_name: &str, tables: &[RouteTable]) {
+        let mut managed = lock(&self.managed);
+        let previous: Vec<TableView> = match managed.take() {
+            Some(m) if m.cluster == cluster_name => m.tables,
+            _ => Vec::new(),
+        };
+        for old in &previous {
+            if !tables.iter().any(|t| t.id == old.id) {
+                log::warn!(
+                    "route table {} is gone or no longer tagged for cluster {cluster_name}; no \
+                     longer managing it (its routes are left as they are)",
+                    old.id
+                );
+            }
+        }
+        for table in tables {
+            if !previous.iter().any(|old| old.id == table.id) {
                 log::info!(
-                    "managing routes in route table {} (VPC {}), tagged for cluster {cluster_name}",
+                    "managing routes in route table {} (VPC {}) for cluster {cluster_name}",
                     table.id,
                     table.vpc_id
                 );
-                *lock(&self.discovered) = Some((cluster_name.to_string(), table.id.clone()));
-                Ok(table)
-            }
-            n => {
-                let candidates: Vec<String> = found
-                    .iter()
-                    .map(|t| format!("{} (VPC {})", t.id, t.vpc_id))
-                    .collect();
-                Err(CloudError::invalid(format!(
-                    "{n} route tables in region {} are tagged for cluster {cluster_name:?}: {}; {fix}",
-                    self.region(),
-                    candidates.join(", ")
-                )))
             }
         }
+        *managed = Some(Managed {
+            cluster: cluster_name.to_string(),
+            tables: tables.iter().map(TableView::of).collect(),
+        });
+    }
+
+    /// The tables a create or delete goes to: those of the last list, or found now.
+    fn tables_for_change(&self, cluster_name: &str) -> Result<Vec<TableView>, CloudError> {
+        if let Some(m) = lock(&self.managed).as_ref()
+            && m.cluster == cluster_name
+            && !m.tables.is_empty()
+        {
+            return Ok(m.tables.clone());
+        }
+        Ok(self
+            .fetch_tables(cluster_name)?
+            .iter()
+            .map(TableView::of)
+            .collect())
+    }
+
+    /// Records what a successful mutation changed in one remembered table.
+    fn note(&self, table: &str, cidr: Cidr, instance: Option<&str>) {
+        if let Some(m) = lock(&self.managed).as_mut()
+            && let Some(view) = m.tables.iter_mut().find(|t| t.id == table)
+        {
+            match instance {
+                Some(i) => view.routes.insert(cidr, Some(i.to_string())),
+                None => view.routes.remove(&cidr),
+            };
+        }
+    }
+
+    /// EC2 said the table does not exist: stop using it until a list finds it again.
+    fn drop_table(&self, table: &str) {
+        let mut managed = lock(&self.managed);
+        if let Some(m) = managed.as_mut()
+            && let Some(at) = m.tables.iter().position(|t| t.id == table)
+        {
+            m.tables.remove(at);
+            log::warn!("route table {table} is gone; no longer managing it");
+        }
+    }
+
+    /// The IDs of the route tables this provider manages for `cluster_name`, looking
+    /// them up if needed (useful as a start-up check).
+    pub fn route_table_ids(&self, cluster_name: &str) -> Result<Vec<String>, CloudError> {
+        Ok(self
+            .tables_for_change(cluster_name)?
+            .into_iter()
+            .map(|t| t.id)
+            .collect())
     }
 
     fn describe_table(&self, id: &str) -> Result<Option<RouteTable>, CallError> {
@@ -384,54 +454,50 @@ impl AwsProvider {
         Ok(tables.into_iter().find(|t| t.id == id))
     }
 
-    /// The current contents of the cluster's route table.
-    fn current_table(&self, cluster_name: &str) -> Result<RouteTable, CloudError> {
-        let id = match (&self.configured_table, self.cached_table(cluster_name)) {
-            (Some(id), _) => id.clone(),
-            (None, Some(id)) => id,
-            (None, None) => return self.discover(cluster_name),
-        };
-        let missing = match self.describe_table(&id) {
-            Ok(Some(table)) => return Ok(table),
-            Ok(None) => true,
-            Err(e) if e.code() == "InvalidRouteTableID.NotFound" => true,
-            Err(e) => return Err(e.into_cloud()),
-        };
-        debug_assert!(missing);
-        if self.configured_table.is_some() {
-            return Err(CloudError::invalid(format!(
-                "the configured route table {id} does not exist in region {}: fix the route \
-                 table ID, or unset it to use the table tagged for cluster {cluster_name:?}",
-                self.region()
-            )));
+    /// `CreateRoute` in one table; a route already there is settled.
+    fn create_in(
+        &self,
+        table: &str,
+        cidr: Cidr,
+        instance: &str,
+        node: &str,
+    ) -> Result<(), TableError> {
+        let result = self.call(
+            CREATE_ROUTE,
+            CallKind::Mutation,
+            &Params::new()
+                .add("RouteTableId", table)
+                .add("DestinationCidrBlock", cidr.to_string())
+                .add("InstanceId", instance),
+        );
+        match result {
+            Ok(reply) if reply.text_of("return") == Some("false") => Err(TableError::Failed(
+                CloudError::ambiguous(format!(
+                    "EC2 CreateRoute {cidr} in {table} answered return=false"
+                )),
+            )),
+            Ok(_) => {
+                log::info!("created route {cidr} in {table} to instance {instance} (node {node})");
+                Ok(())
+            }
+            Err(e) if e.code() == "RouteAlreadyExists" => self
+                .settle_existing_route(table, cidr, instance, node)
+                .map_err(TableError::Failed),
+            Err(e) => Err(TableError::from_call(e)),
         }
-        log::warn!("route table {id} is gone; looking for the cluster's route table again");
-        self.forget_table(&id);
-        self.discover(cluster_name)
     }
 
-    /// Runs a mutation on the cluster's route table. If EC2 says a discovered table
-    /// is gone, finds the table again and runs it once more. Returns the table used
-    /// and the call's own result, for the caller to interpret.
-    fn with_table<T>(
-        &self,
-        cluster_name: &str,
-        mut op: impl FnMut(&str) -> Result<T, CallError>,
-    ) -> Result<(String, Result<T, CallError>), CloudError> {
-        let id = self.route_table_id(cluster_name)?;
-        match op(&id) {
-            Err(e)
-                if e.code() == "InvalidRouteTableID.NotFound"
-                    && self.configured_table.is_none() =>
-            {
-                log::warn!("route table {id} is gone; looking for the cluster's route table again");
-                self.forget_table(&id);
-                let id = self.route_table_id(cluster_name)?;
-                let result = op(&id);
-                Ok((id, result))
-            }
-            result => Ok((id, result)),
-        }
+    fn delete_in(&self, table: &str, cidr: Cidr) -> Result<(), TableError> {
+        self.call(
+            DELETE_ROUTE,
+            CallKind::Mutation,
+            &Params::new()
+                .add("RouteTableId", table)
+                .add("DestinationCidrBlock", cidr.to_string()),
+        )
+        .map_err(TableError::from_call)?;
+        log::info!("deleted route {cidr} from {table}");
+        Ok(())
     }
 
     // --- instances ----------------------------------------------------------------
@@ -632,6 +698,56 @@ impl AwsProvider {
     }
 }
 
+/// The route tables the provider manages for one cluster, as last seen.
+#[derive(Debug)]
+struct Managed {
+    cluster: String,
+    tables: Vec<TableView>,
+}
+
+/// One managed table: its ID and, per IPv4 destination, the instance a route points at
+/// (`None`: something else, or a blackhole). Lets a create or delete skip the tables
+/// that already are as asked.
+#[derive(Clone, Debug)]
+struct TableView {
+    id: String,
+    routes: HashMap<Cidr, Option<String>>,
+}
+
+impl TableView {
+    fn of(table: &RouteTable) -> TableView {
+        let routes = table
+            .routes
+            .iter()
+            .filter_map(|r| {
+                let cidr = Cidr::parse(r.destination.as_deref()?).ok()?;
+                let instance = r.instance_id.clone().filter(|_| !r.is_blackhole());
+                Some((cidr, instance))
+            })
+            .collect();
+        TableView {
+            id: table.id.clone(),
+            routes,
+        }
+    }
+}
+
+/// How a mutation in one table ended, when it did not succeed.
+enum TableError {
+    /// EC2 says the table does not exist.
+    Gone,
+    Failed(CloudError),
+}
+
+impl TableError {
+    fn from_call(e: CallError) -> TableError {
+        match e.code() {
+            "InvalidRouteTableID.NotFound" => TableError::Gone,
+            _ => TableError::Failed(e.into_cloud()),
+        }
+    }
+}
+
 /// What `DescribeInstances` said about an instance a route points at.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Lookup {
@@ -738,6 +854,68 @@ pub fn routes_from_table(
     routes
 }
 
+/// The routes of several tables as one list for the controller, which knows nothing
+/// of tables. A destination is reported as present only when every table has it with
+/// the same target; otherwise:
+///
+/// - in some tables only, pointing at a node: left out, so the controller sees it
+///   missing and asks for a create, which fills the tables that lack it (a create
+///   skips the tables that have it already);
+/// - in some tables only, pointing at no node (a blackhole, an instance that is no
+///   node): reported as in the tables that have it, so the controller deletes it
+///   where it is stale, as it would with one table;
+/// - with different targets in different tables: reported with no target node, so
+///   the controller replaces it (a delete removes it from every table, the create
+///   puts the right one in every table).
+///
+/// Nothing is ever reported that is in no table, so nothing is deleted that is not
+/// there, and a route to a node is never reported stale because one table lacks it.
+pub fn merge_tables(
+    cluster_name: &str,
+    tables: &[RouteTable],
+    nodes: &NodeDirectory,
+    looked_up: &HashMap<String, Lookup>,
+) -> Vec<Route> {
+    let mut by_destination: BTreeMap<String, Vec<Route>> = BTreeMap::new();
+    for table in tables {
+        for route in routes_from_table(cluster_name, table, nodes, looked_up) {
+            by_destination
+                .entry(route.destination_cidr.clone())
+                .or_default()
+                .push(route);
+        }
+    }
+    let mut merged = Vec::new();
+    for (destination, found) in by_destination {
+        let Some(first) = found.first() else { continue };
+        let agree = found
+            .iter()
+            .all(|r| r.target_node == first.target_node && r.blackhole == first.blackhole);
+        if !agree {
+            log::warn!(
+                "route {destination} points at different targets in the cluster's route tables; \
+                 reporting it with no target so that it is replaced in every table"
+            );
+            merged.push(Route {
+                target_node: String::new(),
+                blackhole: false,
+                ..first.clone()
+            });
+        } else if found.len() == tables.len() || first.target_node.is_empty() {
+            merged.push(first.clone());
+        } else {
+            log::info!(
+                "route {destination} to node {} is in {} of {} route tables; reporting it \
+                 missing so that it is created in the others",
+                first.target_node,
+                found.len(),
+                tables.len()
+            );
+        }
+    }
+    merged
+}
+
 impl Routes for AwsProvider {
     fn provider_name(&self) -> &'static str {
         "aws"
@@ -749,16 +927,18 @@ impl Routes for AwsProvider {
         Some(Budget::new(self.budget.0, self.budget.1))
     }
 
+    /// One `DescribeRouteTables` for all tables (plus `DescribeInstances` only for
+    /// route targets that are no node), merged by [`merge_tables`].
     fn list_routes(
         &self,
         cluster_name: &str,
         nodes: &NodeDirectory,
     ) -> Result<Vec<Route>, CloudError> {
-        let table = self.current_table(cluster_name)?;
+        let tables = self.fetch_tables(cluster_name)?;
         let known = instance_index(nodes);
-        let mut unknown: Vec<&str> = table
-            .routes
+        let mut unknown: Vec<&str> = tables
             .iter()
+            .flat_map(|t| &t.routes)
             .filter(|r| r.destination.is_some() && !r.is_blackhole())
             .filter_map(|r| r.instance_id.as_deref())
             .filter(|id| !known.contains_key(id))
@@ -766,9 +946,14 @@ impl Routes for AwsProvider {
         unknown.sort_unstable();
         unknown.dedup();
         let looked_up = self.look_up_instances(&unknown)?;
-        Ok(routes_from_table(cluster_name, &table, nodes, &looked_up))
+        Ok(merge_tables(cluster_name, &tables, nodes, &looked_up))
     }
 
+    /// One `CreateRoute` per managed table that does not already route the
+    /// destination to the instance. The tables are tried one after the other, all
+    /// of them even when one fails, so that one bad table does not keep the route
+    /// from the others; the first failure is returned and the next pass fills the
+    /// gap.
     fn create_route(
         &self,
         cluster_name: &str,
@@ -778,51 +963,87 @@ impl Routes for AwsProvider {
     ) -> Result<(), CloudError> {
         let cidr = ipv4_destination(&route.destination_cidr)?;
         let instance = self.instance_for(target)?;
-        // The table first: a configuration error should not cost a mutation.
-        self.route_table_id(cluster_name)?;
+        // The tables first: a configuration error should not cost a mutation.
+        let mut tables = self.tables_for_change(cluster_name)?;
         self.disable_source_dest_check(&instance)?;
-        let (table, result) = self.with_table(cluster_name, |table| {
-            self.call(
-                CREATE_ROUTE,
-                CallKind::Mutation,
-                &Params::new()
-                    .add("RouteTableId", table)
-                    .add("DestinationCidrBlock", cidr.to_string())
-                    .add("InstanceId", instance.as_str()),
-            )
-        })?;
-        match result {
-            Ok(reply) if reply.text_of("return") == Some("false") => Err(CloudError::ambiguous(
-                format!("EC2 CreateRoute {cidr} in {table} answered return=false"),
-            )),
-            Ok(_) => {
-                log::info!(
-                    "created route {cidr} in {table} to instance {instance} (node {})",
-                    target.node_name
-                );
-                Ok(())
+        for attempt in 0..2 {
+            let mut failure = None;
+            let mut placed = 0;
+            for table in &tables {
+                if table.routes.get(&cidr) == Some(&Some(instance.clone())) {
+                    placed += 1;
+                    continue;
+                }
+                match self.create_in(&table.id, cidr, &instance, &target.node_name) {
+                    Ok(()) => {
+                        self.note(&table.id, cidr, Some(&instance));
+                        placed += 1;
+                    }
+                    Err(TableError::Gone) => self.drop_table(&table.id),
+                    Err(TableError::Failed(e)) => {
+                        failure.get_or_insert(e);
+                    }
+                }
             }
-            Err(e) if e.code() == "RouteAlreadyExists" => {
-                self.settle_existing_route(&table, cidr, &instance, &target.node_name)
+            if let Some(e) = failure {
+                return Err(e);
             }
-            Err(e) => Err(e.into_cloud()),
+            if placed > 0 || attempt > 0 {
+                break;
+            }
+            // Every table was gone: look for the cluster's tables again, once.
+            tables = self
+                .fetch_tables(cluster_name)?
+                .iter()
+                .map(TableView::of)
+                .collect();
         }
+        Ok(())
     }
 
+    /// One `DeleteRoute` per managed table that held the destination at the last
+    /// list (every table, when none did: the view may be stale). A table without the
+    /// route counts as done; `NotFound` only when no table had it.
     fn delete_route(&self, cluster_name: &str, route: &Route) -> Result<(), CloudError> {
         let cidr = ipv4_destination(&route.destination_cidr)?;
-        let (table, result) = self.with_table(cluster_name, |table| {
-            self.call(
-                DELETE_ROUTE,
-                CallKind::Mutation,
-                &Params::new()
-                    .add("RouteTableId", table)
-                    .add("DestinationCidrBlock", cidr.to_string()),
-            )
-        })?;
-        result.map_err(CallError::into_cloud)?;
-        log::info!("deleted route {cidr} from {table}");
-        Ok(())
+        let tables = self.tables_for_change(cluster_name)?;
+        let holding: Vec<&TableView> = tables
+            .iter()
+            .filter(|t| t.routes.contains_key(&cidr))
+            .collect();
+        let targets = if holding.is_empty() {
+            tables.iter().collect()
+        } else {
+            holding
+        };
+        let mut failure = None;
+        let mut deleted = 0;
+        for table in targets {
+            match self.delete_in(&table.id, cidr) {
+                Ok(()) => {
+                    self.note(&table.id, cidr, None);
+                    deleted += 1;
+                }
+                Err(TableError::Gone) => self.drop_table(&table.id),
+                Err(TableError::Failed(e)) if e.kind == CloudErrorKind::NotFound => {
+                    self.note(&table.id, cidr, None);
+                    failure.get_or_insert(e);
+                }
+                Err(TableError::Failed(e)) => {
+                    // A real failure outranks a NotFound elsewhere.
+                    if failure
+                        .as_ref()
+                        .is_none_or(|f: &CloudError| f.kind == CloudErrorKind::NotFound)
+                    {
+                        failure = Some(e);
+                    }
+                }
+            }
+        }
+        match failure {
+            Some(e) if e.kind != CloudErrorKind::NotFound || deleted == 0 => Err(e),
+            _ => Ok(()),
+        }
     }
 }
 
@@ -845,6 +1066,7 @@ mod tests {
         let table = RouteTable {
             id: "rtb-1".into(),
             vpc_id: "vpc-1".into(),
+            tags: Vec::new(),
             routes: vec![
                 RouteEntry {
                     other_target: Some("local".into()),
@@ -974,7 +1196,7 @@ mod tests {
         let err = AwsProvider::new(
             AwsConfig {
                 region: Some("us-east-1".into()),
-                route_table_id: Some("vpc-123".into()),
+                route_table_ids: vec!["vpc-123".into()],
                 ..AwsConfig::default()
             },
             &no_imds
