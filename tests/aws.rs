@@ -14,6 +14,7 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use route_controller::cloud::aws::credentials::AwsEnv;
+use route_controller::cloud::aws::query::Params;
 use route_controller::cloud::aws::sigv4::{self, RequestParts, SigningKey};
 use route_controller::cloud::aws::{AwsConfig, AwsProvider};
 use route_controller::cloud::{CloudErrorKind, NodeDirectory, RouteTarget, Routes};
@@ -214,7 +215,7 @@ fn route_table_is_found_by_the_legacy_cluster_tag() {
     let a = ec2.run_instance(&net.ami, &net.subnet);
     let provider = provider_at(moto.url(), AwsConfig::default(), &test_env());
 
-    assert_eq!(provider.route_table_ids(CLUSTER).expect("found"), vec![table]);
+    assert_eq!(provider.route_table_ids(CLUSTER).expect("found"), vec![table.clone()]);
     provider
         .create_route(
             CLUSTER,
@@ -239,7 +240,7 @@ fn route_table_is_found_by_the_cluster_tag_key_with_any_value() {
     let (key, _) = owned_tag();
     let table = ec2.create_route_table(&net.vpc, &[(&key, "shared")]);
     let provider = provider_at(moto.url(), AwsConfig::default(), &test_env());
-    assert_eq!(provider.route_table_ids(CLUSTER).expect("found"), vec![table]);
+    assert_eq!(provider.route_table_ids(CLUSTER).expect("found"), vec![table.clone()]);
 }
 
 #[test]
@@ -301,30 +302,23 @@ fn no_tagged_route_table_is_an_error_that_says_how_to_tag_one() {
     assert!(err.message.contains("route table ID"), "{}", err.message);
 }
 
+/// Guards that both tag styles count and that several tagged tables are all managed
+/// (upstream refuses more than one).
 #[test]
-fn two_tagged_route_tables_are_an_error_naming_both() {
+fn tables_with_either_tag_are_all_managed_and_others_are_not() {
     let moto = moto::shared();
     let ec2 = moto.ec2();
     let net = moto::network(&ec2);
     let (key, value) = owned_tag();
     let new_style = ec2.create_route_table(&net.vpc, &[(&key, value)]);
     let legacy = ec2.create_route_table(&net.vpc, &[("KubernetesCluster", CLUSTER)]);
+    let _other = ec2.create_route_table(&net.vpc, &[("KubernetesCluster", "other")]);
+    let _untagged = ec2.create_route_table(&net.vpc, &[]);
     let provider = provider_at(moto.url(), AwsConfig::default(), &test_env());
-    let err = provider
-        .create_route(
-            CLUSTER,
-            "uid",
-            &route("10.244.1.0/24"),
-            &target("i-0123abcd", None),
-        )
-        .expect_err("ambiguous table");
-    assert_eq!(err.kind, CloudErrorKind::Invalid);
-    assert!(err.message.contains("2 route tables"), "{}", err.message);
-    assert!(
-        err.message.contains(&new_style) && err.message.contains(&legacy),
-        "{}",
-        err.message
-    );
+    let mut want = vec![new_style, legacy];
+    want.sort();
+    assert_eq!(provider.route_table_ids(CLUSTER).expect("tables"), want);
+    assert_eq!(provider.api_calls().get("DescribeRouteTables"), Some(&1));
 }
 
 #[test]
@@ -522,7 +516,7 @@ fn route_table_is_found_again_after_the_cached_one_is_deleted() {
     let first = ec2.create_route_table(&net.vpc, &[(&key, value)]);
     let a = ec2.run_instance(&net.ami, &net.subnet);
     let provider = provider_at(moto.url(), AwsConfig::default(), &test_env());
-    assert_eq!(provider.route_table_ids(CLUSTER).expect("first"), vec![first]);
+    assert_eq!(provider.route_table_ids(CLUSTER).expect("first"), vec![first.clone()]);
 
     ec2.delete_route_table(&first);
     let second = ec2.create_route_table(&net.vpc, &[(&key, value)]);
@@ -534,7 +528,7 @@ fn route_table_is_found_again_after_the_cached_one_is_deleted() {
             &target("a", Some(&a.provider_id())),
         )
         .expect("create after rediscovery");
-    assert_eq!(provider.route_table_ids(CLUSTER).expect("second"), vec![second]);
+    assert_eq!(provider.route_table_ids(CLUSTER).expect("second"), vec![second.clone()]);
     assert!(
         ec2.routes(&second)
             .iter()
@@ -903,7 +897,8 @@ fn route_table_pages_are_followed_with_next_token() {
         .iter()
         .map(|r| r.form("NextToken"))
         .collect();
-    assert_eq!(tokens, vec![None, Some("page-2".into()), None]);
+    // Both tag styles are asked for in one (paged) DescribeRouteTables.
+    assert_eq!(tokens, vec![None, Some("page-2".into())]);
 }
 
 #[test]
@@ -1521,4 +1516,313 @@ fn controller_in_watch_mode_creates_routes_in_moto_and_deletes_them_when_a_node_
     );
     assert_eq!(deleted, m(&[("DeleteRoute", 1)]));
     eprintln!("[aws] controller: node added {added:?}; node deleted {deleted:?}");
+}
+
+// --- several route tables ---------------------------------------------------------------
+
+/// A VPC with one subnet and one route table tagged for the cluster in each of three
+/// zones (one with the legacy tag), and one instance per subnet.
+struct ThreeZones {
+    ec2: moto::Ec2,
+    net: moto::Network,
+    tables: Vec<String>,
+    instances: Vec<moto::TestInstance>,
+}
+
+fn three_zones(ec2: moto::Ec2) -> ThreeZones {
+    let net = moto::network(&ec2);
+    let (key, value) = owned_tag();
+    let subnets = [
+        net.subnet.clone(),
+        ec2.create_subnet(&net.vpc, "10.0.2.0/24", "us-east-1b"),
+        ec2.create_subnet(&net.vpc, "10.0.3.0/24", "us-east-1c"),
+    ];
+    let mut tables = vec![
+        ec2.create_route_table(&net.vpc, &[(&key, value)]),
+        ec2.create_route_table(&net.vpc, &[(&key, "shared")]),
+        ec2.create_route_table(&net.vpc, &[("KubernetesCluster", CLUSTER)]),
+    ];
+    tables.sort();
+    let instances = subnets
+        .iter()
+        .map(|s| ec2.run_instance(&net.ami, s))
+        .collect();
+    ThreeZones {
+        ec2,
+        net,
+        tables,
+        instances,
+    }
+}
+
+fn has_route(ec2: &moto::Ec2, table: &str, destination: &str, instance: &str) -> bool {
+    ec2.routes(table)
+        .iter()
+        .any(|(d, i, _)| d == destination && i.as_deref() == Some(instance))
+}
+
+fn has_destination(ec2: &moto::Ec2, table: &str, destination: &str) -> bool {
+    ec2.routes(table).iter().any(|(d, _, _)| d == destination)
+}
+
+/// Guards the deliverable: every table gets the route of every node, a node change
+/// costs one call per table and nothing else, a list one DescribeRouteTables.
+#[test]
+fn controller_puts_every_node_route_in_each_of_three_zone_tables_with_one_call_per_table() {
+    let moto = moto::shared();
+    let z = three_zones(moto.ec2());
+    let provider = provider_at(moto.url(), AwsConfig::default(), &test_env());
+    let metrics = Arc::new(Metrics::new());
+    let mut config = Config::new(vec![Cidr::parse("10.244.0.0/16").expect("cidr")]);
+    config.cluster_name = CLUSTER.into();
+    config.seed = Some(7);
+    let mut drive = Drive {
+        controller: Controller::new(config, metrics.clone()),
+        provider: &provider,
+        metrics,
+        now: Instant::now(),
+        reports: Vec::new(),
+    };
+    let [a, b, c] = [0, 1, 2].map(|i| &z.instances[i]);
+    let node_a = node("node-a", "uid-a", &a.provider_id(), "10.244.1.0/24");
+    let node_b = node("node-b", "uid-b", &b.provider_id(), "10.244.2.0/24");
+
+    let before = provider.api_calls();
+    drive.input(Input::Node(NodeEvent::Init));
+    drive.input(Input::Node(NodeEvent::InitApply(node_a)));
+    drive.input(Input::Node(NodeEvent::InitApply(node_b.clone())));
+    drive.input(Input::Node(NodeEvent::InitDone));
+    let startup = calls_delta(&before, &provider.api_calls());
+    for table in &z.tables {
+        assert!(has_route(&z.ec2, table, "10.244.1.0/24", &a.id), "{table}");
+        assert!(has_route(&z.ec2, table, "10.244.2.0/24", &b.id), "{table}");
+    }
+    let report = drive.reports.last().expect("a pass ran");
+    assert_eq!((report.created, report.failed), (2, 0), "{report}");
+
+    drive.now += Duration::from_secs(10);
+    let before = provider.api_calls();
+    drive.input(Input::Node(NodeEvent::Added(node(
+        "node-c",
+        "uid-c",
+        &c.provider_id(),
+        "10.244.3.0/24",
+    ))));
+    let added = calls_delta(&before, &provider.api_calls());
+    for table in &z.tables {
+        assert!(has_route(&z.ec2, table, "10.244.3.0/24", &c.id), "{table}");
+    }
+
+    drive.now += Duration::from_secs(10);
+    let before = provider.api_calls();
+    drive.input(Input::Node(NodeEvent::Deleted(node_b)));
+    let deleted = calls_delta(&before, &provider.api_calls());
+    for table in &z.tables {
+        assert!(!has_destination(&z.ec2, table, "10.244.2.0/24"), "{table}");
+        assert!(has_route(&z.ec2, table, "10.244.1.0/24", &a.id), "{table}");
+    }
+
+    let before = provider.api_calls();
+    let nodes = NodeDirectory::new([
+        ("node-a", Some(a.provider_id().as_str())),
+        ("node-c", Some(c.provider_id().as_str())),
+    ]);
+    let listed = provider.list_routes(CLUSTER, &nodes).expect("list");
+    let list = calls_delta(&before, &provider.api_calls());
+    assert_eq!(
+        summary(&listed),
+        vec![
+            ("10.244.1.0/24".into(), "node-a".into(), false),
+            ("10.244.3.0/24".into(), "node-c".into(), false),
+        ]
+    );
+
+    let m = |pairs: &[(&'static str, u64)]| pairs.iter().copied().collect::<BTreeMap<_, _>>();
+    assert_eq!(
+        startup,
+        m(&[
+            ("CreateRoute", 6),
+            ("DescribeRouteTables", 1),
+            ("ModifyInstanceAttribute", 2)
+        ])
+    );
+    assert_eq!(
+        added,
+        m(&[("CreateRoute", 3), ("ModifyInstanceAttribute", 1)])
+    );
+    assert_eq!(deleted, m(&[("DeleteRoute", 3)]));
+    assert_eq!(list, m(&[("DescribeRouteTables", 1)]));
+    eprintln!(
+        "[aws] 3 tables: startup with 2 nodes {startup:?}; node added {added:?}; node deleted \
+         {deleted:?}; list {list:?}"
+    );
+}
+
+/// Guards the merge: a route to a node missing from one table is reported missing and
+/// the create fills only that table; a stale route in one table only is reported so
+/// that it is deleted there, and the other tables are not called.
+#[test]
+fn a_route_in_some_tables_only_is_filled_where_missing_and_a_stale_one_is_deleted_where_present()
+{
+    let moto = moto::shared();
+    let z = three_zones(moto.ec2());
+    let a = &z.instances[0];
+    let gone = z.ec2.run_instance(&z.net.ami, &z.net.subnet);
+    z.ec2.create_route(&z.tables[0], "10.244.1.0/24", &a.id);
+    z.ec2.create_route(&z.tables[1], "10.244.1.0/24", &a.id);
+    z.ec2.create_route(&z.tables[2], "10.244.9.0/24", &gone.id);
+    z.ec2.terminate(&gone.id);
+    let provider = provider_at(moto.url(), AwsConfig::default(), &test_env());
+    let nodes = NodeDirectory::new([("node-a", Some(a.provider_id().as_str()))]);
+
+    let listed = provider.list_routes(CLUSTER, &nodes).expect("list");
+    assert_eq!(
+        summary(&listed),
+        vec![("10.244.9.0/24".into(), "".into(), true)],
+        "a's route is not in every table, so it is missing; the dead one is a blackhole"
+    );
+
+    let before = provider.api_calls();
+    provider
+        .create_route(
+            CLUSTER,
+            "uid-a",
+            &route("10.244.1.0/24"),
+            &target("node-a", Some(&a.provider_id())),
+        )
+        .expect("create fills the gap");
+    let create = calls_delta(&before, &provider.api_calls());
+    let stale = listed.first().expect("the stale route");
+    let before = provider.api_calls();
+    provider.delete_route(CLUSTER, stale).expect("delete");
+    let delete = calls_delta(&before, &provider.api_calls());
+
+    for table in &z.tables {
+        assert!(has_route(&z.ec2, table, "10.244.1.0/24", &a.id), "{table}");
+        assert!(!has_destination(&z.ec2, table, "10.244.9.0/24"), "{table}");
+    }
+    assert_eq!(
+        summary(&provider.list_routes(CLUSTER, &nodes).expect("list")),
+        vec![("10.244.1.0/24".into(), "node-a".into(), false)]
+    );
+    let m = |pairs: &[(&'static str, u64)]| pairs.iter().copied().collect::<BTreeMap<_, _>>();
+    assert_eq!(
+        create,
+        m(&[("CreateRoute", 1), ("ModifyInstanceAttribute", 1)])
+    );
+    assert_eq!(delete, m(&[("DeleteRoute", 1)]));
+}
+
+/// Guards that a table deleted or untagged while running is dropped (the others still
+/// get their routes) and a newly tagged one is picked up by the next list and filled.
+#[test]
+fn a_table_that_disappears_is_dropped_and_a_new_one_is_picked_up_at_the_next_list() {
+    let moto = moto::shared();
+    let z = three_zones(moto.ec2());
+    let [a, b] = [0, 1].map(|i| &z.instances[i]);
+    let provider = provider_at(moto.url(), AwsConfig::default(), &test_env());
+    let nodes = NodeDirectory::new([
+        ("node-a", Some(a.provider_id().as_str())),
+        ("node-b", Some(b.provider_id().as_str())),
+    ]);
+    provider.list_routes(CLUSTER, &nodes).expect("list");
+
+    // Deleted under the provider's feet: the create learns it from EC2.
+    z.ec2.delete_route_table(&z.tables[2]);
+    provider
+        .create_route(
+            CLUSTER,
+            "uid-a",
+            &route("10.244.1.0/24"),
+            &target("node-a", Some(&a.provider_id())),
+        )
+        .expect("the other tables get the route");
+    assert!(has_route(&z.ec2, &z.tables[0], "10.244.1.0/24", &a.id));
+    assert!(has_route(&z.ec2, &z.tables[1], "10.244.1.0/24", &a.id));
+    assert_eq!(
+        provider.route_table_ids(CLUSTER).expect("tables"),
+        z.tables[..2].to_vec()
+    );
+
+    // Untagged, and a new table tagged: the next list sees both changes.
+    let (key, value) = owned_tag();
+    z.ec2.call(
+        "DeleteTags",
+        Params::new()
+            .add("ResourceId.1", z.tables[1].as_str())
+            .add("Tag.1.Key", key.as_str()),
+    );
+    let fresh = z.ec2.create_route_table(&z.net.vpc, &[(&key, value)]);
+    let listed = provider.list_routes(CLUSTER, &nodes).expect("list");
+    let mut want = vec![z.tables[0].clone(), fresh.clone()];
+    want.sort();
+    assert_eq!(provider.route_table_ids(CLUSTER).expect("tables"), want);
+    assert_eq!(summary(&listed), vec![], "a's route is not in the new table yet");
+
+    let before = provider.api_calls();
+    provider
+        .create_route(
+            CLUSTER,
+            "uid-a",
+            &route("10.244.1.0/24"),
+            &target("node-a", Some(&a.provider_id())),
+        )
+        .expect("create fills the new table");
+    assert_eq!(
+        calls_delta(&before, &provider.api_calls()),
+        [("CreateRoute", 1)].into_iter().collect()
+    );
+    assert!(has_route(&z.ec2, &fresh, "10.244.1.0/24", &a.id));
+    assert_eq!(
+        summary(&provider.list_routes(CLUSTER, &nodes).expect("list")),
+        vec![("10.244.1.0/24".into(), "node-a".into(), false)]
+    );
+}
+
+/// Guards configured tables: all of them are used without tags, a missing one is
+/// skipped, and none existing is an error naming the setting to fix.
+#[test]
+fn configured_tables_are_used_without_tags_and_a_missing_one_is_skipped() {
+    let moto = moto::shared();
+    let ec2 = moto.ec2();
+    let net = moto::network(&ec2);
+    let mut tables = vec![
+        ec2.create_route_table(&net.vpc, &[]),
+        ec2.create_route_table(&net.vpc, &[]),
+    ];
+    tables.sort();
+    let a = ec2.run_instance(&net.ami, &net.subnet);
+    let config = |ids: Vec<String>| AwsConfig {
+        route_table_ids: ids,
+        ..AwsConfig::default()
+    };
+    let mut ids = tables.clone();
+    ids.push("rtb-00000000deadbeef0".into());
+    let provider = provider_at(moto.url(), config(ids), &test_env());
+    let nodes = NodeDirectory::new([("node-a", Some(a.provider_id().as_str()))]);
+    provider.list_routes(CLUSTER, &nodes).expect("list");
+    assert_eq!(provider.route_table_ids(CLUSTER).expect("ids"), tables);
+    provider
+        .create_route(
+            CLUSTER,
+            "uid-a",
+            &route("10.244.1.0/24"),
+            &target("node-a", Some(&a.provider_id())),
+        )
+        .expect("create");
+    for table in &tables {
+        assert!(has_route(&ec2, table, "10.244.1.0/24", &a.id), "{table}");
+    }
+    assert_eq!(provider.api_calls().get("CreateRoute"), Some(&2));
+
+    let none = provider_at(
+        moto.url(),
+        config(vec!["rtb-00000000deadbeef0".into()]),
+        &test_env(),
+    );
+    let err = none
+        .list_routes(CLUSTER, &NodeDirectory::default())
+        .expect_err("no table");
+    assert_eq!(err.kind, CloudErrorKind::Invalid);
+    assert!(err.message.contains("RouteTableID"), "{}", err.message);
 }

@@ -400,14 +400,33 @@ impl AwsProvider {
         });
     }
 
-    /// The tables a create or delete goes to: those of the last list, or found now.
+    /// The tables a create or delete goes to: those of the last list, the configured
+    /// ones (their contents unknown until a list: a create then settles a route that
+    /// is there already), or the tagged ones found now.
     fn tables_for_change(&self, cluster_name: &str) -> Result<Vec<TableView>, CloudError> {
-        if let Some(m) = lock(&self.managed).as_ref()
+        let mut managed = lock(&self.managed);
+        if let Some(m) = managed.as_ref()
             && m.cluster == cluster_name
             && !m.tables.is_empty()
         {
             return Ok(m.tables.clone());
         }
+        if !self.configured_tables.is_empty() && managed.is_none() {
+            let tables: Vec<TableView> = self
+                .configured_tables
+                .iter()
+                .map(|id| TableView {
+                    id: id.clone(),
+                    routes: HashMap::new(),
+                })
+                .collect();
+            *managed = Some(Managed {
+                cluster: cluster_name.to_string(),
+                tables: tables.clone(),
+            });
+            return Ok(tables);
+        }
+        drop(managed);
         Ok(self
             .fetch_tables(cluster_name)?
             .iter()
