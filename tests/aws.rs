@@ -215,7 +215,10 @@ fn route_table_is_found_by_the_legacy_cluster_tag() {
     let a = ec2.run_instance(&net.ami, &net.subnet);
     let provider = provider_at(moto.url(), AwsConfig::default(), &test_env());
 
-    assert_eq!(provider.route_table_ids(CLUSTER).expect("found"), vec![table.clone()]);
+    assert_eq!(
+        provider.route_table_ids(CLUSTER).expect("found"),
+        vec![table.clone()]
+    );
     provider
         .create_route(
             CLUSTER,
@@ -240,7 +243,10 @@ fn route_table_is_found_by_the_cluster_tag_key_with_any_value() {
     let (key, _) = owned_tag();
     let table = ec2.create_route_table(&net.vpc, &[(&key, "shared")]);
     let provider = provider_at(moto.url(), AwsConfig::default(), &test_env());
-    assert_eq!(provider.route_table_ids(CLUSTER).expect("found"), vec![table.clone()]);
+    assert_eq!(
+        provider.route_table_ids(CLUSTER).expect("found"),
+        vec![table.clone()]
+    );
 }
 
 #[test]
@@ -516,7 +522,10 @@ fn route_table_is_found_again_after_the_cached_one_is_deleted() {
     let first = ec2.create_route_table(&net.vpc, &[(&key, value)]);
     let a = ec2.run_instance(&net.ami, &net.subnet);
     let provider = provider_at(moto.url(), AwsConfig::default(), &test_env());
-    assert_eq!(provider.route_table_ids(CLUSTER).expect("first"), vec![first.clone()]);
+    assert_eq!(
+        provider.route_table_ids(CLUSTER).expect("first"),
+        vec![first.clone()]
+    );
 
     ec2.delete_route_table(&first);
     let second = ec2.create_route_table(&net.vpc, &[(&key, value)]);
@@ -528,7 +537,10 @@ fn route_table_is_found_again_after_the_cached_one_is_deleted() {
             &target("a", Some(&a.provider_id())),
         )
         .expect("create after rediscovery");
-    assert_eq!(provider.route_table_ids(CLUSTER).expect("second"), vec![second.clone()]);
+    assert_eq!(
+        provider.route_table_ids(CLUSTER).expect("second"),
+        vec![second.clone()]
+    );
     assert!(
         ec2.routes(&second)
             .iter()
@@ -1662,8 +1674,7 @@ fn controller_puts_every_node_route_in_each_of_three_zone_tables_with_one_call_p
 /// the create fills only that table; a stale route in one table only is reported so
 /// that it is deleted there, and the other tables are not called.
 #[test]
-fn a_route_in_some_tables_only_is_filled_where_missing_and_a_stale_one_is_deleted_where_present()
-{
+fn a_route_in_some_tables_only_is_filled_where_missing_and_a_stale_one_is_deleted_where_present() {
     let moto = moto::shared();
     let z = three_zones(moto.ec2());
     let a = &z.instances[0];
@@ -1757,7 +1768,11 @@ fn a_table_that_disappears_is_dropped_and_a_new_one_is_picked_up_at_the_next_lis
     let mut want = vec![z.tables[0].clone(), fresh.clone()];
     want.sort();
     assert_eq!(provider.route_table_ids(CLUSTER).expect("tables"), want);
-    assert_eq!(summary(&listed), vec![], "a's route is not in the new table yet");
+    assert_eq!(
+        summary(&listed),
+        vec![],
+        "a's route is not in the new table yet"
+    );
 
     let before = provider.api_calls();
     provider

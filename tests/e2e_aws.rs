@@ -1,6 +1,7 @@
 //! End to end with the AWS provider: `route-controller run --cloud-provider=aws`
-//! against moto's EC2 and a real kube-apiserver. The route table is found by its
-//! cluster tag; a node's route targets the instance named by its providerID.
+//! against moto's EC2 and a real kube-apiserver. The route tables (two zones' tables,
+//! one per tag style) are found by their cluster tags; a node's route targets the
+//! instance named by its providerID, in every table.
 
 #[path = "support/controller_process.rs"]
 mod controller_process;
@@ -22,7 +23,7 @@ const PATIENCE: Duration = Duration::from_secs(30);
 const CLUSTER_NAME: &str = "e2e-aws";
 
 #[test]
-fn aws_node_gets_a_route_to_its_instance_in_the_tagged_table_and_loses_it_when_deleted() {
+fn aws_node_gets_a_route_to_its_instance_in_both_tagged_tables_and_loses_it_when_deleted() {
     let (moto, api) = std::thread::scope(|s| {
         let moto = s.spawn(Moto::start);
         let api = KubeApiserver::start_fresh();
@@ -31,7 +32,9 @@ fn aws_node_gets_a_route_to_its_instance_in_the_tagged_table_and_loses_it_when_d
     let ec2 = moto.ec2();
     let network = moto::network(&ec2);
     let tag = format!("kubernetes.io/cluster/{CLUSTER_NAME}");
-    let table = ec2.create_route_table(&network.vpc, &[(tag.as_str(), "owned")]);
+    let zone_a = ec2.create_route_table(&network.vpc, &[(tag.as_str(), "owned")]);
+    let zone_b = ec2.create_route_table(&network.vpc, &[("KubernetesCluster", CLUSTER_NAME)]);
+    let tables = [zone_a, zone_b];
     // A table of another cluster in the same VPC: never touched.
     let other = ec2.create_route_table(&network.vpc, &[("kubernetes.io/cluster/other", "owned")]);
     let instance = ec2.run_instance(&network.ami, &network.subnet);
@@ -54,19 +57,19 @@ fn aws_node_gets_a_route_to_its_instance_in_the_tagged_table_and_loses_it_when_d
     let name = instance.private_dns_name.clone();
     let cidr = "10.244.7.0/24";
     create_node(&api, &name, &[cidr], "10.0.1.10", &instance.provider_id());
+    let routed_in = |table: &str| {
+        ec2.routes(table).iter().any(|(d, target, state)| {
+            d == cidr && target.as_deref() == Some(instance.id.as_str()) && state == "active"
+        })
+    };
     let routed = poll_until(PATIENCE, || {
-        ec2.routes(&table)
-            .iter()
-            .any(|(d, target, state)| {
-                d == cidr && target.as_deref() == Some(instance.id.as_str()) && state == "active"
-            })
-            .then_some(())
+        tables.iter().all(|t| routed_in(t)).then_some(())
     });
     if routed.is_none() {
+        let seen: Vec<_> = tables.iter().map(|t| (t, ec2.routes(t))).collect();
         ctl.fail(&format!(
-            "no route {cidr} to {} in {table}: {:?}",
-            instance.id,
-            ec2.routes(&table)
+            "no route {cidr} to {} in every table: {seen:?}",
+            instance.id
         ));
     }
     if let Err(e) = wait_for_network_unavailable(
@@ -84,21 +87,24 @@ fn aws_node_gets_a_route_to_its_instance_in_the_tagged_table_and_loses_it_when_d
     );
 
     delete_node(&api, &name);
+    let holds = |table: &str| ec2.routes(table).iter().any(|(d, _, _)| d == cidr);
     let gone = poll_until(PATIENCE, || {
-        (!ec2.routes(&table).iter().any(|(d, _, _)| d == cidr)).then_some(())
+        (!tables.iter().any(|t| holds(t))).then_some(())
     });
     if gone.is_none() {
+        let seen: Vec<_> = tables.iter().map(|t| (t, ec2.routes(t))).collect();
         ctl.fail(&format!(
-            "the deleted node's route is still in {table}: {:?}",
-            ec2.routes(&table)
+            "the deleted node's route is still there: {seen:?}"
         ));
     }
     // The VPC's local route is left alone, and so is the other cluster's table.
-    let remaining = ec2.routes(&table);
-    assert!(
-        remaining.iter().any(|(d, _, _)| d == "10.0.0.0/16"),
-        "{remaining:?}"
-    );
+    for table in &tables {
+        let remaining = ec2.routes(table);
+        assert!(
+            remaining.iter().any(|(d, _, _)| d == "10.0.0.0/16"),
+            "{remaining:?}"
+        );
+    }
     assert_eq!(ec2.routes(&other).len(), 1, "{:?}", ec2.routes(&other));
 
     let m = ctl.scrape();
@@ -112,6 +118,7 @@ fn aws_node_gets_a_route_to_its_instance_in_the_tagged_table_and_loses_it_when_d
             ],
         )
     };
+    // One create and one delete from the controller's side, each covering both tables.
     assert_eq!(calls("create"), 1.0);
     assert_eq!(calls("delete"), 1.0);
     ctl.terminate();

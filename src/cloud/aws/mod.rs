@@ -1,19 +1,26 @@
-//! The AWS EC2 provider: each pod CIDR is a route in one VPC route table, pointing at
-//! the node's instance (`InstanceId`), as upstream's AWS cloud provider does it.
+//! The AWS EC2 provider: each pod CIDR is a route in every route table of the cluster,
+//! pointing at the node's instance (`InstanceId`), as upstream's AWS cloud provider
+//! does it for its one table. A multi-AZ VPC has a table per zone; pods in every subnet
+//! need every node's route.
 //!
-//! - **Which table:** an explicit route table ID, or the one table tagged for the
+//! - **Which tables:** the configured route table IDs, or every table tagged for the
 //!   cluster (`kubernetes.io/cluster/<cluster name>` with any value, or the legacy
-//!   `KubernetesCluster=<cluster name>`), found with server-side tag filters once and
-//!   cached; it is looked up again only if EC2 says the table is gone.
+//!   `KubernetesCluster=<cluster name>`), found with a server-side tag filter at every
+//!   list: a table gone or untagged is dropped with a log line, a new one picked up.
+//!   Creates and deletes use the tables (and their routes) of the last list.
+//! - **Several tables, one list:** the controller sees a destination only when every
+//!   table routes it alike; [`merge_tables`] says how partial routes are reported so
+//!   that a create fills the gaps and no delete removes what a node needs.
 //! - **Instance ↔ node:** through the node's `spec.providerID` (`aws:///ZONE/i-…`).
 //!   A route to an instance that is not a known node is resolved with
 //!   `DescribeInstances` (private DNS name or instance ID as the node name); a route to
 //!   an instance that no longer exists is reported as a blackhole with no target, and
 //!   never fails the list.
-//! - **Calls:** list = one `DescribeRouteTables` (plus `DescribeInstances` only for
-//!   instances that are not nodes); create = `CreateRoute`, preceded once per instance
-//!   and process by `ModifyInstanceAttribute SourceDestCheck=false`; delete =
-//!   `DeleteRoute`. All calls of the provider share one client-side rate limiter that
+//! - **Calls:** list = one `DescribeRouteTables` for all tables (plus
+//!   `DescribeInstances` only for instances that are not nodes); create = one
+//!   `CreateRoute` per table lacking the route, preceded once per instance and process
+//!   by `ModifyInstanceAttribute SourceDestCheck=false`; delete = one `DeleteRoute` per
+//!   table holding it. All calls of the provider share one client-side rate limiter that
 //!   backs off as a whole when EC2 throttles.
 //!
 //! It never decides which routes to delete (the controller does), never deletes a
@@ -490,11 +497,11 @@ impl AwsProvider {
                 .add("InstanceId", instance),
         );
         match result {
-            Ok(reply) if reply.text_of("return") == Some("false") => Err(TableError::Failed(
-                CloudError::ambiguous(format!(
+            Ok(reply) if reply.text_of("return") == Some("false") => {
+                Err(TableError::Failed(CloudError::ambiguous(format!(
                     "EC2 CreateRoute {cidr} in {table} answered return=false"
-                )),
-            )),
+                ))))
+            }
             Ok(_) => {
                 log::info!("created route {cidr} in {table} to instance {instance} (node {node})");
                 Ok(())
@@ -1144,6 +1151,63 @@ mod tests {
             ]
         );
         assert_eq!(routes[0].name, "c-10.244.1.0/24");
+    }
+
+    /// Guards [`merge_tables`]: present only when in every table alike; a node's route
+    /// missing somewhere is left out (to be created), a route to no node is kept (to be
+    /// deleted), disagreeing targets lose their target (to be replaced).
+    #[test]
+    fn routes_of_several_tables_merge_so_gaps_are_filled_and_nothing_needed_is_deleted() {
+        let table = |id: &str, routes: Vec<RouteEntry>| RouteTable {
+            id: id.into(),
+            vpc_id: "vpc-1".into(),
+            routes,
+            tags: Vec::new(),
+        };
+        let a = Some("i-0000000a");
+        let b = Some("i-0000000b");
+        let tables = [
+            table(
+                "rtb-1",
+                vec![
+                    entry("10.244.1.0/24", a, "active"),
+                    entry("10.244.2.0/24", a, "active"),
+                    entry("10.244.3.0/24", Some("i-0000000c"), "active"),
+                    entry("10.244.4.0/24", a, "active"),
+                ],
+            ),
+            table(
+                "rtb-2",
+                vec![
+                    entry("10.244.1.0/24", a, "active"),
+                    entry("10.244.4.0/24", b, "active"),
+                ],
+            ),
+        ];
+        let nodes = NodeDirectory::new([
+            ("node-a", Some("aws:///us-east-1a/i-0000000a")),
+            ("node-b", Some("aws:///us-east-1b/i-0000000b")),
+        ]);
+        let looked_up = HashMap::from([("i-0000000c".to_string(), Lookup::Gone)]);
+        let merged = merge_tables("c", &tables, &nodes, &looked_up);
+        let summary: Vec<(&str, &str, bool)> = merged
+            .iter()
+            .map(|r| {
+                (
+                    r.destination_cidr.as_str(),
+                    r.target_node.as_str(),
+                    r.blackhole,
+                )
+            })
+            .collect();
+        assert_eq!(
+            summary,
+            vec![
+                ("10.244.1.0/24", "node-a", false),
+                ("10.244.3.0/24", "", true),
+                ("10.244.4.0/24", "", false),
+            ]
+        );
     }
 
     #[test]
