@@ -1755,13 +1755,15 @@ fn a_table_that_disappears_is_dropped_and_a_new_one_is_picked_up_at_the_next_lis
         z.tables[..2].to_vec()
     );
 
-    // Untagged, and a new table tagged: the next list sees both changes.
+    // Untagged (both tag styles: the zones' tables carry one each), and a new table
+    // tagged: the next list sees both changes.
     let (key, value) = owned_tag();
     z.ec2.call(
         "DeleteTags",
         Params::new()
             .add("ResourceId.1", z.tables[1].as_str())
-            .add("Tag.1.Key", key.as_str()),
+            .add("Tag.1.Key", key.as_str())
+            .add("Tag.2.Key", "KubernetesCluster"),
     );
     let fresh = z.ec2.create_route_table(&z.net.vpc, &[(&key, value)]);
     let listed = provider.list_routes(CLUSTER, &nodes).expect("list");
