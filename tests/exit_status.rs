@@ -137,9 +137,9 @@ fn a_second_signal_exits_at_once() {
 
 const ELECTION: [&str; 4] = [
     "--leader-elect=true",
-    "--leader-elect-lease-duration=3s",
-    "--leader-elect-renew-deadline=2s",
-    "--leader-elect-retry-period=500ms",
+    "--leader-elect-lease-duration=4s",
+    "--leader-elect-renew-deadline=3s",
+    "--leader-elect-retry-period=1s",
 ];
 
 fn wait_leading(server: &FakeApiServer, c: &mut ControllerProcess) -> serde_json::Value {
@@ -208,7 +208,8 @@ fn losing_the_lease_to_another_holder_exits_1() {
 }
 
 /// Guards: the renew deadline (client-go's): with the API server unreachable for
-/// longer than the renew deadline (2 s here), the leader gives up and exits 1. Broken
+/// longer than the renew deadline (3 s here; `run` refuses
+/// sub-second periods, so the retry period is 1 s), the leader gives up and exits 1. Broken
 /// by not checking the deadline (the process then runs on as a leader that cannot
 /// renew) or by exiting 0.
 #[test]
@@ -220,15 +221,15 @@ fn an_api_server_outage_longer_than_the_renew_deadline_exits_1() {
     // The controller sends no bearer token: block the empty one.
     server.block_token("");
     let Some(status) = c.wait_exit(Duration::from_secs(15)) else {
-        c.fail("still running 15 s into an outage, with a 2 s renew deadline");
+        c.fail("still running 15 s into an outage, with a 3 s renew deadline");
     };
     let took = cut.elapsed();
-    println!("API server outage, renew deadline 2 s: exited {status} after {took:?}");
+    println!("API server outage, renew deadline 3 s: exited {status} after {took:?}");
     if status.code() != Some(1) {
         c.fail(&format!("exit status {status}, expected 1"));
     }
     assert!(
-        took >= Duration::from_millis(1500),
+        took >= Duration::from_millis(2500),
         "exited before the renew deadline: {took:?}"
     );
 }
