@@ -1129,16 +1129,7 @@ mod tests {
             ),
         ]);
         let routes = routes_from_table("c", &table, &nodes, &looked_up);
-        let summary: Vec<(&str, &str, bool)> = routes
-            .iter()
-            .map(|r| {
-                (
-                    r.destination_cidr.as_str(),
-                    r.target_node.as_str(),
-                    r.blackhole,
-                )
-            })
-            .collect();
+        let summary = summary(&routes);
         assert_eq!(
             summary,
             vec![
@@ -1151,6 +1142,20 @@ mod tests {
             ]
         );
         assert_eq!(routes[0].name, "c-10.244.1.0/24");
+    }
+
+    /// Destination, target node and blackhole flag of each route, for comparing lists.
+    fn summary(routes: &[Route]) -> Vec<(&str, &str, bool)> {
+        routes
+            .iter()
+            .map(|r| {
+                (
+                    r.destination_cidr.as_str(),
+                    r.target_node.as_str(),
+                    r.blackhole,
+                )
+            })
+            .collect()
     }
 
     /// Guards [`merge_tables`]: present only when in every table alike; a node's route
@@ -1190,16 +1195,7 @@ mod tests {
         ]);
         let looked_up = HashMap::from([("i-0000000c".to_string(), Lookup::Gone)]);
         let merged = merge_tables("c", &tables, &nodes, &looked_up);
-        let summary: Vec<(&str, &str, bool)> = merged
-            .iter()
-            .map(|r| {
-                (
-                    r.destination_cidr.as_str(),
-                    r.target_node.as_str(),
-                    r.blackhole,
-                )
-            })
-            .collect();
+        let summary = summary(&merged);
         assert_eq!(
             summary,
             vec![
