@@ -117,9 +117,11 @@ pub use controller::{
 };
 pub use metrics::{CloudOperation, CloudOutcome, Metrics, SyncOutcome, TriggerKind};
 pub use model::{Cidr, Condition, Node, NodeAddress, Route};
-pub use provider::{Budget, CloudError, CloudErrorKind, NodeDirectory, RouteTarget, Routes};
+pub use provider::{
+    Budget, CloudError, CloudErrorKind, Meter, NodeDirectory, RouteTarget, Routes, Usage,
+};
 pub use run::{Builder, Handle, Servers, Serving, Stopper};
-pub use workers::run_op;
+pub use workers::{run_op, run_op_metered};
 
 #[cfg(test)]
 mod fuzz;

@@ -70,8 +70,14 @@ pub struct Budget {
     /// Route changes (creates, deletes) that may run at the same time; Hetzner runs
     /// one action on a network at a time, EC2 many.
     pub mutations_at_once: usize,
-    /// Requests a route change costs (Hetzner: the change and one poll of its action).
-    pub requests_per_mutation: u32,
+    /// Requests a list is charged when it is sent (default 1). What it really cost,
+    /// reported in its [`Usage`], corrects the charge when it is answered.
+    pub requests_per_list: u32,
+    /// Requests a create is charged when it is sent (default 1; Hetzner: the change
+    /// and one poll of its action; EC2: `ModifyInstanceAttribute` and `CreateRoute`).
+    pub requests_per_create: u32,
+    /// Requests a delete is charged when it is sent (default 1).
+    pub requests_per_delete: u32,
 }
 
 impl Budget {
@@ -82,7 +88,9 @@ impl Budget {
             requests_per_second,
             burst,
             mutations_at_once: usize::MAX,
-            requests_per_mutation: 1,
+            requests_per_list: 1,
+            requests_per_create: 1,
+            requests_per_delete: 1,
         }
     }
 
@@ -92,10 +100,109 @@ impl Budget {
         self
     }
 
-    /// The same, with each route change costing `n` requests.
+    /// The same, with each route change (create or delete) costing `n` requests.
     pub fn requests_per_mutation(mut self, n: u32) -> Budget {
-        self.requests_per_mutation = n.max(1);
+        self.requests_per_create = n.max(1);
+        self.requests_per_delete = n.max(1);
         self
+    }
+
+    /// The same, with a list charged `list`, a create `create` and a delete `delete`
+    /// requests (each at least 1).
+    pub fn requests_per_op(mut self, list: u32, create: u32, delete: u32) -> Budget {
+        self.requests_per_list = list.max(1);
+        self.requests_per_create = create.max(1);
+        self.requests_per_delete = delete.max(1);
+        self
+    }
+}
+
+/// What one call of a provider spent of the cloud's budget and what the cloud said
+/// about it: the controller charges an operation its declared cost when it sends it
+/// ([`Budget`]) and corrects the charge and its bucket from this when it is answered
+/// ([`CloudReply::Spent`](crate::CloudReply::Spent)).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Usage {
+    /// HTTP requests the call sent (pages, action polls and lookups included).
+    pub requests: u32,
+    /// Requests left in the cloud's budget after the last reply that said so
+    /// (Hetzner's `RateLimit-Remaining`), less this process's requests that were
+    /// still on their way then.
+    pub remaining: Option<u64>,
+    /// The budget's size, as the cloud reported it (Hetzner's `RateLimit-Limit`).
+    pub limit: Option<u64>,
+    /// A request was refused for the rate limit (HTTP 429, EC2's
+    /// `RequestLimitExceeded`): nothing should be sent for this long.
+    pub throttled: Option<Duration>,
+}
+
+impl Usage {
+    /// `requests` sent, with nothing seen of the budget.
+    pub fn new(requests: u32) -> Usage {
+        Usage {
+            requests,
+            ..Usage::default()
+        }
+    }
+
+    /// The same, with the cloud reporting `remaining` of a budget of `limit`.
+    pub fn remaining(mut self, limit: Option<u64>, remaining: u64) -> Usage {
+        self.limit = limit;
+        self.remaining = Some(remaining);
+        self
+    }
+
+    /// The same, with a refusal for the rate limit asking to wait `after`.
+    pub fn throttled(mut self, after: Duration) -> Usage {
+        self.throttled = Some(after);
+        self
+    }
+}
+
+/// Records, for the call running on this thread, the requests a provider sends and
+/// what the cloud says about its budget. A provider is called on one thread per
+/// operation and sends its requests from that thread, so what is recorded between
+/// the start and the end of [`Meter::measure`] belongs to that call alone, even with
+/// several calls in flight on other threads. A provider that records nothing is
+/// charged its declared cost.
+pub struct Meter;
+
+thread_local! {
+    static METERED: std::cell::Cell<Option<Usage>> = const { std::cell::Cell::new(None) };
+}
+
+impl Meter {
+    /// Runs `call` and returns what it recorded, if anything.
+    pub fn measure<T>(call: impl FnOnce() -> T) -> (T, Option<Usage>) {
+        let outer = METERED.take();
+        let result = call();
+        let usage = METERED.replace(outer);
+        (result, usage)
+    }
+
+    fn update(f: impl FnOnce(&mut Usage)) {
+        let mut usage = METERED.take().unwrap_or_default();
+        f(&mut usage);
+        METERED.set(Some(usage));
+    }
+
+    /// One HTTP request is about to be sent.
+    pub fn request() {
+        Meter::update(|u| u.requests = u.requests.saturating_add(1));
+    }
+
+    /// A reply said how much of the budget is left (and, if it did, its size).
+    pub fn budget(limit: Option<u64>, remaining: u64) {
+        Meter::update(|u| {
+            u.remaining = Some(remaining);
+            u.limit = limit.or(u.limit);
+        });
+    }
+
+    /// A request was refused for the rate limit; send nothing for `after`.
+    pub fn throttled(after: Duration) {
+        Meter::update(|u| u.throttled = Some(u.throttled.map_or(after, |t| t.max(after))));
     }
 }
 

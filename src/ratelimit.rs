@@ -1,8 +1,10 @@
 //! Client-side rate limiting: a token bucket that spaces requests so that the
 //! provider never has to refuse one, corrected by what the provider reports.
 //!
-//! [`TokenBucket`] is sans-IO (it is told the time), so the simulation runs it in
-//! virtual time; [`RateLimiter`] wraps it for threads and sleeps in real time.
+//! [`TokenBucket`] is sans-IO (it is told the time): the controller spends the cloud's
+//! budget with it, in virtual time under test. [`RateLimiter`] wraps it for threads and
+//! sleeps in real time; only the Kubernetes client uses it, for the API server's QPS.
+//! No cloud request ever waits in it.
 //!
 //! Reservations may take the bucket into debt: ten callers arriving at once on an empty
 //! bucket of one token per second get send times one second apart, instead of all
@@ -67,6 +69,13 @@ impl TokenBucket {
             }
         }
         at
+    }
+
+    /// Gives back `n` tokens taken for requests that were never sent (up to the
+    /// burst).
+    pub fn refund(&mut self, n: u32, now: Instant) {
+        self.refill(now);
+        self.tokens = (self.tokens + f64::from(n)).min(self.burst);
     }
 
     /// The earliest instant at which `n` tokens are there and nothing blocks sending,
@@ -151,20 +160,6 @@ impl RateLimiter {
             std::thread::sleep(wait);
         }
         wait
-    }
-
-    /// When a request reserved at `now` could be sent, without reserving (for
-    /// diagnostics and tests).
-    pub fn available_at(&self, now: Instant) -> Instant {
-        self.lock().available_at(now)
-    }
-
-    pub fn observe_budget(&self, limit: Option<u64>, remaining: u64) {
-        self.lock().observe_budget(limit, remaining, Instant::now());
-    }
-
-    pub fn observe_throttled(&self, retry_after: Duration) {
-        self.lock().observe_throttled(retry_after, Instant::now());
     }
 }
 

@@ -34,7 +34,7 @@ use crate::controller::{
 use crate::metrics::Metrics;
 use crate::model::{Cidr, Node, NodeAddress, Route};
 use crate::provider::{CloudErrorKind, Routes};
-use crate::workers::run_op;
+use crate::workers::run_op_metered;
 
 /// The scenarios `simulate` knows.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -696,7 +696,10 @@ impl<'a> World<'a> {
         match event {
             Event::Change(i) => self.apply_change(i),
             Event::Arrive { id, op, reply_at } => {
-                let reply = self.execute(&op);
+                let (reply, spent) = self.execute(&op);
+                if let Some(spent) = spent {
+                    self.push(reply_at, Event::Reply { id, reply: spent });
+                }
                 self.push(reply_at, Event::Reply { id, reply });
                 Vec::new()
             }
@@ -709,12 +712,13 @@ impl<'a> World<'a> {
     }
 
     /// A cloud call reaching the provider.
-    fn execute(&mut self, op: &CloudOp) -> CloudReply {
+    fn execute(&mut self, op: &CloudOp) -> (CloudReply, Option<CloudReply>) {
         let minute = (self.now / (60 * NANOS)) as usize;
         if let Some(c) = self.calls_per_minute.get_mut(minute) {
             *c += 1;
         }
-        let mut reply = run_op(self.cloud.as_ref(), "kubernetes", op, &self.metrics);
+        let (mut reply, spent) =
+            run_op_metered(self.cloud.as_ref(), "kubernetes", op, &self.metrics);
         if let CloudOp::Create { route, .. } = op {
             self.check_fulfilled(route);
         }
@@ -725,7 +729,9 @@ impl<'a> World<'a> {
             // Upstream has no notion of a rate limit: the call simply failed.
             e.kind = CloudErrorKind::Retry { after: None };
         }
-        reply
+        // Upstream reads no rate-limit headers either.
+        let spent = spent.filter(|_| self.mode == Mode::Watch);
+        (reply, spent)
     }
 
     /// Whether the cloud now holds the route a create asked for (whatever the reply

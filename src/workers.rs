@@ -11,15 +11,34 @@ use crossbeam_channel::{Receiver, Sender};
 
 use crate::controller::{CloudJob, CloudOp, CloudReply, OpId};
 use crate::metrics::{CloudOutcome, Metrics};
-use crate::provider::Routes;
+use crate::provider::{Meter, Routes};
 
-/// Runs one operation against the provider, recording it in the metrics.
+/// Runs one operation against the provider, recording it in the metrics. What it
+/// spent of the cloud's budget is dropped: the controller keeps the cost it
+/// declared; [`run_op_metered`] also returns it.
 pub fn run_op(
     provider: &dyn Routes,
     cluster_name: &str,
     op: &CloudOp,
     metrics: &Metrics,
 ) -> CloudReply {
+    run_op_metered(provider, cluster_name, op, metrics).0
+}
+
+/// Runs one operation like [`run_op`] and returns, with its reply, the
+/// [`CloudReply::Spent`] to send before it if the provider recorded what the call
+/// spent ([`Meter`]).
+pub fn run_op_metered(
+    provider: &dyn Routes,
+    cluster_name: &str,
+    op: &CloudOp,
+    metrics: &Metrics,
+) -> (CloudReply, Option<CloudReply>) {
+    let (reply, usage) = Meter::measure(|| call(provider, cluster_name, op, metrics));
+    (reply, usage.map(CloudReply::Spent))
+}
+
+fn call(provider: &dyn Routes, cluster_name: &str, op: &CloudOp, metrics: &Metrics) -> CloudReply {
     let start = Instant::now();
     let (reply, outcome) = match op {
         CloudOp::List { nodes } => {
@@ -83,7 +102,13 @@ pub fn spawn(
                             job.cause.pass,
                             job.cause
                         );
-                        let reply = run_op(provider.as_ref(), &cluster_name, &job.op, &metrics);
+                        let (reply, spent) =
+                            run_op_metered(provider.as_ref(), &cluster_name, &job.op, &metrics);
+                        if let Some(spent) = spent
+                            && replies.send((job.id, spent)).is_err()
+                        {
+                            return;
+                        }
                         if replies.send((job.id, reply)).is_err() {
                             return;
                         }

@@ -11,7 +11,7 @@ use route_controller::cloud::CloudErrorKind;
 use route_controller::cloud::fake::{Call, FakeCloud};
 use route_controller::metrics::TriggerKind;
 use route_controller::model::Cidr;
-use route_controller::{CloudOp, Command, Input, Mode, NodeEvent, Trigger};
+use route_controller::{CloudOp, CloudReply, Command, Input, Mode, NodeEvent, Trigger, Usage};
 use std::sync::Arc;
 
 fn nodes(n: usize) -> Vec<route_controller::model::Node> {
@@ -831,6 +831,105 @@ fn a_create_for_a_node_deleted_while_it_waited_for_budget_is_never_sent() {
         })
         .collect();
     assert_eq!(created, vec!["n0", "n1"]);
+}
+
+/// The same with Hetzner's shape of budget (one change at a time, two requests each)
+/// when the wait comes from a reply: the cloud says its budget is spent, the next
+/// create waits in the queue, and its node is deleted meanwhile. If the reply's
+/// observation were ignored, n1's create would go out with the reply.
+#[test]
+fn a_create_held_back_by_a_replys_budget_report_is_dropped_when_its_node_goes() {
+    let mut config = watch_config();
+    let budget = route_controller::Budget::new(1.0, 3600);
+    config.budget = Some(budget.mutations_at_once(1).requests_per_op(1, 2, 2));
+    let mut d = Driver::new(config);
+    d.list(nodes(3));
+    assert!(d.answer_one()); // the list; n0's create goes out
+    let (id, op) = d.pending.pop_front().expect("n0's create is sent");
+    let reply = route_controller::run_op(d.cloud.as_ref(), "kubernetes", &op, &d.metrics);
+    d.feed(Input::Cloud {
+        id,
+        reply: CloudReply::Spent(Usage::new(2).remaining(Some(3600), 0)),
+    });
+    d.feed(Input::Cloud { id, reply });
+    assert_eq!(d.count("create"), 1, "n1's create waits for budget");
+    d.now += secs(0.5);
+    d.node_event(NodeEvent::Deleted(nodes(3)[1].clone()));
+    d.advance(secs(10.0));
+    let created: Vec<String> = d
+        .sent
+        .iter()
+        .filter_map(|(_, op)| match op {
+            CloudOp::Create { route, .. } => Some(route.target_node.clone()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(created, vec!["n0", "n2"]);
+}
+
+/// Answers the first create under `budget` (one change at a time) with `spent` and
+/// returns how long after that reply the second create goes out, stepping the
+/// controller from deadline to deadline.
+fn second_create_after(budget: route_controller::Budget, spent: Usage) -> Duration {
+    let mut config = watch_config();
+    config.budget = Some(budget.mutations_at_once(1));
+    let mut d = Driver::new(config);
+    d.list(nodes(2));
+    assert!(d.answer_one()); // the list; n0's create goes out
+    let (id, op) = d.pending.pop_front().expect("n0's create is sent");
+    assert_eq!(op_kind(&op), "create");
+    let reply = route_controller::run_op(d.cloud.as_ref(), "kubernetes", &op, &d.metrics);
+    d.feed(Input::Cloud {
+        id,
+        reply: CloudReply::Spent(spent),
+    });
+    d.feed(Input::Cloud { id, reply });
+    let replied = d.elapsed();
+    while d.count("create") < 2 {
+        let deadline = d
+            .ctrl
+            .next_deadline()
+            .expect("the second create waits for a deadline");
+        assert!(
+            deadline - d.t0 < replied + secs(60.0),
+            "no create within a minute"
+        );
+        d.now = d.now.max(deadline);
+        d.feed(Input::Tick);
+    }
+    create_times(&d)[1] - replied
+}
+
+/// Guards that a reply's rate-limit observation reaches the budget
+/// (`Spending::settle`): the cloud saying that nothing is left holds the next create
+/// back until a token has refilled (1 s at 1/s), while a cloud with budget to spare
+/// lets it out with the reply. Skip `observe_budget` in `settle` and the first case
+/// sends at once.
+#[test]
+fn a_reply_saying_the_budget_is_spent_delays_the_next_create() {
+    let budget = route_controller::Budget::new(1.0, 10);
+    let spare = second_create_after(budget, Usage::new(1).remaining(Some(10), 9));
+    assert_eq!(spare, Duration::ZERO);
+    let spent = second_create_after(budget, Usage::new(1).remaining(Some(10), 0));
+    assert_eq!(spent, secs(1.0), "the cloud said nothing is left");
+    // A refusal seen on the way (a throttled action poll) holds everything back for
+    // its Retry-After, though the operation itself succeeded.
+    let throttled = second_create_after(budget, Usage::new(1).throttled(secs(7.0)));
+    assert_eq!(throttled, secs(7.0));
+}
+
+/// Guards that an operation is charged its real request cost: a create declared at 2
+/// requests (Hetzner's change and one poll) that took 5 (three more polls) puts the
+/// bucket 3 requests in debt, so the next create waits 4 s instead of 1 s; one that
+/// sent nothing gets its charge back and the next goes at once. Drop the correction
+/// in `Spending::settle` and all three wait 1 s.
+#[test]
+fn an_operation_is_charged_the_requests_its_reply_reports() {
+    // 4 tokens: the list takes 1, the first create 2; 1 is left.
+    let budget = route_controller::Budget::new(1.0, 4).requests_per_op(1, 2, 2);
+    assert_eq!(second_create_after(budget, Usage::new(2)), secs(1.0));
+    assert_eq!(second_create_after(budget, Usage::new(5)), secs(4.0));
+    assert_eq!(second_create_after(budget, Usage::new(0)), Duration::ZERO);
 }
 
 /// Guards `mutations_at_once`: with Hetzner's one change at a time, a second create

@@ -1,6 +1,6 @@
 //! The Hetzner Cloud provider against the test double: the `Routes` round trip, node
-//! mapping, pagination, actions, error mapping, serialised network changes, the rate
-//! limiter under a burst, and the controller driving the provider.
+//! mapping, pagination, actions, error mapping, serialised network changes, what each
+//! call reports to the controller's budget, and the controller driving the provider.
 
 #[path = "support/hcloud_double.rs"]
 mod hcloud_double;
@@ -10,6 +10,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use hcloud_double::{Fault, HcloudDouble};
+use route_controller::Meter;
 use route_controller::cloud::hcloud::{Config, HcloudRoutes};
 use route_controller::cloud::{CloudErrorKind, NodeDirectory, RouteTarget, Routes};
 use route_controller::metrics::Metrics;
@@ -409,21 +410,62 @@ fn errors_on_reads_are_retried_not_ambiguous() {
     assert!(p.list_routes(CLUSTER, &nodes(1)).is_ok());
 }
 
+/// Guards that a read refused for the rate limit goes back to the controller at once,
+/// with the hold-back for its budget, instead of being waited out and sent again in
+/// the worker (the controller then holds every request back; tests/controller.rs).
 #[test]
-fn a_rate_limited_read_is_waited_out_and_sent_again() {
+fn a_rate_limited_read_goes_back_to_the_controller_at_once() {
     let double = cluster(1);
     let p = connect(&double);
     double.clear_requests();
     let network = format!("/networks/{NET}");
     double.inject("GET", &network, 1, Fault::error(429, "rate_limit_exceeded"));
-    p.list_routes(CLUSTER, &nodes(1)).unwrap();
-    assert_eq!(double.count("GET", &network), 2);
-    // Refused every time: reported, not retried forever.
-    double.inject("GET", &network, 3, Fault::error(429, "rate_limit_exceeded"));
+    let (result, usage) = Meter::measure(|| p.list_routes(CLUSTER, &nodes(1)));
     assert!(matches!(
-        kind_of(p.list_routes(CLUSTER, &nodes(1))),
+        kind_of(result),
         CloudErrorKind::RateLimited { .. }
     ));
+    assert_eq!(
+        double.count("GET", &network),
+        1,
+        "sent again behind the controller's back"
+    );
+    let usage = usage.expect("the provider reports what it spent");
+    assert_eq!(usage.requests, 1);
+    assert!(usage.throttled.is_some(), "{usage:?}");
+    assert!(p.list_routes(CLUSTER, &nodes(1)).is_ok());
+}
+
+/// Guards what a create reports to the controller's budget: every request it sent
+/// (the POST and each poll of its action: as many as the double saw) and the API's
+/// `RateLimit-Limit`/`-Remaining` after the last one. Drop `Meter::request` from the
+/// client and the count is 0; drop `Meter::budget` and nothing is left unreported.
+#[test]
+fn a_create_reports_every_request_it_sent_and_the_budget_left() {
+    let double = cluster(1);
+    // Next to no refill while the test runs, so the count left is exact.
+    double.set_rate_limit(100, 0.001);
+    double.set_action_duration(ms(100));
+    let p = connect(&double);
+    p.list_routes(CLUSTER, &nodes(1)).unwrap(); // the server list is cached now
+    double.clear_requests();
+    let before = double.requests().len();
+    assert_eq!(before, 0);
+    let (result, usage) = Meter::measure(|| create(&p, 1, &pod_cidr(1)));
+    result.expect("created");
+    let sent = double.requests().len() as u32;
+    assert!(
+        sent >= 2,
+        "the POST and at least one poll: {:?}",
+        double.requests()
+    );
+    let usage = usage.expect("the provider reports what it spent");
+    assert_eq!(usage.requests, sent, "{:?}", double.requests());
+    assert_eq!(usage.limit, Some(100));
+    let used_before: u64 = 100 - usage.remaining.expect("RateLimit-Remaining") - u64::from(sent);
+    // Connecting and the list spent the rest; the create's own requests are counted.
+    assert!(used_before >= 2, "{usage:?}");
+    assert_eq!(usage.throttled, None);
 }
 
 #[test]

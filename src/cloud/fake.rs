@@ -15,7 +15,9 @@ use rand::rngs::SmallRng;
 use rand::{RngExt, SeedableRng};
 
 use crate::model::{Cidr, Route};
-use crate::provider::{Budget, CloudError, CloudErrorKind, NodeDirectory, RouteTarget, Routes};
+use crate::provider::{
+    Budget, CloudError, CloudErrorKind, Meter, NodeDirectory, RouteTarget, Routes,
+};
 
 /// Which call a counter or an injected failure applies to.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -230,6 +232,9 @@ impl FakeCloud {
         call: Call,
         destination: Option<&Cidr>,
     ) -> Result<bool, CloudError> {
+        // Each call is one request; with a limit, its reply reports what is left, as
+        // Hetzner's `RateLimit-Remaining` does.
+        Meter::request();
         if let Some(limit) = &mut s.limit {
             let now = (self.clock)();
             let elapsed = now.saturating_duration_since(limit.at).as_secs_f64();
@@ -238,12 +243,15 @@ impl FakeCloud {
             if limit.tokens < 1.0 {
                 self.counters.rate_limited.fetch_add(1, Ordering::Relaxed);
                 let wait = Duration::from_secs_f64((1.0 - limit.tokens) / limit.per_second);
+                Meter::budget(None, 0);
+                Meter::throttled(wait);
                 return Err(CloudError::new(
                     CloudErrorKind::RateLimited { after: wait },
                     "fake cloud: rate limit exceeded",
                 ));
             }
             limit.tokens -= 1.0;
+            Meter::budget(None, limit.tokens as u64);
         }
         if let Some((_, q)) = s.scripted.iter_mut().find(|(c, _)| *c == call)
             && let Some(kind) = q.pop_front()

@@ -1,13 +1,19 @@
-//! The cloud's budget, spent by the controller: the provider declares its limits
-//! ([`Budget`]), and an operation is dispatched only when its requests can go out at
-//! once. Nothing waits in a worker, so everything queued stays re-plannable: a create
-//! for a node deleted while it waited for budget is dropped, never sent.
+//! The cloud's budget, spent by the controller: the provider declares its limits and
+//! what each operation costs ([`Budget`]), and an operation is dispatched only when
+//! its requests can go out at once. Nothing waits in a worker, so everything queued
+//! stays re-plannable: a create for a node deleted while it waited for budget is
+//! dropped, never sent.
 //!
-//! A refusal for the rate limit blocks all sending until the provider's Retry-After.
+//! An operation is charged its declared cost when it is sent; its reply says what it
+//! really cost and what the cloud reported of its budget ([`Usage`]), and the bucket
+//! is corrected from that. A refusal for the rate limit blocks all sending until the
+//! provider's Retry-After.
 
 use std::time::{Duration, Instant};
 
-use crate::provider::Budget;
+use super::ops::{OpKind, Planned};
+use super::{Controller, OpId};
+use crate::provider::{Budget, Usage};
 use crate::ratelimit::TokenBucket;
 
 /// The budget's state. Without a declared budget only refusals pace.
@@ -20,11 +26,43 @@ pub(super) struct Spending {
     limited: bool,
 }
 
-/// What sending one more operation costs.
+/// What sending one more operation costs, by its kind.
 #[derive(Clone, Copy)]
 pub(super) enum Cost {
     List,
-    Mutation,
+    Create,
+    Delete,
+}
+
+impl Cost {
+    /// The cost of an operation in flight (`None`: the list).
+    pub fn of(kind: Option<&OpKind>) -> Cost {
+        match kind {
+            None => Cost::List,
+            Some(OpKind::Create(_)) => Cost::Create,
+            Some(OpKind::Delete(_)) => Cost::Delete,
+        }
+    }
+
+    /// The cost of a queued route change.
+    pub fn of_planned(op: &Planned) -> Cost {
+        match op {
+            Planned::Create(_) => Cost::Create,
+            Planned::Delete(_) => Cost::Delete,
+        }
+    }
+}
+
+impl Controller {
+    /// What an operation still in flight spent, reported just before its answer.
+    pub(super) fn on_spent(&mut self, id: OpId, usage: &Usage, now: Instant) {
+        let Some(flight) = self.ops.flight(id) else {
+            log::warn!("budget report for unknown cloud operation {id} ignored");
+            return;
+        };
+        let cost = Cost::of(flight.kind.as_ref());
+        self.spending.settle(cost, usage, now);
+    }
 }
 
 impl Spending {
@@ -44,8 +82,9 @@ impl Spending {
 
     fn tokens(&self, cost: Cost) -> u32 {
         match cost {
-            Cost::List => 1,
-            Cost::Mutation => self.budget.requests_per_mutation,
+            Cost::List => self.budget.requests_per_list,
+            Cost::Create => self.budget.requests_per_create,
+            Cost::Delete => self.budget.requests_per_delete,
         }
     }
 
@@ -80,6 +119,27 @@ impl Spending {
         let tokens = self.tokens(cost);
         if let Some(b) = self.bucket(now) {
             b.reserve_n(tokens, now);
+        }
+    }
+
+    /// An operation of `cost` reported what it spent: charge the requests it sent
+    /// beyond its declared cost (action polls, pages, lookups) or give back those it
+    /// did not send, then trust the cloud's count of what is left where it is lower
+    /// than ours (other clients may share the budget), and hold back after a refusal.
+    pub fn settle(&mut self, cost: Cost, usage: &Usage, now: Instant) {
+        let charged = self.tokens(cost);
+        if let Some(b) = self.bucket(now) {
+            if usage.requests > charged {
+                b.reserve_n(usage.requests - charged, now);
+            } else {
+                b.refund(charged - usage.requests, now);
+            }
+            if let Some(remaining) = usage.remaining {
+                b.observe_budget(usage.limit, remaining, now);
+            }
+        }
+        if let Some(after) = usage.throttled {
+            self.throttled(after, now);
         }
     }
 

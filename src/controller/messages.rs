@@ -10,7 +10,7 @@ use super::Cause;
 use super::report::PassReport;
 use crate::model::{Condition, Node, Route};
 use crate::plan::DeleteReason;
-use crate::provider::{CloudError, NodeDirectory, RouteTarget};
+use crate::provider::{CloudError, NodeDirectory, RouteTarget, Usage};
 
 /// An event from the node watch, with the relist markers of kube-rs's watcher.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -67,6 +67,10 @@ pub enum CloudReply {
     Listed(Result<Vec<Route>, CloudError>),
     /// The answer to [`CloudOp::Create`] or [`CloudOp::Delete`].
     Done(Result<(), CloudError>),
+    /// What the operation spent of the cloud's budget and what the cloud said about
+    /// it, sent with the operation's id just before its answer (optional: without it
+    /// the declared cost stands). The controller corrects its budget from it.
+    Spent(Usage),
 }
 
 /// Why a condition write failed.

@@ -516,9 +516,15 @@ impl Controller {
         }
         while self.ops.in_flight() < self.config.max_in_flight
             && self.ops.mutations_in_flight() < self.spending.mutations_at_once()
-            && self.spending.can_send(Cost::Mutation, now)
         {
-            let Some(queued) = self.ops.take_next(self.nodes.is_synced()) else {
+            let synced = self.nodes.is_synced();
+            let Some(cost) = self.ops.peek_next(synced).map(|q| Cost::of_planned(&q.op)) else {
+                break;
+            };
+            if !self.spending.can_send(cost, now) {
+                break;
+            }
+            let Some(queued) = self.ops.take_next(synced) else {
                 break;
             };
             let Some(kind) = self.request_for(&queued.op) else {
@@ -548,7 +554,7 @@ impl Controller {
             if let Some(r) = self.passes.report(queued.pass) {
                 r.cloud_calls += 1;
             }
-            self.spending.spend(Cost::Mutation, now);
+            self.spending.spend(cost, now);
             self.ops.sent(id, kind, queued.pass, now);
             out.push(Command::Cloud { id, op, cause });
         }
@@ -561,11 +567,10 @@ impl Controller {
         let cost = match &self.planning {
             Some(p) if p.list.is_none() && self.ops.in_flight() == 0 => Cost::List,
             Some(_) => return None,
-            None if self.ops.queued() > 0
-                && self.ops.in_flight() < self.config.max_in_flight
+            None if self.ops.in_flight() < self.config.max_in_flight
                 && self.ops.mutations_in_flight() < self.spending.mutations_at_once() =>
             {
-                Cost::Mutation
+                Cost::of_planned(&self.ops.peek_next(self.nodes.is_synced())?.op)
             }
             None => return None,
         };
@@ -593,6 +598,9 @@ impl Controller {
         now: Instant,
         out: &mut Vec<Command>,
     ) {
+        if let CloudReply::Spent(usage) = &reply {
+            return self.on_spent(id, usage, now);
+        }
         let Some(flight) = self.ops.complete(id) else {
             log::warn!("reply for unknown cloud operation {id} ignored");
             return;

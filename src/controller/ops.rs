@@ -184,8 +184,20 @@ impl Operations {
     /// The oldest operation that may be sent now: its destination has nothing in flight
     /// and no older queued operation; deletes only when `deletes_allowed`.
     pub(super) fn take_next(&mut self, deletes_allowed: bool) -> Option<Queued> {
+        let index = self.next_index(deletes_allowed)?;
+        let queued = self.queue.remove(index)?;
+        self.count_create(queued.op.node(), queued.op.is_create(), -1);
+        Some(queued)
+    }
+
+    /// The operation [`Operations::take_next`] would take, left in the queue.
+    pub(super) fn peek_next(&self, deletes_allowed: bool) -> Option<&Queued> {
+        self.queue.get(self.next_index(deletes_allowed)?)
+    }
+
+    fn next_index(&self, deletes_allowed: bool) -> Option<usize> {
         let mut skipped: HashSet<Cidr> = HashSet::new();
-        let index = self.queue.iter().position(|q| {
+        self.queue.iter().position(|q| {
             let cidr = q.op.cidr();
             let blocked = self.busy.contains(&cidr)
                 || skipped.contains(&cidr)
@@ -194,10 +206,7 @@ impl Operations {
                 skipped.insert(cidr);
             }
             !blocked
-        })?;
-        let queued = self.queue.remove(index)?;
-        self.count_create(queued.op.node(), queued.op.is_create(), -1);
-        Some(queued)
+        })
     }
 
     /// Records an operation as sent.
@@ -223,6 +232,11 @@ impl Operations {
                 sent: now,
             },
         );
+    }
+
+    /// The operation `id`, still in flight.
+    pub(super) fn flight(&self, id: OpId) -> Option<&Flight> {
+        self.in_flight.get(&id)
     }
 
     /// The operation answered by `id`, no longer in flight.

@@ -80,6 +80,9 @@ struct Shared {
     tls: TlsSettings,
     proxy: Option<ureq::Proxy>,
     auth: Authenticator,
+    /// The API server's QPS for our writes (`--kube-api-qps`), as client-go keeps it.
+    /// Not the cloud's budget, which the controller spends (`controller/budget.rs`):
+    /// the status writer may wait here, since a condition write has nothing to re-plan.
     writes: RateLimiter,
     options: ClientOptions,
 }

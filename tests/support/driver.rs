@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use route_controller::cloud::fake::FakeCloud;
 use route_controller::metrics::Metrics;
 use route_controller::model::{Cidr, Condition, Node, NodeAddress, Route};
-use route_controller::run_op;
+use route_controller::run_op_metered;
 use route_controller::{
     CloudOp, Command, Config, Controller, Input, NodeEvent, NodeEventRecord, OpId, PassReport,
     WriteError,
@@ -125,12 +125,15 @@ impl Driver {
         let Some((id, op)) = self.pending.pop_front() else {
             return false;
         };
-        let reply = run_op(
+        let (reply, spent) = run_op_metered(
             self.cloud.as_ref(),
             &self.ctrl.config().cluster_name.clone(),
             &op,
             &self.metrics,
         );
+        if let Some(spent) = spent {
+            self.feed(Input::Cloud { id, reply: spent });
+        }
         self.feed(Input::Cloud { id, reply });
         true
     }

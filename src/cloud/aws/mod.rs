@@ -20,8 +20,10 @@
 //!   `DescribeInstances` only for instances that are not nodes); create = one
 //!   `CreateRoute` per table lacking the route, preceded once per instance and process
 //!   by `ModifyInstanceAttribute SourceDestCheck=false`; delete = one `DeleteRoute` per
-//!   table holding it. All calls of the provider share one client-side rate limiter that
-//!   backs off as a whole when EC2 throttles.
+//!   table holding it. The controller spends the request budget the provider declares
+//!   and corrects it from the calls each operation reports ([`Meter`]); when EC2
+//!   throttles, the provider asks it to hold back every call for a backoff that grows
+//!   while throttling lasts. No call here waits for budget.
 //!
 //! It never decides which routes to delete (the controller does), never deletes a
 //! route it was not asked to, never logs credentials, and never retries a mutation on
@@ -55,8 +57,9 @@ use self::ec2::{
 use self::query::{Endpoint, Params, QueryClient, QueryClientConfig, QueryError};
 use self::xml::Element;
 use crate::model::{Cidr, Route};
-use crate::provider::{Budget, CloudError, CloudErrorKind, NodeDirectory, RouteTarget, Routes};
-use crate::ratelimit::RateLimiter;
+use crate::provider::{
+    Budget, CloudError, CloudErrorKind, Meter, NodeDirectory, RouteTarget, Routes,
+};
 use crate::sync::lock;
 
 /// The EC2 API version of every request.
@@ -113,7 +116,6 @@ impl Default for AwsConfig {
 /// The EC2 provider. Safe to share between the cloud worker threads.
 pub struct AwsProvider {
     ec2: QueryClient,
-    limiter: RateLimiter,
     /// Requests per second and burst, declared to the controller.
     budget: (f64, u32),
     throttle: Mutex<ThrottleBackoff>,
@@ -192,7 +194,6 @@ impl AwsProvider {
                 clock: env.clock(),
                 timeout: config.timeout,
             }),
-            limiter: RateLimiter::new(config.requests_per_second, config.burst),
             budget: (config.requests_per_second, config.burst),
             throttle: Mutex::new(ThrottleBackoff::new()),
             configured_tables: tables,
@@ -213,11 +214,6 @@ impl AwsProvider {
         &self.ec2.endpoint().url
     }
 
-    /// The limiter all calls of this provider share.
-    pub fn rate_limiter(&self) -> &RateLimiter {
-        &self.limiter
-    }
-
     /// EC2 calls made so far, by action (`CreateRoute`, …), failed ones included.
     pub fn api_calls(&self) -> BTreeMap<&'static str, u64> {
         lock(&self.calls).clone()
@@ -232,7 +228,8 @@ impl AwsProvider {
         params: &Params,
     ) -> Result<Element, CallError> {
         *lock(&self.calls).entry(action).or_default() += 1;
-        self.limiter.acquire();
+        // The controller spends the budget; this call only reports what it sent.
+        Meter::request();
         let started = Instant::now();
         match self.ec2.call(action, params) {
             Ok(root) => {
@@ -251,6 +248,7 @@ impl AwsProvider {
                         // Reported as RateLimited: the controller holds back every
                         // call for `after`; no worker here waits for it.
                         let after = lock(&self.throttle).on_throttled(jitter);
+                        Meter::throttled(after);
                         log::warn!(
                             "EC2 throttled {action}; asking the controller to hold back every EC2 call for {}",
                             crate::duration::format(after)
@@ -948,9 +946,11 @@ impl Routes for AwsProvider {
     }
 
     /// The configured request rate (EC2's mutating-action bucket); changes may run
-    /// concurrently.
+    /// concurrently. A list costs one `DescribeRouteTables`, a create its
+    /// `ModifyInstanceAttribute` (once per instance) and one `CreateRoute`, a delete
+    /// one `DeleteRoute`; more tables, lookups and pages are charged from the reply.
     fn budget(&self) -> Option<Budget> {
-        Some(Budget::new(self.budget.0, self.budget.1))
+        Some(Budget::new(self.budget.0, self.budget.1).requests_per_op(1, 2, 1))
     }
 
     /// One `DescribeRouteTables` for all tables (plus `DescribeInstances` only for

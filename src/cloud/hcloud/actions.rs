@@ -17,8 +17,9 @@ use crate::provider::CloudErrorKind;
 /// The API accepts up to 25 IDs per `GET /actions` (hcloud-go's batch size).
 pub(super) const MAX_IDS_PER_POLL: usize = 25;
 
-/// Polls of one action that may fail in a row (each after the limiter's and the
-/// client's own retries) before the action is given up as ambiguous.
+/// Polls of one action that may fail in a row, one poll interval apart, before the
+/// action is given up as ambiguous. A poll refused for the rate limit is one of them:
+/// waiting out the budget here would hide it from the controller.
 const MAX_FAILED_POLLS: u32 = 5;
 
 /// When each waiting action is next polled.

@@ -1,6 +1,7 @@
-//! The HTTP side of the Hetzner Cloud provider: one blocking client that sends every
-//! request through the shared rate limiter, feeds the rate-limit headers back into it,
-//! and turns failures into [`ApiError`]s that say what the controller should do.
+//! The HTTP side of the Hetzner Cloud provider: one blocking client that counts every
+//! request it sends and the rate-limit headers of every reply for the controller,
+//! which spends the budget ([`Meter`]); it never waits for budget itself. It turns
+//! failures into [`ApiError`]s that say what the controller should do.
 //!
 //! Failures are classified by the JSON `error.code`, never by the HTTP status alone
 //! (the API uses one status for several codes). Whether a failed request may have
@@ -20,8 +21,7 @@ use serde::de::DeserializeOwned;
 
 use super::config::{Config, TokenReader};
 use crate::metrics::Metrics;
-use crate::provider::{CloudError, CloudErrorKind};
-use crate::ratelimit::RateLimiter;
+use crate::provider::{CloudError, CloudErrorKind, Meter};
 
 /// The two methods the provider uses.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -125,10 +125,6 @@ impl<'a> Request<'a> {
     }
 }
 
-/// Attempts of a GET that the API refused for its rate limit. Each waits for the
-/// limiter, which the refusal told to hold all requests until the budget refills.
-const GET_ATTEMPTS_ON_RATE_LIMIT: u32 = 3;
-
 /// The largest reply accepted (a page of 50 servers is a few tens of kilobytes).
 const MAX_REPLY_BYTES: u64 = 16 << 20;
 
@@ -137,7 +133,7 @@ pub(super) struct Client {
     agent: ureq::Agent,
     base: String,
     token: TokenReader,
-    limiter: Arc<RateLimiter>,
+    /// The declared rate, for how long to hold back after a refusal without headers.
     per_second: f64,
     /// Requests sent and not yet answered: the API's `RateLimit-Remaining` may not
     /// count them yet.
@@ -171,10 +167,6 @@ impl Client {
             agent,
             base: config.endpoint.trim_end_matches('/').to_string(),
             token: TokenReader::new(config.token.clone()),
-            limiter: Arc::new(RateLimiter::new(
-                config.rate_limit_per_second,
-                config.rate_limit_burst,
-            )),
             per_second: config.rate_limit_per_second,
             in_flight: AtomicU64::new(0),
             metrics: config.metrics.clone(),
@@ -186,21 +178,11 @@ impl Client {
         self.token.token().map(|_| ())
     }
 
-    /// Sends a GET and decodes its JSON reply. Refusals for the rate limit are waited
-    /// out and sent again, a few times.
+    /// Sends a GET and decodes its JSON reply. A refusal for the rate limit is not
+    /// waited out here: it goes back to the controller, which holds back every request
+    /// until the budget refills.
     pub(super) fn get<T: DeserializeOwned>(&self, request: &Request<'_>) -> Result<T, ApiError> {
-        let mut attempt = 1;
-        loop {
-            match self.exchange(request) {
-                Err(e)
-                    if matches!(e.kind, CloudErrorKind::RateLimited { .. })
-                        && attempt < GET_ATTEMPTS_ON_RATE_LIMIT =>
-                {
-                    attempt += 1;
-                }
-                other => return other,
-            }
-        }
+        self.exchange(request)
     }
 
     /// Sends a POST and decodes its JSON reply. Never repeated here: whether to try
@@ -215,13 +197,13 @@ impl Client {
             .token
             .token()
             .map_err(|e| ApiError::new(e.kind, e.message))?;
-        self.limiter.acquire();
         let mut url = format!("{}{}", self.base, request.path);
         if !request.query.is_empty() {
             url.push('?');
             url.push_str(&encode_query(&request.query));
         }
         let auth = format!("Bearer {}", token.expose());
+        Meter::request();
         self.in_flight.fetch_add(1, Ordering::SeqCst);
         let sent = match (&request.method, &request.body) {
             (Method::Post, body) => self
@@ -284,11 +266,10 @@ impl Client {
             // Requests of ours still on their way may not be counted in the reply yet;
             // assuming they are not errs on the side of sending later.
             let remaining = remaining.saturating_sub(others_in_flight);
-            self.limiter.observe_budget(headers.limit, remaining);
+            Meter::budget(headers.limit, remaining);
         }
         if status == 429 {
-            self.limiter
-                .observe_throttled(headers.throttle_delay(now_unix(), self.per_second));
+            Meter::throttled(headers.throttle_delay(now_unix(), self.per_second));
         }
     }
 
@@ -961,8 +942,9 @@ mod tests {
                     }
                     let rate = RateHeaders::read(&headers);
                     let delay = rate.throttle_delay(1_733_050_000, 1.0);
-                    // The rate limiter adds it to an Instant; the controller too.
-                    crate::ratelimit::RateLimiter::new(1.0, 10).observe_throttled(delay);
+                    // The controller's bucket adds it to an Instant.
+                    let now = std::time::Instant::now();
+                    crate::ratelimit::TokenBucket::new(1.0, 10, now).observe_throttled(delay, now);
                     assert!(delay <= Duration::from_secs(3600), "paused {delay:?}");
                 });
             }
@@ -971,7 +953,7 @@ mod tests {
 
     /// Found by the parser tests: `RateLimit-Limit: 0` with a `RateLimit-Reset` far in
     /// the future paused the provider until then (billions of years), and a reset near
-    /// `u64::MAX` overflowed the rate limiter's `Instant`, a panic on a cloud worker.
+    /// `u64::MAX` overflowed the token bucket's `Instant`, a panic on a cloud worker.
     /// Fails without the cap.
     #[test]
     fn a_rate_limit_reset_far_in_the_future_pauses_at_most_an_hour() {
@@ -984,7 +966,8 @@ mod tests {
             };
             let delay = h.throttle_delay(1_733_050_000, 1.0);
             assert!(delay <= Duration::from_secs(3600), "{delay:?}");
-            crate::ratelimit::RateLimiter::new(1.0, 10).observe_throttled(delay);
+            let now = std::time::Instant::now();
+            crate::ratelimit::TokenBucket::new(1.0, 10, now).observe_throttled(delay, now);
         }
     }
 }

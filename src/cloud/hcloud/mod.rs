@@ -20,8 +20,11 @@
 //! waits on a semaphore here, so the controller's count of calls in flight is real. A
 //! caller that drives the provider from several threads itself gets `conflict`s.
 //!
-//! Every request goes through one rate limiter that follows the API's rate-limit
-//! headers, so that the API never has to refuse a request for its budget.
+//! The request budget is the controller's: the provider declares it (3600 requests an
+//! hour; a change costs its request and a poll of its action) and reports, with each
+//! reply, the requests it really sent and the API's rate-limit headers, so that the
+//! API never has to refuse a request for its budget. No worker waits for budget here;
+//! only for the cloud's actions, whose polls count against the budget.
 //!
 //! This provider never decides which routes to delete (the controller's cluster-CIDR
 //! rule does), never changes a route of another network, and never logs the token.
@@ -171,12 +174,14 @@ impl Routes for HcloudRoutes {
     }
 
     /// The API's 3600 requests per hour; one route action at a time (the API answers
-    /// `conflict` to a second); a change costs its request and a poll of its action.
+    /// `conflict` to a second). A list costs its `GET /networks/{id}` (the server list
+    /// is cached), a change its request and a poll of its action; refreshing the
+    /// server list or polling longer is charged when the reply says so.
     fn budget(&self) -> Option<Budget> {
         Some(
             Budget::new(self.budget.0, self.budget.1)
                 .mutations_at_once(self.budget.2)
-                .requests_per_mutation(2),
+                .requests_per_op(1, 2, 2),
         )
     }
 
