@@ -109,8 +109,9 @@ impl Conditions {
             .collect()
     }
 
-    pub fn next_deadline(&self) -> Option<Instant> {
-        self.retries.values().min().copied()
+    /// The condition writes to try again, by node.
+    pub fn retries(&self) -> impl Iterator<Item = (&str, Instant)> {
+        self.retries.iter().map(|(node, at)| (node.as_str(), *at))
     }
 }
 

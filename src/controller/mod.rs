@@ -28,7 +28,8 @@
 //! This file reads top-down: construction, `handle`, starting a pass, planning and
 //! queueing, dispatch, replies. The parts own their state: `nodes` (the node view),
 //! `scheduler` (coalescing and periodic timers), `passes` (reports), `ops` (the queue),
-//! `budget`, `retries`, `conditions`, `view` (the cloud's routes); `messages` is the
+//! `budget`, `retries`, `conditions`, `view` (the cloud's routes); `timers` reads every
+//! timer into one table whose earliest entry is `next_deadline`; `messages` is the
 //! vocabulary.
 
 use std::collections::{BTreeSet, HashSet};
@@ -52,6 +53,7 @@ mod passes;
 mod report;
 mod retries;
 mod scheduler;
+mod timers;
 mod view;
 
 pub use cause::{Cause, Trigger};
@@ -198,6 +200,9 @@ impl Controller {
     #[must_use = "the commands are what the controller decided; carry them out"]
     pub fn handle(&mut self, input: Input, now: Instant) -> Vec<Command> {
         let mut out = Vec::new();
+        if let Input::Tick = input {
+            self.log_wake(now);
+        }
         self.now = Some(now);
         match input {
             Input::Node(event) => self.on_node_event(event, now, &mut out),
@@ -212,37 +217,6 @@ impl Controller {
         self.advance(now, &mut out);
         self.maybe_exit(now, &mut out);
         out
-    }
-
-    /// When the controller next needs [`Input::Tick`], if ever. The answer changes only
-    /// when [`Controller::handle`] is called.
-    #[must_use]
-    pub fn next_deadline(&self) -> Option<Instant> {
-        if self.exited {
-            return None;
-        }
-        if let Some(limit) = self.drain_until {
-            return Some(limit);
-        }
-        if !self.can_write() {
-            return None;
-        }
-        let mut deadline: Option<Instant> = None;
-        let mut consider = |t: Option<Instant>| {
-            if let Some(t) = t {
-                deadline = Some(deadline.map_or(t, |d| d.min(t)));
-            }
-        };
-        if self.may_start_pass() {
-            let due = self.scheduler.due(&self.config);
-            let blocked = self.now.and_then(|now| self.spending.blocked(now));
-            consider(due.map(|d| blocked.map_or(d, |b| b.max(d))));
-        }
-        consider(self.next_timer);
-        consider(self.retries.next_deadline());
-        consider(self.conditions.next_deadline());
-        consider(self.budget_deadline());
-        deadline
     }
 
     fn can_write(&self) -> bool {
@@ -558,23 +532,6 @@ impl Controller {
             self.ops.sent(id, kind, queued.pass, now);
             out.push(Command::Cloud { id, op, cause });
         }
-    }
-
-    /// When the budget lets the next operation out, if something waits only for it
-    /// (a past instant is not a deadline: whatever could go out has gone).
-    fn budget_deadline(&self) -> Option<Instant> {
-        let now = self.now?;
-        let cost = match &self.planning {
-            Some(p) if p.list.is_none() && self.ops.in_flight() == 0 => Cost::List,
-            Some(_) => return None,
-            None if self.ops.in_flight() < self.config.max_in_flight
-                && self.ops.mutations_in_flight() < self.spending.mutations_at_once() =>
-            {
-                Cost::of_planned(&self.ops.peek_next(self.nodes.is_synced())?.op)
-            }
-            None => return None,
-        };
-        Some(self.spending.ready_at(cost, now)).filter(|at| *at > now)
     }
 
     /// The request for a queued operation, from the node as it is now.

@@ -145,17 +145,16 @@ impl Retries {
         due
     }
 
-    /// The earliest retry not yet handed out.
-    pub fn next_deadline(&self) -> Option<Instant> {
-        let route = self
-            .routes
-            .values()
-            .filter(|r| !r.fired)
-            .map(|r| r.not_before)
-            .min();
-        match (route, self.list_retry_at) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        }
+    /// When the failed list is tried again, if it failed.
+    pub fn list_retry_at(&self) -> Option<Instant> {
+        self.list_retry_at
+    }
+
+    /// The route retries not yet handed out, by destination.
+    pub fn route_retries(&self) -> impl Iterator<Item = (Cidr, Instant)> + '_ {
+        self.routes
+            .iter()
+            .filter(|(_, r)| !r.fired)
+            .map(|(cidr, r)| (*cidr, r.not_before))
     }
 }
