@@ -513,6 +513,90 @@ fn node_without_provider_id_is_found_by_its_private_dns_name() {
     assert!(err.message.contains("providerID"), "{}", err.message);
 }
 
+/// Guards the provider's record of its own changes against a list read before they
+/// landed (`Changes` in src/cloud/aws/mod.rs). A create succeeds in one table and is
+/// throttled in the other while a list is in flight; that list's snapshot has
+/// neither route. The retry must go to the second table only: with the snapshot
+/// replacing the provider's record (the code before the fix), it sent `CreateRoute`
+/// to the first table again and drew `RouteAlreadyExists`, a duplicate create that
+/// the chaos run with moto caught (seed 2).
+#[test]
+fn a_list_read_before_a_partial_create_does_not_make_its_retry_repeat_the_done_table() {
+    let (release, gate) = std::sync::mpsc::channel::<()>();
+    let gate = std::sync::Mutex::new(gate);
+    let throttled_once = std::sync::atomic::AtomicBool::new(false);
+    let describes = AtomicU32::new(0);
+    let stub = StubServer::start(move |req| match req.action().as_str() {
+        "DescribeRouteTables" => {
+            // The second list is held until the create has been answered, and then
+            // answers what EC2 read when it arrived: no route yet.
+            if describes.fetch_add(1, Ordering::SeqCst) == 1 {
+                let _ = gate
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .recv_timeout(Duration::from_secs(30));
+            }
+            Reply::xml(
+                200,
+                route_tables_xml(&[("rtb-1", &[]), ("rtb-2", &[])], None),
+            )
+        }
+        "ModifyInstanceAttribute" => Reply::xml(200, ok_xml("ModifyInstanceAttribute")),
+        "CreateRoute"
+            if req.form("RouteTableId").as_deref() == Some("rtb-2")
+                && !throttled_once.swap(true, Ordering::SeqCst) =>
+        {
+            Reply::ec2_error(503, "RequestLimitExceeded", "Request limit exceeded.")
+        }
+        "CreateRoute" => Reply::xml(200, ok_xml("CreateRoute")),
+        other => panic!("unexpected {other}"),
+    });
+    let provider = Arc::new(provider_at(&stub.url(), AwsConfig::default(), &test_env()));
+    let nodes = NodeDirectory::new([("node-a", Some("aws:///us-east-1a/i-0000000a"))]);
+    provider
+        .list_routes(CLUSTER, &nodes)
+        .expect("the first list");
+
+    let held_list = {
+        let (provider, nodes) = (provider.clone(), nodes.clone());
+        std::thread::spawn(move || provider.list_routes(CLUSTER, &nodes))
+    };
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while stub
+        .actions()
+        .iter()
+        .filter(|a| *a == "DescribeRouteTables")
+        .count()
+        < 2
+    {
+        assert!(
+            Instant::now() < deadline,
+            "the second list never reached the stub"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let route_a = route("10.244.1.0/24");
+    let target_a = target("node-a", Some("aws:///us-east-1a/i-0000000a"));
+    let first = provider.create_route(CLUSTER, "hint", &route_a, &target_a);
+    assert!(first.is_err(), "the second table throttled the create");
+    release.send(()).expect("release the held list");
+    held_list
+        .join()
+        .expect("list thread")
+        .expect("the held list succeeds");
+
+    provider
+        .create_route(CLUSTER, "hint", &route_a, &target_a)
+        .expect("the retry");
+    let creates: Vec<String> = stub
+        .requests()
+        .iter()
+        .filter(|r| r.action() == "CreateRoute")
+        .filter_map(|r| r.form("RouteTableId"))
+        .collect();
+    assert_eq!(creates, vec!["rtb-1", "rtb-2", "rtb-2"]);
+}
+
 #[test]
 fn route_table_is_found_again_after_the_cached_one_is_deleted() {
     let moto = moto::shared();

@@ -124,6 +124,10 @@ pub struct AwsProvider {
     /// The tables of the last list (or lookup) and the routes each held then, updated
     /// by this provider's own creates and deletes.
     managed: Mutex<Option<Managed>>,
+    /// This provider's own changes made while a list was in flight, so that a list's
+    /// snapshot (read before they landed) does not undo them in `managed`. Locked
+    /// after `managed` when both are held.
+    changes: Mutex<Changes>,
     /// Instances whose source/destination check this process has disabled; one lock
     /// per instance so that concurrent creates for one node call EC2 once.
     source_dest_check: Mutex<HashMap<String, Arc<Mutex<bool>>>>,
@@ -198,6 +202,7 @@ impl AwsProvider {
             throttle: Mutex::new(ThrottleBackoff::new()),
             configured_tables: tables,
             managed: Mutex::new(None),
+            changes: Mutex::new(Changes::default()),
             source_dest_check: Mutex::new(HashMap::new()),
             gone: Mutex::new(HashSet::new()),
             calls: Mutex::new(BTreeMap::new()),
@@ -320,6 +325,19 @@ impl AwsProvider {
     /// replaces the remembered set: a table gone or untagged is dropped with a log
     /// line, a new one is picked up.
     fn fetch_tables(&self, cluster_name: &str) -> Result<Vec<RouteTable>, CloudError> {
+        let since = lock(&self.changes).begin_list();
+        let result = self.fetch_tables_since(cluster_name, since);
+        lock(&self.changes).end_list();
+        result
+    }
+
+    /// [`fetch_tables`](Self::fetch_tables), for a list that began when this
+    /// provider's change counter stood at `since`.
+    fn fetch_tables_since(
+        &self,
+        cluster_name: &str,
+        since: u64,
+    ) -> Result<Vec<RouteTable>, CloudError> {
         let params = if self.configured_tables.is_empty() {
             let key = cluster_tag_key(cluster_name);
             Params::new().filter(1, "tag-key", &[&key, LEGACY_CLUSTER_TAG])
@@ -351,7 +369,7 @@ impl AwsProvider {
                 }
             }
         }
-        self.remember(cluster_name, &tables);
+        self.remember(cluster_name, &tables, since);
         Ok(tables)
     }
 
@@ -375,7 +393,12 @@ impl AwsProvider {
     }
 
     /// Replaces the remembered tables with `tables`, logging each one dropped or added.
-    fn remember(&self, cluster_name: &str, tables: &[RouteTable]) {
+    /// The snapshot was read after the change counter stood at `since`: this
+    /// provider's changes noted since then may have landed after EC2 read it (a create
+    /// that succeeded in one table while the list was in flight), so they are applied
+    /// on top. Without that, a retry of a partly failed create sent `CreateRoute`
+    /// again to the table that already had the route.
+    fn remember(&self, cluster_name: &str, tables: &[RouteTable], since: u64) {
         let mut managed = lock(&self.managed);
         let previous: Vec<TableView> = match managed.take() {
             Some(m) if m.cluster == cluster_name => m.tables,
@@ -399,9 +422,15 @@ impl AwsProvider {
                 );
             }
         }
+        let mut views: Vec<TableView> = tables.iter().map(TableView::of).collect();
+        for change in lock(&self.changes).since(since) {
+            if let Some(view) = views.iter_mut().find(|t| t.id == change.table) {
+                view.apply(change.cidr, change.instance.clone());
+            }
+        }
         *managed = Some(Managed {
             cluster: cluster_name.to_string(),
-            tables: tables.iter().map(TableView::of).collect(),
+            tables: views,
         });
     }
 
@@ -441,14 +470,14 @@ impl AwsProvider {
 
     /// Records what a successful mutation changed in one remembered table.
     fn note(&self, table: &str, cidr: Cidr, instance: Option<&str>) {
-        if let Some(m) = lock(&self.managed).as_mut()
+        let instance = instance.map(str::to_string);
+        let mut managed = lock(&self.managed);
+        if let Some(m) = managed.as_mut()
             && let Some(view) = m.tables.iter_mut().find(|t| t.id == table)
         {
-            match instance {
-                Some(i) => view.routes.insert(cidr, Some(i.to_string())),
-                None => view.routes.remove(&cidr),
-            };
+            view.apply(cidr, instance.clone());
         }
+        lock(&self.changes).record(table, cidr, instance);
     }
 
     /// EC2 said the table does not exist: stop using it until a list finds it again.
@@ -739,6 +768,14 @@ struct TableView {
 }
 
 impl TableView {
+    /// Records that the destination now routes to `instance` (`None`: no route).
+    fn apply(&mut self, cidr: Cidr, instance: Option<String>) {
+        match instance {
+            Some(i) => self.routes.insert(cidr, Some(i)),
+            None => self.routes.remove(&cidr),
+        };
+    }
+
     fn of(table: &RouteTable) -> TableView {
         let routes = table
             .routes
@@ -753,6 +790,59 @@ impl TableView {
             id: table.id.clone(),
             routes,
         }
+    }
+}
+
+/// The provider's own route changes, counted, and kept while a list is in flight
+/// (only then can a snapshot miss them; kept no longer, so this stays small).
+#[derive(Debug, Default)]
+struct Changes {
+    /// How many changes have been noted, ever.
+    count: u64,
+    lists_in_flight: usize,
+    /// `(number, change)` of the changes noted while a list was in flight.
+    recent: Vec<(u64, Change)>,
+}
+
+#[derive(Debug)]
+struct Change {
+    table: String,
+    cidr: Cidr,
+    instance: Option<String>,
+}
+
+impl Changes {
+    /// A list begins: returns the count its snapshot is measured against.
+    fn begin_list(&mut self) -> u64 {
+        self.lists_in_flight += 1;
+        self.count
+    }
+
+    fn end_list(&mut self) {
+        self.lists_in_flight = self.lists_in_flight.saturating_sub(1);
+        if self.lists_in_flight == 0 {
+            self.recent.clear();
+        }
+    }
+
+    fn record(&mut self, table: &str, cidr: Cidr, instance: Option<String>) {
+        if self.lists_in_flight > 0 {
+            let change = Change {
+                table: table.to_string(),
+                cidr,
+                instance,
+            };
+            self.recent.push((self.count, change));
+        }
+        self.count += 1;
+    }
+
+    /// The changes noted since the count stood at `since`, oldest first.
+    fn since(&self, since: u64) -> impl Iterator<Item = &Change> {
+        self.recent
+            .iter()
+            .filter(move |(n, _)| *n >= since)
+            .map(|(_, c)| c)
     }
 }
 
