@@ -6,6 +6,9 @@
 //! resulting commands to the cloud workers and the status writer. It holds no logic of
 //! its own beyond priorities: shutdown first, then leadership (so that a lost lease
 //! stops writes before anything else is handled), then replies, then node events.
+//! The [`Fence`]'s deadline counts as leadership news: when it passes unrenewed, the
+//! controller hears that the lease is lost at once, even while the lease thread is
+//! still stuck in a renewal.
 
 use std::time::Instant;
 
@@ -15,6 +18,7 @@ use crate::controller::{
     CloudJob, CloudReply, Command, Controller, Input, NodeEvent, OpId, PassReport, StatusRequest,
     WriteError,
 };
+use crate::fence::Fence;
 
 /// The channels around the actor. Senders of the inputs belong to the other threads.
 pub struct ActorIo {
@@ -25,6 +29,8 @@ pub struct ActorIo {
     pub leadership: Receiver<bool>,
     /// Any message, or the sender being dropped, asks for a clean shutdown.
     pub shutdown: Receiver<()>,
+    /// The fence leader election keeps; its deadline passing is a loss of the lease.
+    pub fence: Fence,
     pub cloud_jobs: Sender<CloudJob>,
     pub status_requests: Sender<StatusRequest>,
     /// Where pass reports go besides the log, if anywhere (tests, embedding tools).
@@ -41,6 +47,7 @@ pub fn run(mut controller: Controller, mut io: ActorIo) -> Exit {
     let mut shutting_down = false;
     loop {
         let timer = controller.next_deadline().map(at).unwrap_or_else(never);
+        let fence_deadline = io.fence.deadline().map(at).unwrap_or_else(never);
         let input = select_biased! {
             recv(io.shutdown) -> _ => {
                 io.shutdown = never();
@@ -52,6 +59,13 @@ pub fn run(mut controller: Controller, mut io: ActorIo) -> Exit {
                 Ok(leading) => Input::Leadership(leading),
                 Err(_) => { io.leadership = never(); continue; }
             },
+            recv(fence_deadline) -> _ => {
+                if io.fence.check().is_ok() || !controller.is_leading() {
+                    continue; // renewed meanwhile, or nothing to stop
+                }
+                log::error!("the leader lease's renew deadline passed without a renewal");
+                Input::Leadership(false)
+            }
             recv(io.cloud_replies) -> msg => match msg {
                 Ok((id, reply)) => Input::Cloud { id, reply },
                 Err(_) => { io.cloud_replies = never(); continue; }

@@ -10,7 +10,8 @@
 //! - [`Builder`] and [`Handle`]: the same threads as the binary (node watch, lease,
 //!   reconcile actor, cloud workers, status writer), for a tool that wants it all.
 //! - [`Routes`]: the provider interface, with [`CloudError`] and its
-//!   [`CloudErrorKind`]s; the providers themselves are in [`cloud`].
+//!   [`CloudErrorKind`]s; the providers themselves are in [`cloud`]. The [`Fence`]
+//!   they check before every request is opened and closed by leader election.
 //! - [`Metrics`]: the registry exported in the Prometheus text format ([`metrics`]).
 //! - The model ([`Node`], [`Route`], [`Cidr`], …, in [`model`]) and the pure planner
 //!   ([`plan`]), with upstream's semantics.
@@ -79,6 +80,7 @@ mod backoff;
 mod config;
 mod controller;
 mod duration;
+mod fence;
 pub mod metrics;
 pub mod model;
 mod percent;
@@ -115,6 +117,7 @@ pub use controller::{
     Cause, CloudJob, CloudOp, CloudReply, Command, Config, Controller, Input, Mode, NodeEvent,
     NodeEventRecord, OpId, PassReport, StatusRequest, Trigger, WriteError,
 };
+pub use fence::Fence;
 pub use metrics::{CloudOperation, CloudOutcome, Metrics, SyncOutcome, TriggerKind};
 pub use model::{Cidr, Condition, Node, NodeAddress, Route};
 pub use provider::{

@@ -14,7 +14,7 @@ use route_controller::cli::{self, Command, EXIT_USAGE, RunArgs, UsageError};
 use route_controller::kube::{Client, Env, KubeConfig, LoadOptions};
 use route_controller::metrics::Metrics;
 use route_controller::serve::{DelegatedReviewer, Reviewer};
-use route_controller::{Builder, Servers};
+use route_controller::{Builder, Fence, Servers};
 
 fn main() {
     let args: Vec<String> = std::env::args().collect();
@@ -74,7 +74,10 @@ fn run(args: &RunArgs, warnings: &[String]) -> i32 {
         let _ = signals.recv();
         return 0;
     }
-    let Some(cloud) = connect_cloud(&settings, &metrics, &servers, &signals) else {
+    // Leader election opens it (or the builder, without election); the provider
+    // checks it before every request.
+    let fence = Fence::new();
+    let Some(cloud) = connect_cloud(&settings, &metrics, &servers, &signals, &fence) else {
         log::info!("signal received while waiting for the cloud; stopped");
         return 0;
     };
@@ -102,7 +105,8 @@ fn run(args: &RunArgs, warnings: &[String]) -> i32 {
     );
     let mut builder = Builder::new(settings.controller.clone(), client, cloud)
         .metrics(metrics)
-        .servers(servers);
+        .servers(servers)
+        .fence(fence);
     if let Some(lease) = settings.lease.clone() {
         builder = builder.leader_election(lease);
     }
@@ -176,6 +180,7 @@ fn connect_cloud(
     metrics: &Arc<Metrics>,
     servers: &Servers,
     signals: &crossbeam_channel::Receiver<()>,
+    fence: &Fence,
 ) -> Option<Arc<dyn route_controller::cloud::Routes>> {
     let mut delay = START_RETRY_FIRST;
     loop {
@@ -184,6 +189,7 @@ fn connect_cloud(
             settings.cloud_config.as_ref(),
             &settings.controller.cluster_cidrs,
             Some(metrics.clone()),
+            fence,
         );
         match attempt {
             Ok(cloud) => return Some(cloud),

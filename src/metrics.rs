@@ -261,11 +261,13 @@ pub enum CloudOutcome {
     Invalid,
     /// The call may or may not have taken effect.
     Ambiguous,
+    /// Not sent (or stopped between its requests): the leader lease was lost.
+    Fenced,
 }
 
 impl CloudOutcome {
     /// Every outcome, in the order the series are exported.
-    pub const ALL: [CloudOutcome; 8] = [
+    pub const ALL: [CloudOutcome; 9] = [
         CloudOutcome::Success,
         CloudOutcome::Retry,
         CloudOutcome::RateLimited,
@@ -274,6 +276,7 @@ impl CloudOutcome {
         CloudOutcome::AlreadyExists,
         CloudOutcome::Invalid,
         CloudOutcome::Ambiguous,
+        CloudOutcome::Fenced,
     ];
 
     /// The label value.
@@ -287,6 +290,7 @@ impl CloudOutcome {
             CloudOutcome::AlreadyExists => "already_exists",
             CloudOutcome::Invalid => "invalid",
             CloudOutcome::Ambiguous => "ambiguous",
+            CloudOutcome::Fenced => "fenced",
         }
     }
 }
@@ -312,7 +316,7 @@ pub struct Metrics {
     /// From a node first showing a pod CIDR to its route existing in the cloud.
     pub node_to_route: Histogram,
     provider: Mutex<&'static str>,
-    cloud_requests: [[Counter; 8]; 3],
+    cloud_requests: [[Counter; 9]; 3],
     cloud_duration: [Histogram; 3],
     /// HTTP requests to a provider's API by (provider, endpoint, status); status 0 is
     /// "no reply". Endpoints carry `-` for IDs, so the set stays small.

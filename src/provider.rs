@@ -310,6 +310,11 @@ pub enum CloudErrorKind {
     /// The call may or may not have taken effect: a timeout, a 5xx, a reply that could
     /// not be read. The controller must list before trusting its view again.
     Ambiguous,
+    /// Not sent: this replica lost the leader lease, or its renew deadline passed
+    /// ([`Fence`](crate::Fence)). An operation of several requests may have stopped
+    /// between two of them, so its effect is unknown; it is never retried here: the
+    /// new leader lists and repairs.
+    Fenced,
 }
 
 impl CloudError {
@@ -348,6 +353,7 @@ impl CloudErrorKind {
             CloudErrorKind::AlreadyExists => CloudOutcome::AlreadyExists,
             CloudErrorKind::Invalid => CloudOutcome::Invalid,
             CloudErrorKind::Ambiguous => CloudOutcome::Ambiguous,
+            CloudErrorKind::Fenced => CloudOutcome::Fenced,
         }
     }
 }

@@ -38,6 +38,7 @@ use crossbeam_channel::{Sender, bounded, unbounded};
 
 use crate::actor::{self, ActorIo, Exit};
 use crate::controller::{Config, Controller, PassReport};
+use crate::fence::Fence;
 use crate::kube::{self, Client, LeaseConfig, NodeWatch, StatusConfig, StopHandle, WatchConfig};
 use crate::metrics::Metrics;
 use crate::provider::Routes;
@@ -59,7 +60,12 @@ pub struct Builder {
     reports: Option<Sender<PassReport>>,
     metrics_address: Option<SocketAddr>,
     servers: Option<Servers>,
+    fence: Option<Fence>,
 }
+
+/// The cloud request timeout assumed for the handover relist when no provider
+/// declared one to the fence (the longest of ours, AWS's 20 s, with a margin).
+const ASSUMED_REQUEST_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
 
 impl Builder {
     /// A controller with `config`, reading nodes with `client` and routing through
@@ -76,7 +82,18 @@ impl Builder {
             reports: None,
             metrics_address: None,
             servers: None,
+            fence: None,
         }
+    }
+
+    /// The fence the provider checks before each request (given to it with its
+    /// `with_fence`): leader election opens and closes it, and without leader
+    /// election it is opened for good. Without this call the workers still check a
+    /// fence of their own before each operation, but an operation of several
+    /// requests cannot be stopped between them.
+    pub fn fence(mut self, fence: Fence) -> Builder {
+        self.fence = Some(fence);
+        self
     }
 
     /// Write only while holding this Lease.
@@ -138,8 +155,20 @@ impl Builder {
             reports,
             metrics_address,
             servers,
+            fence,
         } = self;
         config.leader_election = lease.is_some();
+        let fence = fence.unwrap_or_default();
+        match &lease {
+            Some(lease) => {
+                // The previous leader's last request lands by then at the latest.
+                let bound = fence.request_bound().unwrap_or(ASSUMED_REQUEST_TIMEOUT);
+                config
+                    .handover_relist
+                    .get_or_insert(lease.renew_deadline + bound);
+            }
+            None => fence.open_for_good(),
+        }
         // The controller spends the provider's budget; workers never wait for it.
         if config.budget.is_none() {
             config.budget = cloud.budget();
@@ -175,6 +204,7 @@ impl Builder {
         servers.state.started.store(true, Ordering::Relaxed);
         let workers = workers::spawn(
             cloud,
+            fence.clone(),
             config.cluster_name.clone(),
             config.max_in_flight,
             jobs,
@@ -194,6 +224,7 @@ impl Builder {
                 client.clone(),
                 lease,
                 leadership_tx,
+                fence.clone(),
                 lease_stop.clone(),
             )?),
             None => None,
@@ -206,6 +237,7 @@ impl Builder {
             status_replies,
             leadership,
             shutdown,
+            fence,
             cloud_jobs: jobs_tx,
             status_requests: status_tx,
             reports,
@@ -475,43 +507,54 @@ impl Handle {
                 Exit::WatchEnded
             }
         };
-        self.teardown();
+        self.teardown(exit == Exit::LostLeadership);
         exit
     }
 
-    fn teardown(&mut self) {
+    /// Stops the other threads. After a lost lease (`prompt`) nothing is left to
+    /// release and the process should end as the CCM's does, at once: a thread stuck
+    /// in a request to an unreachable API server is not waited for beyond a grace.
+    fn teardown(&mut self, prompt: bool) {
         if let Some(watch) = self.watch.take() {
             watch.stop();
         }
         // Stopping the elector releases the lease, so that a successor takes over at
         // once instead of after the lease duration.
         self.lease_stop.stop();
+        let grace = std::time::Instant::now() + WORKER_STOP_GRACE;
         if let Some(t) = self.lease_thread.take() {
-            let _ = t.join();
+            join_within(t, prompt.then_some(grace), "the leader election");
         }
         // The actor's senders are gone: the status writer drains its queue and stops;
         // idle workers stop at once. The actor has already waited up to the drain
         // deadline for calls in flight, so a worker still inside one is left to finish
         // it on its own: joining it would stretch the 10 s drain to the provider's
-        // timeout.
+        // timeout. It sends nothing more: the fence is closed.
         if let Some(t) = self.status_thread.take() {
-            let _ = t.join();
+            join_within(t, prompt.then_some(grace), "the status writer");
         }
         let grace = std::time::Instant::now() + WORKER_STOP_GRACE;
         for w in self.workers.drain(..) {
-            while !w.is_finished() && std::time::Instant::now() < grace {
-                std::thread::sleep(std::time::Duration::from_millis(5));
-            }
-            if w.is_finished() {
-                let _ = w.join();
-            } else {
-                log::warn!("a cloud worker is still inside a call; not waiting for it");
-            }
+            join_within(w, Some(grace), "a cloud worker");
         }
         if let Some(servers) = self.servers.take() {
             servers.stop();
         }
     }
+}
+
+/// Joins `thread`, or leaves it running once `deadline` (if any) passes.
+fn join_within(thread: JoinHandle<()>, deadline: Option<std::time::Instant>, what: &str) {
+    if let Some(deadline) = deadline {
+        while !thread.is_finished() && std::time::Instant::now() < deadline {
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        if !thread.is_finished() {
+            log::warn!("{what} is still inside a request; not waiting for it");
+            return;
+        }
+    }
+    let _ = thread.join();
 }
 
 impl Drop for Handle {
@@ -521,7 +564,7 @@ impl Drop for Handle {
             if let Some(actor) = self.actor.take() {
                 let _ = actor.join();
             }
-            self.teardown();
+            self.teardown(false);
         }
     }
 }

@@ -1,17 +1,19 @@
 //! The cloud worker pool: threads that run the controller's cloud operations against
 //! a provider and send the replies back. A driver beside the actor: it decides
 //! nothing. The pool size bounds the calls in flight (`--concurrent-route-operations`);
-//! the controller never dispatches more than that.
+//! the controller never dispatches more than that. An operation whose turn comes after
+//! the [`Fence`] closed is answered as fenced without reaching the provider.
 
 use std::sync::Arc;
 use std::thread::JoinHandle;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, Sender};
 
 use crate::controller::{CloudJob, CloudOp, CloudReply, OpId};
+use crate::fence::Fence;
 use crate::metrics::{CloudOutcome, Metrics};
-use crate::provider::{Meter, Routes};
+use crate::provider::{CloudError, Meter, Routes};
 
 /// Runs one operation against the provider, recording it in the metrics. What it
 /// spent of the cloud's budget is dropped: the controller keeps the cost it
@@ -65,6 +67,15 @@ fn call(provider: &dyn Routes, cluster_name: &str, op: &CloudOp, metrics: &Metri
     reply
 }
 
+/// The reply to an operation the fence kept from starting, counted like any other.
+fn fenced(op: &CloudOp, error: CloudError, metrics: &Metrics) -> CloudReply {
+    metrics.cloud_request(op.operation(), error.kind.outcome(), Duration::ZERO);
+    match op {
+        CloudOp::List { .. } => CloudReply::Listed(Err(error)),
+        _ => CloudReply::Done(Err(error)),
+    }
+}
+
 fn outcome_of<T>(result: &Result<T, crate::provider::CloudError>) -> CloudOutcome {
     match result {
         Ok(_) => CloudOutcome::Success,
@@ -73,9 +84,10 @@ fn outcome_of<T>(result: &Result<T, crate::provider::CloudError>) -> CloudOutcom
 }
 
 /// Starts `count` workers. They stop when `jobs` is closed and drained, or when the
-/// reply channel is gone.
+/// reply channel is gone. Each operation starts only while `fence` is open.
 pub fn spawn(
     provider: Arc<dyn Routes>,
+    fence: Fence,
     cluster_name: String,
     count: usize,
     jobs: Receiver<CloudJob>,
@@ -85,8 +97,9 @@ pub fn spawn(
     metrics.set_provider(provider.provider_name());
     (0..count.max(1))
         .map(|i| {
-            let (provider, cluster_name, jobs, replies, metrics) = (
+            let (provider, fence, cluster_name, jobs, replies, metrics) = (
                 provider.clone(),
+                fence.clone(),
                 cluster_name.clone(),
                 jobs.clone(),
                 replies.clone(),
@@ -102,8 +115,12 @@ pub fn spawn(
                             job.cause.pass,
                             job.cause
                         );
-                        let (reply, spent) =
-                            run_op_metered(provider.as_ref(), &cluster_name, &job.op, &metrics);
+                        let (reply, spent) = match fence.check() {
+                            Ok(()) => {
+                                run_op_metered(provider.as_ref(), &cluster_name, &job.op, &metrics)
+                            }
+                            Err(e) => (fenced(&job.op, e, &metrics), None),
+                        };
                         if let Some(spent) = spent
                             && replies.send((job.id, spent)).is_err()
                         {

@@ -12,7 +12,7 @@ use route_controller::cloud::fake::FakeCloud;
 use route_controller::metrics::Metrics;
 use route_controller::model::{Cidr, Node, NodeAddress};
 use route_controller::workers;
-use route_controller::{Config, Controller, NodeEvent, PassReport};
+use route_controller::{Config, Controller, Fence, NodeEvent, PassReport};
 
 struct Running {
     nodes: Sender<NodeEvent>,
@@ -21,6 +21,7 @@ struct Running {
     reports: Receiver<PassReport>,
     status: Receiver<StatusRequest>,
     cloud: Arc<FakeCloud>,
+    fence: Fence,
     actor: thread::JoinHandle<Exit>,
 }
 
@@ -38,8 +39,14 @@ fn start(leader_election: bool) -> Running {
     let (status_tx, status_rx) = unbounded();
     let (status_replies_tx, status_replies) = unbounded();
     let (reports_tx, reports) = unbounded();
+    let fence = if leader_election {
+        Fence::new()
+    } else {
+        Fence::open()
+    };
     workers::spawn(
         cloud.clone(),
+        fence.clone(),
         "kubernetes".into(),
         2,
         jobs,
@@ -64,6 +71,7 @@ fn start(leader_election: bool) -> Running {
         status_replies,
         leadership,
         shutdown,
+        fence: fence.clone(),
         cloud_jobs: jobs_tx,
         status_requests: status_tx,
         reports: Some(reports_tx),
@@ -76,6 +84,7 @@ fn start(leader_election: bool) -> Running {
         reports,
         status: status_seen,
         cloud,
+        fence,
         actor,
     }
 }
@@ -136,12 +145,44 @@ fn losing_the_lease_ends_the_actor_with_lost_leadership() {
     let r = start(true);
     r.nodes.send(NodeEvent::Init).unwrap();
     r.nodes.send(NodeEvent::InitDone).unwrap();
+    // As leader election does: the fence opens before the gain is reported.
+    r.fence.open_for_good();
     r.leadership.send(true).unwrap();
     r.reports
         .recv_timeout(WAIT)
         .expect("the new leader runs a pass");
     r.leadership.send(false).unwrap();
     assert_eq!(r.actor.join().unwrap(), Exit::LostLeadership);
+}
+
+/// Guards the actor's watch on the fence: a renew deadline that passes while the
+/// lease thread is silent (stuck in a renewal) ends the actor as a loss would, with
+/// no message on the leadership channel. Without the watch the actor would wait for
+/// that message and this test would time out.
+#[test]
+fn a_renew_deadline_that_passes_unrenewed_ends_the_actor_with_lost_leadership() {
+    let r = start(true);
+    r.nodes.send(NodeEvent::Init).unwrap();
+    r.nodes.send(NodeEvent::InitDone).unwrap();
+    let opened = std::time::Instant::now();
+    r.fence
+        .open_until(opened + Duration::from_millis(300), opened);
+    r.leadership.send(true).unwrap();
+    r.reports
+        .recv_timeout(WAIT)
+        .expect("the new leader runs a pass");
+    let (done_tx, done) = bounded(1);
+    thread::spawn(move || {
+        let _ = done_tx.send(r.actor.join().unwrap());
+    });
+    let exit = done
+        .recv_timeout(WAIT)
+        .expect("the actor ends without a leadership message");
+    let took = opened.elapsed();
+    println!("actor ended {took:?} after the fence opened for 300ms");
+    assert_eq!(exit, Exit::LostLeadership);
+    assert!(took >= Duration::from_millis(300), "{took:?}");
+    drop(r.leadership);
 }
 
 #[test]

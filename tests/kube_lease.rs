@@ -13,6 +13,7 @@ use fake_apiserver::FakeApiServer;
 use route_controller::kube::config::{Auth, Secret, TlsSettings};
 use std::time::SystemTime;
 
+use route_controller::Fence;
 use route_controller::kube::lease::{
     Elector, LeaseConfig, spawn_leader_election, try_acquire_or_renew,
 };
@@ -22,6 +23,7 @@ struct Candidate {
     identity: String,
     token: String,
     leadership: Receiver<bool>,
+    fence: Fence,
     stop: StopHandle,
     thread: std::thread::JoinHandle<()>,
 }
@@ -46,11 +48,20 @@ fn candidate(server: &FakeApiServer, name: &str, lease: Duration, renew: Duratio
     lease_config.retry_period = Duration::from_millis(200);
     let (tx, rx) = crossbeam_channel::unbounded();
     let stop = StopHandle::new();
-    let thread = spawn_leader_election(client, lease_config.clone(), tx, stop.clone()).unwrap();
+    let fence = Fence::new();
+    let thread = spawn_leader_election(
+        client,
+        lease_config.clone(),
+        tx,
+        fence.clone(),
+        stop.clone(),
+    )
+    .unwrap();
     Candidate {
         identity: lease_config.identity,
         token: format!("token-{name}"),
         leadership: rx,
+        fence,
         stop,
         thread,
     }
@@ -222,6 +233,10 @@ fn releasing_the_lease_on_stop_lets_the_successor_take_over_at_once() {
         Duration::from_secs(10),
     );
     assert_eq!(a.leadership.recv_timeout(Duration::from_secs(10)), Ok(true));
+    // The fence opens before the gain is reported, until the renew deadline.
+    assert_eq!(a.fence.check(), Ok(()));
+    let deadline = a.fence.deadline().expect("open until the renew deadline");
+    assert!(deadline <= Instant::now() + Duration::from_secs(10));
     let b = candidate(
         &server,
         "b",
@@ -240,10 +255,14 @@ fn releasing_the_lease_on_stop_lets_the_successor_take_over_at_once() {
             .is_err()
     );
 
+    assert!(b.fence.check().is_err(), "a standby's fence is closed");
     let stopped = Instant::now();
     a.stop.stop();
     a.thread.join().unwrap();
     assert!(stopped.elapsed() < Duration::from_secs(2));
+    // Closed before the release could let b take over, and for good.
+    assert!(a.fence.check().is_err());
+    assert_eq!(a.fence.deadline(), None);
     let release = server
         .requests()
         .into_iter()
@@ -266,6 +285,7 @@ fn releasing_the_lease_on_stop_lets_the_successor_take_over_at_once() {
     // Far sooner than the 15 s lease duration.
     assert_eq!(b.leadership.recv_timeout(Duration::from_secs(3)), Ok(true));
     assert_eq!(holder(&server), b.identity);
+    assert_eq!(b.fence.check(), Ok(()));
     b.stop.stop();
     b.thread.join().unwrap();
 }

@@ -15,6 +15,7 @@ use super::{
 use crate::cloud::Routes;
 use crate::config::{parse_cluster_cidrs, validate_lease_name, validate_namespace};
 use crate::controller::{Config, Mode};
+use crate::fence::Fence;
 use crate::kube::{ClientOptions, LeaseConfig, LoadOptions};
 use crate::run::Serving;
 use crate::serve::{AccessConfig, CertSource};
@@ -683,10 +684,12 @@ pub fn provider(
     cluster_cidrs: &[crate::model::Cidr],
     metrics: Option<Arc<crate::metrics::Metrics>>,
 ) -> Result<Arc<dyn Routes>, UsageError> {
-    connect_provider(name, cloud_config, cluster_cidrs, metrics).map_err(|e| match e {
-        ProviderError::Config(e) => e,
-        ProviderError::Outage(message) => UsageError(message),
-    })
+    connect_provider(name, cloud_config, cluster_cidrs, metrics, &Fence::open()).map_err(
+        |e| match e {
+            ProviderError::Config(e) => e,
+            ProviderError::Outage(message) => UsageError(message),
+        },
+    )
 }
 
 /// Why the provider could not be built.
@@ -705,12 +708,14 @@ impl From<UsageError> for ProviderError {
 }
 
 /// As [`provider`], telling an outage of the cloud's API apart from a wrong setting,
-/// so that `run` waits for the cloud instead of exiting.
+/// so that `run` waits for the cloud instead of exiting. The provider checks `fence`
+/// before every request once it is built (the start's own requests precede it).
 pub fn connect_provider(
     name: &str,
     cloud_config: Option<&PathBuf>,
     cluster_cidrs: &[crate::model::Cidr],
     metrics: Option<Arc<crate::metrics::Metrics>>,
+    fence: &Fence,
 ) -> Result<Arc<dyn Routes>, ProviderError> {
     let file = match cloud_config {
         Some(path) => {
@@ -750,7 +755,7 @@ pub fn connect_provider(
             for problem in provider.cluster_cidr_problems(cluster_cidrs) {
                 log::warn!("--cluster-cidr: {problem}");
             }
-            Ok(Arc::new(provider))
+            Ok(Arc::new(provider.with_fence(fence.clone())))
         }
         "aws" => {
             use crate::cloud::aws::{AwsConfig, AwsProvider, credentials::AwsEnv};
@@ -767,7 +772,7 @@ pub fn connect_provider(
                     _ => ProviderError::Outage(format!("aws: {}", e.message)),
                 }
             })?;
-            Ok(Arc::new(provider))
+            Ok(Arc::new(provider.with_fence(fence.clone())))
         }
         other => Err(ProviderError::Config(UsageError(format!(
             "--cloud-provider: {other:?} is not supported; use hcloud, aws or fake"

@@ -17,6 +17,9 @@ pub enum Trigger {
     Relist,
     /// This replica became the leader.
     Leadership,
+    /// The previous leader's last possible request has timed out since this replica
+    /// took the lease: a list shows any late write of it, and the pass repairs it.
+    Handover,
     /// Watch mode's full resync (every 12–24 h).
     Resync,
     /// Poll mode's period.
@@ -45,7 +48,7 @@ impl Trigger {
     /// The metrics label of this trigger.
     pub fn kind(&self) -> TriggerKind {
         match self {
-            Trigger::Startup | Trigger::Leadership => TriggerKind::Startup,
+            Trigger::Startup | Trigger::Leadership | Trigger::Handover => TriggerKind::Startup,
             Trigger::Relist => TriggerKind::Relist,
             Trigger::Resync => TriggerKind::Resync,
             Trigger::Poll => TriggerKind::Poll,
@@ -76,7 +79,11 @@ impl Trigger {
     pub(super) fn forces_list(&self) -> bool {
         matches!(
             self,
-            Trigger::Startup | Trigger::Leadership | Trigger::Resync | Trigger::Poll
+            Trigger::Startup
+                | Trigger::Leadership
+                | Trigger::Handover
+                | Trigger::Resync
+                | Trigger::Poll
         )
     }
 
@@ -99,6 +106,7 @@ impl fmt::Display for Trigger {
             Trigger::Startup => f.write_str("startup"),
             Trigger::Relist => f.write_str("node relist"),
             Trigger::Leadership => f.write_str("became leader"),
+            Trigger::Handover => f.write_str("previous leader's last request timed out"),
             Trigger::Resync => f.write_str("periodic resync"),
             Trigger::Poll => f.write_str("poll period"),
             Trigger::NodeAdded(n) => write!(f, "node {n} added"),

@@ -73,6 +73,14 @@ pub struct Config {
     /// How long a shutdown waits for in-flight cloud calls and condition writes before
     /// it gives up on them (default 10 s).
     pub drain_timeout: Duration,
+    /// With leader election: how long after gaining the lease the routes are listed
+    /// again, so that a write the previous leader had on the wire when it lost the
+    /// lease is seen and repaired. The renew deadline plus the cloud's request
+    /// timeout: the previous leader's fence closed at its renew deadline at the
+    /// latest, and a request it let through before gives up within the timeout.
+    /// Default `None` (no such list); [`Builder`](crate::Builder) fills it in from
+    /// the lease and the [`Fence`](crate::Fence).
+    pub handover_relist: Option<Duration>,
     /// The provider's budget ([`Routes::budget`](crate::Routes::budget)), spent by the
     /// controller. Default `None`: [`Builder`](crate::Builder) fills it from the
     /// provider; without one only the provider's refusals pace.
@@ -95,6 +103,7 @@ impl Config {
             retry_initial: Duration::from_secs(1),
             retry_max: Duration::from_secs(300),
             leader_election: false,
+            handover_relist: None,
             seed: None,
             budget: None,
             drain_timeout: Duration::from_secs(10),

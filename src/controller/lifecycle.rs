@@ -15,11 +15,13 @@ impl Controller {
         self.metrics.leader.set(i64::from(leading));
         self.metrics.leader_transitions.inc();
         if leading {
+            self.handover_at = self.config.handover_relist.map(|after| now + after);
             if self.nodes.is_synced() {
                 self.arm_timer(now);
                 self.trigger(Trigger::Leadership, now);
             }
         } else {
+            self.handover_at = None;
             // Writes stop at once: nothing queued is sent; replies still update the view.
             self.abandon_planning(now, out);
             self.cancel_queued(now, out);
@@ -30,6 +32,17 @@ impl Controller {
                 log::error!("lost the leader lease; stopping");
                 self.exit(Exit::LostLeadership, out);
             }
+        }
+    }
+
+    /// Dual protection behind the fence: the previous leader stopped sending at its
+    /// renew deadline at the latest, but a request it had on the wire may land up to
+    /// the cloud's request timeout later, after this replica's first list. Listing
+    /// again once that has passed shows such a late write, and the pass repairs it.
+    pub(super) fn handover_due(&mut self, now: Instant) {
+        if self.handover_at.is_some_and(|t| t <= now) {
+            self.handover_at = None;
+            self.trigger(Trigger::Handover, now);
         }
     }
 

@@ -90,6 +90,9 @@ pub struct Controller {
     drain_until: Option<Instant>,
     /// [`Command::Exit`] was emitted.
     exited: bool,
+    /// After gaining the lease: when the previous leader's last request has timed
+    /// out and the routes are listed again (`Config::handover_relist`).
+    handover_at: Option<Instant>,
 
     scheduler: Scheduler,
     /// The pass waiting for its list of routes, if any; one at a time.
@@ -140,6 +143,7 @@ impl Controller {
             shutting_down: false,
             drain_until: None,
             exited: false,
+            handover_at: None,
             scheduler,
             planning: None,
             passes: Passes::default(),
@@ -267,6 +271,7 @@ impl Controller {
         if self.next_timer.is_some_and(|t| t <= now) {
             self.fire_timer(now);
         }
+        self.handover_due(now);
         if self.retries.list_due(now) {
             self.trigger(Trigger::ListRetry, now);
         }
@@ -563,6 +568,10 @@ impl Controller {
             return;
         };
         let pass = flight.pass;
+        let fenced = matches!(
+            &reply,
+            CloudReply::Listed(Err(e)) if e.kind == CloudErrorKind::Fenced
+        ) || matches!(&reply, CloudReply::Done(Err(e)) if e.kind == CloudErrorKind::Fenced);
         match (flight.kind, reply) {
             (None, CloudReply::Listed(result)) => {
                 self.on_listed(pass, result, flight.sent, now, out)
@@ -590,6 +599,11 @@ impl Controller {
             }
         }
         self.maybe_finish(pass, now, out);
+        if fenced {
+            // The fence closes before the lease thread can say so (its deadline
+            // passed while a renewal hung): the lease is as good as lost.
+            self.on_leadership(false, now, out);
+        }
     }
 
     fn on_listed(
@@ -632,6 +646,9 @@ impl Controller {
     }
 
     fn list_failed(&mut self, err: &CloudError, now: Instant) {
+        if err.kind == CloudErrorKind::Fenced {
+            return; // never retried (see schedule_retry)
+        }
         match self.config.mode {
             // The next poll retries.
             Mode::Poll => self.retries.count_list_failure(),
@@ -693,7 +710,9 @@ impl Controller {
             (_, Err(e)) => {
                 if matches!(
                     e.kind,
-                    CloudErrorKind::Ambiguous | CloudErrorKind::AlreadyExists
+                    CloudErrorKind::Ambiguous
+                        | CloudErrorKind::AlreadyExists
+                        | CloudErrorKind::Fenced
                 ) && let Some(view) = &mut self.view
                 {
                     view.stale = true;
@@ -752,8 +771,10 @@ impl Controller {
         }
     }
 
+    /// A fenced operation is never retried: the lease is gone, and the new leader
+    /// lists and repairs whatever it left half done.
     fn schedule_retry(&mut self, cidr: Cidr, kind: CloudErrorKind, now: Instant) {
-        if self.config.mode == Mode::Watch {
+        if self.config.mode == Mode::Watch && kind != CloudErrorKind::Fenced {
             self.retries.route_failed(cidr, kind, now);
         }
     }

@@ -23,6 +23,8 @@ pub(super) enum Wake {
     PauseEnd,
     /// Poll mode's period or watch mode's full resync.
     Periodic,
+    /// A new leader lists again: the previous leader's last request has timed out.
+    Handover,
     /// The route list failed; list again.
     ListRetry,
     /// A failed operation on this destination is tried again.
@@ -90,6 +92,7 @@ impl Controller {
             }
         }
         t.add(self.next_timer, Wake::Periodic);
+        t.add(self.handover_at, Wake::Handover);
         t.add(self.retries.list_retry_at(), Wake::ListRetry);
         for (cidr, at) in self.retries.route_retries() {
             t.add(Some(at), Wake::RouteRetry(cidr));

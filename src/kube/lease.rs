@@ -10,7 +10,10 @@
 //!
 //! [`spawn_leader_election`] drives it on a thread and reports gains and losses of
 //! leadership; a leader that cannot renew within the renew deadline reports the loss
-//! at once, and the caller must stop writing. On stop the lease is released so that a
+//! at once, and the caller must stop writing. It also keeps the [`Fence`] that every
+//! cloud request passes: open until the renew deadline after the last renewal was
+//! sent, closed on a loss and before a release, so that the deadline holds even while
+//! this thread is stuck in a request. On stop the lease is released so that a
 //! successor takes over without waiting for it to expire.
 
 use std::io;
@@ -25,6 +28,7 @@ use rand::RngExt;
 use super::client::{Client, Method};
 use super::error::{ApiErrorKind, KubeError};
 use super::stop::StopHandle;
+use crate::fence::Fence;
 
 /// Settings of leader election (defaults of component-base, as the CCM uses them).
 #[derive(Clone, Debug)]
@@ -157,8 +161,12 @@ pub struct Elector {
     config: LeaseConfig,
     observed: Option<Observed>,
     leading: bool,
-    /// When this replica last wrote the lease successfully as its holder.
+    /// When this replica sent the last write of the lease that succeeded as its
+    /// holder: other replicas cannot have seen the renewal before that instant, so
+    /// the renew deadline (and the [`Fence`]) counts from there.
     renewed_at: Option<Instant>,
+    /// When the write in progress was sent.
+    writing_since: Option<Instant>,
     /// What was last reported to the caller.
     reported: bool,
     /// A write lost a race: the cached copy is stale and the next attempt must read.
@@ -172,6 +180,7 @@ impl Elector {
             observed: None,
             leading: false,
             renewed_at: None,
+            writing_since: None,
             reported: false,
             stale: false,
         }
@@ -192,7 +201,9 @@ impl Elector {
         self.check_deadline(now);
         match &self.observed {
             Some(o) if self.leading && !self.stale && o.record.holder == self.config.identity => {
-                LeaseAction::Update(self.claim(&o.lease, true, wall))
+                let update = LeaseAction::Update(self.claim(&o.lease, true, wall));
+                self.writing_since = Some(now);
+                update
             }
             _ => LeaseAction::Get,
         }
@@ -217,6 +228,7 @@ impl Elector {
                     spec: None,
                 };
                 lease = self.claim(&lease, false, wall);
+                self.writing_since = Some(now);
                 return Some(LeaseAction::Create(lease));
             }
             Err(e) => {
@@ -258,6 +270,7 @@ impl Elector {
             return None;
         }
         let ours = record.holder == self.config.identity;
+        self.writing_since = Some(now);
         Some(LeaseAction::Update(self.claim(&lease, ours, wall)))
     }
 
@@ -281,7 +294,7 @@ impl Elector {
                 });
                 self.leading = true;
                 self.stale = false;
-                self.renewed_at = Some(now);
+                self.renewed_at = Some(self.writing_since.take().unwrap_or(now).min(now));
             }
             Err(e) => {
                 match e.kind() {
@@ -299,6 +312,13 @@ impl Elector {
                 self.check_deadline(now);
             }
         }
+    }
+
+    /// Until when this replica may write, if it leads: the renew deadline after the
+    /// last successful write was sent. The [`Fence`] is opened until then.
+    pub fn valid_until(&self) -> Option<Instant> {
+        let renewed = self.renewed_at.filter(|_| self.leading)?;
+        Some(renewed + self.config.renew_deadline)
     }
 
     /// A change of leadership to report since the last call, if any.
@@ -432,12 +452,16 @@ fn micro_time(wall: SystemTime) -> MicroTime {
 // The thread.
 
 /// Starts leader election. `leadership` receives `true` when this replica gains the
-/// lease and `false` when it loses it. On `stop` the lease is released if held (and
-/// nothing more is sent). The thread ends on stop or when `leadership` is closed.
+/// lease and `false` when it loses it; `fence` is opened before a gain is reported,
+/// until the renew deadline after each successful write, and closed before a loss is
+/// reported and before the lease is released. On `stop` the lease is released if
+/// held (and nothing more is sent). The thread ends on stop or when `leadership` is
+/// closed.
 pub fn spawn_leader_election(
     client: Client,
     config: LeaseConfig,
     leadership: Sender<bool>,
+    fence: Fence,
     stop: StopHandle,
 ) -> io::Result<JoinHandle<()>> {
     if let Err(e) = config.validate() {
@@ -452,10 +476,17 @@ pub fn spawn_leader_election(
                     break;
                 }
                 try_acquire_or_renew(&client, &mut elector, &wall_clock);
-                if let Some(leading) = elector.leadership_change(Instant::now())
-                    && leadership.send(leading).is_err()
-                {
-                    break;
+                let now = Instant::now();
+                if let Some(until) = elector.valid_until() {
+                    fence.open_until(until, now);
+                }
+                if let Some(leading) = elector.leadership_change(now) {
+                    if !leading {
+                        fence.close();
+                    }
+                    if leadership.send(leading).is_err() {
+                        break;
+                    }
                 }
                 let now = Instant::now();
                 let next = elector.next_attempt(now, rand::rng().random_range(0.0..1.0));
@@ -463,6 +494,8 @@ pub fn spawn_leader_election(
                     break;
                 }
             }
+            // Nothing may reach the cloud once a successor can take over.
+            fence.close();
             release(&client, &mut elector);
         })
 }
@@ -748,6 +781,33 @@ mod tests {
             Some(false)
         );
         assert!(!e.is_leader());
+    }
+
+    /// Guards the fence's deadline: it counts from when the renewal was sent, not
+    /// when its reply came, since others may have seen the renewal at any instant
+    /// in between.
+    #[test]
+    fn the_lease_is_valid_until_the_renew_deadline_after_the_write_was_sent() {
+        let t0 = Instant::now();
+        let s = Duration::from_secs;
+        let mut e = Elector::new(LeaseConfig::new("me"));
+        assert_eq!(e.valid_until(), None, "a candidate may not write");
+        let LeaseAction::Create(lease) = e.on_get(Ok(None), t0, wall(0)).unwrap() else {
+            panic!()
+        };
+        // The create's reply takes 3 s.
+        e.on_write(Ok(stored(lease, 1)), t0 + s(3));
+        assert_eq!(e.valid_until(), Some(t0 + s(10)));
+        let renew = e.attempt(t0 + s(5), wall(5));
+        let LeaseAction::Update(lease) = renew else {
+            panic!()
+        };
+        e.on_write(Ok(stored(lease, 2)), t0 + s(6));
+        assert_eq!(e.valid_until(), Some(t0 + s(15)));
+        assert_eq!(e.leadership_change(t0 + s(6)), Some(true));
+        // Unrenewed past the deadline: no longer valid.
+        e.attempt(t0 + s(15), wall(15));
+        assert_eq!(e.valid_until(), None);
     }
 
     #[test]

@@ -273,6 +273,10 @@ impl CallError {
         };
         let (kind, hint) = match self.error.as_ref() {
             QueryError::Credentials(e) => return e.clone(),
+            QueryError::Fenced(e) => {
+                let message = format!("EC2 {}: {}", self.action, e.message);
+                return CloudError::new(e.kind, message);
+            }
             QueryError::Transport { maybe_sent, .. } => {
                 let kind = if *maybe_sent {
                     uncertain

@@ -56,6 +56,7 @@ use self::ec2::{
 };
 use self::query::{Endpoint, Params, QueryClient, QueryClientConfig, QueryError};
 use self::xml::Element;
+use crate::fence::Fence;
 use crate::model::{Cidr, Route};
 use crate::provider::{
     Budget, CloudError, CloudErrorKind, Meter, NodeDirectory, RouteTarget, Routes,
@@ -134,6 +135,10 @@ pub struct AwsProvider {
     /// Instances known to be terminated or gone: that never changes back.
     gone: Mutex<HashSet<String>>,
     calls: Mutex<BTreeMap<&'static str, u64>>,
+    /// Checked right before every request goes out (see [`Fence`]).
+    fence: Fence,
+    /// How long one request may take, for the fence's bound.
+    request_timeout: Duration,
 }
 
 impl fmt::Debug for AwsProvider {
@@ -206,7 +211,18 @@ impl AwsProvider {
             source_dest_check: Mutex::new(HashMap::new()),
             gone: Mutex::new(HashSet::new()),
             calls: Mutex::new(BTreeMap::new()),
+            fence: Fence::open(),
+            request_timeout: config.timeout,
         })
+    }
+
+    /// Every request from now on first passes `fence` (leader election's; see
+    /// [`Fence`]): after the lease is lost nothing is sent, and a route change stops
+    /// between its `ModifyInstanceAttribute` and its `CreateRoute`s.
+    pub fn with_fence(mut self, fence: Fence) -> AwsProvider {
+        fence.covers(self.request_timeout);
+        self.fence = fence;
+        self
     }
 
     /// The region the provider signs for.
@@ -232,11 +248,19 @@ impl AwsProvider {
         kind: CallKind,
         params: &Params,
     ) -> Result<Element, CallError> {
-        *lock(&self.calls).entry(action).or_default() += 1;
-        // The controller spends the budget; this call only reports what it sent.
-        Meter::request();
         let started = Instant::now();
-        match self.ec2.call(action, params) {
+        // Right before the request leaves: the lease may have been lost, also between
+        // the requests of one operation.
+        let sent = match self.fence.check() {
+            Ok(()) => {
+                *lock(&self.calls).entry(action).or_default() += 1;
+                // The controller spends the budget; this call only reports what it sent.
+                Meter::request();
+                self.ec2.call(action, params)
+            }
+            Err(e) => Err(QueryError::Fenced(e)),
+        };
+        match sent {
             Ok(root) => {
                 lock(&self.throttle).on_success();
                 log::debug!(

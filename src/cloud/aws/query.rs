@@ -147,6 +147,8 @@ pub enum QueryError {
     Unreadable { status: u16, message: String },
     /// No credentials to sign with.
     Credentials(CloudError),
+    /// Not sent: the [`Fence`](crate::Fence) is closed.
+    Fenced(CloudError),
 }
 
 impl fmt::Display for QueryError {
@@ -172,7 +174,7 @@ impl fmt::Display for QueryError {
             QueryError::Unreadable { status, message } => {
                 write!(f, "unreadable reply (HTTP {status}): {message}")
             }
-            QueryError::Credentials(e) => f.write_str(&e.message),
+            QueryError::Credentials(e) | QueryError::Fenced(e) => f.write_str(&e.message),
         }
     }
 }

@@ -243,6 +243,15 @@ fn record(
 ) {
     let actions = match reply {
         Ok(actions) => actions,
+        Err(e) if e.kind == CloudErrorKind::Fenced => {
+            // The lease is gone: nobody waits for more polls, which would not be sent.
+            for &id in batch {
+                if state.waiting.contains(&id) {
+                    state.done.insert(id, Err(e.clone()));
+                }
+            }
+            return;
+        }
         Err(e) => {
             for &id in batch {
                 poll_failed(state, id, &e, now);

@@ -20,6 +20,7 @@ use serde::Deserialize;
 use serde::de::DeserializeOwned;
 
 use super::config::{Config, TokenReader};
+use crate::fence::Fence;
 use crate::metrics::Metrics;
 use crate::provider::{CloudError, CloudErrorKind, Meter};
 
@@ -139,6 +140,10 @@ pub(super) struct Client {
     /// count them yet.
     in_flight: AtomicU64,
     metrics: Option<Arc<Metrics>>,
+    /// Checked right before every request goes out (see [`Fence`]).
+    fence: Fence,
+    /// How long one request may take, for the fence's bound.
+    request_timeout: Duration,
 }
 
 impl fmt::Debug for Client {
@@ -170,7 +175,16 @@ impl Client {
             per_second: config.rate_limit_per_second,
             in_flight: AtomicU64::new(0),
             metrics: config.metrics.clone(),
+            fence: Fence::open(),
+            request_timeout: config.request_timeout,
         }
+    }
+
+    /// From now on every request first passes `fence`, which learns how long one
+    /// may take.
+    pub(super) fn set_fence(&mut self, fence: Fence) {
+        fence.covers(self.request_timeout);
+        self.fence = fence;
     }
 
     /// Whether a token can be had now (the token file is readable and not empty).
@@ -197,6 +211,11 @@ impl Client {
             .token
             .token()
             .map_err(|e| ApiError::new(e.kind, e.message))?;
+        // Right before the request leaves: the lease may have been lost, also between
+        // the requests of one operation.
+        self.fence
+            .check()
+            .map_err(|e| ApiError::new(e.kind, format!("hcloud: {what}: {}", e.message)))?;
         let mut url = format!("{}{}", self.base, request.path);
         if !request.query.is_empty() {
             url.push('?');

@@ -53,6 +53,7 @@ use api::{
 };
 use servers::{Server, ServerCache, ServerSnapshot};
 
+use crate::fence::Fence;
 use crate::model::{Cidr, Route};
 use crate::provider::{Budget, CloudError, CloudErrorKind, NodeDirectory, RouteTarget, Routes};
 
@@ -136,6 +137,15 @@ impl HcloudRoutes {
         };
         provider.remember_all(&network.routes);
         Ok(provider)
+    }
+
+    /// Every request from now on first passes `fence` (leader election's; see
+    /// [`Fence`]): after the lease is lost nothing is sent, and a route change stops
+    /// between its POST and the polls of its action. Call it after `connect`, whose
+    /// requests precede leader election.
+    pub fn with_fence(mut self, fence: Fence) -> HcloudRoutes {
+        self.client.set_fence(fence);
+        self
     }
 
     /// The network this provider manages.
@@ -391,7 +401,21 @@ impl HcloudRoutes {
             .map_err(|e| ApiError::new(CloudErrorKind::Invalid, format!("hcloud: {what}: {e}")))?;
         let request = Request::post(path, endpoint, payload);
         let action = self.client.post::<ActionEnvelope>(&request)?.action;
-        match self.actions.wait(&self.client, &action, &what)? {
+        let end = self
+            .actions
+            .wait(&self.client, &action, &what)
+            .map_err(|e| {
+                if e.kind != CloudErrorKind::Fenced {
+                    return e;
+                }
+                let message = format!(
+                    "hcloud: {what}: action {} was started and not followed to its end ({}); \
+                 the new leader lists and repairs",
+                    action.id, e.message
+                );
+                ApiError { message, ..e }
+            })?;
+        match end {
             ActionEnd::Success => Ok(()),
             ActionEnd::Failed { code, message } => Err(ApiError {
                 kind: api::action_failure_kind(&code),
