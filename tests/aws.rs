@@ -3,6 +3,8 @@
 //! it) and against scripted HTTP stubs for what moto never produces (blackholes,
 //! paging, throttling, timeouts, IMDSv2).
 
+#[path = "support/fault_proxy.rs"]
+mod fault_proxy;
 #[path = "support/moto.rs"]
 mod moto;
 #[path = "support/stub_http.rs"]
@@ -1929,4 +1931,106 @@ fn configured_tables_are_used_without_tags_and_a_missing_one_is_skipped() {
         .expect_err("no table");
     assert_eq!(err.kind, CloudErrorKind::Invalid);
     assert!(err.message.contains("RouteTableID"), "{}", err.message);
+}
+
+// --- fencing -----------------------------------------------------------------------
+
+/// Guards the fence check in the provider's one request function: a create whose
+/// `ModifyInstanceAttribute` was answered after the fence closed (the lease was lost
+/// while the reply was held back) stops there, as `Fenced`: no `CreateRoute` reaches
+/// moto and no route appears; a closed fence sends nothing at all. Remove the check
+/// from `call` and moto gets the `CreateRoute` and holds the route.
+#[test]
+fn a_closed_fence_stops_a_create_between_modify_instance_attribute_and_create_route() {
+    use fault_proxy::{FaultProxy, Mode};
+    use route_controller::Fence;
+    let moto = moto::shared();
+    let ec2 = moto.ec2();
+    let net = moto::network(&ec2);
+    let table = ec2.create_route_table(
+        &net.vpc,
+        &[(&format!("kubernetes.io/cluster/{CLUSTER}"), "owned")],
+    );
+    let instance = ec2.run_instance(&net.ami, &net.subnet);
+    let address = moto
+        .url()
+        .trim_start_matches("http://")
+        .trim_end_matches('/')
+        .parse()
+        .expect("moto's address");
+    let proxy = FaultProxy::start(address);
+    let fence = Fence::new();
+    fence.open_for_good();
+    let provider = Arc::new(
+        provider_at(
+            &format!("http://{}/", proxy.addr()),
+            AwsConfig::default(),
+            &test_env(),
+        )
+        .with_fence(fence.clone()),
+    );
+    assert_eq!(fence.request_bound(), Some(AwsConfig::default().timeout));
+    // The tables are known from a list, as in a running controller: the create's
+    // first request is then its ModifyInstanceAttribute.
+    let nodes = NodeDirectory::new([("node-a", Some(instance.provider_id().as_str()))]);
+    provider.list_routes(CLUSTER, &nodes).expect("list");
+
+    proxy.set(Mode::HoldReplies);
+    let creating = {
+        let (provider, id) = (provider.clone(), instance.provider_id());
+        std::thread::spawn(move || {
+            provider.create_route(
+                CLUSTER,
+                "uid",
+                &route("10.244.1.0/24"),
+                &target("node-a", Some(&id)),
+            )
+        })
+    };
+    let modified = (0..1000).any(|_| {
+        std::thread::sleep(Duration::from_millis(10));
+        proxy
+            .requests()
+            .iter()
+            .any(|(_, action)| action == "ModifyInstanceAttribute")
+    });
+    assert!(
+        modified,
+        "ModifyInstanceAttribute went out: {:?}",
+        proxy.requests()
+    );
+    fence.close();
+    let closed = Instant::now();
+    proxy.set(Mode::Pass);
+    let err = creating
+        .join()
+        .expect("the create returns")
+        .expect_err("stopped after its first mutation");
+    println!(
+        "the fenced create returned {:?} after the fence closed",
+        closed.elapsed()
+    );
+    assert_eq!(err.kind, CloudErrorKind::Fenced, "{err}");
+    let actions: Vec<String> = proxy.requests().into_iter().map(|(_, a)| a).collect();
+    assert_eq!(
+        actions,
+        vec!["DescribeRouteTables", "ModifyInstanceAttribute"],
+        "no CreateRoute after the fence closed"
+    );
+    assert!(
+        !ec2.source_dest_check(&instance.id),
+        "the first request took effect"
+    );
+    assert!(
+        ec2.routes(&table)
+            .iter()
+            .all(|(d, _, _)| d != "10.244.1.0/24")
+    );
+
+    // A closed fence sends nothing at all.
+    assert_eq!(
+        provider.list_routes(CLUSTER, &nodes).unwrap_err().kind,
+        CloudErrorKind::Fenced
+    );
+    assert_eq!(proxy.requests().len(), 2, "{:?}", proxy.requests());
 }

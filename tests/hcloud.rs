@@ -2,6 +2,8 @@
 //! mapping, pagination, actions, error mapping, serialised network changes, what each
 //! call reports to the controller's budget, and the controller driving the provider.
 
+#[path = "support/fault_proxy.rs"]
+mod fault_proxy;
 #[path = "support/hcloud_double.rs"]
 mod hcloud_double;
 
@@ -905,4 +907,87 @@ mod controller_against_the_double {
         assert_eq!(double.routes(NET).len(), 8);
         assert_eq!(double.conflicts(), 0);
     }
+}
+
+// --- fencing -----------------------------------------------------------------------
+
+/// Guards the fence check in the client's one request function: a route change whose
+/// POST was answered after the fence closed (the lease was lost while the reply was
+/// held back) stops there, as `Fenced`, without polling its action; and nothing at all
+/// is sent through a closed fence. Remove the check from `exchange` and the action is
+/// polled (and a new create is sent).
+#[test]
+fn a_closed_fence_stops_a_route_change_between_its_post_and_its_polls() {
+    use fault_proxy::{FaultProxy, Mode};
+    use route_controller::Fence;
+    let double = cluster(2);
+    double.set_action_duration(ms(200));
+    let address = double
+        .endpoint()
+        .trim_start_matches("http://")
+        .trim_end_matches("/v1")
+        .parse()
+        .expect("the double's address");
+    let proxy = FaultProxy::start(address);
+    let mut c = config(&double, &NET.to_string());
+    c.endpoint = format!("http://{}/v1", proxy.addr());
+    let fence = Fence::new();
+    fence.open_for_good();
+    let p = Arc::new(
+        HcloudRoutes::connect(c)
+            .expect("connect through the proxy")
+            .with_fence(fence.clone()),
+    );
+    assert_eq!(fence.request_bound(), Some(Duration::from_secs(3)));
+    // Servers known from a list, as in a running controller: the create's first
+    // request is then its POST.
+    p.list_routes(CLUSTER, &nodes(2)).expect("list");
+    double.clear_requests();
+
+    proxy.set(Mode::HoldReplies);
+    let creating = {
+        let p = p.clone();
+        std::thread::spawn(move || create(&p, 1, "10.244.1.0/24"))
+    };
+    let posted = (0..500).any(|_| {
+        std::thread::sleep(ms(10));
+        double.count("POST", "/networks") == 1
+    });
+    assert!(
+        posted,
+        "the POST reached the double: {:?}",
+        double.requests()
+    );
+    fence.close();
+    let closed = Instant::now();
+    proxy.set(Mode::Pass);
+    let err = creating
+        .join()
+        .expect("the create returns")
+        .expect_err("stopped after its POST");
+    println!(
+        "the fenced create returned {:?} after the fence closed",
+        closed.elapsed()
+    );
+    assert_eq!(err.kind, CloudErrorKind::Fenced, "{err}");
+    assert!(err.message.contains("not followed to its end"), "{err}");
+    std::thread::sleep(ms(300));
+    let after: Vec<_> = double
+        .requests()
+        .into_iter()
+        .filter(|r| r.at > closed)
+        .collect();
+    assert!(after.is_empty(), "sent after the fence closed: {after:?}");
+
+    // A closed fence sends nothing at all.
+    let before = double.requests().len();
+    assert_eq!(
+        kind_of(create(&p, 2, "10.244.2.0/24")),
+        CloudErrorKind::Fenced
+    );
+    assert_eq!(
+        kind_of(p.list_routes(CLUSTER, &nodes(2))),
+        CloudErrorKind::Fenced
+    );
+    assert_eq!(double.requests().len(), before, "{:?}", double.requests());
 }

@@ -7,13 +7,17 @@
 //!
 //! Each connection is two pumps, one per direction, that read with a short timeout so
 //! that they see a change of mode within [`TICK`].
+//!
+//! It also logs when the client's bytes of each EC2 Query request (`Action=…` in a
+//! form body) were passed to the server ([`FaultProxy::requests`]): with one proxy per
+//! replica, that attributes every request moto saw to the replica that sent it.
 
 use std::io::{ErrorKind, Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// How quickly pumps and the acceptor notice a new mode.
 pub const TICK: Duration = Duration::from_millis(20);
@@ -41,6 +45,8 @@ struct Shared {
     connections: AtomicU64,
     refused: AtomicU64,
     cuts: AtomicU64,
+    /// When each `Action=…` request was passed on, and its action.
+    requests: Mutex<Vec<(Instant, String)>>,
 }
 
 pub struct FaultProxy {
@@ -64,6 +70,7 @@ impl FaultProxy {
             connections: AtomicU64::new(0),
             refused: AtomicU64::new(0),
             cuts: AtomicU64::new(0),
+            requests: Mutex::new(Vec::new()),
         });
         let s = shared.clone();
         let acceptor = std::thread::Builder::new()
@@ -95,6 +102,11 @@ impl FaultProxy {
     pub fn cut(&self) {
         self.shared.cuts.fetch_add(1, Ordering::SeqCst);
         self.shared.generation.fetch_add(1, Ordering::SeqCst);
+    }
+
+    /// The EC2 Query requests passed on to the server so far: when, and the action.
+    pub fn requests(&self) -> Vec<(Instant, String)> {
+        self.shared.requests.lock().expect("requests").clone()
     }
 
     /// Connections accepted and passed on, refused, and cuts so far.
@@ -171,6 +183,9 @@ fn pump(mut from: TcpStream, mut to: TcpStream, replies: bool, generation: u64, 
         let mode = *s.mode.lock().expect("mode");
         let flowing = flowing_in(mode);
         if flowing && !held.is_empty() {
+            if !replies {
+                log_actions(&s, &held);
+            }
             if to.write_all(&held).is_err() {
                 break;
             }
@@ -192,6 +207,9 @@ fn pump(mut from: TcpStream, mut to: TcpStream, replies: bool, generation: u64, 
             }
             // The mode may have changed while the read waited.
             Ok(n) if flowing_in(*s.mode.lock().expect("mode")) => {
+                if !replies {
+                    log_actions(&s, &buf[..n]);
+                }
                 if to.write_all(&buf[..n]).is_err() {
                     break;
                 }
@@ -203,4 +221,20 @@ fn pump(mut from: TcpStream, mut to: TcpStream, replies: bool, generation: u64, 
     }
     let _ = from.shutdown(Shutdown::Both);
     let _ = to.shutdown(Shutdown::Both);
+}
+
+/// Notes the `Action=…` of each request in `bytes` (a form body: the action is the
+/// first field, as the provider and moto's clients write it).
+fn log_actions(s: &Shared, bytes: &[u8]) {
+    let text = String::from_utf8_lossy(bytes);
+    for part in text.split("Action=").skip(1) {
+        let action: String = part
+            .chars()
+            .take_while(|c| c.is_ascii_alphanumeric())
+            .collect();
+        if !action.is_empty() {
+            let entry = (Instant::now(), action);
+            s.requests.lock().expect("requests").push(entry);
+        }
+    }
 }
