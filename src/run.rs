@@ -231,6 +231,7 @@ impl Builder {
         };
         let watch = kube::spawn_node_watch(&client, watch, nodes_tx, metrics.clone())?;
         let controller = Controller::new(config, metrics.clone());
+        let (teardown_fence, leader_election) = (fence.clone(), lease_thread.is_some());
         let io = ActorIo {
             nodes,
             cloud_replies,
@@ -251,6 +252,8 @@ impl Builder {
                 exit
             })?;
         Ok(Handle {
+            fence: teardown_fence,
+            leader_election,
             metrics,
             shutdown: shutdown_tx,
             actor: Some(actor),
@@ -447,6 +450,9 @@ fn health(metrics: &Metrics, state: &State) -> Health {
 
 /// The running controller.
 pub struct Handle {
+    /// Closed once the lease is lost: teardown need not wait for the API server then.
+    fence: Fence,
+    leader_election: bool,
     metrics: Arc<Metrics>,
     shutdown: Sender<()>,
     actor: Option<JoinHandle<Exit>>,
@@ -507,7 +513,11 @@ impl Handle {
                 Exit::WatchEnded
             }
         };
-        self.teardown(exit == Exit::LostLeadership);
+        // The fence is closed: this replica does not hold the lease (lost it, also
+        // during a shutdown's drain, or never had it). Nothing is left to release or
+        // to write, so a thread stuck on the API server is not waited for.
+        let lost = self.leader_election && self.fence.check().is_err();
+        self.teardown(exit == Exit::LostLeadership || lost);
         exit
     }
 

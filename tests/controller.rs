@@ -1725,9 +1725,10 @@ fn shutdown_gives_up_on_unanswered_calls_at_the_drain_deadline() {
     assert_eq!(d.exits, vec![route_controller::Exit::Shutdown]);
 }
 
-/// Guards the exit on a lost lease, and that a shutdown's drain ignores the lease
-/// (SIGTERM exits 0): without the `shutting_down` check the second controller would
-/// exit with LostLeadership.
+/// Guards the exit on a lost lease, and that a lease lost during a shutdown's drain
+/// ends the drain at once, cleanly (SIGTERM exits 0; nothing in flight can send past
+/// the fence): without the `shutting_down` check the second controller would exit
+/// with LostLeadership.
 #[test]
 fn losing_the_lease_exits_except_during_a_shutdown() {
     let mut config = watch_config();
@@ -1744,8 +1745,9 @@ fn losing_the_lease_exits_except_during_a_shutdown() {
     d.feed(Input::Leadership(true));
     d.answer_one(); // the list; the create in flight
     d.feed(Input::Shutdown);
+    assert!(d.exits.is_empty(), "the drain waits for the create");
     d.feed(Input::Leadership(false));
-    assert!(d.exits.is_empty());
+    assert_eq!(d.exits, vec![route_controller::Exit::Shutdown]);
     d.settle();
     assert_eq!(d.exits, vec![route_controller::Exit::Shutdown]);
 }

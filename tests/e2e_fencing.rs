@@ -78,20 +78,19 @@ fn via(spawn: Spawn, proxy: &FaultProxy) -> Spawn {
 struct Handover {
     /// When `a`'s API server connection stalled (and it got SIGTERM).
     stalled: Instant,
-    /// When `b` finished its first pass as the leader.
+    /// When `b` had acted as the leader (its first pass done, `removed` true).
     acted: Instant,
     /// When `a`'s held reply was released.
     released: Instant,
 }
 
-/// Stalls `a`'s API server connection and SIGTERMs it, deletes `node`, waits for `b`'s
-/// first pass as leader and for `removed`, then releases `a`'s held replies. `a` must
-/// exit 0.
+/// Stalls `a`'s API server connection (`kube_a`) and SIGTERMs it, deletes `node`,
+/// waits for `b`'s first pass as leader and for `removed`, then releases `a`'s held
+/// replies (`cloud_a`).
 fn hand_over(
     a: &mut ControllerProcess,
     b: &mut ControllerProcess,
-    kube_a: &FaultProxy,
-    cloud_a: &FaultProxy,
+    (kube_a, cloud_a): (&FaultProxy, &FaultProxy),
     api: &KubeApiserver,
     node: &str,
     removed: impl Fn() -> bool,
@@ -109,22 +108,6 @@ fn hand_over(
     let acted = Instant::now();
     let released = Instant::now();
     cloud_a.set(Mode::Pass);
-    match a.wait_exit(PATIENCE) {
-        Some(status) if status.success() => {}
-        Some(status) => a.fail(&format!(
-            "after SIGTERM and a lost lease the old leader exited with {status}"
-        )),
-        None => a.fail("the old leader did not exit after SIGTERM"),
-    }
-    let exited = stalled.elapsed();
-    std::thread::sleep(LATE_WINDOW);
-    eprintln!(
-        "handover: b acted {:.2} s after a's stall and SIGTERM; a's reply released at {:.2} s; \
-         a exited 0 at {:.2} s",
-        (acted - stalled).as_secs_f64(),
-        (released - stalled).as_secs_f64(),
-        exited.as_secs_f64()
-    );
     Handover {
         stalled,
         acted,
@@ -132,8 +115,44 @@ fn hand_over(
     }
 }
 
-/// `a`'s requests after its fence closed at the latest, as `(seconds after the stall,
-/// what)`.
+/// After the release: the routes converge within [`CONVERGED_WITHIN`], `a` exits 0
+/// (SIGTERM), and the routes are still converged once a late request of `a` would
+/// have landed.
+fn settle(handover: &Handover, a: &mut ControllerProcess, converged: impl Fn() -> bool) {
+    let took = poll_until(CONVERGED_WITHIN, || {
+        converged().then(|| handover.released.elapsed())
+    });
+    let Some(took) = took else {
+        a.fail(&format!(
+            "the routes did not converge within {CONVERGED_WITHIN:?} of the release"
+        ));
+    };
+    match a.wait_exit(PATIENCE) {
+        Some(status) if status.success() => {}
+        Some(status) => a.fail(&format!(
+            "after SIGTERM and a lost lease the old leader exited with {status}"
+        )),
+        None => a.fail("the old leader did not exit after SIGTERM"),
+    }
+    let exited = handover.stalled.elapsed();
+    std::thread::sleep(LATE_WINDOW);
+    let since = |t: Instant| (t - handover.stalled).as_secs_f64();
+    eprintln!(
+        "handover: b acted {:.2} s after a's stall and SIGTERM; a's reply released at {:.2} s; \
+         converged {:.2} s after the release; a exited 0 at {:.2} s",
+        since(handover.acted),
+        since(handover.released),
+        took.as_secs_f64(),
+        exited.as_secs_f64()
+    );
+    assert!(
+        converged(),
+        "a late write undid the convergence after the old leader's reply was released"
+    );
+}
+
+/// `a`'s requests after its fence closed at the latest, as `what at seconds after the
+/// stall`.
 fn late(handover: &Handover, requests: impl IntoIterator<Item = (Instant, String)>) -> Vec<String> {
     let fence_closed = handover.stalled + RENEW_DEADLINE;
     requests
@@ -141,12 +160,6 @@ fn late(handover: &Handover, requests: impl IntoIterator<Item = (Instant, String
         .filter(|(at, _)| *at > fence_closed)
         .map(|(at, what)| format!("{what} at {:.2} s", (at - handover.stalled).as_secs_f64()))
         .collect()
-}
-
-fn converges(handover: &Handover, converged: impl Fn() -> bool) -> Option<Duration> {
-    poll_until(CONVERGED_WITHIN, || {
-        converged().then(|| handover.released.elapsed())
-    })
 }
 
 #[test]
@@ -171,17 +184,9 @@ fn hcloud_an_old_leader_sends_nothing_after_losing_the_lease_while_its_reply_is_
         .spawn("fence_hcloud_b");
     b.wait_ready(PATIENCE);
     let first = cluster.node("fence-h-1", 81);
-    if poll_until(PATIENCE, || {
-        hetzner.has_route(&first.cidr, &first.gateway).then_some(())
-    })
-    .is_none()
-    {
-        a.fail(&format!(
-            "no route for {}: {:?}",
-            first.name,
-            hetzner.routes()
-        ));
-    }
+    // Its pass done: the action followed to its end (Hetzner runs one at a time).
+    a.wait_for_log("routes created 1", PATIENCE);
+    assert!(hetzner.has_route(&first.cidr, &first.gateway));
 
     cloud_a.set(Mode::HoldReplies);
     let second = cluster.node("fence-h-2", 82);
@@ -189,18 +194,23 @@ fn hcloud_an_old_leader_sends_nothing_after_losing_the_lease_while_its_reply_is_
         (!hetzner.add_route_requests(&second.cidr).is_empty()).then_some(())
     });
     if posted.is_none() {
-        a.fail("the leader sent no add_route for the second node");
+        a.fail(&format!(
+            "the leader sent no add_route for the second node: {:?}",
+            hetzner.double.requests()
+        ));
     }
+    // The double made the route at the POST: the new leader deletes it.
     let handover = hand_over(
         &mut a,
         &mut b,
-        &kube_a,
-        &cloud_a,
+        (&kube_a, &cloud_a),
         &cluster.api,
         &second.name,
         || !hetzner.has_route_to(&second.cidr),
     );
-
+    settle(&handover, &mut a, || {
+        hetzner.routes() == vec![(first.cidr.clone(), first.gateway.clone())]
+    });
     let requests_of_a = hetzner
         .double
         .requests()
@@ -211,17 +221,6 @@ fn hcloud_an_old_leader_sends_nothing_after_losing_the_lease_while_its_reply_is_
     assert!(
         late.is_empty(),
         "the old leader sent requests after its lease was lost: {late:?}"
-    );
-    let converged = converges(&handover, || {
-        hetzner.routes() == vec![(first.cidr.clone(), first.gateway.clone())]
-    });
-    let Some(took) = converged else {
-        panic!("routes did not converge: {:?}", hetzner.routes());
-    };
-    eprintln!(
-        "hcloud: converged {:.2} s after the release; b acted {:.2} s before it",
-        took.as_secs_f64(),
-        (handover.released - handover.acted).as_secs_f64()
     );
     assert_eq!(
         hetzner.add_route_requests(&second.cidr).len(),
@@ -247,6 +246,7 @@ fn aws_an_old_leader_sends_no_create_route_after_losing_the_lease_while_its_repl
     let second = ec2.run_instance(&network.ami, &network.subnet);
     let identity = Identity::provision(&api, "e2e-fence-aws");
     let kube_a = FaultProxy::start(address(api.server()));
+    // One proxy per replica: each logs the actions of its replica only.
     let (cloud_a, cloud_b) = (
         FaultProxy::start(address(moto.url())),
         FaultProxy::start(address(moto.url())),
@@ -269,90 +269,71 @@ fn aws_an_old_leader_sends_no_create_route_after_losing_the_lease_while_its_repl
     a.wait_for_metric("route_controller_leader", &[], 1.0, PATIENCE);
     let mut b = replica(&cloud_b).spawn("fence_aws_b");
     b.wait_ready(PATIENCE);
-    let routed = |cidr: &str, instance: &str| {
+    let routes_to = |cidr: &str| -> Vec<Option<String>> {
         ec2.routes(&table)
-            .iter()
-            .any(|(d, target, _)| d == cidr && target.as_deref() == Some(instance))
+            .into_iter()
+            .filter(|(d, _, _)| d == cidr)
+            .map(|(_, target, _)| target)
+            .collect()
     };
+    let (first_cidr, second_cidr) = ("10.244.1.0/24", "10.244.2.0/24");
     create_node(
         &api,
         &first.private_dns_name,
-        &["10.244.1.0/24"],
+        &[first_cidr],
         "10.0.1.10",
         &first.provider_id(),
     );
-    if poll_until(PATIENCE, || {
-        routed("10.244.1.0/24", &first.id).then_some(())
-    })
-    .is_none()
-    {
-        a.fail(&format!(
-            "no route for the first node: {:?}",
-            ec2.routes(&table)
-        ));
-    }
+    a.wait_for_log("routes created 1", PATIENCE);
+    assert_eq!(routes_to(first_cidr), vec![Some(first.id.clone())]);
 
+    let modifications = || {
+        cloud_a
+            .requests()
+            .iter()
+            .filter(|(_, action)| action == "ModifyInstanceAttribute")
+            .count()
+    };
+    assert_eq!(modifications(), 1, "the first node's instance");
     cloud_a.set(Mode::HoldReplies);
     create_node(
         &api,
         &second.private_dns_name,
-        &["10.244.2.0/24"],
+        &[second_cidr],
         "10.0.1.11",
         &second.provider_id(),
     );
-    let modifying = poll_until(PATIENCE, || {
-        cloud_a
-            .requests()
-            .iter()
-            .any(|(_, action)| action == "ModifyInstanceAttribute")
-            .then_some(())
-    });
+    let modifying = poll_until(PATIENCE, || (modifications() == 2).then_some(()));
     if modifying.is_none() {
         a.fail(&format!(
             "the leader sent no ModifyInstanceAttribute for the second node: {:?}",
             cloud_a.requests()
         ));
     }
-    // The second node never had a route: b's first pass as leader finds nothing to do.
+    // The second node never had a route: the new leader's first pass has nothing to do.
     let handover = hand_over(
         &mut a,
         &mut b,
-        &kube_a,
-        &cloud_a,
+        (&kube_a, &cloud_a),
         &api,
         &second.private_dns_name,
         || true,
     );
-
+    settle(&handover, &mut a, || {
+        routes_to(first_cidr) == vec![Some(first.id.clone())] && routes_to(second_cidr).is_empty()
+    });
+    let actions = |proxy: &FaultProxy| -> Vec<String> {
+        proxy.requests().into_iter().map(|(_, a)| a).collect()
+    };
+    eprintln!(
+        "aws: the old leader's requests: {:?}; the new leader's: {:?}",
+        actions(&cloud_a),
+        actions(&cloud_b)
+    );
     let late = late(&handover, cloud_a.requests());
     assert!(
         late.is_empty(),
         "the old leader sent requests after its lease was lost: {late:?}"
-    );
-    let only_first = || {
-        let routes = ec2.routes(&table);
-        routed("10.244.1.0/24", &first.id) && routes.iter().all(|(d, _, _)| d != "10.244.2.0/24")
-    };
-    let Some(took) = converges(&handover, only_first) else {
-        panic!(
-            "the deleted node's route is in the table: {:?}",
-            ec2.routes(&table)
-        );
-    };
-    eprintln!(
-        "aws: converged {:.2} s after the release; the old leader's requests: {:?}; the new \
-         leader's: {:?}",
-        took.as_secs_f64(),
-        cloud_a
-            .requests()
-            .into_iter()
-            .map(|(_, a)| a)
-            .collect::<Vec<_>>(),
-        cloud_b
-            .requests()
-            .into_iter()
-            .map(|(_, a)| a)
-            .collect::<Vec<_>>()
     );
     b.terminate();
 }

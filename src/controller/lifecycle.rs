@@ -26,9 +26,14 @@ impl Controller {
             self.abandon_planning(now, out);
             self.cancel_queued(now, out);
             self.scheduler.clear();
-            // As the CCM does, the process ends and a standby takes over; during a
-            // shutdown's drain the lease no longer matters (SIGTERM exits cleanly).
-            if !self.shutting_down {
+            // As the CCM does, the process ends and a standby takes over. During a
+            // shutdown's drain it ends too, cleanly (SIGTERM means exit 0): whatever
+            // is still in flight can no longer send a request past the fence, so
+            // there is nothing left to wait for.
+            if self.shutting_down {
+                log::warn!("lost the leader lease while draining; stopping now");
+                self.exit(Exit::Shutdown, out);
+            } else {
                 log::error!("lost the leader lease; stopping");
                 self.exit(Exit::LostLeadership, out);
             }
