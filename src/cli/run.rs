@@ -80,7 +80,10 @@ const FLAGS: &[Flag] = &[
     Flag::new(
         "leader-elect-renew-deadline",
         Kind::Duration,
-        "how long the leader tries to renew before giving up",
+        "how long the leader tries to renew before giving up; past it no cloud request \
+         leaves the process (a request already sent ends within the cloud's request \
+         timeout: 15 s on Hetzner, 20 s on AWS), and a new leader lists \
+         the routes again this long plus that timeout after it took the lease",
     )
     .default("10s"),
     Flag::new(
