@@ -88,6 +88,7 @@ pub mod plan;
 mod provider;
 mod ratelimit;
 mod secret;
+pub mod selector;
 mod sync;
 
 // Drivers around the core, and the providers.
