@@ -83,6 +83,7 @@ mod duration;
 mod fence;
 pub mod metrics;
 pub mod model;
+pub mod node_filter;
 mod percent;
 pub mod plan;
 mod provider;

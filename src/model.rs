@@ -344,8 +344,32 @@ fn parse_ipv4_sloppy(s: &str) -> Option<Ipv4Addr> {
 
 impl<'de> Deserialize<'de> for Node {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Node, D::Error> {
-        let wire = WireNode::deserialize(deserializer)?;
-        let network_unavailable = wire
+        let wire = WireNode::<WireMeta>::deserialize(deserializer)?;
+        Ok(wire.into_node().0)
+    }
+}
+
+/// A node with its labels, as the node filter needs it (`--node-selector`): the
+/// labels are read to decide and dropped after, so a routed node keeps none in memory.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct LabeledNode {
+    /// The node.
+    pub node: Node,
+    /// `metadata.labels`.
+    pub labels: crate::selector::Labels,
+}
+
+impl<'de> Deserialize<'de> for LabeledNode {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<LabeledNode, D::Error> {
+        let wire = WireNode::<WireLabeledMeta>::deserialize(deserializer)?;
+        let (node, labels) = wire.into_node();
+        Ok(LabeledNode { node, labels })
+    }
+}
+
+impl<M: Meta> WireNode<M> {
+    fn into_node(self) -> (Node, M::Extra) {
+        let network_unavailable = self
             .status
             .conditions
             .into_iter()
@@ -357,17 +381,19 @@ impl<'de> Deserialize<'de> for Node {
                 // The message is not kept: the skip rule reads status and reason only.
                 message: Cow::Borrowed(""),
             });
-        Ok(Node {
-            name: wire.metadata.name,
-            uid: wire.metadata.uid,
-            resource_version: wire.metadata.resource_version,
-            provider_id: wire.spec.provider_id.filter(|p| !p.is_empty()),
+        let (meta, extra) = self.metadata.split();
+        let node = Node {
+            name: meta.name,
+            uid: meta.uid,
+            resource_version: meta.resource_version,
+            provider_id: self.spec.provider_id.filter(|p| !p.is_empty()),
             // serde grows vectors from four elements; nodes have one or two of each, and
             // 50 000 nodes stay in memory.
-            pod_cidrs: shrunk(wire.spec.pod_cidrs.unwrap_or_default()),
-            addresses: shrunk(wire.status.addresses.unwrap_or_default()),
+            pod_cidrs: shrunk(self.spec.pod_cidrs.unwrap_or_default()),
+            addresses: shrunk(self.status.addresses.unwrap_or_default()),
             network_unavailable,
-        })
+        };
+        (node, extra)
     }
 }
 
@@ -377,9 +403,9 @@ fn shrunk<T>(mut v: Vec<T>) -> Vec<T> {
 }
 
 #[derive(Deserialize)]
-struct WireNode {
+struct WireNode<M> {
     #[serde(default)]
-    metadata: WireMeta,
+    metadata: M,
     #[serde(default)]
     spec: WireSpec,
     #[serde(default)]
@@ -392,6 +418,43 @@ struct WireMeta {
     name: String,
     uid: String,
     resource_version: String,
+}
+
+/// The metadata with labels, for [`LabeledNode`].
+#[derive(Deserialize, Default)]
+#[serde(rename_all = "camelCase", default)]
+struct WireLabeledMeta {
+    // The fields of WireMeta again: serde's flatten would buffer the whole metadata,
+    // managed fields and all.
+    name: String,
+    uid: String,
+    resource_version: String,
+    labels: Option<crate::selector::Labels>,
+}
+
+/// What a metadata shape holds besides the fields every node keeps.
+trait Meta {
+    type Extra;
+    fn split(self) -> (WireMeta, Self::Extra);
+}
+
+impl Meta for WireMeta {
+    type Extra = ();
+    fn split(self) -> (WireMeta, ()) {
+        (self, ())
+    }
+}
+
+impl Meta for WireLabeledMeta {
+    type Extra = crate::selector::Labels;
+    fn split(self) -> (WireMeta, crate::selector::Labels) {
+        let meta = WireMeta {
+            name: self.name,
+            uid: self.uid,
+            resource_version: self.resource_version,
+        };
+        (meta, self.labels.unwrap_or_default())
+    }
 }
 
 #[derive(Deserialize, Default)]
@@ -420,12 +483,13 @@ struct WireCondition {
     reason: String,
 }
 
-/// A `NodeList` as `kubectl get nodes -o json` prints it (or one page of a list).
+/// A `NodeList` as `kubectl get nodes -o json` prints it (or one page of a list), of
+/// [`Node`]s or, for the node filter, of [`LabeledNode`]s.
 #[derive(Deserialize, Debug, Default)]
-#[serde(default)]
-pub struct NodeList {
+#[serde(default, bound(deserialize = "N: Deserialize<'de> + Default"))]
+pub struct NodeList<N = Node> {
     /// The nodes.
-    pub items: Vec<Node>,
+    pub items: Vec<N>,
     /// The list's metadata.
     pub metadata: ListMeta,
 }

@@ -6,7 +6,7 @@
 //! networks instead of strings, and node addresses compare as sets. It does no IO and
 //! knows nothing about time, retries or what is in flight; the controller does.
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::fmt;
 
 use crate::model::{Cidr, Condition, Node, PodCidrs, Route, same_addresses};
@@ -31,6 +31,32 @@ pub struct Plan {
     pub kept: usize,
     /// Input the planner had to pass over: invalid pod CIDRs, unparsable routes.
     pub problems: Vec<Problem>,
+    /// Routes to nodes that exist but are not routed here (see [`UnroutedNodes`]),
+    /// left alone, in list order.
+    pub unselected: Vec<Route>,
+}
+
+/// The nodes that exist but that this controller does not route (unselected by the
+/// node filter: `--node-selector`, another provider's providerID), and what becomes of
+/// their routes: left alone by default; deleted like a gone node's with
+/// `delete_routes`.
+#[derive(Clone, Copy, Debug)]
+pub struct UnroutedNodes<'a> {
+    /// Their names.
+    pub names: &'a BTreeSet<String>,
+    /// Delete their routes (`--delete-routes-of-unselected-nodes`).
+    pub delete_routes: bool,
+}
+
+impl UnroutedNodes<'_> {
+    /// No such node: every node is routed or gone.
+    pub fn none() -> UnroutedNodes<'static> {
+        static NONE: BTreeSet<String> = BTreeSet::new();
+        UnroutedNodes {
+            names: &NONE,
+            delete_routes: false,
+        }
+    }
 }
 
 /// A route to delete and why.
@@ -59,6 +85,9 @@ pub enum DeleteReason {
     CidrNotAssigned,
     /// The route points at addresses the node no longer has; it is recreated.
     AddressesChanged,
+    /// The target node exists but is not routed here, and the controller deletes
+    /// such nodes' routes (`--delete-routes-of-unselected-nodes`).
+    NodeUnselected,
 }
 
 impl DeleteReason {
@@ -71,6 +100,7 @@ impl DeleteReason {
             DeleteReason::NodeHasNoPodCidrs => "node has no pod CIDRs",
             DeleteReason::CidrNotAssigned => "CIDR not assigned to the node",
             DeleteReason::AddressesChanged => "node addresses changed",
+            DeleteReason::NodeUnselected => "node not selected",
         }
     }
 }
@@ -219,6 +249,17 @@ pub fn plan_parsed<'a>(
     routes: &[Route],
     cluster_cidrs: &[Cidr],
 ) -> Plan {
+    plan_with_unrouted(nodes, routes, cluster_cidrs, UnroutedNodes::none())
+}
+
+/// [`plan_parsed`] for a cluster with nodes that exist but are not routed here:
+/// `nodes` are the routed ones, `unrouted` the others.
+pub fn plan_with_unrouted<'a>(
+    nodes: impl IntoIterator<Item = (&'a Node, &'a PodCidrs)>,
+    routes: &[Route],
+    cluster_cidrs: &[Cidr],
+    unrouted: UnroutedNodes<'_>,
+) -> Plan {
     let mut plan = Plan::default();
 
     // Step 1: index the listed routes by target node, with their parsed destination.
@@ -323,6 +364,14 @@ pub fn plan_parsed<'a>(
             Some(DeleteReason::NoTarget)
         } else {
             match actions.get(route.target_node.as_str()) {
+                None if unrouted.names.contains(&route.target_node) => {
+                    if unrouted.delete_routes {
+                        Some(DeleteReason::NodeUnselected)
+                    } else {
+                        plan.unselected.push(route.clone());
+                        None
+                    }
+                }
                 None => Some(DeleteReason::NodeGone),
                 Some(a) if a.is_empty() => Some(DeleteReason::NodeHasNoPodCidrs),
                 Some(a) => match a.iter().find(|(c, _)| *c == cidr) {

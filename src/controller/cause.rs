@@ -32,6 +32,12 @@ pub enum Trigger {
     PodCidrsChanged(String),
     /// A node's `status.addresses` changed.
     AddressesChanged(String),
+    /// A node's labels changed so that `--node-selector` selects it now (or its
+    /// providerID became this provider's).
+    NodeSelected(String),
+    /// A routed node is no longer selected; its routes stay unless the controller
+    /// deletes the routes of unselected nodes.
+    NodeUnselected(String),
     /// Upstream's watch mode only: an update with an unchanged resourceVersion (an
     /// informer resync or relist).
     NodeResynced(String),
@@ -56,6 +62,8 @@ impl Trigger {
             Trigger::NodeDeleted(_) => TriggerKind::NodeDelete,
             Trigger::PodCidrsChanged(_)
             | Trigger::AddressesChanged(_)
+            | Trigger::NodeSelected(_)
+            | Trigger::NodeUnselected(_)
             | Trigger::NodeResynced(_) => TriggerKind::NodeUpdate,
             Trigger::RouteRetry(_) | Trigger::ListRetry | Trigger::Followup(_) => {
                 TriggerKind::Retry
@@ -70,6 +78,8 @@ impl Trigger {
             | Trigger::NodeDeleted(n)
             | Trigger::PodCidrsChanged(n)
             | Trigger::AddressesChanged(n)
+            | Trigger::NodeSelected(n)
+            | Trigger::NodeUnselected(n)
             | Trigger::NodeResynced(n) => Some(n),
             _ => None,
         }
@@ -95,6 +105,8 @@ impl Trigger {
                 | Trigger::NodeDeleted(_)
                 | Trigger::PodCidrsChanged(_)
                 | Trigger::AddressesChanged(_)
+                | Trigger::NodeSelected(_)
+                | Trigger::NodeUnselected(_)
                 | Trigger::NodeResynced(_)
         )
     }
@@ -113,6 +125,8 @@ impl fmt::Display for Trigger {
             Trigger::NodeDeleted(n) => write!(f, "node {n} deleted"),
             Trigger::PodCidrsChanged(n) => write!(f, "node {n} pod CIDRs changed"),
             Trigger::AddressesChanged(n) => write!(f, "node {n} addresses changed"),
+            Trigger::NodeSelected(n) => write!(f, "node {n} selected"),
+            Trigger::NodeUnselected(n) => write!(f, "node {n} unselected"),
             Trigger::NodeResynced(n) => write!(f, "node {n} resynced"),
             Trigger::RouteRetry(c) => write!(f, "retry of route {c}"),
             Trigger::ListRetry => f.write_str("retry of the route list"),

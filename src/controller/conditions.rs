@@ -124,7 +124,8 @@ impl Controller {
         took: Duration,
         out: &mut Vec<Command>,
     ) {
-        if !self.leading {
+        // A node unselected while its create was in flight gets no event.
+        if !self.leading || self.nodes.unselected().contains(&c.route.target_node) {
             return;
         }
         out.push(Command::RecordEvent {

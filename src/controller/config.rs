@@ -85,6 +85,11 @@ pub struct Config {
     /// controller. Default `None`: [`Builder`](crate::Builder) fills it from the
     /// provider; without one only the provider's refusals pace.
     pub budget: Option<Budget>,
+    /// Delete the routes of nodes that exist but are not routed here (unselected by
+    /// the node filter) as if they were gone (`--delete-routes-of-unselected-nodes`,
+    /// default false: they are left alone, so that a selector typo cannot delete the
+    /// routes of half the cluster).
+    pub delete_routes_of_unselected_nodes: bool,
 }
 
 impl Config {
@@ -107,6 +112,7 @@ impl Config {
             seed: None,
             budget: None,
             drain_timeout: Duration::from_secs(10),
+            delete_routes_of_unselected_nodes: false,
         }
     }
 }

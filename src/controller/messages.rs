@@ -9,6 +9,7 @@ use std::time::Duration;
 use super::Cause;
 use super::report::PassReport;
 use crate::model::{Condition, Node, Route};
+use crate::node_filter::Unselected;
 use crate::plan::DeleteReason;
 use crate::provider::{CloudError, NodeDirectory, RouteTarget, Usage};
 
@@ -19,13 +20,30 @@ pub enum NodeEvent {
     Init,
     /// One node of the list.
     InitApply(Node),
+    /// One node of the list that this controller does not route (see
+    /// [`NodeFilter`](crate::NodeFilter)): its name and why. Its routes are left
+    /// alone, unless the controller is told to delete them.
+    InitUnselected {
+        /// The node's name.
+        name: String,
+        /// Why it is not routed.
+        why: Unselected,
+    },
     /// The list is complete; the view is whole again.
     InitDone,
     /// A node appeared.
     Added(Node),
     /// A node changed.
     Modified(Node),
-    /// A node disappeared (the last state the watch saw).
+    /// A node appeared or changed, and this controller does not route it (see
+    /// [`NodeEvent::InitUnselected`]).
+    Unselected {
+        /// The node's name.
+        name: String,
+        /// Why it is not routed.
+        why: Unselected,
+    },
+    /// A node disappeared (the last state the watch saw), whether routed or not.
     Deleted(Node),
 }
 

@@ -330,10 +330,15 @@ impl Controller {
     /// Plans with the current views and replaces what is queued with the new plan.
     fn plan_and_queue(&mut self, pass: u64, now: Instant, out: &mut Vec<Command>) {
         let Some(view) = &self.view else { return };
-        let plan = plan::plan_parsed(
+        let unrouted = plan::UnroutedNodes {
+            names: self.nodes.unselected(),
+            delete_routes: self.config.delete_routes_of_unselected_nodes,
+        };
+        let plan = plan::plan_with_unrouted(
             self.nodes.planned(),
             &view.routes,
             &self.config.cluster_cidrs,
+            unrouted,
         );
         let Plan {
             deletes,
@@ -341,6 +346,7 @@ impl Controller {
             nodes,
             kept,
             problems,
+            unselected: _,
         } = plan;
         for p in &problems {
             log::warn!("{p} (pass {pass})");

@@ -1,8 +1,13 @@
 //! The controller's view of the nodes: what the watch delivered, complete only between
 //! a relist's `InitDone` and the next `Init`, with each node's pod CIDRs parsed once
 //! when it arrives. It says what changed; the controller decides what that triggers.
+//!
+//! Nodes the node filter does not route (`--node-selector`, another provider's
+//! providerID) are kept by name only, apart from the routed ones: the view must tell a
+//! node that is gone (its routes are deleted) from one that exists but is not routed
+//! here (its routes are left alone), and such a node costs no memory beyond its name.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -37,14 +42,35 @@ pub(super) struct Listed {
     pub changes: Vec<Trigger>,
 }
 
+/// The nodes of a relist in progress.
+#[derive(Default)]
+struct Relist {
+    nodes: BTreeMap<String, Box<Known>>,
+    unselected: BTreeSet<String>,
+}
+
+impl Relist {
+    fn apply(&mut self, node: Node) {
+        self.unselected.remove(&node.name);
+        self.nodes.insert(node.name.clone(), Known::new(node));
+    }
+
+    fn unselect(&mut self, name: String) {
+        self.nodes.remove(&name);
+        self.unselected.insert(name);
+    }
+}
+
 /// The node view. See the module documentation.
 #[derive(Default)]
 pub(super) struct NodeView {
     /// By name. Boxed: a B-tree keeps several times the size of its values in
     /// half-empty leaves, and a node is large; 50 000 of them cost megabytes less so.
     nodes: BTreeMap<String, Box<Known>>,
+    /// Nodes that exist but are not routed here, by name.
+    unselected: BTreeSet<String>,
     /// Nodes of a relist in progress, swapped in at `InitDone`.
-    relist: Option<BTreeMap<String, Box<Known>>>,
+    relist: Option<Relist>,
     synced: bool,
     ever_synced: bool,
     /// When each (node, pod CIDR) was first seen, for the node-to-route metric.
@@ -74,6 +100,11 @@ impl NodeView {
         self.nodes.keys().cloned().collect()
     }
 
+    /// The nodes that exist but are not routed here.
+    pub fn unselected(&self) -> &BTreeSet<String> {
+        &self.unselected
+    }
+
     /// Routes the nodes want: one per pod CIDR.
     pub fn wanted_routes(&self) -> usize {
         self.nodes.values().map(|k| k.node.pod_cidrs.len()).sum()
@@ -82,61 +113,94 @@ impl NodeView {
     /// Node names by provider ID, for a list. Built per list and dropped after it
     /// (lists are rare in watch mode; keeping it would cost memory per node).
     pub fn directory(&self) -> Arc<NodeDirectory> {
+        // Unselected nodes by name, so that a provider that maps a target to a node by
+        // its name finds them and their routes are not taken for routes to nobody.
+        let unselected = self.unselected.iter().map(|n| (n.as_str(), None));
         Arc::new(NodeDirectory::new(
             self.nodes()
-                .map(|n| (n.name.as_str(), n.provider_id.as_deref())),
+                .map(|n| (n.name.as_str(), n.provider_id.as_deref()))
+                .chain(unselected),
         ))
     }
 
     /// A relist begins: the view is incomplete until [`NodeView::complete_list`].
     pub fn begin_relist(&mut self) {
-        self.relist = Some(BTreeMap::new());
+        self.relist = Some(Relist::default());
         self.synced = false;
     }
 
     /// One node of a relist.
     pub fn list_apply(&mut self, node: Node) {
-        let buffer = self.relist.get_or_insert_with(BTreeMap::new);
-        buffer.insert(node.name.clone(), Known::new(node));
+        self.relist.get_or_insert_default().apply(node);
+    }
+
+    /// One node of a relist that is not routed here.
+    pub fn list_unselected(&mut self, name: String) {
+        self.relist.get_or_insert_default().unselect(name);
     }
 
     /// A node added or changed: what that is, in `mode`'s terms (`None` during a
     /// relist, which buffers it, and for changes that concern no route).
     pub fn apply(&mut self, node: Node, mode: Mode, now: Instant) -> Option<Trigger> {
         if let Some(buffer) = &mut self.relist {
-            buffer.insert(node.name.clone(), Known::new(node));
+            buffer.apply(node);
             return None;
         }
         let new = Known::new(node);
         self.note_cidrs(&new, now);
-        let trigger = match self.nodes.get(&new.node.name) {
-            None => Some(Trigger::NodeAdded(new.node.name.clone())),
+        let name = new.node.name.clone();
+        let trigger = match self.nodes.get(&name) {
+            None if self.unselected.remove(&name) => Some(Trigger::NodeSelected(name.clone())),
+            None => Some(Trigger::NodeAdded(name.clone())),
             Some(old) => change_trigger(old, &new, mode),
         };
-        self.nodes.insert(new.node.name.clone(), new);
+        self.nodes.insert(name, new);
         trigger
     }
 
-    /// A node deleted; whether the view knew it (a relist only forgets it).
+    /// A node added or changed that is not routed here: a trigger if it was routed
+    /// until now (`None` during a relist, which buffers it).
+    pub fn unselect(&mut self, name: String) -> Option<Trigger> {
+        if let Some(buffer) = &mut self.relist {
+            buffer.unselect(name);
+            return None;
+        }
+        let was_routed = self.nodes.remove(&name).is_some();
+        if was_routed {
+            self.cidr_seen.retain(|(n, _), _| *n != name);
+        }
+        self.unselected.insert(name.clone());
+        was_routed.then_some(Trigger::NodeUnselected(name))
+    }
+
+    /// A node deleted; whether the view knew it, routed or not (a relist only forgets
+    /// it).
     pub fn delete(&mut self, name: &str) -> bool {
         if let Some(buffer) = &mut self.relist {
-            buffer.remove(name);
+            buffer.nodes.remove(name);
+            buffer.unselected.remove(name);
             return false;
         }
         let known = self.nodes.remove(name).is_some();
         if known {
             self.cidr_seen.retain(|(n, _), _| n != name);
         }
-        known
+        known | self.unselected.remove(name)
     }
 
     /// A complete list: swap it in and say what changed while the watch was away.
     pub fn complete_list(&mut self, mode: Mode, now: Instant) -> Listed {
-        let new = self.relist.take().unwrap_or_default();
+        let Relist {
+            nodes: new,
+            unselected,
+        } = self.relist.take().unwrap_or_default();
         let first = !self.ever_synced;
         let mut changes = Vec::new();
         for (name, known) in &new {
             match self.nodes.get(name) {
+                None if self.unselected.contains(name) => {
+                    changes.push(Trigger::NodeSelected(name.clone()))
+                }
                 None => changes.push(Trigger::NodeAdded(name.clone())),
                 Some(old) => {
                     let equal_rv = old.node.resource_version == known.node.resource_version;
@@ -149,8 +213,12 @@ impl NodeView {
                 }
             }
         }
-        for name in self.nodes.keys() {
-            if !new.contains_key(name) {
+        for name in self.nodes.keys().chain(&self.unselected) {
+            if unselected.contains(name) {
+                if self.nodes.contains_key(name) {
+                    changes.push(Trigger::NodeUnselected(name.clone()));
+                }
+            } else if !new.contains_key(name) {
                 changes.push(Trigger::NodeDeleted(name.clone()));
             }
         }
@@ -159,6 +227,7 @@ impl NodeView {
         }
         self.cidr_seen.retain(|(n, _), _| new.contains_key(n));
         self.nodes = new;
+        self.unselected = unselected;
         self.synced = true;
         self.ever_synced = true;
         Listed { first, changes }
@@ -210,9 +279,27 @@ impl Controller {
                 self.cancel_queued(now, out);
             }
             NodeEvent::InitApply(node) => self.nodes.list_apply(node),
+            NodeEvent::InitUnselected { name, why } => {
+                log::debug!("node {name} is not routed here: {why}");
+                self.nodes.list_unselected(name);
+            }
             NodeEvent::InitDone => self.on_list_complete(now),
             NodeEvent::Added(node) | NodeEvent::Modified(node) => {
                 if let Some(t) = self.nodes.apply(node, self.config.mode, now) {
+                    self.node_trigger(t, now);
+                }
+            }
+            NodeEvent::Unselected { name, why } => {
+                if let Some(t) = self.nodes.unselect(name.clone()) {
+                    log::info!(
+                        "node {name} is no longer routed here: {why}; its routes are {}",
+                        if self.config.delete_routes_of_unselected_nodes {
+                            "deleted (--delete-routes-of-unselected-nodes)"
+                        } else {
+                            "left alone"
+                        }
+                    );
+                    self.conditions.forget(&name);
                     self.node_trigger(t, now);
                 }
             }
@@ -231,6 +318,18 @@ impl Controller {
         self.metrics.watch_relists.inc();
         let Listed { first, changes } = self.nodes.complete_list(self.config.mode, now);
         self.metrics.synced.set(1);
+        let unselected = self.nodes.unselected().len();
+        if unselected > 0 {
+            log::info!(
+                "node list: {unselected} nodes are not routed here (--node-selector, or \
+                 another provider's providerID); their routes are {}",
+                if self.config.delete_routes_of_unselected_nodes {
+                    "deleted"
+                } else {
+                    "left alone"
+                }
+            );
+        }
         if first {
             self.arm_timer(now);
         }

@@ -27,7 +27,8 @@ use super::error::{ApiErrorKind, KubeError, Status, prefix};
 use super::stop::StopHandle;
 use crate::controller::NodeEvent;
 use crate::metrics::Metrics;
-use crate::model::{Node, NodeList};
+use crate::model::{LabeledNode, Node, NodeList};
+use crate::node_filter::NodeFilter;
 
 /// Settings of the node watch.
 #[derive(Clone, Debug)]
@@ -48,6 +49,9 @@ pub struct WatchConfig {
     pub backoff: BackoffConfig,
     /// Seed for the timeout draws and the jitter; `None` seeds from the OS.
     pub seed: Option<u64>,
+    /// Which nodes the controller routes (default: all). A node it does not route is
+    /// sent as its name alone ([`NodeEvent::Unselected`]).
+    pub filter: NodeFilter,
 }
 
 impl Default for WatchConfig {
@@ -60,6 +64,7 @@ impl Default for WatchConfig {
             max_page_bytes: 64 << 20,
             backoff: BackoffConfig::default(),
             seed: None,
+            filter: NodeFilter::everything(),
         }
     }
 }
@@ -278,7 +283,7 @@ impl Reflector {
     /// first page's nodes, `InitApply` per node, `InitDone` after the last page.
     pub fn on_list_page(
         &mut self,
-        page: Result<NodeList, &KubeError>,
+        page: Result<NodeList<LabeledNode>, &KubeError>,
         now: Instant,
     ) -> Vec<NodeEvent> {
         let page = match page {
@@ -298,7 +303,15 @@ impl Reflector {
         if self.state == WatchState::Empty {
             out.push(NodeEvent::Init);
         }
-        out.extend(page.items.into_iter().map(NodeEvent::InitApply));
+        for item in page.items {
+            out.push(match self.config.filter.check(&item.node, &item.labels) {
+                Ok(()) => NodeEvent::InitApply(item.node),
+                Err(why) => NodeEvent::InitUnselected {
+                    name: item.node.name,
+                    why,
+                },
+            });
+        }
         let meta = page.metadata;
         if !meta.continue_token.is_empty() {
             self.state = WatchState::InitPage {
@@ -353,9 +366,10 @@ impl Reflector {
         }
         self.lines_in_watch += 1;
         match serde_json::from_slice::<WireEvent>(line) {
-            Ok(WireEvent::Added(node)) => self.object(node, NodeEvent::Added),
-            Ok(WireEvent::Modified(node)) => self.object(node, NodeEvent::Modified),
-            Ok(WireEvent::Deleted(node)) => self.object(node, NodeEvent::Deleted),
+            Ok(WireEvent::Added(item)) => self.filtered(item, NodeEvent::Added),
+            Ok(WireEvent::Modified(item)) => self.filtered(item, NodeEvent::Modified),
+            // A deleted node's routes go whether it was routed or not.
+            Ok(WireEvent::Deleted(item)) => self.object(item.node, NodeEvent::Deleted),
             Ok(WireEvent::Bookmark(b)) => {
                 if !b.metadata.resource_version.is_empty() {
                     self.set_resource_version(b.metadata.resource_version);
@@ -462,11 +476,30 @@ impl Reflector {
         }
     }
 
+    /// An added or changed node: the event, or for a node the filter does not route,
+    /// its name alone. The labels are dropped here either way.
+    fn filtered(&mut self, item: LabeledNode, event: fn(Node) -> NodeEvent) -> LineOutcome {
+        match self.config.filter.check(&item.node, &item.labels) {
+            Ok(()) => self.object(item.node, event),
+            Err(why) => {
+                self.note_version(&item.node);
+                LineOutcome::Event(NodeEvent::Unselected {
+                    name: item.node.name,
+                    why,
+                })
+            }
+        }
+    }
+
     fn object(&mut self, node: Node, event: fn(Node) -> NodeEvent) -> LineOutcome {
+        self.note_version(&node);
+        LineOutcome::Event(event(node))
+    }
+
+    fn note_version(&mut self, node: &Node) {
         if !node.resource_version.is_empty() {
             self.set_resource_version(node.resource_version.clone());
         }
-        LineOutcome::Event(event(node))
     }
 
     fn resource_version(&self) -> &str {
@@ -520,11 +553,11 @@ const KNOWN_TYPES: &[&str] = &["ADDED", "MODIFIED", "DELETED", "BOOKMARK", "ERRO
 #[serde(tag = "type", content = "object")]
 enum WireEvent {
     #[serde(rename = "ADDED")]
-    Added(Node),
+    Added(LabeledNode),
     #[serde(rename = "MODIFIED")]
-    Modified(Node),
+    Modified(LabeledNode),
     #[serde(rename = "DELETED")]
-    Deleted(Node),
+    Deleted(LabeledNode),
     #[serde(rename = "BOOKMARK")]
     Bookmark(Bookmark),
     #[serde(rename = "ERROR")]
@@ -651,7 +684,9 @@ impl Driver {
             path.push_str(&encode_query(token));
         }
         let limit = self.reflector.config().max_page_bytes;
-        let page = self.client.get_json_large::<NodeList>(&path, limit);
+        let page = self
+            .client
+            .get_json_large::<NodeList<LabeledNode>>(&path, limit);
         if matches!(page, Err(KubeError::Stopped)) || self.stop.is_stopped() {
             return Err(Stopped);
         }
@@ -819,9 +854,15 @@ mod tests {
         }
     }
 
-    fn page(names: &[&str], rv: &str, continue_token: &str) -> NodeList {
+    fn page(names: &[&str], rv: &str, continue_token: &str) -> NodeList<LabeledNode> {
         NodeList {
-            items: names.iter().map(|n| node(n, "1")).collect(),
+            items: names
+                .iter()
+                .map(|n| LabeledNode {
+                    node: node(n, "1"),
+                    labels: Default::default(),
+                })
+                .collect(),
             metadata: ListMeta {
                 resource_version: rv.into(),
                 continue_token: continue_token.into(),
