@@ -935,6 +935,72 @@ mod tests {
         }
     }
 
+    /// Guards the node filter in the watch: an unselected node leaves the reflector as
+    /// its name alone (its labels and fields are dropped), in a list and in the watch;
+    /// a deleted node is reported whatever its labels, so its routes go.
+    #[test]
+    fn the_node_filter_sends_unselected_nodes_by_name_and_deletions_whole() {
+        use crate::node_filter::{OwnProvider, Unselected};
+        use crate::selector::Selector;
+        let t0 = Instant::now();
+        let mut r = Reflector::new(WatchConfig {
+            seed: Some(7),
+            filter: NodeFilter {
+                selector: Selector::parse("role=worker").unwrap(),
+                own_provider: Some(OwnProvider::Hcloud),
+            },
+            ..WatchConfig::default()
+        });
+        let list: NodeList<LabeledNode> = serde_json::from_str(
+            r#"{"metadata":{"resourceVersion":"10"},"items":[
+              {"metadata":{"name":"cloud","labels":{"role":"worker"}},"spec":{"providerID":"hcloud://1"}},
+              {"metadata":{"name":"robot","labels":{"role":"worker"}},"spec":{"providerID":"hrobot://7"}},
+              {"metadata":{"name":"infra","labels":{"role":"infra"}}}]}"#,
+        )
+        .unwrap();
+        let events = r.on_list_page(Ok(list), t0);
+        let names: Vec<String> = events
+            .iter()
+            .map(|e| match e {
+                NodeEvent::InitApply(n) => format!("routed {}", n.name),
+                NodeEvent::InitUnselected { name, why } => format!("{name}: {why:?}"),
+                other => format!("{other:?}"),
+            })
+            .collect();
+        assert_eq!(
+            names,
+            [
+                "Init",
+                "routed cloud",
+                "robot: OtherProvider",
+                "infra: ByLabels",
+                "InitDone"
+            ]
+        );
+        r.on_watch_started(Ok(()), t0);
+        let relabeled = br#"{"type":"MODIFIED","object":{"metadata":{"name":"cloud","resourceVersion":"11","labels":{"role":"infra"}}}}"#;
+        assert_eq!(
+            r.on_watch_line(relabeled, t0),
+            LineOutcome::Event(NodeEvent::Unselected {
+                name: "cloud".into(),
+                why: Unselected::ByLabels
+            })
+        );
+        let deleted = br#"{"type":"DELETED","object":{"metadata":{"name":"infra","resourceVersion":"12","labels":{"role":"infra"}}}}"#;
+        assert_eq!(
+            r.on_watch_line(deleted, t0),
+            LineOutcome::Event(NodeEvent::Deleted(node("infra", "12")))
+        );
+        // The versions of filtered events still move the watch on.
+        r.on_watch_end(WatchEnd::Clean, t0 + Duration::from_secs(400));
+        assert_eq!(
+            r.state(),
+            &WatchState::InitListed {
+                resource_version: "12".into()
+            }
+        );
+    }
+
     #[test]
     fn a_failed_page_starts_the_list_over_after_a_backoff() {
         let t0 = Instant::now();
