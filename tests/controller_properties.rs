@@ -720,6 +720,16 @@ impl Run {
             NodeEvent::Deleted(n) => {
                 self.told.remove(&n.name);
             }
+            // This model routes every node (tests/node_selection.rs covers the filter);
+            // an unselected node is one the controller does not route.
+            NodeEvent::InitUnselected { name, .. } => {
+                if let Some(r) = &mut self.told_relist {
+                    r.remove(name);
+                }
+            }
+            NodeEvent::Unselected { name, .. } => {
+                self.told.remove(name);
+            }
         }
     }
 

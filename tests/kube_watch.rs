@@ -71,6 +71,8 @@ fn describe(e: &NodeEvent) -> String {
         NodeEvent::Added(n) => format!("Added {}@{}", n.name, n.resource_version),
         NodeEvent::Modified(n) => format!("Modified {}@{}", n.name, n.resource_version),
         NodeEvent::Deleted(n) => format!("Deleted {}@{}", n.name, n.resource_version),
+        NodeEvent::InitUnselected { name, .. } => format!("InitUnselected {name}"),
+        NodeEvent::Unselected { name, .. } => format!("Unselected {name}"),
     }
 }
 
