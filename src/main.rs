@@ -103,7 +103,21 @@ fn run(args: &RunArgs, warnings: &[String]) -> i32 {
             )),
         kube.server,
     );
+    log::info!(
+        "routing {}; the routes of other nodes are {}",
+        settings.node_filter,
+        if c.delete_routes_of_unselected_nodes {
+            "deleted (--delete-routes-of-unselected-nodes)"
+        } else {
+            "left alone"
+        }
+    );
+    let watch = route_controller::kube::WatchConfig {
+        filter: settings.node_filter.clone(),
+        ..route_controller::kube::WatchConfig::default()
+    };
     let mut builder = Builder::new(settings.controller.clone(), client, cloud)
+        .watch_config(watch)
         .metrics(metrics)
         .servers(servers)
         .fence(fence);

@@ -111,6 +111,30 @@ impl NodeFilter {
     }
 }
 
+impl fmt::Display for NodeFilter {
+    /// What is routed, for the start-up log line.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.is_everything() {
+            return f.write_str("every node");
+        }
+        f.write_str("the nodes")?;
+        if !self.selector.is_everything() {
+            write!(
+                f,
+                " that --node-selector {:?} selects",
+                self.selector.to_string()
+            )?;
+        }
+        match self.own_provider {
+            Some(OwnProvider::Hcloud) => {
+                f.write_str(" with providerID hcloud://<server> or none (not Robot's)")
+            }
+            Some(OwnProvider::Aws) => f.write_str(" with providerID aws://... or none"),
+            None => Ok(()),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

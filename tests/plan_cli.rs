@@ -426,3 +426,128 @@ fn write_big_node_list(path: &std::path::Path, count: usize) {
 fn path_of(p: &str) -> std::path::PathBuf {
     dir().join(p)
 }
+
+const MIXED_NODES: &str = "testdata/plan/hetzner-mixed-nodes.json";
+const MIXED_ROUTES: &str = "testdata/plan/hetzner-mixed-routes.json";
+
+fn mixed_plan(extra: &[&str]) -> serde_json::Value {
+    let mut args = vec![
+        "--nodes".to_string(),
+        path(MIXED_NODES),
+        "--routes".to_string(),
+        path(MIXED_ROUTES),
+        "--cluster-cidr=10.244.0.0/16".to_string(),
+        "--cloud-provider=hcloud".to_string(),
+        "--node-selector=role=worker".to_string(),
+        "--output=json".to_string(),
+    ];
+    args.extend(extra.iter().map(|a| a.to_string()));
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let out = plan(&args);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+fn pairs(v: &serde_json::Value, list: &str, field: &str) -> Vec<(String, String)> {
+    v[list]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| {
+            (
+                d[field].as_str().unwrap_or_default().to_string(),
+                d["destinationCIDR"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect()
+}
+
+/// Guards that `plan` honours the node filter as run does: a Hetzner cluster with a
+/// Robot node (hrobot://), a node the selector leaves out (whose route is kept and
+/// listed as unselected), a node not initialised yet (routed) and a gone node (its
+/// route deleted).
+#[test]
+fn plan_honours_the_node_selector_and_skips_other_providers_nodes() {
+    let v = mixed_plan(&[]);
+    assert_eq!(
+        pairs(&v, "creates", "targetNode"),
+        [
+            ("cloud-1".to_string(), "10.244.1.0/24".to_string()),
+            ("new-1".to_string(), "10.244.4.0/24".to_string())
+        ]
+    );
+    assert_eq!(
+        pairs(&v, "deletes", "reason"),
+        [("node gone".to_string(), "10.244.9.0/24".to_string())]
+    );
+    assert_eq!(
+        pairs(&v, "unselected", "targetNode"),
+        [("infra-1".to_string(), "10.244.3.0/24".to_string())]
+    );
+    let written: Vec<&str> = v["conditions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["node"].as_str().unwrap())
+        .collect();
+    assert_eq!(written, ["cloud-1", "new-1"], "none on robot-1 or infra-1");
+
+    // With the delete flag, the unselected node's route goes too.
+    let v = mixed_plan(&["--delete-routes-of-unselected-nodes"]);
+    assert_eq!(
+        pairs(&v, "deletes", "reason"),
+        [
+            ("node not selected".to_string(), "10.244.3.0/24".to_string()),
+            ("node gone".to_string(), "10.244.9.0/24".to_string())
+        ]
+    );
+    // Without the providerID rule, the Robot node is planned like any other.
+    let v = mixed_plan(&["--skip-nodes-of-other-providers=false"]);
+    assert!(
+        pairs(&v, "creates", "targetNode")
+            .contains(&("robot-1".to_string(), "10.244.5.0/24".to_string()))
+    );
+}
+
+#[test]
+fn the_table_shows_unselected_nodes_routes_as_left_alone() {
+    let out = plan(&[
+        "--nodes",
+        &path(MIXED_NODES),
+        "--routes",
+        &path(MIXED_ROUTES),
+        "--cluster-cidr=10.244.0.0/16",
+        "--cloud-provider=hcloud",
+        "--node-selector",
+        "role=worker",
+    ]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let table = text(&out.stdout);
+    assert!(
+        table.contains("UNSELECTED infra-1            10.244.3.0/24            route 10.0.0.4-10.244.3.0/24 (the node is not routed here; left alone)"),
+        "{table}"
+    );
+    assert!(
+        table.ends_with("0 not ours, 1 of unselected nodes left alone\n"),
+        "{table}"
+    );
+}
+
+#[test]
+fn a_bad_node_selector_exits_2_pointing_at_the_bad_part() {
+    let out = plan(&[
+        "--nodes",
+        &path(MIXED_NODES),
+        "--routes",
+        &path(MIXED_ROUTES),
+        "--cluster-cidr=10.244.0.0/16",
+        "--node-selector",
+        "role=worker,zone notin fsn1",
+    ]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = text(&out.stderr);
+    assert!(
+        err.contains("--node-selector: label selector \"role=worker,zone notin fsn1\": found \"fsn1\", expected '(' (at character 24: \"fsn1\")"),
+        "{err}"
+    );
+}

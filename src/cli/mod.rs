@@ -11,7 +11,7 @@ use std::fmt::Write as _;
 use serde::Serialize;
 
 use crate::config::parse_cluster_cidrs;
-use crate::model::{Node, NodeAddress, Route};
+use crate::model::{LabeledNode, Node, NodeAddress, Route};
 use crate::plan::{self, Plan};
 
 pub mod ccm;
@@ -45,6 +45,50 @@ pub(crate) const CLUSTER_NAME: Flag = Flag::new(
     "the cluster name: the AWS route table tag, passed to every cloud call",
 )
 .default("kubernetes");
+pub(crate) const NODE_SELECTOR: Flag = Flag::new(
+    "node-selector",
+    Kind::String,
+    "route only the nodes this Kubernetes label selector selects, as kubectl -l reads it \
+     (key=value, key!=value, key, !key, key in (a,b), key notin (a,b); a comma is AND); \
+     \"\" selects every node. An unselected node gets no route, no condition and no event; \
+     its existing routes are left alone (see --delete-routes-of-unselected-nodes)",
+);
+pub(crate) const SKIP_NODES_OF_OTHER_PROVIDERS: Flag = Flag::new(
+    "skip-nodes-of-other-providers",
+    Kind::Bool,
+    "with --cloud-provider hcloud or aws, do not route nodes whose spec.providerID belongs \
+     to another provider (hcloud: anything but hcloud://<id>, so Robot servers' hrobot:// \
+     and hcloud://bm-; aws: anything but aws://); a node with no providerID yet is routed. \
+     Such nodes are unselected, as by --node-selector",
+)
+.default("true");
+pub(crate) const DELETE_ROUTES_OF_UNSELECTED_NODES: Flag = Flag::new(
+    "delete-routes-of-unselected-nodes",
+    Kind::Bool,
+    "delete the routes of nodes that exist but are unselected (--node-selector, \
+     --skip-nodes-of-other-providers) as if the nodes were gone. Off by default, so that a \
+     selector typo cannot delete the routes of half the cluster; a deleted node's routes \
+     are deleted either way",
+)
+.default("false");
+
+/// The node filter of `--node-selector` and `--skip-nodes-of-other-providers` for the
+/// cloud `provider` (without one, no providerID is skipped).
+pub(crate) fn node_filter(
+    p: &flags::Parsed,
+    provider: Option<&str>,
+) -> Result<crate::node_filter::NodeFilter, UsageError> {
+    let selector = crate::selector::Selector::parse(&p.string("node-selector"))
+        .map_err(|e| UsageError(format!("--node-selector: {e}")))?;
+    let own_provider = provider
+        .filter(|_| p.bool("skip-nodes-of-other-providers"))
+        .and_then(crate::node_filter::OwnProvider::of);
+    Ok(crate::node_filter::NodeFilter {
+        selector,
+        own_provider,
+    })
+}
+
 pub(crate) const CLUSTER_CIDR: Flag = Flag::new(
     "cluster-cidr",
     Kind::String,
@@ -564,6 +608,17 @@ static PLAN: Spec = Spec {
             CLUSTER_NAME,
             OUTPUT,
             Flag {
+                help: "plan only for the nodes this label selector selects, as run does; the \
+                       routes of unselected nodes are listed as UNSELECTED and left alone",
+                ..NODE_SELECTOR
+            },
+            Flag {
+                help: "with --cloud-provider hcloud or aws, plan as run does: nodes whose \
+                       providerID belongs to another provider are unselected",
+                ..SKIP_NODES_OF_OTHER_PROVIDERS
+            },
+            DELETE_ROUTES_OF_UNSELECTED_NODES,
+            Flag {
                 help: "without --nodes: path to a kubeconfig (default: $KUBECONFIG, then \
                        ~/.kube/config, then the in-cluster service account)",
                 ..KUBECONFIG
@@ -597,11 +652,15 @@ pub struct PlanArgs {
     pub master: Option<String>,
     pub cloud_provider: Option<String>,
     pub cloud_config: Option<String>,
+    pub node_filter: crate::node_filter::NodeFilter,
+    pub delete_routes_of_unselected_nodes: bool,
 }
 
 impl PlanArgs {
     fn from_parsed(p: &Parsed) -> Result<PlanArgs, UsageError> {
         Ok(PlanArgs {
+            node_filter: node_filter(p, p.optional("cloud-provider").as_deref())?,
+            delete_routes_of_unselected_nodes: p.bool("delete-routes-of-unselected-nodes"),
             nodes: p.optional("nodes"),
             allow_partial: p.bool("allow-partial"),
             routes: p.optional("routes"),
@@ -639,10 +698,21 @@ pub fn run_plan(args: &PlanArgs) -> Result<String, UsageError> {
                 .into(),
         ));
     }
-    let nodes = match &args.nodes {
+    let listed = match &args.nodes {
         Some(path) => read_nodes(path, args.allow_partial)?,
         None => live_nodes(args)?,
     };
+    // As the node watch does: unselected nodes are kept by name.
+    let mut nodes = Vec::with_capacity(listed.len());
+    let mut unselected = std::collections::BTreeSet::new();
+    for item in listed {
+        match args.node_filter.check(&item.node, &item.labels) {
+            Ok(()) => nodes.push(item.node),
+            Err(_) => {
+                unselected.insert(item.node.name);
+            }
+        }
+    }
     let routes = match (&args.routes, &args.cloud_provider) {
         (Some(path), _) => read_routes(path)?,
         (None, Some(name)) => {
@@ -658,7 +728,8 @@ pub fn run_plan(args: &PlanArgs) -> Result<String, UsageError> {
             let directory = crate::cloud::NodeDirectory::new(
                 nodes
                     .iter()
-                    .map(|n| (n.name.as_str(), n.provider_id.as_deref())),
+                    .map(|n| (n.name.as_str(), n.provider_id.as_deref()))
+                    .chain(unselected.iter().map(|n| (n.as_str(), None))),
             );
             cloud
                 .list_routes(&args.cluster_name, &directory)
@@ -675,7 +746,20 @@ pub fn run_plan(args: &PlanArgs) -> Result<String, UsageError> {
             ));
         }
     };
-    let plan = plan::plan(&nodes, &routes, &cluster_cidrs);
+    let parsed: Vec<(&Node, crate::model::PodCidrs)> = nodes
+        .iter()
+        .map(|n| (n, crate::model::PodCidrs::parse(&n.pod_cidrs)))
+        .collect();
+    let unrouted = plan::UnroutedNodes {
+        names: &unselected,
+        delete_routes: args.delete_routes_of_unselected_nodes,
+    };
+    let plan = plan::plan_with_unrouted(
+        parsed.iter().map(|(n, p)| (*n, p)),
+        &routes,
+        &cluster_cidrs,
+        unrouted,
+    );
     for p in &plan.problems {
         eprintln!("warning: {p}");
     }
@@ -700,7 +784,7 @@ fn not_ours<'a>(routes: &'a [Route], cluster_cidrs: &[crate::model::Cidr]) -> Ve
 
 /// Lists the nodes of the cluster that `--kubeconfig`/`--master` (or the usual
 /// resolution) names.
-fn live_nodes(args: &PlanArgs) -> Result<Vec<Node>, UsageError> {
+fn live_nodes(args: &PlanArgs) -> Result<Vec<LabeledNode>, UsageError> {
     use crate::kube::{Client, ClientOptions, Env, KubeConfig, LoadOptions, WatchConfig};
     let load = LoadOptions {
         kubeconfig: args.kubeconfig.as_ref().map(std::path::PathBuf::from),
@@ -711,7 +795,7 @@ fn live_nodes(args: &PlanArgs) -> Result<Vec<Node>, UsageError> {
         .map_err(|e| UsageError(format!("without --nodes, nodes come from the cluster: {e}")))?;
     let client = Client::new(&kube, ClientOptions::default())
         .map_err(|e| UsageError(format!("Kubernetes client: {e}")))?;
-    crate::kube::list_nodes(&client, &WatchConfig::default())
+    crate::kube::list_nodes::<LabeledNode>(&client, &WatchConfig::default())
         .map_err(|e| UsageError(format!("listing nodes from {}: {e}", kube.server)))
 }
 
@@ -730,7 +814,7 @@ fn open_input(path: &str, flag: &str) -> Result<Box<dyn std::io::BufRead>, Usage
 /// with the fields the planner keeps, not with the document. A single Node is
 /// accepted only with `allow_partial`, since a plan from it deletes every other
 /// node's route.
-pub fn read_nodes(path: &str, allow_partial: bool) -> Result<Vec<Node>, UsageError> {
+pub fn read_nodes(path: &str, allow_partial: bool) -> Result<Vec<LabeledNode>, UsageError> {
     let input = open_input(path, "--nodes")?;
     let mut de = serde_json::Deserializer::from_reader(input);
     let file = serde::Deserialize::deserialize(&mut de)
@@ -760,7 +844,7 @@ mod node_file {
     use serde::Deserialize;
     use serde::de::{self, Deserializer, IgnoredAny, MapAccess, Visitor};
 
-    use crate::model::Node;
+    use crate::model::LabeledNode as Node;
 
     pub enum NodeFile {
         List(Vec<Node>),
@@ -871,6 +955,9 @@ struct JsonPlan<'a> {
     conditions: Vec<JsonCondition<'a>>,
     /// Routes outside the cluster CIDRs: never deleted, whatever they point at.
     not_ours: Vec<JsonRoute<'a>>,
+    /// Routes to nodes that exist but are unselected (`--node-selector`, another
+    /// provider's providerID): left alone.
+    unselected: Vec<JsonRoute<'a>>,
     problems: Vec<String>,
 }
 
@@ -953,6 +1040,15 @@ pub fn plan_json(plan: &Plan, nodes: &[Node], not_ours: &[&Route]) -> String {
                 destination_cidr: &r.destination_cidr,
             })
             .collect(),
+        unselected: plan
+            .unselected
+            .iter()
+            .map(|r| JsonRoute {
+                name: &r.name,
+                target_node: &r.target_node,
+                destination_cidr: &r.destination_cidr,
+            })
+            .collect(),
         problems: plan.problems.iter().map(ToString::to_string).collect(),
     };
     let mut text = serde_json::to_string_pretty(&json).unwrap_or_default();
@@ -1020,14 +1116,26 @@ pub fn plan_table(plan: &Plan, nodes: &[Node], not_ours: &[&Route]) -> String {
             target, r.destination_cidr, r.name
         );
     }
+    for r in &plan.unselected {
+        let _ = writeln!(
+            out,
+            "UNSELECTED {:<18} {:<24} route {} (the node is not routed here; left alone)",
+            r.target_node, r.destination_cidr, r.name
+        );
+    }
     let _ = writeln!(
         out,
-        "{} to delete, {} to create, {} kept, {} condition writes, {} not ours{}",
+        "{} to delete, {} to create, {} kept, {} condition writes, {} not ours{}{}",
         plan.deletes.len(),
         plan.creates.len(),
         plan.kept,
         conditions.len(),
         not_ours.len(),
+        if plan.unselected.is_empty() {
+            String::new()
+        } else {
+            format!(", {} of unselected nodes left alone", plan.unselected.len())
+        },
         if plan.problems.is_empty() {
             String::new()
         } else {

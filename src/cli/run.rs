@@ -9,8 +9,8 @@ use std::time::Duration;
 
 use super::flags::{Flag, Kind, Parsed};
 use super::{
-    CLOUD_CONFIG, CLOUD_PROVIDER, CLUSTER_CIDR, CLUSTER_NAME, KUBE_ENV, KUBECONFIG, MASTER,
-    UsageError,
+    CLOUD_CONFIG, CLOUD_PROVIDER, CLUSTER_CIDR, CLUSTER_NAME, DELETE_ROUTES_OF_UNSELECTED_NODES,
+    KUBE_ENV, KUBECONFIG, MASTER, NODE_SELECTOR, SKIP_NODES_OF_OTHER_PROVIDERS, UsageError,
 };
 use crate::cloud::Routes;
 use crate::config::{parse_cluster_cidrs, validate_lease_name, validate_namespace};
@@ -33,6 +33,9 @@ const FLAGS: &[Flag] = &[
     CLUSTER_CIDR.required(),
     KUBECONFIG,
     MASTER,
+    NODE_SELECTOR,
+    SKIP_NODES_OF_OTHER_PROVIDERS,
+    DELETE_ROUTES_OF_UNSELECTED_NODES,
     Flag::new(
         "configure-cloud-routes",
         Kind::Bool,
@@ -225,6 +228,8 @@ pub struct RunSettings {
     pub provider: String,
     pub cloud_config: Option<PathBuf>,
     pub serving: Serving,
+    /// Which nodes get routes (`--node-selector`, `--skip-nodes-of-other-providers`).
+    pub node_filter: crate::node_filter::NodeFilter,
     pub configure_cloud_routes: bool,
     pub log_format: crate::logging::LogFormat,
     /// The default log level, from `-v`.
@@ -431,6 +436,7 @@ impl RunArgs {
             )));
         }
         let cluster_cidrs = parse_cluster_cidrs(&p.string("cluster-cidr")).map_err(UsageError)?;
+        let node_filter = super::node_filter(p, Some(&provider))?;
         let cluster_name = p.string("cluster-name");
         if cluster_name.trim().is_empty() {
             return Err(UsageError(
@@ -527,6 +533,7 @@ impl RunArgs {
         controller.route_view_max_age = list_max_age;
         controller.max_in_flight = in_flight;
         controller.leader_election = lease.is_some();
+        controller.delete_routes_of_unselected_nodes = p.bool("delete-routes-of-unselected-nodes");
         let client = ClientOptions {
             qps,
             burst,
@@ -544,6 +551,7 @@ impl RunArgs {
             provider,
             cloud_config: p.optional("cloud-config").map(PathBuf::from),
             serving: serving(p)?,
+            node_filter,
             configure_cloud_routes: p.bool("configure-cloud-routes"),
             log_format,
             log_level,
@@ -932,6 +940,37 @@ mod tests {
         ));
     }
 
+    /// Guards the node-selection flags: their defaults (every node, other providers'
+    /// nodes skipped for hcloud and aws only, routes of unselected nodes kept) and that
+    /// each one reaches the settings.
+    #[test]
+    fn node_selection_flags_set_the_filter_and_the_delete_switch() {
+        use crate::node_filter::OwnProvider;
+        let s = args(&[]).settings().unwrap();
+        assert!(s.node_filter.is_everything(), "fake: no providerID scheme");
+        assert!(!s.controller.delete_routes_of_unselected_nodes);
+        let hcloud = |extra: &[&str]| {
+            let mut v = vec!["--cloud-provider=hcloud", "--cluster-cidr=10.244.0.0/16"];
+            v.extend_from_slice(extra);
+            RunArgs::parse(&v).unwrap().settings().unwrap()
+        };
+        let s = hcloud(&[]);
+        assert_eq!(s.node_filter.own_provider, Some(OwnProvider::Hcloud));
+        assert!(s.node_filter.selector.is_everything());
+        let s = hcloud(&[
+            "--skip-nodes-of-other-providers=false",
+            "--node-selector",
+            "!instance.hetzner.cloud/is-root-server, role in (worker,edge)",
+            "--delete-routes-of-unselected-nodes",
+        ]);
+        assert_eq!(s.node_filter.own_provider, None);
+        assert_eq!(
+            s.node_filter.selector.to_string(),
+            "!instance.hetzner.cloud/is-root-server,role in (edge,worker)"
+        );
+        assert!(s.controller.delete_routes_of_unselected_nodes);
+    }
+
     #[test]
     fn the_gate_on_means_watch_mode_and_the_kep_alias_sets_the_period() {
         let s = args(&[
@@ -1013,6 +1052,18 @@ mod tests {
             (&["--log-format", "xml"], "--logging-format"),
             (&["--cluster-name", " "], "--cluster-name"),
             (&["--cluster-cidr", "010.244.0.0/16"], "leading zero"),
+            (
+                &["--node-selector", "role=worker,zone in (fsn1"],
+                "--node-selector: label selector \"role=worker,zone in (fsn1\": found the end",
+            ),
+            (
+                &["--node-selector", "node-role.kubernetes.io/-worker"],
+                "invalid label key",
+            ),
+            (
+                &["--skip-nodes-of-other-providers=maybe"],
+                "--skip-nodes-of-other-providers",
+            ),
         ];
         for (extra, needle) in cases {
             let err = error(extra);

@@ -818,7 +818,11 @@ fn read_line_capped(r: &mut impl BufRead, buf: &mut Vec<u8>, max: usize) -> io::
 
 /// Lists every node once, following continue tokens (for `route-controller plan`
 /// against a live cluster; the controller itself uses the watch).
-pub fn list_nodes(client: &Client, config: &WatchConfig) -> Result<Vec<Node>, KubeError> {
+/// `N` is [`Node`], or [`LabeledNode`] to apply a node filter.
+pub fn list_nodes<N>(client: &Client, config: &WatchConfig) -> Result<Vec<N>, KubeError>
+where
+    N: serde::de::DeserializeOwned + Default,
+{
     let mut nodes = Vec::new();
     let mut continue_token: Option<String> = None;
     loop {
@@ -827,7 +831,7 @@ pub fn list_nodes(client: &Client, config: &WatchConfig) -> Result<Vec<Node>, Ku
             path.push_str("&continue=");
             path.push_str(&encode_query(token));
         }
-        let page: NodeList = client.get_json_large(&path, config.max_page_bytes)?;
+        let page: NodeList<N> = client.get_json_large(&path, config.max_page_bytes)?;
         nodes.extend(page.items);
         if page.metadata.continue_token.is_empty() {
             return Ok(nodes);
