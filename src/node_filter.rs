@@ -9,7 +9,7 @@
 //! not initialised, and its route follows once it is.
 //!
 //! The node watch applies the filter as it decodes each node, so an unselected node
-//! reaches the controller as its name alone. It is applied on our side rather than as
+//! reaches the controller as its name and providerID alone. It is applied on our side rather than as
 //! a server-side `labelSelector`, for which the API server reports a node whose labels
 //! stop matching as deleted: the controller would delete its routes.
 

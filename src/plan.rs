@@ -6,7 +6,7 @@
 //! networks instead of strings, and node addresses compare as sets. It does no IO and
 //! knows nothing about time, retries or what is in flight; the controller does.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::HashMap;
 use std::fmt;
 
 use crate::model::{Cidr, Condition, Node, PodCidrs, Route, same_addresses};
@@ -40,10 +40,10 @@ pub struct Plan {
 /// node filter: `--node-selector`, another provider's providerID), and what becomes of
 /// their routes: left alone by default; deleted like a gone node's with
 /// `delete_routes`.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy)]
 pub struct UnroutedNodes<'a> {
-    /// Their names.
-    pub names: &'a BTreeSet<String>,
+    /// Whether the node of this name is one of them.
+    pub contains: &'a dyn Fn(&str) -> bool,
     /// Delete their routes (`--delete-routes-of-unselected-nodes`).
     pub delete_routes: bool,
 }
@@ -51,9 +51,8 @@ pub struct UnroutedNodes<'a> {
 impl UnroutedNodes<'_> {
     /// No such node: every node is routed or gone.
     pub fn none() -> UnroutedNodes<'static> {
-        static NONE: BTreeSet<String> = BTreeSet::new();
         UnroutedNodes {
-            names: &NONE,
+            contains: &|_| false,
             delete_routes: false,
         }
     }
@@ -364,7 +363,7 @@ pub fn plan_with_unrouted<'a>(
             Some(DeleteReason::NoTarget)
         } else {
             match actions.get(route.target_node.as_str()) {
-                None if unrouted.names.contains(&route.target_node) => {
+                None if (unrouted.contains)(&route.target_node) => {
                     if unrouted.delete_routes {
                         Some(DeleteReason::NodeUnselected)
                     } else {

@@ -702,14 +702,14 @@ pub fn run_plan(args: &PlanArgs) -> Result<String, UsageError> {
         Some(path) => read_nodes(path, args.allow_partial)?,
         None => live_nodes(args)?,
     };
-    // As the node watch does: unselected nodes are kept by name.
+    // As the node watch does: unselected nodes are kept by name and providerID.
     let mut nodes = Vec::with_capacity(listed.len());
-    let mut unselected = std::collections::BTreeSet::new();
+    let mut unselected = std::collections::BTreeMap::new();
     for item in listed {
         match args.node_filter.check(&item.node, &item.labels) {
             Ok(()) => nodes.push(item.node),
             Err(_) => {
-                unselected.insert(item.node.name);
+                unselected.insert(item.node.name, item.node.provider_id);
             }
         }
     }
@@ -729,7 +729,7 @@ pub fn run_plan(args: &PlanArgs) -> Result<String, UsageError> {
                 nodes
                     .iter()
                     .map(|n| (n.name.as_str(), n.provider_id.as_deref()))
-                    .chain(unselected.iter().map(|n| (n.as_str(), None))),
+                    .chain(unselected.iter().map(|(n, id)| (n.as_str(), id.as_deref()))),
             );
             cloud
                 .list_routes(&args.cluster_name, &directory)
@@ -751,7 +751,7 @@ pub fn run_plan(args: &PlanArgs) -> Result<String, UsageError> {
         .map(|n| (n, crate::model::PodCidrs::parse(&n.pod_cidrs)))
         .collect();
     let unrouted = plan::UnroutedNodes {
-        names: &unselected,
+        contains: &|name| unselected.contains_key(name),
         delete_routes: args.delete_routes_of_unselected_nodes,
     };
     let plan = plan::plan_with_unrouted(

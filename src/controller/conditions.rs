@@ -125,7 +125,7 @@ impl Controller {
         out: &mut Vec<Command>,
     ) {
         // A node unselected while its create was in flight gets no event.
-        if !self.leading || self.nodes.unselected().contains(&c.route.target_node) {
+        if !self.leading || self.nodes.unselected().contains_key(&c.route.target_node) {
             return;
         }
         out.push(Command::RecordEvent {

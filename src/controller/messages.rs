@@ -21,11 +21,14 @@ pub enum NodeEvent {
     /// One node of the list.
     InitApply(Node),
     /// One node of the list that this controller does not route (see
-    /// [`NodeFilter`](crate::NodeFilter)): its name and why. Its routes are left
-    /// alone, unless the controller is told to delete them.
+    /// [`NodeFilter`](crate::node_filter::NodeFilter)): its name, its providerID (for
+    /// the provider to tell its routes from routes to nobody) and why. Its routes are
+    /// left alone, unless the controller is told to delete them.
     InitUnselected {
         /// The node's name.
         name: String,
+        /// Its `spec.providerID`.
+        provider_id: Option<String>,
         /// Why it is not routed.
         why: Unselected,
     },
@@ -40,6 +43,8 @@ pub enum NodeEvent {
     Unselected {
         /// The node's name.
         name: String,
+        /// Its `spec.providerID`.
+        provider_id: Option<String>,
         /// Why it is not routed.
         why: Unselected,
     },

@@ -330,8 +330,9 @@ impl Controller {
     /// Plans with the current views and replaces what is queued with the new plan.
     fn plan_and_queue(&mut self, pass: u64, now: Instant, out: &mut Vec<Command>) {
         let Some(view) = &self.view else { return };
+        let unselected = self.nodes.unselected();
         let unrouted = plan::UnroutedNodes {
-            names: self.nodes.unselected(),
+            contains: &|name| unselected.contains_key(name),
             delete_routes: self.config.delete_routes_of_unselected_nodes,
         };
         let plan = plan::plan_with_unrouted(

@@ -3,11 +3,15 @@
 //! when it arrives. It says what changed; the controller decides what that triggers.
 //!
 //! Nodes the node filter does not route (`--node-selector`, another provider's
-//! providerID) are kept by name only, apart from the routed ones: the view must tell a
-//! node that is gone (its routes are deleted) from one that exists but is not routed
-//! here (its routes are left alone), and such a node costs no memory beyond its name.
+//! providerID) are kept by name and providerID only, apart from the routed ones: the
+//! view must tell a node that is gone (its routes are deleted) from one that exists
+//! but is not routed here (its routes are left alone), and such a node costs no memory
+//! beyond its name and providerID. The providerID is what lets a provider map a route
+//! to the node (a Hetzner route's gateway to the node's server) when the node is named
+//! differently from its server or instance; without it such a route would look like a
+//! route to nobody, and be deleted.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -46,8 +50,11 @@ pub(super) struct Listed {
 #[derive(Default)]
 struct Relist {
     nodes: BTreeMap<String, Box<Known>>,
-    unselected: BTreeSet<String>,
+    unselected: Unrouted,
 }
+
+/// Nodes that exist but are not routed here: providerID by name.
+pub(super) type Unrouted = BTreeMap<String, Option<String>>;
 
 impl Relist {
     fn apply(&mut self, node: Node) {
@@ -55,9 +62,9 @@ impl Relist {
         self.nodes.insert(node.name.clone(), Known::new(node));
     }
 
-    fn unselect(&mut self, name: String) {
+    fn unselect(&mut self, name: String, provider_id: Option<String>) {
         self.nodes.remove(&name);
-        self.unselected.insert(name);
+        self.unselected.insert(name, provider_id);
     }
 }
 
@@ -67,8 +74,8 @@ pub(super) struct NodeView {
     /// By name. Boxed: a B-tree keeps several times the size of its values in
     /// half-empty leaves, and a node is large; 50 000 of them cost megabytes less so.
     nodes: BTreeMap<String, Box<Known>>,
-    /// Nodes that exist but are not routed here, by name.
-    unselected: BTreeSet<String>,
+    /// Nodes that exist but are not routed here.
+    unselected: Unrouted,
     /// Nodes of a relist in progress, swapped in at `InitDone`.
     relist: Option<Relist>,
     synced: bool,
@@ -101,7 +108,7 @@ impl NodeView {
     }
 
     /// The nodes that exist but are not routed here.
-    pub fn unselected(&self) -> &BTreeSet<String> {
+    pub fn unselected(&self) -> &Unrouted {
         &self.unselected
     }
 
@@ -113,9 +120,12 @@ impl NodeView {
     /// Node names by provider ID, for a list. Built per list and dropped after it
     /// (lists are rare in watch mode; keeping it would cost memory per node).
     pub fn directory(&self) -> Arc<NodeDirectory> {
-        // Unselected nodes by name, so that a provider that maps a target to a node by
-        // its name finds them and their routes are not taken for routes to nobody.
-        let unselected = self.unselected.iter().map(|n| (n.as_str(), None));
+        // Unselected nodes too, so that the provider maps their routes to them and they
+        // are not taken for routes to nobody.
+        let unselected = self
+            .unselected
+            .iter()
+            .map(|(n, id)| (n.as_str(), id.as_deref()));
         Arc::new(NodeDirectory::new(
             self.nodes()
                 .map(|n| (n.name.as_str(), n.provider_id.as_deref()))
@@ -135,8 +145,10 @@ impl NodeView {
     }
 
     /// One node of a relist that is not routed here.
-    pub fn list_unselected(&mut self, name: String) {
-        self.relist.get_or_insert_default().unselect(name);
+    pub fn list_unselected(&mut self, name: String, provider_id: Option<String>) {
+        self.relist
+            .get_or_insert_default()
+            .unselect(name, provider_id);
     }
 
     /// A node added or changed: what that is, in `mode`'s terms (`None` during a
@@ -150,7 +162,9 @@ impl NodeView {
         self.note_cidrs(&new, now);
         let name = new.node.name.clone();
         let trigger = match self.nodes.get(&name) {
-            None if self.unselected.remove(&name) => Some(Trigger::NodeSelected(name.clone())),
+            None if self.unselected.remove(&name).is_some() => {
+                Some(Trigger::NodeSelected(name.clone()))
+            }
             None => Some(Trigger::NodeAdded(name.clone())),
             Some(old) => change_trigger(old, &new, mode),
         };
@@ -160,16 +174,16 @@ impl NodeView {
 
     /// A node added or changed that is not routed here: a trigger if it was routed
     /// until now (`None` during a relist, which buffers it).
-    pub fn unselect(&mut self, name: String) -> Option<Trigger> {
+    pub fn unselect(&mut self, name: String, provider_id: Option<String>) -> Option<Trigger> {
         if let Some(buffer) = &mut self.relist {
-            buffer.unselect(name);
+            buffer.unselect(name, provider_id);
             return None;
         }
         let was_routed = self.nodes.remove(&name).is_some();
         if was_routed {
             self.cidr_seen.retain(|(n, _), _| *n != name);
         }
-        self.unselected.insert(name.clone());
+        self.unselected.insert(name.clone(), provider_id);
         was_routed.then_some(Trigger::NodeUnselected(name))
     }
 
@@ -185,7 +199,7 @@ impl NodeView {
         if known {
             self.cidr_seen.retain(|(n, _), _| n != name);
         }
-        known | self.unselected.remove(name)
+        known | self.unselected.remove(name).is_some()
     }
 
     /// A complete list: swap it in and say what changed while the watch was away.
@@ -198,7 +212,7 @@ impl NodeView {
         let mut changes = Vec::new();
         for (name, known) in &new {
             match self.nodes.get(name) {
-                None if self.unselected.contains(name) => {
+                None if self.unselected.contains_key(name) => {
                     changes.push(Trigger::NodeSelected(name.clone()))
                 }
                 None => changes.push(Trigger::NodeAdded(name.clone())),
@@ -213,8 +227,8 @@ impl NodeView {
                 }
             }
         }
-        for name in self.nodes.keys().chain(&self.unselected) {
-            if unselected.contains(name) {
+        for name in self.nodes.keys().chain(self.unselected.keys()) {
+            if unselected.contains_key(name) {
                 if self.nodes.contains_key(name) {
                     changes.push(Trigger::NodeUnselected(name.clone()));
                 }
@@ -279,9 +293,13 @@ impl Controller {
                 self.cancel_queued(now, out);
             }
             NodeEvent::InitApply(node) => self.nodes.list_apply(node),
-            NodeEvent::InitUnselected { name, why } => {
+            NodeEvent::InitUnselected {
+                name,
+                provider_id,
+                why,
+            } => {
                 log::debug!("node {name} is not routed here: {why}");
-                self.nodes.list_unselected(name);
+                self.nodes.list_unselected(name, provider_id);
             }
             NodeEvent::InitDone => self.on_list_complete(now),
             NodeEvent::Added(node) | NodeEvent::Modified(node) => {
@@ -289,8 +307,12 @@ impl Controller {
                     self.node_trigger(t, now);
                 }
             }
-            NodeEvent::Unselected { name, why } => {
-                if let Some(t) = self.nodes.unselect(name.clone()) {
+            NodeEvent::Unselected {
+                name,
+                provider_id,
+                why,
+            } => {
+                if let Some(t) = self.nodes.unselect(name.clone(), provider_id) {
                     log::info!(
                         "node {name} is no longer routed here: {why}; its routes are {}",
                         if self.config.delete_routes_of_unselected_nodes {

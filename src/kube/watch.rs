@@ -50,7 +50,7 @@ pub struct WatchConfig {
     /// Seed for the timeout draws and the jitter; `None` seeds from the OS.
     pub seed: Option<u64>,
     /// Which nodes the controller routes (default: all). A node it does not route is
-    /// sent as its name alone ([`NodeEvent::Unselected`]).
+    /// sent as its name and providerID alone ([`NodeEvent::Unselected`]).
     pub filter: NodeFilter,
 }
 
@@ -308,6 +308,7 @@ impl Reflector {
                 Ok(()) => NodeEvent::InitApply(item.node),
                 Err(why) => NodeEvent::InitUnselected {
                     name: item.node.name,
+                    provider_id: item.node.provider_id,
                     why,
                 },
             });
@@ -477,7 +478,7 @@ impl Reflector {
     }
 
     /// An added or changed node: the event, or for a node the filter does not route,
-    /// its name alone. The labels are dropped here either way.
+    /// its name and providerID alone. The labels are dropped here either way.
     fn filtered(&mut self, item: LabeledNode, event: fn(Node) -> NodeEvent) -> LineOutcome {
         match self.config.filter.check(&item.node, &item.labels) {
             Ok(()) => self.object(item.node, event),
@@ -485,6 +486,7 @@ impl Reflector {
                 self.note_version(&item.node);
                 LineOutcome::Event(NodeEvent::Unselected {
                     name: item.node.name,
+                    provider_id: item.node.provider_id,
                     why,
                 })
             }
@@ -940,7 +942,7 @@ mod tests {
     }
 
     /// Guards the node filter in the watch: an unselected node leaves the reflector as
-    /// its name alone (its labels and fields are dropped), in a list and in the watch;
+    /// its name and providerID alone (its labels and other fields are dropped), in a list and in the watch;
     /// a deleted node is reported whatever its labels, so its routes go.
     #[test]
     fn the_node_filter_sends_unselected_nodes_by_name_and_deletions_whole() {
@@ -967,7 +969,7 @@ mod tests {
             .iter()
             .map(|e| match e {
                 NodeEvent::InitApply(n) => format!("routed {}", n.name),
-                NodeEvent::InitUnselected { name, why } => format!("{name}: {why:?}"),
+                NodeEvent::InitUnselected { name, why, .. } => format!("{name}: {why:?}"),
                 other => format!("{other:?}"),
             })
             .collect();
@@ -987,6 +989,7 @@ mod tests {
             r.on_watch_line(relabeled, t0),
             LineOutcome::Event(NodeEvent::Unselected {
                 name: "cloud".into(),
+                provider_id: None,
                 why: Unselected::ByLabels
             })
         );
