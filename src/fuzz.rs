@@ -476,7 +476,8 @@ mod parsers {
             let (nodes_len, routes_len) = (nodes.len(), routes.len());
             let (got_nodes, got_routes) = check("plan's files", move || {
                 // A single Node is accepted too, so that it reaches the parser.
-                let nodes = crate::cli::read_nodes(&n, true).map(|v| v.len());
+                let nodes = crate::cli::read_nodes(&n, true, &crate::node_filter::NodeFilter::everything())
+                    .map(|v| v.len());
                 let routes = crate::cli::read_routes(&r).map(|v| v.len());
                 (nodes, routes)
             });

@@ -698,21 +698,13 @@ pub fn run_plan(args: &PlanArgs) -> Result<String, UsageError> {
                 .into(),
         ));
     }
-    let listed = match &args.nodes {
-        Some(path) => read_nodes(path, args.allow_partial)?,
+    let FilteredNodes {
+        routed: nodes,
+        unselected,
+    } = match &args.nodes {
+        Some(path) => read_nodes(path, args.allow_partial, &args.node_filter)?,
         None => live_nodes(args)?,
     };
-    // As the node watch does: unselected nodes are kept by name and providerID.
-    let mut nodes = Vec::with_capacity(listed.len());
-    let mut unselected = std::collections::BTreeMap::new();
-    for item in listed {
-        match args.node_filter.check(&item.node, &item.labels) {
-            Ok(()) => nodes.push(item.node),
-            Err(_) => {
-                unselected.insert(item.node.name, item.node.provider_id);
-            }
-        }
-    }
     let routes = match (&args.routes, &args.cloud_provider) {
         (Some(path), _) => read_routes(path)?,
         (None, Some(name)) => {
@@ -784,7 +776,7 @@ fn not_ours<'a>(routes: &'a [Route], cluster_cidrs: &[crate::model::Cidr]) -> Ve
 
 /// Lists the nodes of the cluster that `--kubeconfig`/`--master` (or the usual
 /// resolution) names.
-fn live_nodes(args: &PlanArgs) -> Result<Vec<LabeledNode>, UsageError> {
+fn live_nodes(args: &PlanArgs) -> Result<FilteredNodes, UsageError> {
     use crate::kube::{Client, ClientOptions, Env, KubeConfig, LoadOptions, WatchConfig};
     let load = LoadOptions {
         kubeconfig: args.kubeconfig.as_ref().map(std::path::PathBuf::from),
@@ -795,8 +787,13 @@ fn live_nodes(args: &PlanArgs) -> Result<Vec<LabeledNode>, UsageError> {
         .map_err(|e| UsageError(format!("without --nodes, nodes come from the cluster: {e}")))?;
     let client = Client::new(&kube, ClientOptions::default())
         .map_err(|e| UsageError(format!("Kubernetes client: {e}")))?;
-    crate::kube::list_nodes::<LabeledNode>(&client, &WatchConfig::default())
-        .map_err(|e| UsageError(format!("listing nodes from {}: {e}", kube.server)))
+    let listed = crate::kube::list_nodes::<LabeledNode>(&client, &WatchConfig::default())
+        .map_err(|e| UsageError(format!("listing nodes from {}: {e}", kube.server)))?;
+    let mut nodes = FilteredNodes::default();
+    for item in listed {
+        nodes.add(item, &args.node_filter);
+    }
+    Ok(nodes)
 }
 
 /// The file, or stdin for "-", buffered: inputs are read as a stream.
@@ -810,15 +807,19 @@ fn open_input(path: &str, flag: &str) -> Result<Box<dyn std::io::BufRead>, Usage
 }
 
 /// Reads `kubectl get nodes -o json` (a `List` of Nodes) or a `NodeList` from the API,
-/// as a stream: each item becomes a [`Node`] as soon as it is read, so memory grows
-/// with the fields the planner keeps, not with the document. A single Node is
-/// accepted only with `allow_partial`, since a plan from it deletes every other
-/// node's route.
-pub fn read_nodes(path: &str, allow_partial: bool) -> Result<Vec<LabeledNode>, UsageError> {
+/// as a stream: each item becomes the few fields the planner keeps as soon as it is
+/// read (its labels only long enough for `filter`), so memory grows with the fields the
+/// planner keeps, not with the document. A single Node is accepted only with
+/// `allow_partial`, since a plan from it deletes every other node's route.
+pub fn read_nodes(
+    path: &str,
+    allow_partial: bool,
+    filter: &crate::node_filter::NodeFilter,
+) -> Result<FilteredNodes, UsageError> {
     let input = open_input(path, "--nodes")?;
     let mut de = serde_json::Deserializer::from_reader(input);
-    let file = serde::Deserialize::deserialize(&mut de)
-        .and_then(|f: node_file::NodeFile| de.end().map(|()| f))
+    let file = serde::de::DeserializeSeed::deserialize(node_file::FileSeed(filter), &mut de)
+        .and_then(|f| de.end().map(|()| f))
         .map_err(|e| {
             if e.is_syntax() || e.is_eof() {
                 UsageError(format!("--nodes {path}: not valid JSON: {e}"))
@@ -833,7 +834,40 @@ pub fn read_nodes(path: &str, allow_partial: bool) -> Result<Vec<LabeledNode>, U
              every other node's route; give `kubectl get nodes -o json`, or --allow-partial if \
              this node is the whole cluster"
         ))),
-        node_file::NodeFile::Single(node) => Ok(vec![*node]),
+        node_file::NodeFile::Single(node) => {
+            let mut nodes = FilteredNodes::default();
+            nodes.add(*node, filter);
+            Ok(nodes)
+        }
+    }
+}
+
+/// Nodes split by the node filter, as the node watch splits them: the routed ones, and
+/// the others by name and providerID.
+#[derive(Debug, Default)]
+pub struct FilteredNodes {
+    pub routed: Vec<Node>,
+    pub unselected: std::collections::BTreeMap<String, Option<String>>,
+}
+
+impl FilteredNodes {
+    fn add(&mut self, item: LabeledNode, filter: &crate::node_filter::NodeFilter) {
+        match filter.check(&item.node, &item.labels) {
+            Ok(()) => self.routed.push(item.node),
+            Err(_) => {
+                self.unselected
+                    .insert(item.node.name, item.node.provider_id);
+            }
+        }
+    }
+
+    /// How many nodes, routed or not.
+    pub fn len(&self) -> usize {
+        self.routed.len() + self.unselected.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
     }
 }
 
@@ -842,13 +876,15 @@ mod node_file {
     use std::fmt;
 
     use serde::Deserialize;
-    use serde::de::{self, Deserializer, IgnoredAny, MapAccess, Visitor};
+    use serde::de::{self, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, Visitor};
 
-    use crate::model::LabeledNode as Node;
+    use super::FilteredNodes;
+    use crate::model::LabeledNode;
+    use crate::node_filter::NodeFilter;
 
     pub enum NodeFile {
-        List(Vec<Node>),
-        Single(Box<Node>),
+        List(FilteredNodes),
+        Single(Box<LabeledNode>),
     }
 
     /// One list item: a Node, which `kubectl get -o json` marks with its kind (an API
@@ -857,47 +893,51 @@ mod node_file {
     struct Item {
         kind: Option<String>,
         #[serde(flatten)]
-        node: Node,
+        node: LabeledNode,
     }
 
-    /// The items, each checked to be a Node as it arrives.
-    struct Items(Vec<Node>);
+    /// The items, each checked to be a Node and filtered as it arrives.
+    struct ItemsSeed<'a>(&'a NodeFilter);
 
-    impl<'de> Deserialize<'de> for Items {
-        fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Items, D::Error> {
-            struct ItemsVisitor;
-            impl<'de> Visitor<'de> for ItemsVisitor {
-                type Value = Items;
-                fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                    f.write_str("a list of Nodes")
+    impl<'de> DeserializeSeed<'de> for ItemsSeed<'_> {
+        type Value = FilteredNodes;
+        fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<FilteredNodes, D::Error> {
+            d.deserialize_seq(self)
+        }
+    }
+
+    impl<'de> Visitor<'de> for ItemsSeed<'_> {
+        type Value = FilteredNodes;
+        fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.write_str("a list of Nodes")
+        }
+        fn visit_seq<A: de::SeqAccess<'de>>(self, mut seq: A) -> Result<FilteredNodes, A::Error> {
+            let mut nodes = FilteredNodes::default();
+            nodes.routed.reserve(seq.size_hint().unwrap_or(0));
+            while let Some(item) = seq.next_element::<Item>()? {
+                if let Some(kind) = item.kind.filter(|k| k != "Node") {
+                    return Err(de::Error::custom(format!(
+                        "expected a NodeList (kubectl get nodes -o json), but item {} is a {kind}",
+                        nodes.len() + 1
+                    )));
                 }
-                fn visit_seq<A: de::SeqAccess<'de>>(self, mut seq: A) -> Result<Items, A::Error> {
-                    let mut nodes = Vec::with_capacity(seq.size_hint().unwrap_or(0));
-                    while let Some(item) = seq.next_element::<Item>()? {
-                        if let Some(kind) = item.kind.filter(|k| k != "Node") {
-                            return Err(de::Error::custom(format!(
-                                "expected a NodeList (kubectl get nodes -o json), but item {} is a {kind}",
-                                nodes.len() + 1
-                            )));
-                        }
-                        nodes.push(item.node);
-                    }
-                    Ok(Items(nodes))
-                }
+                nodes.add(item.node, self.0);
             }
-            d.deserialize_seq(ItemsVisitor)
+            Ok(nodes)
         }
     }
 
-    impl<'de> Deserialize<'de> for NodeFile {
-        fn deserialize<D: Deserializer<'de>>(d: D) -> Result<NodeFile, D::Error> {
-            d.deserialize_map(FileVisitor)
+    /// The whole file.
+    pub struct FileSeed<'a>(pub &'a NodeFilter);
+
+    impl<'de> DeserializeSeed<'de> for FileSeed<'_> {
+        type Value = NodeFile;
+        fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<NodeFile, D::Error> {
+            d.deserialize_map(self)
         }
     }
 
-    struct FileVisitor;
-
-    impl<'de> Visitor<'de> for FileVisitor {
+    impl<'de> Visitor<'de> for FileSeed<'_> {
         type Value = NodeFile;
 
         fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -906,13 +946,13 @@ mod node_file {
 
         fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<NodeFile, A::Error> {
             let mut kind: Option<String> = None;
-            let mut items: Option<Vec<Node>> = None;
+            let mut items: Option<FilteredNodes> = None;
             // A single Node's own fields: small, kept as JSON until the kind is known.
             let mut single = serde_json::Map::new();
             while let Some(key) = map.next_key::<String>()? {
                 match key.as_str() {
                     "kind" => kind = Some(map.next_value()?),
-                    "items" => items = Some(map.next_value::<Items>()?.0),
+                    "items" => items = Some(map.next_value_seed(ItemsSeed(self.0))?),
                     "metadata" | "spec" | "status" => {
                         single.insert(key, map.next_value()?);
                     }
