@@ -267,7 +267,8 @@ mod parsers {
     use crate::cloud::aws::{ec2, xml};
     use crate::kube::config::ExecConfig;
     use crate::kube::watch::{Reflector, WatchConfig};
-    use crate::model::{Cidr, NodeList};
+    use crate::model::{Cidr, LabeledNode, NodeList};
+    use crate::selector::{Labels, Selector};
 
     static DURATIONS: &[&[u8]] = &[
         b"10s",
@@ -296,6 +297,12 @@ mod parsers {
         fuzz_seed!("../plan/nodes.json"),
         fuzz_seed!("../plan/nodes-invalid-pod-cidr.json"),
         fuzz_seed!("../plan/not-a-node-list.json"),
+        fuzz_seed!("../plan/hetzner-mixed-nodes.json"),
+    ];
+    static SELECTORS: &[&[u8]] = &[
+        b"role=worker,zone in (fsn1,nbg1),!instance.hetzner.cloud/is-root-server",
+        b"node-role.kubernetes.io/worker, a notin (x,,y), b!=c, gen>3, d==e",
+        b"a in (), b=, !c, d<10",
     ];
     static ROUTE_FILES: &[&[u8]] = &[fuzz_seed!("../plan/routes.json")];
     static EXEC_OUTPUTS: &[&[u8]] = &[
@@ -348,6 +355,39 @@ mod parsers {
             if let Ok(c) = parsed {
                 let again = Cidr::parse(&c.to_string());
                 prop_assert_eq!(again, Ok(c), "{} does not survive its own spelling", shown);
+            }
+        }
+
+        /// `--node-selector`: any text parses or gives an error that points inside it;
+        /// whatever parses prints as a selector that parses to the same thing.
+        #[test]
+        fn label_selectors(input in text(SELECTORS)) {
+            let parsed = check("Selector::parse", {
+                let input = input.clone();
+                move || Selector::parse(&input)
+            });
+            match parsed {
+                Ok(s) => {
+                    let again = Selector::parse(&s.to_string());
+                    prop_assert_eq!(again.as_ref(), Ok(&s), "{:?} printed as {}", input, s);
+                    let _ = s.matches(&Labels::new());
+                }
+                Err(e) => {
+                    prop_assert!(e.at <= input.len() && input.is_char_boundary(e.at), "{e:?}");
+                    let _ = e.to_string();
+                }
+            }
+        }
+
+        #[test]
+        fn labeled_node_lists(input in bytes(NODE_LISTS)) {
+            let len = input.len();
+            let parsed = check("NodeList<LabeledNode>", move || {
+                serde_json::from_slice::<NodeList<LabeledNode>>(&input)
+            });
+            if let Ok(list) = parsed {
+                prop_assert!(list.items.len() <= len);
+                prop_assert!(list.items.iter().all(|n| n.labels.len() <= len));
             }
         }
 

@@ -21,7 +21,7 @@
 //! (`key=` selects `key` set to ""), and `in`/`notin` may be a value.
 //!
 //! This module parses text from the command line: it must never panic, whatever the
-//! bytes (its fuzz test below holds it to that).
+//! bytes (`label_selectors` in `src/fuzz.rs` holds it to that).
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -842,45 +842,6 @@ mod tests {
             let e = error(&bad);
             assert_eq!(e.at, at, "{bad:?}: {e}");
             assert!(e.problem.contains(says), "{bad:?}: {e}");
-        }
-    }
-
-    /// Invariant 8 for `--node-selector`: any text parses or gives an error that
-    /// points inside it, never a panic; and whatever parses prints as a selector that
-    /// parses to the same thing.
-    mod fuzz {
-        use proptest::prelude::*;
-
-        use super::*;
-        use crate::fuzz::{check, config, text};
-
-        static SELECTORS: &[&[u8]] = &[
-            b"role=worker,zone in (fsn1,nbg1),!instance.hetzner.cloud/is-root-server",
-            b"node-role.kubernetes.io/worker, a notin (x,,y), b!=c, gen>3, d==e",
-            b"a in (), b=, !c, d<-1",
-        ];
-
-        proptest! {
-            #![proptest_config(config())]
-
-            #[test]
-            fn label_selectors(input in text(SELECTORS)) {
-                let parsed = check("the label selector parser", {
-                    let input = input.clone();
-                    move || Selector::parse(&input)
-                });
-                match parsed {
-                    Ok(s) => {
-                        let again = Selector::parse(&s.to_string());
-                        prop_assert_eq!(again.as_ref(), Ok(&s), "{:?} printed as {}", input, s);
-                        let _ = s.matches(&Labels::new());
-                    }
-                    Err(e) => {
-                        prop_assert!(e.at <= input.len() && input.is_char_boundary(e.at), "{e:?}");
-                        let _ = e.to_string();
-                    }
-                }
-            }
         }
     }
 }
