@@ -787,12 +787,11 @@ fn live_nodes(args: &PlanArgs) -> Result<FilteredNodes, UsageError> {
         .map_err(|e| UsageError(format!("without --nodes, nodes come from the cluster: {e}")))?;
     let client = Client::new(&kube, ClientOptions::default())
         .map_err(|e| UsageError(format!("Kubernetes client: {e}")))?;
-    let listed = crate::kube::list_nodes::<LabeledNode>(&client, &WatchConfig::default())
-        .map_err(|e| UsageError(format!("listing nodes from {}: {e}", kube.server)))?;
     let mut nodes = FilteredNodes::default();
-    for item in listed {
-        nodes.add(item, &args.node_filter);
-    }
+    crate::kube::for_each_node(&client, &WatchConfig::default(), |item| {
+        nodes.add(item, &args.node_filter)
+    })
+    .map_err(|e| UsageError(format!("listing nodes from {}: {e}", kube.server)))?;
     Ok(nodes)
 }
 

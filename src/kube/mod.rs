@@ -39,4 +39,4 @@ pub use error::{ApiError, ApiErrorKind, KubeError};
 pub use lease::{LeaseConfig, default_identity, spawn_leader_election};
 pub use status::{StatusConfig, spawn_status_writer};
 pub use stop::StopHandle;
-pub use watch::{NodeWatch, WatchConfig, list_nodes, spawn_node_watch};
+pub use watch::{NodeWatch, WatchConfig, for_each_node, list_nodes, spawn_node_watch};

@@ -820,12 +820,19 @@ fn read_line_capped(r: &mut impl BufRead, buf: &mut Vec<u8>, max: usize) -> io::
 
 /// Lists every node once, following continue tokens (for `route-controller plan`
 /// against a live cluster; the controller itself uses the watch).
-/// `N` is [`Node`], or [`LabeledNode`] to apply a node filter.
-pub fn list_nodes<N>(client: &Client, config: &WatchConfig) -> Result<Vec<N>, KubeError>
-where
-    N: serde::de::DeserializeOwned + Default,
-{
+pub fn list_nodes(client: &Client, config: &WatchConfig) -> Result<Vec<Node>, KubeError> {
     let mut nodes = Vec::new();
+    for_each_node(client, config, |n| nodes.push(n.node))?;
+    Ok(nodes)
+}
+
+/// Lists every node once, handing each with its labels to `each` page by page, so
+/// that a caller that filters them holds the labels of one page at a time.
+pub fn for_each_node(
+    client: &Client,
+    config: &WatchConfig,
+    mut each: impl FnMut(LabeledNode),
+) -> Result<(), KubeError> {
     let mut continue_token: Option<String> = None;
     loop {
         let mut path = format!("/api/v1/nodes?limit={}", config.page_size);
@@ -833,10 +840,10 @@ where
             path.push_str("&continue=");
             path.push_str(&encode_query(token));
         }
-        let page: NodeList<N> = client.get_json_large(&path, config.max_page_bytes)?;
-        nodes.extend(page.items);
+        let page: NodeList<LabeledNode> = client.get_json_large(&path, config.max_page_bytes)?;
+        page.items.into_iter().for_each(&mut each);
         if page.metadata.continue_token.is_empty() {
-            return Ok(nodes);
+            return Ok(());
         }
         continue_token = Some(page.metadata.continue_token);
     }
