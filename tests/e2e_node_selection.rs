@@ -188,6 +188,14 @@ fn a_hetzner_cluster_with_a_robot_node_and_an_unselected_node_converges_without_
         log.contains("node cloud-b is no longer routed here: its labels do not match --node-selector; its routes are left alone"),
         "the log says why b's route stays"
     );
+    assert!(
+        log.contains(
+            "routing the nodes that --node-selector \"example.com/routes=on\" selects with \
+             providerID hcloud://<server> or none (not Robot's); the routes of other nodes are \
+             left alone"
+        ),
+        "the start-up line says what is routed"
+    );
     let took = ctl.terminate();
     eprintln!("node_selection: SIGTERM to exit 0 in {took:.2?}");
 }
