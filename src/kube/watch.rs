@@ -1232,11 +1232,29 @@ mod tests {
         proptest! {
             #![proptest_config(config())]
 
+            /// With a node filter too, so that the labels' path is fuzzed as well.
             #[test]
-            fn watch_lines(lines in proptest::collection::vec(bytes(LINES), 1..4)) {
+            fn watch_lines(
+                lines in proptest::collection::vec(bytes(LINES), 1..4),
+                filtered in any::<bool>(),
+            ) {
                 check("the watch's line parser", move || {
                     let t0 = Instant::now();
-                    let mut r = reflector();
+                    let mut r = if filtered {
+                        Reflector::new(WatchConfig {
+                            seed: Some(7),
+                            filter: NodeFilter {
+                                selector: crate::selector::Selector::parse(
+                                    "kubernetes.io/os=linux,!example.com/no-routes",
+                                )
+                                .expect("a valid selector"),
+                                own_provider: Some(crate::node_filter::OwnProvider::Hcloud),
+                            },
+                            ..WatchConfig::default()
+                        })
+                    } else {
+                        reflector()
+                    };
                     watching(&mut r, t0);
                     for line in &lines {
                         let _ = r.on_watch_line(line, t0);
