@@ -11,9 +11,13 @@
 //!    `tests/kube-apiserver/upstream-route-controller`) beside ours, one at a time
 //!    against one real kube-apiserver, in poll and watch mode, on a scripted rolling
 //!    replacement in real time; and the same scenario in our emulation (`sim`).
+//! 6. The chaos run of `tests/e2e_chaos.rs` (`tests/support/chaos.rs`), longer and over
+//!    several seeds: `CHAOS_SEEDS` (comma-separated, default `1,2,3,4,5`),
+//!    `CHAOS_SECONDS` (default 120) and `CHAOS_CLOUDS` (`hcloud,aws`). It prints the
+//!    figures of each run and exits 1 if any run saw a violation or did not converge.
 //!
 //! `cargo bench -- NAME` runs only the parts whose name contains NAME (`events`,
-//! `planner`, `rss`, `calls`, `upstream`).
+//! `planner`, `rss`, `calls`, `upstream`, `peers`, `chaos`).
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
@@ -23,6 +27,20 @@ use std::time::{Duration, Instant};
 
 #[path = "../tests/support/aws_peer.rs"]
 mod aws_peer;
+#[path = "../tests/support/chaos.rs"]
+mod chaos;
+#[path = "../tests/support/controller_process.rs"]
+mod controller_process;
+#[path = "../tests/support/e2e_cluster.rs"]
+mod e2e_cluster;
+#[path = "../tests/support/e2e_hcloud.rs"]
+mod e2e_hcloud;
+#[path = "../tests/support/fault_proxy.rs"]
+mod fault_proxy;
+#[path = "../tests/support/hcloud_double.rs"]
+mod hcloud_double;
+#[path = "../tests/support/http_fault.rs"]
+mod http_fault;
 #[path = "../tests/support/kube_apiserver.rs"]
 mod kube_apiserver;
 #[path = "../tests/support/moto.rs"]
@@ -71,6 +89,47 @@ fn main() {
     }
     if wanted("peers") {
         peers();
+    }
+    if wanted("chaos") {
+        chaos();
+    }
+}
+
+// --- the chaos run, longer ------------------------------------------------------------
+
+fn chaos() {
+    let seeds: Vec<u64> = std::env::var("CHAOS_SEEDS")
+        .unwrap_or_else(|_| "1,2,3,4,5".into())
+        .split(',')
+        .filter_map(|s| s.trim().parse().ok())
+        .collect();
+    let seconds: u64 = chaos::env_or("CHAOS_SECONDS", 120);
+    let clouds = std::env::var("CHAOS_CLOUDS").unwrap_or_else(|_| "hcloud,aws".into());
+    println!(
+        "\n[chaos] two replicas, a real kube-apiserver, fault proxies; {seconds} s of faults per run, \
+         seeds {seeds:?}, clouds {clouds}"
+    );
+    let mut failed = Vec::new();
+    for cloud in clouds.split(',').map(str::trim) {
+        for &seed in &seeds {
+            let settings = chaos::Settings { seed, seconds };
+            let figures = match cloud {
+                "hcloud" => chaos::hetzner(settings),
+                "aws" => chaos::aws(settings),
+                other => {
+                    eprintln!("CHAOS_CLOUDS: unknown cloud {other:?}; use hcloud and aws");
+                    std::process::exit(2);
+                }
+            };
+            println!("{figures}");
+            if !figures.ok() {
+                failed.push(format!("{cloud} seed {seed}"));
+            }
+        }
+    }
+    if !failed.is_empty() {
+        eprintln!("[chaos] runs with violations or no convergence: {failed:?}");
+        std::process::exit(1);
     }
 }
 

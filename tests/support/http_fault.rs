@@ -1,0 +1,373 @@
+#![allow(dead_code)]
+//! An HTTP-aware fault layer in front of an EC2 Query API emulator (moto), for the
+//! chaos runs: moto cannot fail on purpose, so this layer answers a request itself
+//! with EC2's throttling or server errors, or forwards it and loses the reply (the
+//! change is made, the client never learns it: a timeout with effect), or holds
+//! replies back until released. It also keeps the request log the chaos checker
+//! reads: every request with the credential that signed it, when it reached moto and
+//! what moto answered, also when the client never saw that answer.
+//!
+//! One request per connection to moto (`Connection: close`), so a reply is read to
+//! its end; clients keep their connection to the layer. Loopback only; threads end
+//! when the layer is dropped.
+
+// The Hetzner double has its own copy of this module in the same test binaries.
+#[allow(clippy::duplicate_mod)]
+#[path = "http_wire.rs"]
+mod http_wire;
+
+use std::collections::BTreeMap;
+use std::io::{BufReader, ErrorKind, Read, Write};
+use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use http_wire::{WireRequest, percent_decode, read_request};
+
+/// How quickly held replies notice a release.
+const TICK: Duration = Duration::from_millis(20);
+/// How often an idle client connection checks whether the layer stopped.
+const IDLE_POLL: Duration = Duration::from_millis(500);
+
+/// What the layer does to one request instead of passing it through.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Answer {
+    /// 503 `RequestLimitExceeded`, as EC2 throttles; nothing reaches moto.
+    Throttle,
+    /// 500 `InternalError`; nothing reaches moto.
+    InternalError,
+    /// 503 `Unavailable`; nothing reaches moto.
+    Unavailable,
+    /// Forwarded, moto acts and answers, and the client's connection is closed
+    /// without the reply.
+    LoseReply,
+}
+
+impl Answer {
+    fn error(self) -> Option<(u16, &'static str)> {
+        match self {
+            Answer::Throttle => Some((503, "RequestLimitExceeded")),
+            Answer::InternalError => Some((500, "InternalError")),
+            Answer::Unavailable => Some((503, "Unavailable")),
+            Answer::LoseReply => None,
+        }
+    }
+}
+
+/// One request as the layer saw it.
+#[derive(Clone, Debug)]
+pub struct Exchange {
+    /// When it was sent on to moto, or answered by the layer.
+    pub at: Instant,
+    /// The access key ID of the request's SigV4 `Credential`.
+    pub key_id: String,
+    /// `Action` and the other form parameters.
+    pub action: String,
+    pub params: BTreeMap<String, String>,
+    /// Moto's status, or 0 when the request never reached moto.
+    pub status: u16,
+    /// Moto's error code, if it answered one.
+    pub code: Option<String>,
+    /// The fault injected, if any.
+    pub fault: Option<Answer>,
+}
+
+impl Exchange {
+    pub fn reached_cloud(&self) -> bool {
+        self.status != 0
+    }
+}
+
+struct Injected {
+    /// `None` matches any action.
+    action: Option<String>,
+    remaining: usize,
+    answer: Answer,
+}
+
+#[derive(Default)]
+struct Shared {
+    injected: Mutex<Vec<Injected>>,
+    hold: AtomicBool,
+    stop: AtomicBool,
+    log: Mutex<Vec<Exchange>>,
+}
+
+pub struct HttpFaultLayer {
+    addr: SocketAddr,
+    shared: Arc<Shared>,
+}
+
+impl HttpFaultLayer {
+    /// Listens on a loopback port chosen by the OS and forwards to `target`.
+    pub fn start(target: SocketAddr) -> HttpFaultLayer {
+        let listener = TcpListener::bind("127.0.0.1:0").expect("bind the fault layer");
+        listener.set_nonblocking(true).expect("nonblocking");
+        let addr = listener.local_addr().expect("layer address");
+        let shared = Arc::new(Shared::default());
+        let s = shared.clone();
+        std::thread::Builder::new()
+            .name(format!("http-fault {addr}"))
+            .spawn(move || {
+                while !s.stop.load(Ordering::SeqCst) {
+                    match listener.accept() {
+                        Ok((client, _)) => {
+                            let s = s.clone();
+                            let _ = std::thread::Builder::new()
+                                .name("http-fault conn".into())
+                                .spawn(move || serve(client, target, &s));
+                        }
+                        Err(_) => std::thread::sleep(TICK),
+                    }
+                }
+            })
+            .expect("spawn the fault layer");
+        HttpFaultLayer { addr, shared }
+    }
+
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// The next `times` requests of `action` (any action if `None`) get `answer`.
+    pub fn inject(&self, action: Option<&str>, times: usize, answer: Answer) {
+        self.shared
+            .injected
+            .lock()
+            .expect("injected")
+            .push(Injected {
+                action: action.map(str::to_string),
+                remaining: times,
+                answer,
+            });
+    }
+
+    /// Forgets faults not yet used and releases held replies.
+    pub fn clear(&self) {
+        self.shared.injected.lock().expect("injected").clear();
+        self.hold(false);
+    }
+
+    /// While on, moto's replies wait in the layer (the requests are forwarded).
+    pub fn hold(&self, on: bool) {
+        self.shared.hold.store(on, Ordering::SeqCst);
+    }
+
+    pub fn log(&self) -> Vec<Exchange> {
+        self.shared.log.lock().expect("log").clone()
+    }
+}
+
+impl Drop for HttpFaultLayer {
+    fn drop(&mut self) {
+        self.shared.stop.store(true, Ordering::SeqCst);
+        self.hold(false);
+    }
+}
+
+fn serve(client: TcpStream, target: SocketAddr, s: &Shared) {
+    let _ = client.set_read_timeout(Some(IDLE_POLL));
+    let mut out = match client.try_clone() {
+        Ok(c) => c,
+        Err(_) => return,
+    };
+    let mut reader = BufReader::new(client);
+    while !s.stop.load(Ordering::SeqCst) {
+        let Some(request) = read_request_patiently(&mut reader, s) else {
+            break;
+        };
+        let (action, params) = form(&request);
+        let key_id = key_id(&request);
+        let fault = take_fault(s, &action);
+        let mut exchange = Exchange {
+            at: Instant::now(),
+            key_id,
+            action,
+            params,
+            status: 0,
+            code: None,
+            fault,
+        };
+        if let Some((status, code)) = fault.and_then(Answer::error) {
+            s.log.lock().expect("log").push(exchange);
+            let body = format!(
+                "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<Response><Errors><Error><Code>{code}</Code>\
+                 <Message>injected by the chaos run</Message></Error></Errors>\
+                 <RequestID>chaos</RequestID></Response>"
+            );
+            if write_reply(&mut out, status, "text/xml", body.as_bytes()).is_err() {
+                break;
+            }
+            continue;
+        }
+        let reply = forward(&request, target);
+        let Some((status, content_type, body)) = reply else {
+            // Moto unreachable: the client sees its connection close.
+            s.log.lock().expect("log").push(exchange);
+            break;
+        };
+        exchange.status = status;
+        exchange.code = error_code(&body);
+        s.log.lock().expect("log").push(exchange);
+        if fault == Some(Answer::LoseReply) {
+            break;
+        }
+        while s.hold.load(Ordering::SeqCst) && !s.stop.load(Ordering::SeqCst) {
+            std::thread::sleep(TICK);
+        }
+        if write_reply(&mut out, status, &content_type, &body).is_err() {
+            break;
+        }
+    }
+    let _ = out.shutdown(Shutdown::Both);
+}
+
+/// The next request, waiting across read timeouts (an idle keep-alive connection)
+/// until the client closes or the layer stops.
+fn read_request_patiently(reader: &mut BufReader<TcpStream>, s: &Shared) -> Option<WireRequest> {
+    while reader.buffer().is_empty() {
+        if s.stop.load(Ordering::SeqCst) {
+            return None;
+        }
+        // Waits for the first byte of the next request without consuming it.
+        match reader.get_ref().peek(&mut [0u8; 1]) {
+            Ok(0) => return None,
+            Ok(_) => break,
+            Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {}
+            Err(_) => return None,
+        }
+    }
+    let _ = reader
+        .get_ref()
+        .set_read_timeout(Some(Duration::from_secs(10)));
+    let request = read_request(reader);
+    let _ = reader.get_ref().set_read_timeout(Some(IDLE_POLL));
+    request
+}
+
+fn take_fault(s: &Shared, action: &str) -> Option<Answer> {
+    let mut injected = s.injected.lock().expect("injected");
+    let i = injected
+        .iter()
+        .position(|f| f.action.as_deref().is_none_or(|a| a == action))?;
+    let answer = injected[i].answer;
+    injected[i].remaining -= 1;
+    if injected[i].remaining == 0 {
+        injected.remove(i);
+    }
+    Some(answer)
+}
+
+/// The form parameters of a Query API request (body, or query string).
+fn form(request: &WireRequest) -> (String, BTreeMap<String, String>) {
+    let body = String::from_utf8_lossy(&request.body);
+    let (_, query) = request.path_and_query();
+    let raw = if body.is_empty() { query } else { &body };
+    let params: BTreeMap<String, String> = raw
+        .split('&')
+        .filter_map(|pair| pair.split_once('='))
+        .map(|(k, v)| (percent_decode(k, true), percent_decode(v, true)))
+        .collect();
+    let action = params.get("Action").cloned().unwrap_or_default();
+    (action, params)
+}
+
+/// `AKID` of `Authorization: AWS4-HMAC-SHA256 Credential=AKID/date/region/...`.
+fn key_id(request: &WireRequest) -> String {
+    request
+        .header("authorization")
+        .and_then(|a| a.split("Credential=").nth(1))
+        .and_then(|c| c.split('/').next())
+        .unwrap_or_default()
+        .to_string()
+}
+
+/// Sends the request to moto on a fresh connection and reads the whole reply:
+/// `(status, content type, body)`.
+fn forward(request: &WireRequest, target: SocketAddr) -> Option<(u16, String, Vec<u8>)> {
+    let mut server = TcpStream::connect_timeout(&target, Duration::from_secs(5)).ok()?;
+    server
+        .set_read_timeout(Some(Duration::from_secs(60)))
+        .ok()?;
+    let mut head = format!("{} {} HTTP/1.1\r\n", request.method, request.target);
+    for (k, v) in &request.headers {
+        if !k.eq_ignore_ascii_case("connection") && !k.eq_ignore_ascii_case("content-length") {
+            head.push_str(&format!("{k}: {v}\r\n"));
+        }
+    }
+    head.push_str(&format!(
+        "Content-Length: {}\r\nConnection: close\r\n\r\n",
+        request.body.len()
+    ));
+    server.write_all(head.as_bytes()).ok()?;
+    server.write_all(&request.body).ok()?;
+    let mut raw = Vec::new();
+    server.read_to_end(&mut raw).ok()?;
+    let split = raw.windows(4).position(|w| w == b"\r\n\r\n")?;
+    let head = String::from_utf8_lossy(&raw[..split]).into_owned();
+    let mut body = raw[split + 4..].to_vec();
+    let status: u16 = head.split_whitespace().nth(1)?.parse().ok()?;
+    let header = |name: &str| {
+        head.lines().skip(1).find_map(|l| {
+            let (k, v) = l.split_once(':')?;
+            k.trim()
+                .eq_ignore_ascii_case(name)
+                .then(|| v.trim().to_string())
+        })
+    };
+    if let Some(n) = header("content-length").and_then(|v| v.parse::<usize>().ok()) {
+        body.truncate(n);
+    } else if header("transfer-encoding").is_some_and(|v| v.eq_ignore_ascii_case("chunked")) {
+        body = dechunk(&body)?;
+    }
+    let content_type = header("content-type").unwrap_or_else(|| "text/xml".into());
+    Some((status, content_type, body))
+}
+
+fn dechunk(mut raw: &[u8]) -> Option<Vec<u8>> {
+    let mut out = Vec::new();
+    loop {
+        let line_end = raw.windows(2).position(|w| w == b"\r\n")?;
+        let size_text = String::from_utf8_lossy(&raw[..line_end]).into_owned();
+        let size = usize::from_str_radix(size_text.split(';').next()?.trim(), 16).ok()?;
+        raw = &raw[line_end + 2..];
+        if size == 0 {
+            return Some(out);
+        }
+        out.extend_from_slice(raw.get(..size)?);
+        raw = raw.get(size + 2..)?;
+    }
+}
+
+fn error_code(body: &[u8]) -> Option<String> {
+    let text = String::from_utf8_lossy(body);
+    let start = text.find("<Code>")? + "<Code>".len();
+    let end = text[start..].find("</Code>")? + start;
+    Some(text[start..end].to_string())
+}
+
+fn write_reply(
+    out: &mut TcpStream,
+    status: u16,
+    content_type: &str,
+    body: &[u8],
+) -> std::io::Result<()> {
+    let head = format!(
+        "HTTP/1.1 {status} {}\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\n\r\n",
+        reason(status),
+        body.len()
+    );
+    out.write_all(head.as_bytes())?;
+    out.write_all(body)
+}
+
+fn reason(status: u16) -> &'static str {
+    match status {
+        200 => "OK",
+        400 => "Bad Request",
+        500 => "Internal Server Error",
+        503 => "Service Unavailable",
+        _ => "Status",
+    }
+}
