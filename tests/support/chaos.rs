@@ -751,7 +751,7 @@ impl Run<'_> {
                 if trace {
                     eprintln!(
                         "[chaos] {:6.1} s: API server outage (kill {kill}) took {:.1} s",
-                        started.elapsed().as_secs_f64(),
+                        self.started.elapsed().as_secs_f64(),
                         outage.elapsed().as_secs_f64()
                     );
                 }
@@ -815,7 +815,7 @@ impl Run<'_> {
             if trace {
                 eprintln!(
                     "[chaos] {:6.1} s: {kind} ({:.1} s)",
-                    started.elapsed().as_secs_f64(),
+                    self.started.elapsed().as_secs_f64(),
                     step.elapsed().as_secs_f64()
                 );
             }
@@ -1133,6 +1133,7 @@ impl Run<'_> {
                 .entry(REPLICAS[incarnation.slot])
                 .or_default() += 1;
             let at = wall_of(w.at);
+            let when = w.at.saturating_duration_since(started).as_secs_f64();
             let Some(term) = leases.iter().rev().find(|l| l.acquired <= at) else {
                 violations.push(format!("a write before any lease term: {}", w.what));
                 continue;
@@ -1140,7 +1141,7 @@ impl Run<'_> {
             let name = incarnation.log.display();
             if identity.as_deref() != Some(term.holder.as_str()) {
                 violations.push(format!(
-                    "{name} ({identity:?}) wrote {} while {:?} held the lease (acquired {:?} before)",
+                    "+{when:.2} s: {name} ({identity:?}) wrote {} while {:?} held the lease (acquired {:?} before)",
                     w.what,
                     term.holder,
                     at.duration_since(term.acquired).unwrap_or_default()
@@ -1158,7 +1159,7 @@ impl Run<'_> {
             let since = at.duration_since(renewed).unwrap_or_default();
             if since > LEASE_DURATION {
                 violations.push(format!(
-                    "{name} wrote {} {since:?} after its last renewal seen: its lease had expired",
+                    "+{when:.2} s: {name} wrote {} {since:?} after its last renewal seen: its lease had expired",
                     w.what
                 ));
             }
