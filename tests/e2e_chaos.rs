@@ -55,8 +55,10 @@ fn report(figures: &Figures) {
     );
 }
 
-/// Guards every rule of the checker with the Hetzner double (the failures that
-/// double injects, a token per process).
+/// Guards the invariants of `tests/support/chaos.rs` with the Hetzner double (the
+/// failures that double injects, a token per process). Seen failing: with the
+/// cluster CIDR widened over the foreign route, the controller deletes it (the
+/// foreign-route checks).
 #[test]
 fn a_chaos_run_with_the_hetzner_double_keeps_the_invariants_and_converges() {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
@@ -65,7 +67,10 @@ fn a_chaos_run_with_the_hetzner_double_keeps_the_invariants_and_converges() {
 
 /// The same with moto's EC2: operations of several requests (the instance's
 /// source/destination check, then a create per route table), partial failures
-/// across the two tables, throttling and replies lost after the change.
+/// across the two tables, throttling and replies lost after the change. Seen failing
+/// on the code of this commit, in some runs: a write after the lease was lost (the
+/// missing fencing of issue 11) and a create answered `RouteAlreadyExists` after a
+/// partial failure (README, Reliability).
 #[test]
 fn a_chaos_run_with_moto_keeps_the_invariants_and_converges() {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
