@@ -1126,7 +1126,7 @@ fn a_lease_won_during_the_first_list_or_a_relist_deletes_nothing() {
 
 /// Kills: no doubling (`1u32 << ..` replaced by 1), no cap (`.min(retry_max)` dropped),
 /// and no jitter. Every gap between attempts lies in [½, 1] × min(1 s × 2^(n-1), 5 min),
-/// and jitter spreads them (not all at the top of their range).
+/// and jitter spreads them (not all at the top of their range, nor all at the bottom).
 #[test]
 fn retries_back_off_exponentially_from_one_second_to_five_minutes_with_jitter() {
     let mut d = Driver::new(watch_config());
@@ -1158,6 +1158,13 @@ fn retries_back_off_exponentially_from_one_second_to_five_minutes_with_jitter() 
         .filter(|(i, g)| **g < 0.9 * (2f64.powi(*i as i32)).min(300.0))
         .count();
     assert!(low >= gaps.len() / 4, "no jitter: {gaps:?}");
+    // Nor all at the bottom: kills `Retries::draw` returning 0.0.
+    let high = gaps
+        .iter()
+        .enumerate()
+        .filter(|(i, g)| **g > 0.6 * (2f64.powi(*i as i32)).min(300.0))
+        .count();
+    assert!(high >= gaps.len() / 4, "no jitter: {gaps:?}");
 }
 
 /// Kills: swapping (or unifying) the bases of the backoff: a conflict retries from

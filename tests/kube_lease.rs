@@ -259,7 +259,10 @@ fn releasing_the_lease_on_stop_lets_the_successor_take_over_at_once() {
     let stopped = Instant::now();
     a.stop.stop();
     a.thread.join().unwrap();
-    assert!(stopped.elapsed() < Duration::from_secs(2));
+    // Wall clock (a real thread's stop): wide, ten attempt intervals, and printed.
+    let took = stopped.elapsed();
+    println!("the elector stopped {took:?} after it was told to");
+    assert!(took < Duration::from_secs(2), "stop took {took:?}");
     // Closed before the release could let b take over, and for good.
     assert!(a.fence.check().is_err());
     assert_eq!(a.fence.deadline(), None);

@@ -150,6 +150,17 @@ struct State {
     faults: Vec<InjectedFault>,
     log: Vec<Recorded>,
     read_only_token: Option<String>,
+    /// The time actions run and the budget refills in.
+    clock: Clock,
+}
+
+/// A source of the current time: the real clock, or a test's virtual one.
+pub type Clock = Arc<dyn Fn() -> Instant + Send + Sync>;
+
+impl State {
+    fn now(&self) -> Instant {
+        (self.clock)()
+    }
 }
 
 struct Inner {
@@ -197,6 +208,7 @@ impl HcloudDouble {
                 faults: Vec::new(),
                 log: Vec::new(),
                 read_only_token: None,
+                clock: Arc::new(Instant::now),
             }),
             shutdown: AtomicBool::new(false),
             connections: Mutex::new(Vec::new()),
@@ -275,12 +287,19 @@ impl HcloudDouble {
     /// The network's routes once every finished action has taken effect.
     pub fn routes(&self, network: u64) -> Vec<RouteEntry> {
         let mut state = self.state();
-        settle(&mut state, Instant::now());
+        let now = state.now();
+        settle(&mut state, now);
         state
             .networks
             .get(&network)
             .map(|n| n.routes.clone())
             .unwrap_or_default()
+    }
+
+    /// Actions run, and the budget refills, in the time `clock` reads (a test's virtual
+    /// clock, shared with the provider's action poller); the real clock until then.
+    pub fn set_clock(&self, clock: Clock) {
+        self.state().clock = clock;
     }
 
     /// How long new actions run before they end.
@@ -303,11 +322,13 @@ impl HcloudDouble {
 
     /// A bucket of `limit` requests that refills at `per_second`, starting full.
     pub fn set_rate_limit(&self, limit: u32, per_second: f64) {
-        self.state().budget = Budget {
+        let mut state = self.state();
+        let at = state.now();
+        state.budget = Budget {
             limit: f64::from(limit),
             per_second,
             tokens: f64::from(limit),
-            at: Instant::now(),
+            at,
         };
     }
 
@@ -559,8 +580,8 @@ enum Outcome {
 
 /// Authenticates, charges the budget, applies injected faults and routes the request.
 fn handle(inner: &Inner, request: &HttpRequest) -> Outcome {
-    let now = Instant::now();
     let mut state = inner.state.lock().unwrap_or_else(|e| e.into_inner());
+    let now = state.now();
     state.budget.refill(now);
     let token = request
         .header("authorization")
@@ -644,7 +665,8 @@ fn handle(inner: &Inner, request: &HttpRequest) -> Outcome {
         }
         Some(Fault::Garbage) | None => {}
     }
-    settle(&mut state, Instant::now());
+    let now = state.now();
+    settle(&mut state, now);
     let answer = route(&mut state, request);
     record(&mut state, answer.status);
     if matches!(fault, Some(Fault::Garbage)) {
@@ -890,7 +912,7 @@ fn route_action(state: &mut State, network_id: &str, command: &str, body: &[u8])
         command: command.to_string(),
         network: network.id,
         route,
-        finishes: Instant::now() + state.action_duration,
+        finishes: state.now() + state.action_duration,
         error,
         status: "running",
     };

@@ -4,11 +4,14 @@
 //! Threads waiting for actions at the same time share the polling: one of them polls
 //! for all (`GET /actions?id=1&id=2…`, at most 25 IDs per request), and the others
 //! sleep until its results arrive. The [`PollSchedule`] decides which actions are
-//! polled when; it is told the time, so it is tested in virtual time. No background
-//! thread is involved, so nothing needs stopping when the provider is dropped.
+//! polled when; it is told the time, so it is tested in virtual time. The waiting
+//! threads read the time and sleep through an [`ActionClock`]: the real one in the
+//! binary, a virtual one in tests, so that a whole wait (how many polls, how long) is
+//! exact in a test. No background thread is involved, so nothing needs stopping when
+//! the provider is dropped.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
-use std::sync::{Condvar, Mutex, MutexGuard};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use super::api::{ActionJson, ActionsEnvelope, ApiError, Client, Request};
@@ -21,6 +24,53 @@ pub(super) const MAX_IDS_PER_POLL: usize = 25;
 /// action is given up as ambiguous. A poll refused for the rate limit is one of them:
 /// waiting out the budget here would hide it from the controller.
 const MAX_FAILED_POLLS: u32 = 5;
+
+/// The time the action poller reads and sleeps in.
+#[derive(Clone, Debug, Default)]
+pub enum ActionClock {
+    /// The monotonic clock; a sleep waits on the poller's condition variable, so that
+    /// results polled by another thread wake it early.
+    #[default]
+    Real,
+    /// Virtual time (tests): a sleep returns at once with the clock moved on by its
+    /// length. For one waiting thread at a time: a thread waiting for another's poll
+    /// would skip straight to its deadline.
+    Virtual(Arc<VirtualTime>),
+}
+
+/// A clock that moves only when told to, or when the poller sleeps on it.
+#[derive(Debug)]
+pub struct VirtualTime {
+    now: Mutex<Instant>,
+}
+
+impl VirtualTime {
+    /// A virtual clock that reads `start` until it moves.
+    pub fn new(start: Instant) -> VirtualTime {
+        VirtualTime {
+            now: Mutex::new(start),
+        }
+    }
+
+    /// The virtual time now.
+    pub fn now(&self) -> Instant {
+        *crate::sync::lock(&self.now)
+    }
+
+    /// Moves the clock on by `by`.
+    pub fn advance(&self, by: Duration) {
+        *crate::sync::lock(&self.now) += by;
+    }
+}
+
+impl ActionClock {
+    fn now(&self) -> Instant {
+        match self {
+            ActionClock::Real => Instant::now(),
+            ActionClock::Virtual(time) => time.now(),
+        }
+    }
+}
 
 /// When each waiting action is next polled.
 #[derive(Debug)]
@@ -42,7 +92,7 @@ impl PollSchedule {
 
     /// A new action, started at `now`: first polled after the first-poll delay.
     pub(super) fn add(&mut self, id: u64, now: Instant) {
-        self.due.insert(id, now + self.first_poll);
+        self.due.insert(id, now + self.interval);
     }
 
     /// A polled action is still running: poll it again after the interval.
@@ -121,6 +171,7 @@ pub(super) struct ActionPoller {
     state: Mutex<PollerState>,
     results: Condvar,
     timeout: Duration,
+    clock: ActionClock,
 }
 
 #[derive(Debug)]
@@ -136,7 +187,12 @@ struct PollerState {
 }
 
 impl ActionPoller {
-    pub(super) fn new(first_poll: Duration, interval: Duration, timeout: Duration) -> ActionPoller {
+    pub(super) fn new(
+        first_poll: Duration,
+        interval: Duration,
+        timeout: Duration,
+        clock: ActionClock,
+    ) -> ActionPoller {
         ActionPoller {
             state: Mutex::new(PollerState {
                 schedule: PollSchedule::new(first_poll, interval),
@@ -147,6 +203,7 @@ impl ActionPoller {
             }),
             results: Condvar::new(),
             timeout,
+            clock,
         }
     }
 
@@ -167,7 +224,7 @@ impl ActionPoller {
             return Ok(end);
         }
         let id = action.id;
-        let started = Instant::now();
+        let started = self.clock.now();
         let deadline = started + self.timeout;
         let mut state = self.lock();
         state.schedule.add(id, started);
@@ -178,7 +235,7 @@ impl ActionPoller {
                 state.failed_polls.remove(&id);
                 return outcome;
             }
-            let now = Instant::now();
+            let now = self.clock.now();
             if now >= deadline {
                 state.schedule.remove(id);
                 state.waiting.remove(&id);
@@ -206,7 +263,7 @@ impl ActionPoller {
             let reply = poll(client, &batch);
             state = self.lock();
             state.polling = false;
-            record(&mut state, &batch, reply, Instant::now());
+            record(&mut state, &batch, reply, self.clock.now());
             self.results.notify_all();
         }
     }
@@ -216,10 +273,18 @@ impl ActionPoller {
         state: MutexGuard<'a, PollerState>,
         at_most: Duration,
     ) -> MutexGuard<'a, PollerState> {
-        self.results
-            .wait_timeout(state, at_most)
-            .unwrap_or_else(|e| e.into_inner())
-            .0
+        match &self.clock {
+            ActionClock::Real => {
+                self.results
+                    .wait_timeout(state, at_most)
+                    .unwrap_or_else(|e| e.into_inner())
+                    .0
+            }
+            ActionClock::Virtual(time) => {
+                time.advance(at_most);
+                state
+            }
+        }
     }
 }
 

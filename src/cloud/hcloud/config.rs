@@ -11,6 +11,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
+use super::actions::ActionClock;
 use crate::metrics::Metrics;
 use crate::provider::{CloudError, CloudErrorKind};
 
@@ -95,6 +96,9 @@ pub struct Config {
     /// Give up waiting for an action after this long and report the operation as
     /// ambiguous (default 5 min).
     pub action_timeout: Duration,
+    /// The time the waits for actions are measured and slept in (default the real
+    /// clock; tests give a virtual one).
+    pub action_clock: ActionClock,
     /// `list_routes` reuses the server list for this long (`HCLOUD_SERVER_CACHE_MAX_AGE`,
     /// default 10 s, as HCCM).
     pub server_cache_max_age: Duration,
@@ -133,6 +137,7 @@ impl Config {
             action_first_poll: Duration::from_millis(500),
             action_poll_interval: Duration::from_secs(1),
             action_timeout: Duration::from_secs(300),
+            action_clock: ActionClock::Real,
             server_cache_max_age: Duration::from_secs(10),
             server_lookup_max_age: Duration::from_secs(60),
             refresh_on_miss_after: Duration::from_secs(2),

@@ -46,6 +46,7 @@ pub use config::{
     ENV_TOKEN, ENV_TOKEN_FILE, NetworkRef, Secret, TokenSource,
 };
 
+pub use actions::{ActionClock, VirtualTime};
 use actions::{ActionEnd, ActionPoller};
 use api::{
     ActionEnvelope, ApiError, Client, NetworkEnvelope, NetworkJson, NetworksEnvelope, Request,
@@ -127,6 +128,7 @@ impl HcloudRoutes {
                 config.action_first_poll,
                 config.action_poll_interval,
                 config.action_timeout,
+                config.action_clock.clone(),
             ),
             budget: (
                 config.rate_limit_per_second,
