@@ -1868,3 +1868,89 @@ fn a_burst_of_creates_stays_under_the_api_rate_limit_and_finishes_near_the_minim
         "took {took:?}, the budget allows {declared:?}"
     );
 }
+
+// --- found by mutation testing (README, "Mutation testing") ---------------------------
+
+fn creates_to(d: &Driver, cidr: &str) -> usize {
+    d.sent
+        .iter()
+        .filter(|(_, op)| op_kind(op) == "create" && destination(op) == cidr)
+        .count()
+}
+
+/// Kills: `Retries::route_done` emptied. A route that failed and then went through is
+/// no longer counted as failing (`route_controller_routes{state="failing"}`), and it
+/// counts as ok.
+#[test]
+fn a_route_that_goes_through_after_failing_no_longer_counts_as_failing() {
+    let mut d = Driver::new(watch_config());
+    let cidr = Cidr::parse("10.0.0.0/24").unwrap();
+    d.cloud
+        .break_destination(cidr, CloudErrorKind::Retry { after: None });
+    d.start(nodes(1));
+    assert_eq!(d.metrics.routes_failing.get(), 1);
+    assert_eq!(d.metrics.routes_ok.get(), 0);
+    d.cloud.heal_destination(cidr);
+    d.advance(secs(2.0));
+    assert_eq!(d.cloud_routes(), vec![("n0".into(), "10.0.0.0/24".into())]);
+    assert_eq!(d.metrics.routes_failing.get(), 0);
+    assert_eq!(d.metrics.routes_ok.get(), 1);
+}
+
+/// Kills: `Retries::backing_off` made false. A pass for another node during a route's
+/// backoff leaves that route alone: it is tried again at its retry time (at least ½ s
+/// after the failure), not by whatever pass comes first.
+#[test]
+fn a_route_backing_off_is_not_retried_early_by_a_pass_for_another_node() {
+    let mut d = Driver::new(watch_config());
+    d.cloud.break_destination(
+        Cidr::parse("10.0.0.0/24").unwrap(),
+        CloudErrorKind::Retry { after: None },
+    );
+    d.start(nodes(1));
+    assert_eq!(creates_to(&d, "10.0.0.0/24"), 1);
+    d.advance(secs(0.1));
+    d.node_event(NodeEvent::Added(node(
+        "n1",
+        &["10.0.1.0/24"],
+        "192.168.0.1",
+    )));
+    d.advance(secs(0.2));
+    assert_eq!(creates_to(&d, "10.0.1.0/24"), 1, "n1's pass ran");
+    assert_eq!(creates_to(&d, "10.0.0.0/24"), 1, "{:?}", d.sent);
+    d.advance(secs(1.0));
+    assert_eq!(
+        creates_to(&d, "10.0.0.0/24"),
+        2,
+        "the retry came at its time"
+    );
+}
+
+/// Kills: `OpKind::node` returning another name. A node's creates in flight hold back
+/// its condition: of a node's two creates in flight, the first answer writes nothing;
+/// the second writes the one condition, `False`.
+#[test]
+fn a_nodes_condition_waits_for_all_of_its_creates_in_flight() {
+    let mut d = Driver::new(watch_config());
+    d.list(vec![node(
+        "n0",
+        &["10.0.0.0/24", "10.0.1.0/24"],
+        "192.168.0.1",
+    )]);
+    assert!(d.answer_one(), "the startup pass's list");
+    assert_eq!(
+        d.pending.len(),
+        2,
+        "both creates in flight: {:?}",
+        d.pending
+    );
+    assert!(d.answer_one());
+    assert!(d.condition_writes.is_empty(), "{:?}", d.condition_writes);
+    assert!(d.answer_one());
+    let written: Vec<(&str, &str)> = d
+        .condition_writes
+        .iter()
+        .map(|(n, c)| (n.as_str(), c.status.as_ref()))
+        .collect();
+    assert_eq!(written, vec![("n0", "False")]);
+}
