@@ -1954,3 +1954,86 @@ fn a_nodes_condition_waits_for_all_of_its_creates_in_flight() {
         .collect();
     assert_eq!(written, vec![("n0", "False")]);
 }
+
+/// Kills: `Retries::keep_wanted` emptied. When the node of a failing route goes away,
+/// the route's retry goes with it: no retry pass, and it no longer counts as failing.
+#[test]
+fn the_retry_of_a_route_whose_node_is_deleted_is_dropped() {
+    let mut d = Driver::new(watch_config());
+    d.cloud.break_destination(
+        Cidr::parse("10.0.0.0/24").unwrap(),
+        CloudErrorKind::Retry { after: None },
+    );
+    d.start(nodes(2));
+    assert_eq!(d.metrics.routes_failing.get(), 1);
+    d.advance(secs(0.1));
+    d.node_event(NodeEvent::Deleted(nodes(1).remove(0)));
+    d.advance(secs(600.0));
+    assert_eq!(creates_to(&d, "10.0.0.0/24"), 1);
+    assert_eq!(d.metrics.passes(TriggerKind::Retry), 0);
+    assert_eq!(d.metrics.routes_failing.get(), 0);
+}
+
+/// Kills: `Operations::is_idle` made true. Age alone does not make a pass list while
+/// operations run: their replies keep the view current, and a list would wait for all
+/// of them. A new node's pass past the view's max age plans at once, without a list.
+#[test]
+fn an_aged_view_is_not_relisted_while_operations_run() {
+    let mut config = watch_config();
+    config.max_in_flight = 1;
+    let max_age = config.route_view_max_age;
+    let mut d = Driver::new(config);
+    d.list(nodes(3));
+    assert!(d.answer_one(), "the startup pass's list");
+    assert_eq!(d.pending.len(), 1, "one create in flight, two queued");
+    d.now += max_age + secs(1.0);
+    d.node_event(NodeEvent::Added(node(
+        "n9",
+        &["10.0.9.0/24"],
+        "192.168.0.9",
+    )));
+    d.settle();
+    assert_eq!(d.count("list"), 1, "{:?}", d.sent);
+    assert_eq!(creates_to(&d, "10.0.9.0/24"), 1);
+    assert_eq!(d.cloud_routes().len(), 4);
+}
+
+/// The pass report is the one log line per pass an operator reads: pinned exactly, for
+/// a pass that changed routes (and listed), one whose list failed, and a cause with
+/// more triggers than it samples. Kills the mutants of `PassReport`'s and `Cause`'s
+/// `Display` (emptied, the `", "` separator's `i > 0`, the `and N more` count).
+#[test]
+fn pass_reports_read_as_one_exact_line() {
+    let mut d = Driver::new(watch_config());
+    d.start(nodes(2));
+    assert_eq!(
+        d.reports[0].to_string(),
+        "pass 1 (watch) caused by startup, node n0 added, node n1 added: routes created 2, \
+         deleted 0, kept 0, failed 0, deferred 0; conditions written 2; 3 cloud calls \
+         (listed); took 0s"
+    );
+    d.advance(secs(1.0));
+    for n in nodes(12).into_iter().skip(2) {
+        d.node_event(NodeEvent::Added(n));
+    }
+    d.advance(secs(2.0));
+    let batch = d.reports.last().unwrap().to_string();
+    assert!(
+        batch.starts_with(
+            "pass 3 (watch) caused by node n3 added, node n4 added, node n5 added, node n6 \
+             added, node n7 added, node n8 added, node n9 added, node n10 added and 1 more: \
+             routes created 9"
+        ),
+        "{batch}"
+    );
+    let mut relist = Driver::new(watch_config());
+    relist
+        .cloud
+        .fail_next(Call::List, [CloudErrorKind::Ambiguous]);
+    relist.start(nodes(1));
+    assert_eq!(
+        relist.reports[0].to_string(),
+        "pass 1 (watch) caused by startup, node n0 added: listing routes failed: fake cloud: \
+         injected timeout; the call may have taken effect; 1 cloud calls"
+    );
+}
