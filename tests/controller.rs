@@ -1974,28 +1974,61 @@ fn the_retry_of_a_route_whose_node_is_deleted_is_dropped() {
     assert_eq!(d.metrics.routes_failing.get(), 0);
 }
 
-/// Kills: `Operations::is_idle` made true. Age alone does not make a pass list while
-/// operations run: their replies keep the view current, and a list would wait for all
-/// of them. A new node's pass past the view's max age plans at once, without a list.
+/// Kills: `Operations::is_idle` made true, or its `&&` made `||`. Age alone does not
+/// make a pass list while operations run: their replies keep the view current, and a
+/// list would wait for all of them. A new node's pass past the view's max age plans at
+/// once, without a list, both with operations in flight only and with some queued.
 #[test]
 fn an_aged_view_is_not_relisted_while_operations_run() {
-    let mut config = watch_config();
-    config.max_in_flight = 1;
-    let max_age = config.route_view_max_age;
-    let mut d = Driver::new(config);
-    d.list(nodes(3));
-    assert!(d.answer_one(), "the startup pass's list");
-    assert_eq!(d.pending.len(), 1, "one create in flight, two queued");
-    d.now += max_age + secs(1.0);
+    for max_in_flight in [16, 1] {
+        let mut config = watch_config();
+        config.max_in_flight = max_in_flight;
+        let max_age = config.route_view_max_age;
+        let mut d = Driver::new(config);
+        d.list(nodes(3));
+        assert!(d.answer_one(), "the startup pass's list");
+        assert_eq!(d.pending.len(), max_in_flight.min(3), "creates in flight");
+        d.now += max_age + secs(1.0);
+        d.node_event(NodeEvent::Added(node(
+            "n9",
+            &["10.0.9.0/24"],
+            "192.168.0.9",
+        )));
+        assert_eq!(
+            creates_to(&d, "10.0.9.0/24"),
+            usize::from(max_in_flight > 3)
+        );
+        d.settle();
+        assert_eq!(d.count("list"), 1, "{:?}", d.sent);
+        assert_eq!(creates_to(&d, "10.0.9.0/24"), 1);
+        assert_eq!(d.cloud_routes().len(), 4);
+    }
+}
+
+/// Kills: `Retries::list_done` emptied. A list that goes through resets the list's
+/// backoff: after three failures and a success, the next failed list is retried
+/// within [½, 1] s again, not after the fourth step's [4, 8] s.
+#[test]
+fn a_list_that_goes_through_resets_the_list_backoff() {
+    let mut d = Driver::new(watch_config());
+    let timeout = CloudErrorKind::Ambiguous;
+    d.cloud.fail_next(Call::List, [timeout, timeout, timeout]);
+    d.start(nodes(1));
+    d.advance(secs(30.0));
+    assert_eq!(d.count("list"), 4);
+    // Past the view's max age, the next change lists first; that list fails once.
+    d.advance(secs(300.0));
+    d.cloud.fail_next(Call::List, [timeout]);
     d.node_event(NodeEvent::Added(node(
-        "n9",
-        &["10.0.9.0/24"],
-        "192.168.0.9",
+        "n1",
+        &["10.0.1.0/24"],
+        "192.168.0.1",
     )));
-    d.settle();
-    assert_eq!(d.count("list"), 1, "{:?}", d.sent);
-    assert_eq!(creates_to(&d, "10.0.9.0/24"), 1);
-    assert_eq!(d.cloud_routes().len(), 4);
+    d.advance(secs(30.0));
+    let gaps = gaps(&list_times(&d));
+    assert_eq!(gaps.len(), 5, "{gaps:?}");
+    assert!((0.5..=1.0).contains(&gaps[4]), "{gaps:?}");
+    assert_eq!(d.cloud_routes().len(), 2);
 }
 
 /// The pass report is the one log line per pass an operator reads: pinned exactly, for

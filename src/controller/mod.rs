@@ -658,12 +658,9 @@ impl Controller {
         }
         match self.config.mode {
             // The next poll retries.
-            Mode::Poll => self.retries.count_list_failure(),
+            Mode::Poll => {}
             // Upstream requeues through its rate limiter.
-            Mode::UpstreamWatch => {
-                self.retries.count_list_failure();
-                self.trigger(Trigger::ListRetry, now);
-            }
+            Mode::UpstreamWatch => self.trigger(Trigger::ListRetry, now),
             Mode::Watch => self.retries.list_failed(err.kind, now),
         }
     }

@@ -115,7 +115,8 @@ impl Retries {
         due
     }
 
-    /// The route list failed at `now`: when to list again.
+    /// The route list failed at `now`: when to list again (watch mode; the other modes
+    /// retry it their own way and keep no count).
     pub fn list_failed(&mut self, kind: CloudErrorKind, now: Instant) {
         self.list_failures += 1;
         let delay = match kind {
@@ -129,11 +130,6 @@ impl Retries {
     /// A list succeeded.
     pub fn list_done(&mut self) {
         self.list_failures = 0;
-    }
-
-    /// Counts a failed list in the modes that retry it their own way.
-    pub fn count_list_failure(&mut self) {
-        self.list_failures += 1;
     }
 
     /// Whether the list's retry is due at `now` (handed out once).
