@@ -2070,3 +2070,87 @@ fn pass_reports_read_as_one_exact_line() {
          injected timeout; the call may have taken effect; 1 cloud calls"
     );
 }
+
+/// Kills: `Operations::supersede` returning nothing. A new plan drops the queued
+/// operations it no longer wants: a queued delete of a stale route is dropped when
+/// its node comes back, so the route is never deleted (and recreated).
+#[test]
+fn a_queued_delete_the_next_plan_no_longer_wants_is_never_sent() {
+    let cloud = Arc::new(FakeCloud::new());
+    cloud.seed([
+        route("a", "old5", "10.0.5.0/24"),
+        route("b", "old6", "10.0.6.0/24"),
+    ]);
+    let mut config = watch_config();
+    config.max_in_flight = 1;
+    let mut d = Driver::with_cloud(config, cloud);
+    d.list(vec![]);
+    assert!(d.answer_one(), "the startup pass's list");
+    assert_eq!(
+        d.sent
+            .iter()
+            .map(|(_, op)| destination(op))
+            .collect::<Vec<_>>(),
+        ["list", "10.0.5.0/24"]
+    );
+    d.node_event(NodeEvent::Added(node(
+        "old6",
+        &["10.0.6.0/24"],
+        "192.168.0.6",
+    )));
+    d.settle();
+    d.advance(secs(60.0));
+    assert_eq!(d.count("delete"), 1, "{:?}", d.sent);
+    assert_eq!(
+        d.cloud_routes(),
+        vec![("old6".into(), "10.0.6.0/24".into())]
+    );
+}
+
+/// Kills: `||` made `&&` in `Operations::supersede`. Queued operations the new plan
+/// repeats stay queued for the pass that planned them: with one create in flight and
+/// two queued, a new node's pass adds only its own create, and each pass reports what
+/// it made.
+#[test]
+fn operations_a_new_plan_repeats_stay_with_the_pass_that_queued_them() {
+    let mut config = watch_config();
+    config.max_in_flight = 1;
+    let mut d = Driver::new(config);
+    d.list(nodes(3));
+    assert!(d.answer_one(), "the startup pass's list");
+    d.node_event(NodeEvent::Added(node(
+        "n3",
+        &["10.0.3.0/24"],
+        "192.168.0.3",
+    )));
+    d.settle();
+    let made: Vec<(u64, usize, usize)> = d
+        .reports
+        .iter()
+        .map(|r| (r.cause.pass, r.created, r.deferred))
+        .collect();
+    assert_eq!(made, vec![(1, 3, 0), (2, 1, 0)]);
+}
+
+/// Kills: the `-` of `count_create(.., -1)` in `Operations::retain_queued` deleted. A
+/// node's queued create cancelled by a relist no longer holds back its condition: the
+/// create planned after the relist writes it.
+#[test]
+fn a_create_cancelled_by_a_relist_does_not_hold_back_the_nodes_condition() {
+    let mut config = watch_config();
+    config.max_in_flight = 1;
+    let mut d = Driver::new(config);
+    d.list(nodes(2));
+    assert!(d.answer_one(), "the startup pass's list");
+    // n0's create in flight, n1's queued; a relist cancels n1's.
+    d.list(nodes(2));
+    d.settle();
+    d.advance(secs(60.0));
+    assert_eq!(d.cloud_routes().len(), 2);
+    assert_eq!(
+        d.conditions.get("n1").map(|c| c.status.as_ref()),
+        Some("False"),
+        "{:?}",
+        d.condition_writes
+    );
+}
