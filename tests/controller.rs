@@ -2154,3 +2154,68 @@ fn a_create_cancelled_by_a_relist_does_not_hold_back_the_nodes_condition() {
         d.condition_writes
     );
 }
+
+/// Kills: `Known::is_routable` made true. A retried condition write recomputes the
+/// planner's verdict: a node without pod CIDRs whose stale route cannot be deleted
+/// stays `True` (NoRouteCreated) when its busy write is tried again.
+#[test]
+fn a_retried_condition_write_keeps_the_planners_verdict() {
+    let cloud = Arc::new(FakeCloud::new());
+    cloud.seed([route("a", "n1", "10.0.1.0/24")]);
+    cloud.break_destination(
+        Cidr::parse("10.0.1.0/24").unwrap(),
+        CloudErrorKind::Retry { after: None },
+    );
+    let mut d = Driver::with_cloud(watch_config(), cloud);
+    d.busy_writes.insert("n1".into(), 1);
+    d.start(vec![node("n1", &[], "192.168.0.1")]);
+    d.advance(secs(1.0));
+    let written: Vec<(&str, &str)> = d
+        .condition_writes
+        .iter()
+        .map(|(n, c)| (n.as_str(), c.status.as_ref()))
+        .collect();
+    assert_eq!(written, vec![("n1", "True"), ("n1", "True")]);
+}
+
+/// Kills: `NodeView::nodes` returning nothing. The list carries the node directory
+/// (how a provider maps its routes' targets back to nodes), and the controller shows
+/// the nodes it knows.
+#[test]
+fn the_list_carries_every_node_by_provider_id() {
+    let mut d = Driver::new(watch_config());
+    let mut n0 = node("n0", &["10.0.0.0/24"], "192.168.0.0");
+    n0.provider_id = Some("fake://i-0".into());
+    d.start(vec![n0, node("n1", &["10.0.1.0/24"], "192.168.0.1")]);
+    let directory = d
+        .sent
+        .iter()
+        .find_map(|(_, op)| match op {
+            CloudOp::List { nodes } => Some(nodes.clone()),
+            _ => None,
+        })
+        .expect("a list");
+    assert_eq!(directory.node_by_provider_id("fake://i-0"), Some("n0"));
+    assert_eq!(directory.len(), 2);
+    let known: Vec<&str> = d.ctrl.nodes().map(|n| n.name.as_str()).collect();
+    assert_eq!(known, ["n0", "n1"]);
+}
+
+/// Kills: `NodeView::names` returning nothing. In upstream's watch mode the informer
+/// resync re-delivers every node, and each enqueues a pass of its own.
+#[test]
+fn upstream_watch_mode_resync_enqueues_every_node() {
+    let mut config = watch_config();
+    config.mode = Mode::UpstreamWatch;
+    let mut d = Driver::new(config);
+    d.start(nodes(2));
+    d.advance(secs(20.0));
+    let before = d.reports.len();
+    let period = d.ctrl.resync_period();
+    d.advance(period);
+    let causes: Vec<String> = d.reports[before..]
+        .iter()
+        .map(|r| r.cause.to_string())
+        .collect();
+    assert_eq!(causes, ["node n0 resynced", "node n1 resynced"]);
+}
