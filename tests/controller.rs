@@ -2219,3 +2219,62 @@ fn upstream_watch_mode_resync_enqueues_every_node() {
         .collect();
     assert_eq!(causes, ["node n0 resynced", "node n1 resynced"]);
 }
+
+/// Kills: `NodeView::wanted_routes` returning 1. The route gauges count every node's
+/// routes: three nodes routed are three routes ok.
+#[test]
+fn the_route_gauges_count_every_nodes_routes() {
+    let mut d = Driver::new(watch_config());
+    d.start(nodes(3));
+    assert_eq!(d.metrics.routes_ok.get(), 3);
+    assert_eq!(d.metrics.routes_pending.get(), 0);
+    assert_eq!(d.metrics.routes_failing.get(), 0);
+}
+
+/// Kills: `NodeView::note_cidrs` emptied, `NodeView::route_created` returning None,
+/// and `!=` made `==` in `NodeView::delete` (which then forgets every other node's
+/// pending latency). Node-to-route latency is observed once per route created, also
+/// for a node whose neighbour left while its create was in flight.
+#[test]
+fn node_to_route_latency_is_observed_once_per_route() {
+    let mut d = Driver::new(watch_config());
+    d.start(nodes(2));
+    assert_eq!(d.metrics.node_to_route.count(), 2);
+    d.advance(secs(10.0));
+    let n2 = node("n2", &["10.0.2.0/24"], "192.168.0.2");
+    let n3 = node("n3", &["10.0.3.0/24"], "192.168.0.3");
+    d.node_event(NodeEvent::Added(n2));
+    d.node_event(NodeEvent::Added(n3.clone()));
+    d.node_event(NodeEvent::Deleted(n3));
+    d.advance(secs(10.0));
+    assert_eq!(creates_to(&d, "10.0.2.0/24"), 1);
+    assert_eq!(d.metrics.node_to_route.count(), 3);
+}
+
+/// Kills: the `==`s and the `&&` of `NodeView::complete_list`'s upstream rule. A relist
+/// of unchanged nodes is, in our watch mode, one pass caused by the relist alone; in
+/// upstream's, each unchanged node enqueues as a resync update.
+#[test]
+fn a_relist_of_unchanged_nodes_is_one_relist_pass_or_upstreams_resync_updates() {
+    for (mode, expected) in [
+        (Mode::Watch, vec!["node relist"]),
+        (
+            Mode::UpstreamWatch,
+            vec!["node n0 resynced", "node n1 resynced"],
+        ),
+    ] {
+        let mut config = watch_config();
+        config.mode = mode;
+        let mut d = Driver::new(config);
+        d.start(nodes(2));
+        d.advance(secs(20.0));
+        let before = d.reports.len();
+        d.list(nodes(2));
+        d.advance(secs(20.0));
+        let causes: Vec<String> = d.reports[before..]
+            .iter()
+            .map(|r| r.cause.to_string())
+            .collect();
+        assert_eq!(causes, expected, "{mode:?}");
+    }
+}
