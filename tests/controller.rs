@@ -2231,8 +2231,8 @@ fn the_route_gauges_count_every_nodes_routes() {
     assert_eq!(d.metrics.routes_failing.get(), 0);
 }
 
-/// Kills: `NodeView::note_cidrs` emptied, `NodeView::route_created` returning None,
-/// and `!=` made `==` in `NodeView::delete` (which then forgets every other node's
+/// Kills: `NodeView::note_cidrs` emptied, `NodeView::route_created` returning None or
+/// zero, and `!=` made `==` in `NodeView::delete` (which then forgets every other node's
 /// pending latency). Node-to-route latency is observed once per route created, also
 /// for a node whose neighbour left while its create was in flight.
 #[test]
@@ -2246,9 +2246,17 @@ fn node_to_route_latency_is_observed_once_per_route() {
     d.node_event(NodeEvent::Added(n2));
     d.node_event(NodeEvent::Added(n3.clone()));
     d.node_event(NodeEvent::Deleted(n3));
+    assert_eq!(creates_to(&d, "10.0.2.0/24"), 1, "sent at once");
+    // Answered half a second later: the one latency that is not zero.
+    d.now += secs(0.5);
+    d.settle();
     d.advance(secs(10.0));
-    assert_eq!(creates_to(&d, "10.0.2.0/24"), 1);
     assert_eq!(d.metrics.node_to_route.count(), 3);
+    let exposition = d.metrics.encode();
+    assert!(
+        exposition.contains("route_controller_node_to_route_seconds_sum 0.5\n"),
+        "{exposition}"
+    );
 }
 
 /// Kills: the `==`s and the `&&` of `NodeView::complete_list`'s upstream rule. A relist
@@ -2277,4 +2285,21 @@ fn a_relist_of_unchanged_nodes_is_one_relist_pass_or_upstreams_resync_updates() 
             .collect();
         assert_eq!(causes, expected, "{mode:?}");
     }
+}
+
+/// Kills: `Operations::remove_queued_create` returning None. When the delete of a route
+/// being replaced fails, the create queued behind it is not sent (the old route is
+/// still there, so it would fail too): it waits for the delete's retry.
+#[test]
+fn a_failed_delete_holds_back_the_create_that_replaces_it() {
+    let cloud = Arc::new(FakeCloud::new());
+    cloud.seed([route("a", "old", "10.0.0.0/24")]);
+    cloud.fail_next(Call::Delete, [CloudErrorKind::Retry { after: None }]);
+    let mut d = Driver::with_cloud(watch_config(), cloud);
+    d.start(nodes(1));
+    let kinds = |d: &Driver| d.sent.iter().map(|(_, op)| op_kind(op)).collect::<Vec<_>>();
+    assert_eq!(kinds(&d), ["list", "delete"]);
+    d.advance(secs(5.0));
+    assert_eq!(kinds(&d), ["list", "delete", "delete", "create"]);
+    assert_eq!(d.cloud_routes(), vec![("n0".into(), "10.0.0.0/24".into())]);
 }
