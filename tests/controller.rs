@@ -2303,3 +2303,47 @@ fn a_failed_delete_holds_back_the_create_that_replaces_it() {
     assert_eq!(kinds(&d), ["list", "delete", "delete", "create"]);
     assert_eq!(d.cloud_routes(), vec![("n0".into(), "10.0.0.0/24".into())]);
 }
+
+/// Kills: `&&` made `||` in `Operations::remove_queued_create`. A failed delete holds
+/// back only the create for its own destination: another node's create queued ahead of
+/// it goes out at once.
+#[test]
+fn a_failed_delete_holds_back_only_its_own_destinations_create() {
+    let cloud = Arc::new(FakeCloud::new());
+    cloud.seed([route("a", "old", "10.0.1.0/24")]);
+    cloud.fail_next(Call::Delete, [CloudErrorKind::Retry { after: None }]);
+    let mut config = watch_config();
+    config.max_in_flight = 1;
+    let mut d = Driver::with_cloud(config, cloud);
+    d.list(nodes(2));
+    assert!(d.answer_one(), "the startup pass's list");
+    assert!(d.answer_one(), "the failing delete");
+    let sent = |d: &Driver| {
+        d.sent
+            .iter()
+            .map(|(_, op)| format!("{} {}", op_kind(op), destination(op)))
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(
+        sent(&d),
+        ["list list", "delete 10.0.1.0/24", "create 10.0.0.0/24"]
+    );
+    d.advance(secs(5.0));
+    assert_eq!(d.cloud_routes().len(), 2);
+}
+
+/// Kills: `NodeView::all_routed` emptied. A node whose routes all exist no longer
+/// counts towards node-to-route latency: if its route is replaced a day later, that
+/// is no node waiting for its route.
+#[test]
+fn a_node_whose_routes_exist_adds_no_latency_when_one_is_replaced_later() {
+    let cloud = Arc::new(FakeCloud::new());
+    cloud.seed([route("a", "n0", "10.0.0.0/24")]);
+    let mut d = Driver::with_cloud(watch_config(), cloud);
+    d.start(nodes(1));
+    assert_eq!(d.count("create"), 0);
+    d.cloud.make_blackhole(Cidr::parse("10.0.0.0/24").unwrap());
+    d.advance(Duration::from_secs(25 * 3600));
+    assert_eq!(d.count("create"), 1, "the resync replaced the blackhole");
+    assert_eq!(d.metrics.node_to_route.count(), 0);
+}
