@@ -2287,7 +2287,7 @@ fn a_relist_of_unchanged_nodes_is_one_relist_pass_or_upstreams_resync_updates() 
     }
 }
 
-/// Kills: `Operations::remove_queued_create` returning None. When the delete of a route
+/// Kills: `Operations::remove_queued_create` returning None, or not uncounting. When the delete of a route
 /// being replaced fails, the create queued behind it is not sent (the old route is
 /// still there, so it would fail too): it waits for the delete's retry.
 #[test]
@@ -2302,6 +2302,12 @@ fn a_failed_delete_holds_back_the_create_that_replaces_it() {
     d.advance(secs(5.0));
     assert_eq!(kinds(&d), ["list", "delete", "delete", "create"]);
     assert_eq!(d.cloud_routes(), vec![("n0".into(), "10.0.0.0/24".into())]);
+    // The create held back no longer counts for the node: its condition is written
+    // (kills the `-` of `count_create(.., -1)` in `remove_queued_create` deleted).
+    assert_eq!(
+        d.conditions.get("n0").map(|c| c.status.as_ref()),
+        Some("False")
+    );
 }
 
 /// Kills: `&&` made `||` in `Operations::remove_queued_create`. A failed delete holds
@@ -2346,4 +2352,60 @@ fn a_node_whose_routes_exist_adds_no_latency_when_one_is_replaced_later() {
     d.advance(Duration::from_secs(25 * 3600));
     assert_eq!(d.count("create"), 1, "the resync replaced the blackhole");
     assert_eq!(d.metrics.node_to_route.count(), 0);
+}
+
+/// Kills: `Conditions::in_flight` returning None. A condition write in flight counts
+/// as the node's current condition: a pass that starts while a busy write's retry is
+/// in flight writes nothing more for that node.
+#[test]
+fn a_condition_write_in_flight_is_not_sent_twice() {
+    let mut d = Driver::new(watch_config());
+    d.busy_writes.insert("n0".into(), 1);
+    d.start(nodes(1));
+    assert_eq!(d.condition_writes.len(), 1, "busy");
+    // At the retry's instant a new node starts a pass: the retry goes out first.
+    d.now = d.ctrl.next_deadline().expect("the retry of the write");
+    d.node_event(NodeEvent::Added(node(
+        "n1",
+        &["10.0.1.0/24"],
+        "192.168.0.1",
+    )));
+    d.settle();
+    let n0: Vec<&str> = d
+        .condition_writes
+        .iter()
+        .filter(|(n, _)| n == "n0")
+        .map(|(_, c)| c.status.as_ref())
+        .collect();
+    assert_eq!(n0, ["False", "False"]);
+}
+
+/// Kills: `Conditions::is_idle` made true. A condition write in flight keeps the
+/// controller from being idle, so a shutdown waits for its answer before it exits.
+#[test]
+fn a_shutdown_waits_for_a_condition_write_in_flight() {
+    let mut d = Driver::new(watch_config());
+    d.list(nodes(1));
+    assert!(d.answer_one(), "the startup pass's list");
+    // Answer the create by hand, leaving the condition write it causes unanswered.
+    let (id, op) = d.pending.pop_front().expect("the create");
+    let reply = route_controller::run_op(d.cloud.as_ref(), "kubernetes", &op, &d.metrics);
+    let commands = d.ctrl.handle(Input::Cloud { id, reply }, d.now);
+    assert!(
+        commands
+            .iter()
+            .any(|c| matches!(c, Command::WriteCondition { .. })),
+        "{commands:?}"
+    );
+    assert!(!d.ctrl.is_idle());
+    let commands = d.ctrl.handle(Input::Shutdown, d.now);
+    assert!(
+        !commands.iter().any(|c| matches!(c, Command::Exit(_))),
+        "{commands:?}"
+    );
+    d.feed(Input::ConditionWritten {
+        node: "n0".into(),
+        result: Ok(()),
+    });
+    assert_eq!(d.exits, [route_controller::Exit::Shutdown]);
 }
