@@ -2409,3 +2409,103 @@ fn a_shutdown_waits_for_a_condition_write_in_flight() {
     });
     assert_eq!(d.exits, [route_controller::Exit::Shutdown]);
 }
+
+/// Kills: the `==` and `!=` of `change_trigger`'s upstream rule. Upstream's watch mode
+/// names what an update changed: an unchanged resourceVersion is a resync, then pod
+/// CIDRs before addresses.
+#[test]
+fn upstream_watch_mode_names_what_an_update_changed() {
+    let mut config = watch_config();
+    config.mode = Mode::UpstreamWatch;
+    let mut d = Driver::new(config);
+    let n0 = nodes(1).remove(0);
+    d.start(vec![n0.clone()]);
+    d.advance(secs(20.0));
+    let before = d.reports.len();
+    let mut cidrs = bumped(n0.clone(), 2);
+    cidrs.pod_cidrs = vec!["10.0.9.0/24".into()];
+    let mut addresses = bumped(cidrs.clone(), 3);
+    addresses.addresses = vec![route_controller::model::NodeAddress::internal_ip(
+        "192.168.9.9",
+    )];
+    for update in [cidrs, addresses.clone(), addresses] {
+        d.node_event(NodeEvent::Modified(update));
+        d.advance(secs(20.0));
+    }
+    let causes: Vec<String> = d.reports[before..]
+        .iter()
+        .map(|r| r.cause.to_string())
+        .collect();
+    assert_eq!(
+        causes,
+        [
+            "node n0 pod CIDRs changed",
+            "node n0 addresses changed",
+            "node n0 resynced"
+        ]
+    );
+}
+
+/// Kills: the `!` of `!o.resource_version.is_empty()` in `change_trigger` deleted. In
+/// our watch mode an update with an unchanged resourceVersion is ignored (the resync
+/// is our own timer), but only if there is one: without a resourceVersion the content
+/// decides.
+#[test]
+fn an_update_with_an_unchanged_resource_version_is_ignored_unless_it_has_none() {
+    for (rv, passes) in [("1", 0), ("", 1)] {
+        let mut d = Driver::new(watch_config());
+        let mut n0 = nodes(1).remove(0);
+        n0.resource_version = rv.into();
+        d.start(vec![n0.clone()]);
+        d.advance(secs(20.0));
+        let before = d.reports.len();
+        n0.pod_cidrs = vec!["10.0.9.0/24".into()];
+        d.node_event(NodeEvent::Modified(n0));
+        d.advance(secs(20.0));
+        assert_eq!(d.reports.len() - before, passes, "resourceVersion {rv:?}");
+    }
+}
+
+/// Kills: `Conditions::forget` emptied. A deleted node's write backoff goes with it:
+/// a node of that name that comes back starts its backoff afresh ([½, 1] s to its
+/// second write), with no retry left over from before.
+#[test]
+fn a_node_that_comes_back_starts_its_condition_backoff_afresh() {
+    let mut d = Driver::new(watch_config());
+    d.condition_failure = Some("403 Forbidden".into());
+    let n0 = nodes(1).remove(0);
+    d.start(vec![n0.clone()]);
+    d.advance(secs(20.0));
+    assert!(
+        d.condition_writes.len() >= 5,
+        "{}",
+        d.condition_writes.len()
+    );
+    d.node_event(NodeEvent::Deleted(n0.clone()));
+    d.advance(secs(1.0));
+    let before = d.condition_writes.len();
+    let back = d.now;
+    let mut writes = Vec::new();
+    d.node_event(NodeEvent::Added(bumped(n0, 5)));
+    d.settle();
+    assert_eq!(
+        d.condition_writes.len() - before,
+        1,
+        "once its route is back"
+    );
+    while d.now < back + secs(10.0) {
+        let next = d.ctrl.next_deadline().expect("a retry");
+        d.now = next;
+        d.feed(Input::Tick);
+        d.settle();
+        if d.condition_writes.len() > before + writes.len() {
+            writes.push((d.now - back).as_secs_f64());
+        }
+    }
+    assert_eq!(
+        d.condition_writes.len() - before,
+        writes.len() + 1,
+        "{writes:?}"
+    );
+    assert!((0.5..=1.0).contains(&writes[0]), "{writes:?}");
+}
