@@ -2509,3 +2509,28 @@ fn a_node_that_comes_back_starts_its_condition_backoff_afresh() {
     );
     assert!((0.5..=1.0).contains(&writes[0]), "{writes:?}");
 }
+
+/// Kills: `Passes::none_open` made true. Upstream's modes run one pass at a time, each
+/// until its operations are answered: a change while a create is in flight waits for
+/// it, then gets its pass.
+#[test]
+fn upstream_watch_mode_starts_no_pass_while_one_is_open() {
+    let mut config = watch_config();
+    config.mode = Mode::UpstreamWatch;
+    let mut d = Driver::new(config);
+    d.list(nodes(1));
+    assert!(d.answer_one(), "the first pass's list");
+    assert_eq!(d.pending.len(), 1, "its create in flight");
+    d.now += secs(60.0);
+    d.node_event(NodeEvent::Added(node(
+        "n1",
+        &["10.0.1.0/24"],
+        "192.168.0.1",
+    )));
+    d.feed(Input::Tick);
+    assert_eq!(d.passes(), 1, "{:?}", d.sent);
+    assert_eq!(d.count("list"), 1);
+    d.advance(secs(60.0));
+    assert_eq!(d.passes(), 2);
+    assert_eq!(d.cloud_routes().len(), 2);
+}
