@@ -2534,3 +2534,46 @@ fn upstream_watch_mode_starts_no_pass_while_one_is_open() {
     assert_eq!(d.passes(), 2);
     assert_eq!(d.cloud_routes().len(), 2);
 }
+
+/// Kills: `Passes::latest_cause` returning a default cause. A condition write carries
+/// the cause of the pass that wrote it, as every command does.
+#[test]
+fn a_condition_write_carries_the_cause_of_its_pass() {
+    let mut d = Driver::new(watch_config());
+    d.start(nodes(1));
+    let causes: Vec<String> = d
+        .commands
+        .iter()
+        .filter_map(|c| match c {
+            Command::WriteCondition { cause, .. } => Some(format!("{}: {cause}", cause.pass)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(causes, ["1: startup, node n0 added"]);
+}
+
+/// Kills: the guard `attempts < BUSY_ATTEMPTS` of `on_condition_written` made true or
+/// `<=`. A busy write is retried 100–200 ms later four times (five attempts in all),
+/// then with the backoff of a failing one: [½, 1] s, then [1, 2] s.
+#[test]
+fn a_busy_condition_write_gets_five_quick_attempts_then_backs_off() {
+    let mut d = Driver::new(watch_config());
+    d.busy_writes.insert("n0".into(), 6);
+    d.start(nodes(1));
+    let t0 = d.now;
+    let mut times = vec![0.0];
+    while d.condition_writes.len() < 7 {
+        d.now = d.ctrl.next_deadline().expect("a retry");
+        d.feed(Input::Tick);
+        d.settle();
+        if d.condition_writes.len() > times.len() {
+            times.push((d.now - t0).as_secs_f64());
+        }
+    }
+    let gaps: Vec<f64> = times.windows(2).map(|w| w[1] - w[0]).collect();
+    for gap in &gaps[..4] {
+        assert!((0.1..=0.2).contains(gap), "{gaps:?}");
+    }
+    assert!((0.5..=1.0).contains(&gaps[4]), "{gaps:?}");
+    assert!((1.0..=2.0).contains(&gaps[5]), "{gaps:?}");
+}
