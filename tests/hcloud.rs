@@ -320,8 +320,9 @@ fn an_action_that_runs_for_several_polls_is_waited_for() {
     let p = HcloudRoutes::connect(c).expect("connect to the double");
     create(&p, 1, &pod_cidr(1)).unwrap();
     assert_eq!(double.routes(NET).len(), 1);
-    assert_eq!(double.count("GET", "/actions"), 6);
-    assert_eq!(time.now() - started, ms(220));
+    let polls = double.count("GET", "/actions");
+    let waited = time.now() - started;
+    assert_eq!((polls, waited), (6, ms(220)));
 }
 
 #[test]

@@ -92,7 +92,7 @@ impl PollSchedule {
 
     /// A new action, started at `now`: first polled after the first-poll delay.
     pub(super) fn add(&mut self, id: u64, now: Instant) {
-        self.due.insert(id, now + self.interval);
+        self.due.insert(id, now + self.first_poll);
     }
 
     /// A polled action is still running: poll it again after the interval.
