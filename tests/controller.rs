@@ -2577,3 +2577,33 @@ fn a_busy_condition_write_gets_five_quick_attempts_then_backs_off() {
     assert!((0.5..=1.0).contains(&gaps[4]), "{gaps:?}");
     assert!((1.0..=2.0).contains(&gaps[5]), "{gaps:?}");
 }
+
+/// Kills: `RouteView::remove` emptied, or either `==` of its match made `!=`. A deleted
+/// route leaves the controller's view at once: the next pass, planning from that view
+/// without a list, does not delete it again.
+#[test]
+fn a_deleted_route_leaves_the_view_so_no_pass_deletes_it_twice() {
+    let cloud = Arc::new(FakeCloud::new());
+    cloud.seed([
+        route("a", "n0", "10.0.0.0/24"),
+        route("b", "old", "10.0.5.0/24"),
+    ]);
+    let mut d = Driver::with_cloud(watch_config(), cloud);
+    d.start(nodes(1));
+    d.advance(secs(10.0));
+    d.node_event(NodeEvent::Added(node(
+        "n1",
+        &["10.0.1.0/24"],
+        "192.168.0.1",
+    )));
+    d.advance(secs(10.0));
+    let sent: Vec<String> = d
+        .sent
+        .iter()
+        .map(|(_, op)| format!("{} {}", op_kind(op), destination(op)))
+        .collect();
+    assert_eq!(
+        sent,
+        ["list list", "delete 10.0.5.0/24", "create 10.0.1.0/24"]
+    );
+}
