@@ -2,7 +2,7 @@
 //! rotates, and exec credential plugins whose tokens expire.
 //!
 //! [`TokenFile`] and [`ExecCache`] hold the caching rules and are told the time, so
-//! tests check them with a virtual clock; [`Authenticator`] wraps them for the client
+//! tests check them with a virtual clock; `Authenticator` wraps them for the client
 //! threads. Nothing here ever logs a token or a key.
 
 use std::io;
