@@ -348,6 +348,9 @@ pub struct Metrics {
     pub leader: Gauge,
     /// `route_controller_leader_transitions_total`.
     pub leader_transitions: Counter,
+    /// `route_controller_route_table_routes{table}` and `…_limit{table}`: routes in each
+    /// route table (anyone's) and how many it may hold, from the provider.
+    route_tables: Mutex<BTreeMap<String, (usize, usize)>>,
 }
 
 impl Default for Metrics {
@@ -383,6 +386,7 @@ impl Metrics {
             synced: Gauge::default(),
             leader: Gauge::default(),
             leader_transitions: Counter::default(),
+            route_tables: Mutex::new(BTreeMap::new()),
         }
     }
 
@@ -463,6 +467,22 @@ impl Metrics {
             .filter(|((p, e, _), _)| *p == provider && *e == endpoint)
             .map(|(_, n)| n)
             .sum()
+    }
+
+    /// Sets the routes and the limit of route table `table`.
+    pub fn set_route_table(&self, table: &str, routes: usize, limit: usize) {
+        let mut map = crate::sync::lock(&self.route_tables);
+        match map.get_mut(table) {
+            Some(v) => *v = (routes, limit),
+            None => {
+                map.insert(table.to_string(), (routes, limit));
+            }
+        }
+    }
+
+    /// Routes and limit of route table `table`, if the provider reported it.
+    pub fn route_table(&self, table: &str) -> Option<(usize, usize)> {
+        crate::sync::lock(&self.route_tables).get(table).copied()
     }
 
     /// The Prometheus text exposition format (version 0.0.4).
@@ -584,6 +604,34 @@ impl Metrics {
                 "route_controller_cloud_api_requests_total{{provider=\"{provider}\",endpoint=\"{endpoint}\",code=\"{code}\"}} {n}"
             );
         }
+        let tables = crate::sync::lock(&self.route_tables).clone();
+        header(
+            &mut out,
+            "route_controller_route_table_routes",
+            "gauge",
+            "Routes in each route table, the cluster's and others', as of the last list plus this \
+             controller's changes since.",
+        );
+        for (table, (routes, _)) in &tables {
+            let _ = writeln!(
+                out,
+                "route_controller_route_table_routes{{table=\"{}\"}} {routes}",
+                label_value(table)
+            );
+        }
+        header(
+            &mut out,
+            "route_controller_route_table_limit",
+            "gauge",
+            "Routes each route table may hold, as the provider reports it.",
+        );
+        for (table, (_, limit)) in &tables {
+            let _ = writeln!(
+                out,
+                "route_controller_route_table_limit{{table=\"{}\"}} {limit}",
+                label_value(table)
+            );
+        }
         header(
             &mut out,
             "route_controller_routes",
@@ -663,6 +711,14 @@ impl Metrics {
         );
         out
     }
+}
+
+/// A label value as the text format needs it: backslash, quote and newline escaped.
+fn label_value(value: &str) -> String {
+    value
+        .replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
 }
 
 fn header(out: &mut String, name: &str, kind: &str, help: &str) {

@@ -427,6 +427,23 @@ pub fn network_condition(routes_created: bool, current: Option<&Condition>) -> O
     })
 }
 
+/// `NetworkUnavailable=True` with a reason of its own (a full route table, a failed
+/// pre-flight check) and a message naming the fix; `None` when the node already shows
+/// that status and reason (the same skip rule).
+pub fn network_condition_because(
+    reason: &str,
+    message: &str,
+    current: Option<&Condition>,
+) -> Option<Condition> {
+    if let Some(c) = current
+        && c.status == "True"
+        && c.reason == reason
+    {
+        return None;
+    }
+    Some(Condition::new("True", reason, message))
+}
+
 /// The create requests of a plan, in plan order, built from `nodes` (the nodes the
 /// plan was made from).
 pub fn requests<'a>(plan: &Plan, nodes: impl IntoIterator<Item = &'a Node>) -> Vec<CreateRequest> {

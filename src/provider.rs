@@ -55,7 +55,32 @@ pub trait Routes: Send + Sync {
     fn budget(&self) -> Option<Budget> {
         None
     }
+
+    /// The route tables this provider writes, each with its limit and the routes it
+    /// held at the last successful [`Routes::list_routes`] (every route, the cluster's
+    /// and others'), in a stable order. The controller reads it after each list and
+    /// sends no create that cannot fit. Empty (the default): no limit is known.
+    fn route_tables(&self) -> Vec<TableUsage> {
+        Vec::new()
+    }
 }
+
+/// One route table's size and limit, from [`Routes::route_tables`]: a Hetzner network,
+/// an AWS route table.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TableUsage {
+    /// The table's name for logs and the `table` label (network name, `rtb-…`).
+    pub table: String,
+    /// Routes it holds, anyone's.
+    pub routes: usize,
+    /// Routes it may hold.
+    pub limit: usize,
+}
+
+/// `NetworkUnavailable` reason and event reason of a node whose route does not fit in
+/// the route table: the controller holds the create back until a delete or a list
+/// shows room.
+pub const ROUTE_TABLE_FULL: &str = "RouteTableFull";
 
 /// A provider's budget, declared through [`Routes::budget`] and spent by the
 /// controller. Declare it with a margin below the API's hard limit: requests whose
@@ -315,6 +340,23 @@ pub enum CloudErrorKind {
     /// between two of them, so its effect is unknown; it is never retried here: the
     /// new leader lists and repairs.
     Fenced,
+    /// The cloud refused a create because the route table is full (another writer
+    /// filled it since the last list). The controller holds its creates back until a
+    /// delete or a list shows room.
+    TableFull,
+    /// Refused by the provider's pre-flight check before any request: the create
+    /// cannot succeed as the node is (its address is outside the network, its
+    /// instance in another VPC). `reason` is the node's `NetworkUnavailable` reason,
+    /// the message names the fix. No request left, so it is not counted as a call.
+    /// Tried again only when the node changes or after the next list (the provider's
+    /// knowledge is refreshed); when `lasting` (an IPv6 pod CIDR on an IPv4-only
+    /// cloud), only when the node changes.
+    Refused {
+        /// The `NetworkUnavailable` reason, e.g. `InternalIPOutsideNetwork`.
+        reason: &'static str,
+        /// Nothing but a change of the node can fix it.
+        lasting: bool,
+    },
 }
 
 impl CloudError {
@@ -336,6 +378,11 @@ impl CloudError {
         CloudError::new(CloudErrorKind::Invalid, message)
     }
 
+    /// A [`CloudErrorKind::Refused`] error: the pre-flight check's verdict.
+    pub fn refused(reason: &'static str, lasting: bool, message: impl Into<String>) -> CloudError {
+        CloudError::new(CloudErrorKind::Refused { reason, lasting }, message)
+    }
+
     /// The outcome label used in metrics and logs.
     pub fn outcome(&self) -> &'static str {
         self.kind.outcome().as_str()
@@ -354,6 +401,7 @@ impl CloudErrorKind {
             CloudErrorKind::Invalid => CloudOutcome::Invalid,
             CloudErrorKind::Ambiguous => CloudOutcome::Ambiguous,
             CloudErrorKind::Fenced => CloudOutcome::Fenced,
+            CloudErrorKind::TableFull | CloudErrorKind::Refused { .. } => CloudOutcome::Invalid,
         }
     }
 }

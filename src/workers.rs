@@ -13,7 +13,7 @@ use crossbeam_channel::{Receiver, Sender};
 use crate::controller::{CloudJob, CloudOp, CloudReply, OpId};
 use crate::fence::Fence;
 use crate::metrics::{CloudOutcome, Metrics};
-use crate::provider::{CloudError, Meter, Routes};
+use crate::provider::{CloudError, CloudErrorKind, Meter, Routes};
 
 /// Runs one operation against the provider, recording it in the metrics. What it
 /// spent of the cloud's budget is dropped: the controller keeps the cost it
@@ -54,6 +54,12 @@ fn call(provider: &dyn Routes, cluster_name: &str, op: &CloudOp, metrics: &Metri
             target,
         } => {
             let r = provider.create_route(cluster_name, name_hint, route, target);
+            if let Err(e) = &r
+                && let CloudErrorKind::Refused { .. } = e.kind
+            {
+                // The pre-flight check refused it: no request left, no call to count.
+                return CloudReply::Done(r);
+            }
             let outcome = outcome_of(&r);
             (CloudReply::Done(r), outcome)
         }
@@ -74,6 +80,17 @@ fn fenced(op: &CloudOp, error: CloudError, metrics: &Metrics) -> CloudReply {
         CloudOp::List { .. } => CloudReply::Listed(Err(error)),
         _ => CloudReply::Done(Err(error)),
     }
+}
+
+/// The route tables' size and limit after a successful list, to send before the
+/// list's reply ([`CloudReply::Tables`]); `None` when the list failed or the provider
+/// knows no limit.
+pub fn tables_after(provider: &dyn Routes, reply: &CloudReply) -> Option<CloudReply> {
+    if !matches!(reply, CloudReply::Listed(Ok(_))) {
+        return None;
+    }
+    let tables = provider.route_tables();
+    (!tables.is_empty()).then_some(CloudReply::Tables(tables))
 }
 
 fn outcome_of<T>(result: &Result<T, crate::provider::CloudError>) -> CloudOutcome {
@@ -123,6 +140,11 @@ pub fn spawn(
                         };
                         if let Some(spent) = spent
                             && replies.send((job.id, spent)).is_err()
+                        {
+                            return;
+                        }
+                        if let Some(tables) = tables_after(provider.as_ref(), &reply)
+                            && replies.send((job.id, tables)).is_err()
                         {
                             return;
                         }

@@ -7,7 +7,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::time::{Duration, Instant};
 
 use super::{Command, Controller, NodeEventRecord, WriteError};
-use crate::model::Condition;
+use crate::model::{Cidr, Condition};
 use crate::plan;
 use crate::provider::CloudError;
 
@@ -25,6 +25,9 @@ pub(super) struct Conditions {
     /// Failed writes in a row per node, for the backoff; kept apart from `retries`,
     /// which a retry's write clears.
     failures: HashMap<String, u32>,
+    /// Why a node is not routed, when the controller knows better than "a create
+    /// failed": a full route table, a pre-flight refusal. Reason and message.
+    reasons: HashMap<String, (&'static str, String)>,
 }
 
 /// How a condition write was answered, for the controller.
@@ -68,6 +71,22 @@ impl Conditions {
     pub fn forget(&mut self, node: &str) {
         self.retries.remove(node);
         self.failures.remove(node);
+        self.reasons.remove(node);
+    }
+
+    /// `NetworkUnavailable=True` for `node` says `reason` until one of its creates
+    /// succeeds.
+    pub fn set_reason(&mut self, node: &str, reason: &'static str, message: &str) {
+        self.reasons
+            .insert(node.to_string(), (reason, message.to_string()));
+    }
+
+    pub fn reason(&self, node: &str) -> Option<(&'static str, &str)> {
+        self.reasons.get(node).map(|(r, m)| (*r, m.as_str()))
+    }
+
+    pub fn clear_reason(&mut self, node: &str) {
+        self.reasons.remove(node);
     }
 
     pub fn answered(&mut self, node: &str, result: Result<(), WriteError>) -> Answer {
@@ -184,17 +203,26 @@ impl Controller {
             return false;
         }
         let routable = routable.unwrap_or_else(|| known.is_routable());
-        let all_routed = known
-            .pod_cidrs
-            .entries()
+        // A pod CIDR this cloud can never route (IPv6 on Hetzner) does not hold back a
+        // node whose other CIDRs are routed; it was reported once when refused.
+        let unroutable: Vec<Cidr> = self.refusals.lasting_for(node).collect();
+        let entries = known.pod_cidrs.entries();
+        let all_routed = entries
             .iter()
-            .all(|c| c.is_ok_and(|c| routes.contains(&c)));
+            .all(|c| c.is_ok_and(|c| routes.contains(&c) || unroutable.contains(&c)))
+            && (unroutable.is_empty()
+                || entries.iter().any(|c| c.is_ok_and(|c| routes.contains(&c))));
         let created = routable && all_routed;
         let current = self
             .conditions
             .in_flight(node)
             .or(known.node.network_unavailable.as_ref());
-        let condition = plan::network_condition(created, current);
+        let condition = match self.conditions.reason(node) {
+            Some((reason, message)) if !created => {
+                plan::network_condition_because(reason, message, current)
+            }
+            _ => plan::network_condition(created, current),
+        };
         let uid = known.node.uid.clone();
         if created {
             // The route exists: this node no longer counts towards node-to-route latency.

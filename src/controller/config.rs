@@ -90,6 +90,11 @@ pub struct Config {
     /// default false: they are left alone, so that a selector typo cannot delete the
     /// routes of half the cluster).
     pub delete_routes_of_unselected_nodes: bool,
+    /// Hold back creates that cannot fit in the provider's route tables
+    /// ([`Routes::route_tables`](crate::Routes::route_tables)), sending deletes first
+    /// when a table is near full (default true). False reproduces upstream, which
+    /// sends them and lets the cloud refuse (for `simulate`'s comparison).
+    pub guard_table_limits: bool,
 }
 
 impl Config {
@@ -113,6 +118,7 @@ impl Config {
             budget: None,
             drain_timeout: Duration::from_secs(10),
             delete_routes_of_unselected_nodes: false,
+            guard_table_limits: true,
         }
     }
 }

@@ -11,7 +11,7 @@ use super::report::PassReport;
 use crate::model::{Condition, Node, Route};
 use crate::node_filter::Unselected;
 use crate::plan::DeleteReason;
-use crate::provider::{CloudError, NodeDirectory, RouteTarget, Usage};
+use crate::provider::{CloudError, NodeDirectory, RouteTarget, TableUsage, Usage};
 
 /// An event from the node watch, with the relist markers of kube-rs's watcher.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -94,6 +94,11 @@ pub enum CloudReply {
     /// it, sent with the operation's id just before its answer (optional: without it
     /// the declared cost stands). The controller corrects its budget from it.
     Spent(Usage),
+    /// The route tables' size and limit after a successful list
+    /// ([`Routes::route_tables`](crate::Routes::route_tables)), sent with the list's id
+    /// just before its [`CloudReply::Listed`], so that the plan made from the list
+    /// sends no create that cannot fit. Optional: without it no limit is known.
+    Tables(Vec<TableUsage>),
 }
 
 /// Why a condition write failed.

@@ -50,9 +50,11 @@ mod messages;
 mod nodes;
 mod ops;
 mod passes;
+mod refusals;
 mod report;
 mod retries;
 mod scheduler;
+mod tables;
 mod timers;
 mod view;
 
@@ -67,10 +69,12 @@ pub use report::PassReport;
 use budget::{Cost, Spending};
 use conditions::Conditions;
 use nodes::{Known, NodeView};
-use ops::{OpKind, Operations, Planned, Queued};
+use ops::{OpKind, Operations, Order, Planned, Queued};
 use passes::Passes;
+use refusals::Refusals;
 use retries::Retries;
 use scheduler::Scheduler;
+use tables::Tables;
 use view::RouteView;
 
 // ---------------------------------------------------------------------------------
@@ -114,6 +118,10 @@ pub struct Controller {
     followups: HashSet<Cidr>,
 
     conditions: Conditions,
+    /// Room in the route tables, and the creates held for want of it.
+    tables: Tables,
+    /// Creates the provider refused before sending them.
+    refusals: Refusals,
 }
 
 /// A pass that needs a list before it can plan.
@@ -156,6 +164,8 @@ impl Controller {
             retries,
             followups: HashSet::new(),
             conditions: Conditions::default(),
+            tables: Tables::default(),
+            refusals: Refusals::default(),
         }
     }
 
@@ -385,11 +395,21 @@ impl Controller {
                 deferred += 1;
                 continue;
             }
+            if let Some(OpKind::Create(request)) = self.request_for(&op)
+                && self.refusals.holds_back(&request)
+            {
+                // Refused before any request, and nothing changed since: it would be
+                // refused again.
+                deferred += 1;
+                continue;
+            }
             self.ops.enqueue(op, pass);
             self.passes.queued(pass);
         }
         // Retries for routes the plan no longer needs are moot.
         self.retries.keep_wanted(&wanted);
+        self.tables.keep_wanted(&wanted);
+        self.refusals.keep_wanted(&wanted);
         if let Some(r) = self.passes.report(pass) {
             r.kept = kept;
             r.deferred += deferred;
@@ -503,14 +523,18 @@ impl Controller {
         while self.ops.in_flight() < self.config.max_in_flight
             && self.ops.mutations_in_flight() < self.spending.mutations_at_once()
         {
-            let synced = self.nodes.is_synced();
-            let Some(cost) = self.ops.peek_next(synced).map(|q| Cost::of_planned(&q.op)) else {
+            let order = self.dispatch_order();
+            let Some(cost) = self
+                .ops
+                .peek_next_of(order)
+                .map(|q| Cost::of_planned(&q.op))
+            else {
                 break;
             };
             if !self.spending.can_send(cost, now) {
                 break;
             }
-            let Some(queued) = self.ops.take_next(synced) else {
+            let Some(queued) = self.ops.take_next_of(order) else {
                 break;
             };
             let Some(kind) = self.request_for(&queued.op) else {
@@ -544,6 +568,51 @@ impl Controller {
             self.ops.sent(id, kind, queued.pass, now);
             out.push(Command::Cloud { id, op, cause });
         }
+        self.hold_what_cannot_fit(now, out);
+    }
+
+    /// Which queued operations may go next: deletes once the node view is whole; a
+    /// create only if it fits in the route tables; near their limit, deletes first.
+    fn dispatch_order(&self) -> Order {
+        let room = self.create_room();
+        Order {
+            deletes_allowed: self.nodes.is_synced(),
+            creates_allowed: room != Some(0),
+            deletes_first: room.is_some_and(|r| r < self.ops.queued_creates()),
+        }
+    }
+
+    /// With no room and nothing in flight or queued that could make some, the queued
+    /// creates are held instead of waiting (or being sent to be refused).
+    fn hold_what_cannot_fit(&mut self, now: Instant, out: &mut Vec<Command>) {
+        if self.create_room() != Some(0)
+            || self.ops.queued_creates() == 0
+            || self.ops.creates_in_flight() > 0
+            || self.ops.deletes_pending()
+        {
+            return;
+        }
+        let held = self
+            .ops
+            .retain_queued(|q| !matches!(q.op, Planned::Create(_)));
+        let mut passes = BTreeSet::new();
+        let mut nodes = BTreeSet::new();
+        for q in held {
+            if let Planned::Create(c) = &q.op {
+                self.hold_create(c.cidr, &c.node, q.pass, out);
+                nodes.insert((c.node.clone(), q.pass));
+            }
+            self.passes.resolve(q.pass, |r| r.deferred += 1);
+            passes.insert(q.pass);
+        }
+        for (node, pass) in nodes {
+            if self.ops.pending_creates(&node) == 0 {
+                self.write_condition_for(&node, None, pass, out);
+            }
+        }
+        for pass in passes {
+            self.maybe_finish(pass, now, out);
+        }
     }
 
     /// The request for a queued operation, from the node as it is now.
@@ -569,6 +638,11 @@ impl Controller {
     ) {
         if let CloudReply::Spent(usage) = &reply {
             return self.on_spent(id, usage, now);
+        }
+        if let CloudReply::Tables(tables) = reply {
+            // Belongs to the list `id`, whose reply follows.
+            self.on_tables(tables);
+            return;
         }
         let Some(flight) = self.ops.complete(id) else {
             log::warn!("reply for unknown cloud operation {id} ignored");
@@ -689,17 +763,46 @@ impl Controller {
                 if let Some(took) = self.nodes.route_created(&c.route.target_node, cidr, now) {
                     self.metrics.node_to_route.observe(took);
                 }
+                self.tables.created();
+                self.tables.release(cidr);
+                self.refusals.forget(cidr);
+                self.conditions.clear_reason(&c.route.target_node);
+                self.update_table_gauges();
                 self.passes.resolve(pass, |r| r.created += 1);
             }
             (OpKind::Delete(d), Ok(())) => {
                 self.forget_route(&d.route, cidr);
                 self.retries.route_done(cidr);
                 self.passes.resolve(pass, |r| r.deleted += 1);
+                self.room_freed(now);
             }
             (OpKind::Delete(d), Err(e)) if e.kind == CloudErrorKind::NotFound => {
                 self.forget_route(&d.route, cidr);
                 self.retries.route_done(cidr);
                 self.passes.resolve(pass, |r| r.deleted += 1);
+                self.room_freed(now);
+            }
+            (OpKind::Create(c), Err(e)) if matches!(e.kind, CloudErrorKind::Refused { .. }) => {
+                if let CloudErrorKind::Refused { reason, lasting } = e.kind {
+                    self.create_refused(c, reason, lasting, &e, pass, out);
+                    if lasting {
+                        self.retries.route_done(cidr);
+                    } else {
+                        self.schedule_retry(cidr, CloudErrorKind::Retry { after: None }, now);
+                    }
+                }
+                self.passes.resolve(pass, |r| r.deferred += 1);
+            }
+            (OpKind::Create(c), Err(e))
+                if e.kind == CloudErrorKind::TableFull && self.config.guard_table_limits =>
+            {
+                // Another writer filled the table since the list: hold, do not retry.
+                log::warn!("create of route {cidr} refused by the cloud: {}", e.message);
+                self.tables.cloud_full();
+                self.update_table_gauges();
+                self.retries.route_done(cidr);
+                self.hold_create(cidr, &c.route.target_node, pass, out);
+                self.passes.resolve(pass, |r| r.failed += 1);
             }
             (_, Err(e)) if matches!(e.kind, CloudErrorKind::RateLimited { .. }) => {
                 // Not the route's fault: wait out the limit and send it again first.

@@ -72,6 +72,15 @@ impl Planned {
     }
 }
 
+/// Which queued operations may go next.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Order {
+    pub deletes_allowed: bool,
+    pub creates_allowed: bool,
+    /// Any delete that may go goes before any create.
+    pub deletes_first: bool,
+}
+
 /// An operation waiting to be sent, with the pass that planned it.
 #[derive(Clone, Debug)]
 pub(super) struct Queued {
@@ -181,27 +190,65 @@ impl Operations {
         self.queue.iter().any(|q| q.op == *op)
     }
 
-    /// The oldest operation that may be sent now: its destination has nothing in flight
-    /// and no older queued operation; deletes only when `deletes_allowed`.
-    pub(super) fn take_next(&mut self, deletes_allowed: bool) -> Option<Queued> {
-        let index = self.next_index(deletes_allowed)?;
+    /// Creates sent and not yet answered.
+    pub(super) fn creates_in_flight(&self) -> usize {
+        self.in_flight
+            .values()
+            .filter(|f| matches!(f.kind, Some(OpKind::Create(_))))
+            .count()
+    }
+
+    /// Creates waiting to be sent.
+    pub(super) fn queued_creates(&self) -> usize {
+        self.queue.iter().filter(|q| q.op.is_create()).count()
+    }
+
+    /// Deletes queued or in flight: room in the route table may yet appear.
+    pub(super) fn deletes_pending(&self) -> bool {
+        self.queue.iter().any(|q| !q.op.is_create())
+            || self
+                .in_flight
+                .values()
+                .any(|f| matches!(f.kind, Some(OpKind::Delete(_))))
+    }
+
+    /// The oldest operation that may be sent now (its destination has nothing in
+    /// flight and no older queued operation) and whose kind `order` allows; with
+    /// `deletes_first`, any delete that may go before any create (a route table near
+    /// full).
+    pub(super) fn take_next_of(&mut self, order: Order) -> Option<Queued> {
+        let index = self.next_index_of(order)?;
         let queued = self.queue.remove(index)?;
         self.count_create(queued.op.node(), queued.op.is_create(), -1);
         Some(queued)
     }
 
-    /// The operation [`Operations::take_next`] would take, left in the queue.
-    pub(super) fn peek_next(&self, deletes_allowed: bool) -> Option<&Queued> {
-        self.queue.get(self.next_index(deletes_allowed)?)
+    /// The operation [`Operations::take_next_of`] would take, left in the queue.
+    pub(super) fn peek_next_of(&self, order: Order) -> Option<&Queued> {
+        self.queue.get(self.next_index_of(order)?)
     }
 
-    fn next_index(&self, deletes_allowed: bool) -> Option<usize> {
+    fn next_index_of(&self, order: Order) -> Option<usize> {
+        if order.deletes_first
+            && order.deletes_allowed
+            && let Some(i) = self.first_index(|op| !op.is_create())
+        {
+            return Some(i);
+        }
+        self.first_index(|op| {
+            if op.is_create() {
+                order.creates_allowed
+            } else {
+                order.deletes_allowed
+            }
+        })
+    }
+
+    fn first_index(&self, allowed: impl Fn(&Planned) -> bool) -> Option<usize> {
         let mut skipped: HashSet<Cidr> = HashSet::new();
         self.queue.iter().position(|q| {
             let cidr = q.op.cidr();
-            let blocked = self.busy.contains(&cidr)
-                || skipped.contains(&cidr)
-                || (!deletes_allowed && matches!(q.op, Planned::Delete(_)));
+            let blocked = self.busy.contains(&cidr) || skipped.contains(&cidr) || !allowed(&q.op);
             if blocked {
                 skipped.insert(cidr);
             }

@@ -126,7 +126,7 @@ impl Controller {
             None if self.ops.in_flight() < self.config.max_in_flight
                 && self.ops.mutations_in_flight() < self.spending.mutations_at_once() =>
             {
-                Cost::of_planned(&self.ops.peek_next(self.nodes.is_synced())?.op)
+                Cost::of_planned(&self.ops.peek_next_of(self.dispatch_order())?.op)
             }
             None => return None,
         };

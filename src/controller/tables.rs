@@ -1,0 +1,177 @@
+//! Room in the cloud's route tables: each table's size and limit as the provider last
+//! listed them, kept current by the controller's own creates and deletes, and the
+//! creates held back because they would not fit.
+//!
+//! A Hetzner network holds 100 routes, an AWS route table 50 by default; stale routes
+//! after a scale-down fill them. Upstream sends every create and lets the cloud refuse
+//! it, again at every pass. Here a create goes out only when every table has room for
+//! it (counting the creates in flight); when the tables are near full, deletes go
+//! first; a create that cannot fit is held, with a warning, an event on its node and
+//! `NetworkUnavailable=True` (reason `RouteTableFull`), and planned again when a delete
+//! succeeds or a list shows room. Nothing is ever deleted to make room: which routes
+//! go is the planner's decision alone.
+//!
+//! Counts between lists are estimates: a create adds one to every table, a delete
+//! takes one from every table. With several tables a route may be in some only, so an
+//! estimate can be off by the partial routes until the next list makes it exact.
+
+use std::collections::BTreeMap;
+use std::time::Instant;
+
+use super::{Command, Controller, NodeEventRecord, Trigger};
+use crate::model::Cidr;
+use crate::provider::{ROUTE_TABLE_FULL, TableUsage};
+
+/// The tables and the held creates. See the module documentation.
+#[derive(Default)]
+pub(super) struct Tables {
+    /// As of the last list plus our own operations since; empty: no limit known.
+    tables: Vec<TableUsage>,
+    /// Creates held back for want of room, by destination: the node they are for.
+    held: BTreeMap<Cidr, String>,
+}
+
+impl Tables {
+    /// The provider's count after a list.
+    pub fn listed(&mut self, tables: Vec<TableUsage>) {
+        self.tables = tables;
+    }
+
+    /// Routes that still fit in the fullest table, `None` when no limit is known.
+    pub fn room(&self) -> Option<usize> {
+        self.tables
+            .iter()
+            .map(|t| t.limit.saturating_sub(t.routes))
+            .min()
+    }
+
+    /// The fullest table, for messages.
+    fn fullest(&self) -> Option<&TableUsage> {
+        self.tables
+            .iter()
+            .min_by_key(|t| t.limit.saturating_sub(t.routes))
+    }
+
+    pub fn created(&mut self) {
+        for t in &mut self.tables {
+            t.routes += 1;
+        }
+    }
+
+    pub fn deleted(&mut self) {
+        for t in &mut self.tables {
+            t.routes = t.routes.saturating_sub(1);
+        }
+    }
+
+    /// The cloud refused a create for a full table: believe it until the next list.
+    pub fn cloud_full(&mut self) {
+        for t in &mut self.tables {
+            t.routes = t.routes.max(t.limit);
+        }
+    }
+
+    pub fn tables(&self) -> &[TableUsage] {
+        &self.tables
+    }
+
+    /// Holds a create; true when it was not held already (warn once per episode).
+    fn hold(&mut self, cidr: Cidr, node: &str) -> bool {
+        self.held.insert(cidr, node.to_string()).as_deref() != Some(node)
+    }
+
+    /// A held create went out or is no longer wanted.
+    pub fn release(&mut self, cidr: Cidr) {
+        self.held.remove(&cidr);
+    }
+
+    pub fn keep_wanted(&mut self, wanted: &std::collections::HashSet<Cidr>) {
+        self.held.retain(|c, _| wanted.contains(c));
+    }
+
+    pub fn held(&self) -> impl Iterator<Item = Cidr> + '_ {
+        self.held.keys().copied()
+    }
+}
+
+impl Controller {
+    /// Creates that may still go out now: the room in the fullest table less the
+    /// creates in flight. `None`: no limit is known or the guard is off.
+    pub(super) fn create_room(&self) -> Option<usize> {
+        if !self.config.guard_table_limits {
+            return None;
+        }
+        let room = self.tables.room()?;
+        Some(room.saturating_sub(self.ops.creates_in_flight()))
+    }
+
+    /// The provider's tables after a list: export them, and look again at held
+    /// creates if there is room now (the pass of the list plans them anyway).
+    pub(super) fn on_tables(&mut self, tables: Vec<TableUsage>) {
+        self.tables.listed(tables);
+        self.update_table_gauges();
+    }
+
+    pub(super) fn update_table_gauges(&self) {
+        for t in self.tables.tables() {
+            self.metrics.set_route_table(&t.table, t.routes, t.limit);
+        }
+    }
+
+    /// A delete succeeded: one route fewer, and held creates may fit now.
+    pub(super) fn room_freed(&mut self, now: Instant) {
+        self.tables.deleted();
+        self.update_table_gauges();
+        if self.create_room().is_some_and(|r| r > 0) {
+            let held: Vec<Cidr> = self.tables.held().collect();
+            for cidr in held {
+                if !self.ops.is_busy(&cidr) {
+                    self.trigger(Trigger::Followup(cidr), now);
+                }
+            }
+        }
+    }
+
+    /// Holds the create of `cidr` for `node`: no room, and no delete queued or in
+    /// flight that could make some. Warns once, records an event on the node and gives
+    /// it `NetworkUnavailable=True` with reason `RouteTableFull`.
+    pub(super) fn hold_create(
+        &mut self,
+        cidr: Cidr,
+        node: &str,
+        pass: u64,
+        out: &mut Vec<Command>,
+    ) {
+        let (table, routes, limit) = self
+            .tables
+            .fullest()
+            .map(|t| (t.table.clone(), t.routes, t.limit))
+            .unwrap_or_default();
+        let message = format!(
+            "route table {table} is full ({routes} of {limit} routes): route {cidr} for node \
+             {node} waits for room; delete routes the cluster no longer needs, or raise the \
+             table's limit"
+        );
+        self.conditions.set_reason(node, ROUTE_TABLE_FULL, &message);
+        if !self.tables.hold(cidr, node) {
+            return;
+        }
+        log::warn!(
+            "{message} (pass {pass}); no create is sent until a delete or a list shows room"
+        );
+        if let Some(known) = self.nodes.get(node)
+            && self.leading
+        {
+            out.push(Command::RecordEvent {
+                event: NodeEventRecord {
+                    node: node.to_string(),
+                    uid: known.node.uid.clone(),
+                    kind: "Warning",
+                    reason: ROUTE_TABLE_FULL,
+                    message,
+                },
+                cause: self.passes.cause_of(pass),
+            });
+        }
+    }
+}
