@@ -360,7 +360,7 @@ fn every_mapped_error_code_on_add_route_reaches_its_cloud_error_kind() {
         (Fault::error(401, "unauthorized"), CloudErrorKind::Invalid),
         (
             Fault::error(403, "resource_limit_exceeded"),
-            CloudErrorKind::Invalid,
+            CloudErrorKind::TableFull,
         ),
         (Fault::error(423, "protected"), CloudErrorKind::Invalid),
         (Fault::error(400, "invalid_input"), CloudErrorKind::Invalid),
@@ -561,12 +561,18 @@ fn a_timeout_on_add_route_is_ambiguous() {
 }
 
 #[test]
-fn an_ipv6_destination_is_invalid_without_any_request() {
+fn an_ipv6_destination_is_refused_for_good_without_any_request() {
     let double = cluster(1);
     let p = connect(&double);
     double.clear_requests();
     let err = create(&p, 1, "fd00:10:244:1::/64").unwrap_err();
-    assert_eq!(err.kind, CloudErrorKind::Invalid);
+    assert_eq!(
+        err.kind,
+        CloudErrorKind::Refused {
+            reason: "IPv6NotRoutable",
+            lasting: true
+        }
+    );
     assert!(err.message.contains("IPv4 only"), "{err}");
     assert!(double.requests().is_empty(), "{:?}", double.requests());
 }
@@ -591,19 +597,129 @@ fn robot_servers_are_refused_without_any_request() {
 }
 
 #[test]
-fn a_server_not_attached_to_the_network_is_retried_with_a_clear_message() {
+fn a_server_not_attached_to_the_network_is_refused_before_the_call_with_the_fix() {
     let double = cluster(1);
     double.add_server(102, &worker(2), None);
     let p = connect(&double);
+    double.clear_requests();
     let err = create(&p, 2, &pod_cidr(2)).unwrap_err();
-    assert_eq!(err.kind, CloudErrorKind::Retry { after: None });
-    assert!(err.message.contains("not attached"), "{err}");
+    let not_in_network = CloudErrorKind::Refused {
+        reason: "ServerNotInNetwork",
+        lasting: false,
+    };
+    assert_eq!(err.kind, not_in_network, "{err}");
+    assert!(err.message.contains("attach-to-network"), "{err}");
     assert!(err.message.contains("k8s"), "{err}");
-    // A node whose server is not listed (yet) is retried too, with advice in case it
-    // never will be.
-    let err = create(&p, 9, &pod_cidr(9)).unwrap_err();
+    // Without an InternalIP the server is found by providerID, and refused the same way.
+    let bare = RouteTarget {
+        addresses: vec![],
+        ..target(2)
+    };
+    let err = p
+        .create_route(CLUSTER, "uid", &wanted(2, &pod_cidr(2)), &bare)
+        .unwrap_err();
+    assert_eq!(err.kind, not_in_network, "{err}");
+    assert!(err.message.contains("not attached"), "{err}");
+    assert_eq!(
+        double.count("POST", "/networks"),
+        0,
+        "{:?}",
+        double.requests()
+    );
+    // A node whose server is not listed (yet) and has no InternalIP is retried, with
+    // advice in case it never will be.
+    let bare = RouteTarget {
+        addresses: vec![],
+        ..target(9)
+    };
+    let err = p
+        .create_route(CLUSTER, "uid", &wanted(9, &pod_cidr(9)), &bare)
+        .unwrap_err();
     assert_eq!(err.kind, CloudErrorKind::Retry { after: None }, "{err}");
     assert!(err.message.contains("check the node's providerID"), "{err}");
+}
+
+/// Guards the pre-flight checks of item 4: a node whose InternalIP lies outside the
+/// network, or that no attached server holds (a Robot server on a vSwitch), is refused
+/// with a reason and the fix, and no add_route is sent (the API would answer "invalid
+/// gateway" after the call).
+#[test]
+fn a_node_address_outside_the_network_or_of_no_attached_server_is_refused_before_the_call() {
+    let double = cluster(1);
+    let p = connect(&double);
+    double.clear_requests();
+    let outside = RouteTarget {
+        addresses: vec![NodeAddress::internal_ip("192.168.7.3")],
+        ..target(1)
+    };
+    let err = p
+        .create_route(CLUSTER, "uid", &wanted(1, &pod_cidr(1)), &outside)
+        .unwrap_err();
+    assert_eq!(
+        err.kind,
+        CloudErrorKind::Refused {
+            reason: "InternalIPOutsideNetwork",
+            lasting: false
+        },
+        "{err}"
+    );
+    assert!(
+        err.message.contains("192.168.7.3") && err.message.contains("10.0.0.0/8"),
+        "{err}"
+    );
+    // A Robot server on the vSwitch: its IP is in the range, but no cloud server has it.
+    let robot = RouteTarget {
+        node_name: "robot-1".into(),
+        provider_id: None,
+        addresses: vec![NodeAddress::internal_ip("10.0.1.2")],
+    };
+    let err = p
+        .create_route(CLUSTER, "uid", &wanted(1, &pod_cidr(7)), &robot)
+        .unwrap_err();
+    assert_eq!(
+        err.kind,
+        CloudErrorKind::Refused {
+            reason: "ServerNotInNetwork",
+            lasting: false
+        },
+        "{err}"
+    );
+    assert!(err.message.contains("10.0.1.2"), "{err}");
+    assert_eq!(
+        double.count("POST", "/networks"),
+        0,
+        "{:?}",
+        double.requests()
+    );
+    // The node as it should be goes through.
+    create(&p, 1, &pod_cidr(1)).expect("a node inside the network gets its route");
+}
+
+/// Guards item 2's provider side: the network is reported with every route in it and
+/// the limit of 100, and the API's refusal of a full network is `TableFull`.
+#[test]
+fn the_network_reports_its_routes_and_limit_and_a_full_network_is_table_full() {
+    let double = cluster(2);
+    double.put_route(NET, "192.168.100.0/24", "10.0.0.2"); // someone else's route
+    let p = connect(&double);
+    let table = |p: &HcloudRoutes| p.route_tables().into_iter().next().expect("one table");
+    assert_eq!(
+        (table(&p).table.as_str(), table(&p).routes, table(&p).limit),
+        ("k8s", 1, 100)
+    );
+    create(&p, 1, &pod_cidr(1)).expect("create");
+    p.list_routes(CLUSTER, &nodes(2)).expect("list");
+    assert_eq!(
+        table(&p).routes,
+        2,
+        "the list counts every route of the network"
+    );
+    double.set_route_limit(2);
+    assert_eq!(
+        kind_of(create(&p, 2, &pod_cidr(2))),
+        CloudErrorKind::TableFull
+    );
+    assert_eq!(double.route_limit_refusals(), 1);
 }
 
 #[test]

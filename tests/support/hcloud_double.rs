@@ -152,6 +152,8 @@ struct State {
     read_only_token: Option<String>,
     /// The time actions run and the budget refills in.
     clock: Clock,
+    /// Routes a network may hold (100, as the real API; reference §3.6).
+    route_limit: usize,
 }
 
 /// A source of the current time: the real clock, or a test's virtual one.
@@ -209,6 +211,7 @@ impl HcloudDouble {
                 log: Vec::new(),
                 read_only_token: None,
                 clock: Arc::new(Instant::now),
+                route_limit: 100,
             }),
             shutdown: AtomicBool::new(false),
             connections: Mutex::new(Vec::new()),
@@ -386,6 +389,21 @@ impl HcloudDouble {
     /// Requests answered 429 `rate_limit_exceeded`.
     pub fn throttled(&self) -> usize {
         self.state().log.iter().filter(|r| r.status == 429).count()
+    }
+
+    /// Routes a network may hold from now on (default 100, the real API's limit).
+    pub fn set_route_limit(&self, limit: usize) {
+        self.state().route_limit = limit;
+    }
+
+    /// `add_route` requests refused 403 `resource_limit_exceeded` (the network held its
+    /// maximum of routes).
+    pub fn route_limit_refusals(&self) -> usize {
+        self.state()
+            .log
+            .iter()
+            .filter(|r| r.status == 403 && r.path.ends_with("/actions/add_route"))
+            .count()
     }
 
     /// Requests answered 409 `conflict` (the network was busy).
@@ -883,6 +901,19 @@ fn route_action(state: &mut State, network_id: &str, command: &str, body: &[u8])
         "add_route" => {
             if let Some((field, problem)) = add_route_problem(&network, dest, gw) {
                 return invalid_input(field, problem);
+            }
+            let adding = state
+                .actions
+                .values()
+                .filter(|a| a.network == network.id && a.status == "running")
+                .filter(|a| a.command == "add_route")
+                .count();
+            if network.routes.len() + adding >= state.route_limit {
+                return error_reply(
+                    403,
+                    "resource_limit_exceeded",
+                    "network route limit exceeded",
+                );
             }
         }
         _ => {

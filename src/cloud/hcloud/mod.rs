@@ -56,13 +56,25 @@ use servers::{Server, ServerCache, ServerSnapshot};
 
 use crate::fence::Fence;
 use crate::model::{Cidr, Route};
-use crate::provider::{Budget, CloudError, CloudErrorKind, NodeDirectory, RouteTarget, Routes};
+use crate::provider::{
+    Budget, CloudError, CloudErrorKind, NodeDirectory, RouteTarget, Routes, TableUsage,
+};
 
 /// Servers per page when listing (the API's maximum).
 const SERVERS_PER_PAGE: u32 = 50;
 
 /// A guard against a server list whose pagination never ends.
 const MAX_SERVER_PAGES: u64 = 10_000;
+
+/// Routes a network may hold (Hetzner's documented limit per network).
+pub const NETWORK_ROUTE_LIMIT: usize = 100;
+
+/// `NetworkUnavailable` reasons of the pre-flight checks.
+pub const IPV6_NOT_ROUTABLE: &str = "IPv6NotRoutable";
+/// The node's InternalIP is outside the network's IP range.
+pub const INTERNAL_IP_OUTSIDE_NETWORK: &str = "InternalIPOutsideNetwork";
+/// No server attached to the network holds the node's InternalIP.
+pub const SERVER_NOT_IN_NETWORK: &str = "ServerNotInNetwork";
 
 /// The managed network as resolved at start.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -92,6 +104,8 @@ pub struct HcloudRoutes {
     /// The gateway of each destination, from the last list or our own changes: a
     /// delete needs it, and a route the controller created carries no name.
     gateways: Mutex<HashMap<Cidr, Ipv4Addr>>,
+    /// Routes in the network at the last load, for [`Routes::route_tables`].
+    routes_in_network: Mutex<usize>,
 }
 
 impl HcloudRoutes {
@@ -136,6 +150,7 @@ impl HcloudRoutes {
                 config.max_concurrent_mutations.max(1),
             ),
             gateways: Mutex::new(HashMap::new()),
+            routes_in_network: Mutex::new(network.routes.len()),
         };
         provider.remember_all(&network.routes);
         Ok(provider)
@@ -197,6 +212,16 @@ impl Routes for HcloudRoutes {
         )
     }
 
+    /// The network, with every route in it (foreign ones too) and Hetzner's limit of
+    /// 100 routes per network.
+    fn route_tables(&self) -> Vec<TableUsage> {
+        vec![TableUsage {
+            table: self.network.name.clone(),
+            routes: *crate::sync::lock(&self.routes_in_network),
+            limit: NETWORK_ROUTE_LIMIT,
+        }]
+    }
+
     fn list_routes(
         &self,
         _cluster_name: &str,
@@ -212,6 +237,7 @@ impl Routes for HcloudRoutes {
         };
         let servers = self.servers_unless_missing(self.server_cache_max_age, gateway_unknown)?;
         self.remember_all(&network.routes);
+        *crate::sync::lock(&self.routes_in_network) = network.routes.len();
         let nodes = NodeIndex::new(nodes);
         Ok(network
             .routes
@@ -227,13 +253,18 @@ impl Routes for HcloudRoutes {
         route: &Route,
         target: &RouteTarget,
     ) -> Result<(), CloudError> {
-        let destination = ipv4_destination(&route.destination_cidr)?;
+        let destination = self.preflight(route, target)?;
         let gateway = self.gateway_for(target)?;
         let body = RouteBody::new(destination, gateway);
         match self.route_action("add_route", &body) {
             Ok(()) => {
                 self.gateways().insert(destination, gateway);
                 Ok(())
+            }
+            // The network holds its 100 routes (another writer filled it since the
+            // list): the controller holds its creates until there is room.
+            Err(e) if e.is("resource_limit_exceeded") => {
+                Err(CloudError::new(CloudErrorKind::TableFull, e.message))
             }
             Err(e) if e.is("invalid_input") || e.is("uniqueness_error") => {
                 self.explain_refused_create(destination, gateway, e)
@@ -356,6 +387,82 @@ impl HcloudRoutes {
         }
     }
 
+    /// What the API would refuse, checked before any change is sent: an IPv6
+    /// destination (networks route IPv4 only: lasting), a node whose InternalIP lies
+    /// outside the network, or that no server attached to the network holds (a Robot
+    /// server on a vSwitch, a server not attached yet). A node without an InternalIP
+    /// is found by its server alone. Returns the destination.
+    fn preflight(&self, route: &Route, target: &RouteTarget) -> Result<Cidr, CloudError> {
+        let node = &target.node_name;
+        if let Ok(cidr) = Cidr::parse(&route.destination_cidr)
+            && !cidr.is_ipv4()
+        {
+            return Err(CloudError::refused(
+                IPV6_NOT_ROUTABLE,
+                true,
+                format!(
+                    "hcloud: pod CIDR {cidr} of node {node} is IPv6, and Hetzner Cloud networks \
+                     route IPv4 only; it is not tried again: route IPv6 pod traffic another way \
+                     (native routing over the servers' public /64) or drop the IPv6 pod CIDR"
+                ),
+            ));
+        }
+        let destination = ipv4_destination(&route.destination_cidr)?;
+        let internal: Vec<Ipv4Addr> = target
+            .addresses
+            .iter()
+            .filter(|a| a.kind == "InternalIP")
+            .filter_map(|a| a.address.parse().ok())
+            .collect();
+        if internal.is_empty() {
+            return Ok(destination);
+        }
+        let range = Cidr::parse(&self.network.ip_range).ok();
+        let in_range: Vec<Ipv4Addr> = internal
+            .iter()
+            .copied()
+            .filter(|ip| range.is_none_or(|r| r.contains(std::net::IpAddr::V4(*ip))))
+            .collect();
+        let shown = |ips: &[Ipv4Addr]| {
+            ips.iter()
+                .map(ToString::to_string)
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        if in_range.is_empty() {
+            return Err(CloudError::refused(
+                INTERNAL_IP_OUTSIDE_NETWORK,
+                false,
+                format!(
+                    "hcloud: node {node}'s InternalIP {} is outside network {} ({}), so no route \
+                     can point at it: attach the node's server to the network and make its \
+                     private IP the node's InternalIP (kubelet --node-ip)",
+                    shown(&internal),
+                    self.network.name,
+                    self.network.ip_range
+                ),
+            ));
+        }
+        let attached = |s: &ServerSnapshot| in_range.iter().any(|ip| s.by_gateway(*ip).is_some());
+        let snapshot = self.servers_unless_missing(self.server_lookup_max_age, |s| !attached(s))?;
+        if !attached(&snapshot) {
+            return Err(CloudError::refused(
+                SERVER_NOT_IN_NETWORK,
+                false,
+                format!(
+                    "hcloud: no server attached to network {} has node {node}'s InternalIP {} \
+                     (a Robot server on a vSwitch cannot be a route's gateway): attach the \
+                     node's cloud server (hcloud server attach-to-network --network {} \
+                     <server>), or leave the node out of the routes",
+                    self.network.name,
+                    shown(&in_range),
+                    self.network.id
+                ),
+            ));
+        }
+        Ok(destination)
+    }
+
     /// The private IP of the node's server in the network: the gateway of its routes.
     fn gateway_for(&self, target: &RouteTarget) -> Result<Ipv4Addr, CloudError> {
         let key = ServerKey::of(target)?;
@@ -365,8 +472,9 @@ impl HcloudRoutes {
         })?;
         match find(&snapshot) {
             Some(Server { ip: Some(ip), .. }) => Ok(ip),
-            Some(server) => Err(CloudError::new(
-                CloudErrorKind::Retry { after: None },
+            Some(server) => Err(CloudError::refused(
+                SERVER_NOT_IN_NETWORK,
+                false,
                 format!(
                     "hcloud: server {} ({}) of node {} is not attached to network {} ({}) yet; \
                      attach it (hcloud server attach-to-network) and the route follows",
