@@ -16,7 +16,7 @@ use rand::{RngExt, SeedableRng};
 
 use crate::model::{Cidr, Route};
 use crate::provider::{
-    Budget, CloudError, CloudErrorKind, Meter, NodeDirectory, RouteTarget, Routes,
+    Budget, CloudError, CloudErrorKind, Meter, NodeDirectory, RouteTarget, Routes, TableUsage,
 };
 
 /// Which call a counter or an injected failure applies to.
@@ -43,6 +43,8 @@ pub struct Counters {
     pub rate_limited: AtomicU64,
     /// Calls that failed through injection.
     pub injected_failures: AtomicU64,
+    /// Creates refused because the table held its limit of routes.
+    pub table_full: AtomicU64,
 }
 
 impl Counters {
@@ -87,6 +89,11 @@ struct State {
     failure_rate: f64,
     rng: SmallRng,
     limit: Option<ServerRateLimit>,
+    /// Routes the table may hold; `None`: no limit.
+    route_limit: Option<usize>,
+    /// Destinations whose creates the pre-flight check refuses: reason and whether
+    /// for good.
+    refused: BTreeMap<Cidr, (&'static str, bool)>,
 }
 
 /// A token bucket on the "server" side: calls beyond it get `RateLimited`.
@@ -119,12 +126,30 @@ impl FakeCloud {
                 failure_rate: 0.0,
                 rng: SmallRng::seed_from_u64(1),
                 limit: None,
+                route_limit: None,
+                refused: BTreeMap::new(),
             }),
             counters: Counters::default(),
             latency: Mutex::new(Duration::ZERO),
             clock,
             report_node_addresses: std::sync::atomic::AtomicBool::new(false),
         }
+    }
+
+    /// Limits the table to `limit` routes, reported by [`Routes::route_tables`] as
+    /// table `fake`; a create beyond it is refused with [`CloudErrorKind::TableFull`].
+    pub fn set_route_limit(&self, limit: Option<usize>) {
+        self.lock().route_limit = limit;
+    }
+
+    /// Makes the pre-flight check refuse creates to `destination` with `reason` (for
+    /// good when `lasting`), before any call; `None` lifts it.
+    pub fn refuse(&self, destination: Cidr, refusal: Option<(&'static str, bool)>) {
+        let mut s = self.lock();
+        match refusal {
+            Some(r) => s.refused.insert(destination, r),
+            None => s.refused.remove(&destination),
+        };
     }
 
     /// Puts routes in the table as they are (for seeding a test).
@@ -316,6 +341,19 @@ impl Routes for FakeCloud {
         ))
     }
 
+    /// Table `fake` with every route in it, when a limit is set.
+    fn route_tables(&self) -> Vec<TableUsage> {
+        let s = self.lock();
+        s.route_limit
+            .map(|limit| TableUsage {
+                table: "fake".into(),
+                routes: s.routes.len(),
+                limit,
+            })
+            .into_iter()
+            .collect()
+    }
+
     fn list_routes(
         &self,
         _cluster_name: &str,
@@ -344,10 +382,20 @@ impl Routes for FakeCloud {
         route: &Route,
         _target: &RouteTarget,
     ) -> Result<(), CloudError> {
-        self.sleep();
-        self.count(Call::Create);
         let cidr =
             Cidr::parse(&route.destination_cidr).map_err(|e| CloudError::invalid(e.to_string()))?;
+        if let Some(&(reason, lasting)) = self.lock().refused.get(&cidr) {
+            return Err(CloudError::refused(
+                reason,
+                lasting,
+                format!(
+                    "fake cloud: route {cidr} for node {} refused before the call",
+                    route.target_node
+                ),
+            ));
+        }
+        self.sleep();
+        self.count(Call::Create);
         let mut s = self.lock();
         let lost = self.admit(&mut s, Call::Create, Some(&cidr))?;
         if let Some(existing) = s.routes.get(&cidr) {
@@ -360,6 +408,13 @@ impl Routes for FakeCloud {
                     "fake cloud: a route for {cidr} already exists (to {:?})",
                     existing.target_node
                 ),
+            ));
+        }
+        if s.route_limit.is_some_and(|limit| s.routes.len() >= limit) {
+            self.counters.table_full.fetch_add(1, Ordering::Relaxed);
+            return Err(CloudError::new(
+                CloudErrorKind::TableFull,
+                format!("fake cloud: the table holds its limit of routes; {cidr} refused"),
             ));
         }
         let stored = Route {

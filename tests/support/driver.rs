@@ -134,6 +134,9 @@ impl Driver {
         if let Some(spent) = spent {
             self.feed(Input::Cloud { id, reply: spent });
         }
+        if let Some(tables) = route_controller::workers::tables_after(self.cloud.as_ref(), &reply) {
+            self.feed(Input::Cloud { id, reply: tables });
+        }
         self.feed(Input::Cloud { id, reply });
         true
     }

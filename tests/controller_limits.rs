@@ -1,0 +1,279 @@
+//! Route-table limits and pre-flight refusals (issue 14, items 2 and 4), in virtual
+//! time against the in-memory cloud: a create that cannot fit is held, never sent to be
+//! refused; near the limit deletes go first; room brings the held create back; nothing
+//! of ours is deleted to make room; a refused create is reported once and paced.
+
+#[path = "support/driver.rs"]
+mod driver;
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use driver::*;
+use route_controller::cloud::fake::FakeCloud;
+use route_controller::model::Cidr;
+use route_controller::{CloudOp, Config, Mode, NodeEvent};
+
+fn n(i: usize) -> route_controller::model::Node {
+    node(
+        &format!("n{i}"),
+        &[&format!("10.0.{i}.0/24")],
+        &format!("192.168.0.{i}"),
+    )
+}
+
+fn cidr(s: &str) -> Cidr {
+    Cidr::parse(s).expect("test CIDR")
+}
+
+/// A cloud with a limit of `limit` routes and one route of someone else's (outside the
+/// cluster CIDRs, so never ours to delete).
+fn cloud_with_limit(limit: usize) -> Arc<FakeCloud> {
+    let cloud = Arc::new(FakeCloud::new());
+    cloud.seed([route("vpn", "", "192.168.100.0/24")]);
+    cloud.set_route_limit(Some(limit));
+    cloud
+}
+
+fn config(mode: Mode) -> Config {
+    let mut c = watch_config();
+    c.mode = mode;
+    c
+}
+
+fn table_full(cloud: &FakeCloud) -> u64 {
+    cloud.counters().table_full.load(Ordering::Relaxed)
+}
+
+fn creates_to(d: &Driver, destination: &str) -> usize {
+    let want = cidr(destination);
+    d.sent
+        .iter()
+        .filter(|(_, op)| {
+            matches!(op, CloudOp::Create { route, .. }
+                if Cidr::parse(&route.destination_cidr).ok() == Some(want))
+        })
+        .count()
+}
+
+/// Guards "does not send creates that cannot fit": with the hold removed, the third
+/// create goes out and the cloud refuses it (table_full > 0), again at every poll.
+#[test]
+fn a_create_that_cannot_fit_is_held_with_a_condition_and_one_event_in_both_modes() {
+    for mode in [Mode::Watch, Mode::Poll] {
+        let cloud = cloud_with_limit(3);
+        let mut d = Driver::with_cloud(config(mode), cloud.clone());
+        d.start(vec![n(0), n(1), n(2)]);
+        d.advance(Duration::from_secs(3600));
+        assert_eq!(
+            table_full(&cloud),
+            0,
+            "{mode:?}: a create was refused by the cloud"
+        );
+        assert_eq!(
+            creates_to(&d, "10.0.2.0/24"),
+            0,
+            "{mode:?}: the create that cannot fit went out"
+        );
+        assert_eq!(d.cloud_routes().len(), 3, "{mode:?}");
+        let held = &d.conditions["n2"];
+        assert_eq!(
+            (held.status.as_ref(), held.reason.as_ref()),
+            ("True", "RouteTableFull"),
+            "{mode:?}"
+        );
+        assert!(
+            held.message.contains("3 of 3 routes"),
+            "{mode:?}: {}",
+            held.message
+        );
+        let events: Vec<_> = d
+            .events
+            .iter()
+            .filter(|e| e.reason == "RouteTableFull")
+            .collect();
+        assert_eq!(
+            events.len(),
+            1,
+            "{mode:?}: one warning, not one per pass: {events:?}"
+        );
+        assert_eq!(events[0].node, "n2");
+        assert_eq!(d.metrics.route_table("fake"), Some((3, 3)), "{mode:?}");
+        let text = d.metrics.encode();
+        assert!(
+            text.contains("route_controller_route_table_routes{table=\"fake\"} 3"),
+            "{text}"
+        );
+        assert!(
+            text.contains("route_controller_route_table_limit{table=\"fake\"} 3"),
+            "{text}"
+        );
+    }
+}
+
+/// Guards "retries when room appears after a delete": without the follow-up of
+/// `room_freed`, n2 waits for the next resync (12 h) in watch mode.
+#[test]
+fn a_delete_makes_room_and_the_held_create_follows_at_once() {
+    let cloud = cloud_with_limit(3);
+    let mut d = Driver::with_cloud(config(Mode::Watch), cloud.clone());
+    d.start(vec![n(0), n(1), n(2)]);
+    assert_eq!(creates_to(&d, "10.0.2.0/24"), 0);
+    d.node_event(NodeEvent::Deleted(n(0)));
+    d.advance(Duration::from_secs(2));
+    assert_eq!(creates_to(&d, "10.0.2.0/24"), 1);
+    assert!(
+        d.cloud_routes()
+            .contains(&("n2".into(), "10.0.2.0/24".into()))
+    );
+    let c = &d.conditions["n2"];
+    assert_eq!(
+        (c.status.as_ref(), c.reason.as_ref()),
+        ("False", "RouteCreated")
+    );
+    assert_eq!(table_full(&cloud), 0);
+    assert_eq!(d.metrics.route_table("fake"), Some((3, 3)));
+}
+
+/// Guards "retries after a list": room made by someone else shows at the next list.
+#[test]
+fn room_made_by_someone_else_is_used_after_the_next_list() {
+    let cloud = cloud_with_limit(3);
+    let mut d = Driver::with_cloud(config(Mode::Poll), cloud.clone());
+    d.start(vec![n(0), n(1), n(2)]);
+    assert_eq!(creates_to(&d, "10.0.2.0/24"), 0);
+    cloud.set_route_limit(Some(4)); // the operator raised the limit
+    d.advance(Duration::from_secs(11));
+    assert_eq!(creates_to(&d, "10.0.2.0/24"), 1);
+    assert_eq!(table_full(&cloud), 0);
+}
+
+/// Guards "deletes before creates near the limit" and counting creates in flight: the
+/// cloud answers creates first here; with only the plan's order (or without counting
+/// in-flight creates), the second create is sent while the stale routes still fill the
+/// table and the cloud refuses it.
+#[test]
+fn near_the_limit_only_what_fits_is_sent_and_deletes_go_first() {
+    let cloud = Arc::new(FakeCloud::new());
+    cloud.seed([
+        route("old0", "gone0", "10.0.100.0/24"),
+        route("old1", "gone1", "10.0.101.0/24"),
+    ]);
+    cloud.set_route_limit(Some(3));
+    let mut d = Driver::with_cloud(config(Mode::Watch), cloud.clone());
+    d.list(vec![n(0), n(1)]);
+    d.answer_one(); // the list
+    let kinds: Vec<&str> = d.pending.iter().map(|(_, op)| op_kind(op)).collect();
+    assert_eq!(
+        kinds,
+        ["delete", "delete", "create"],
+        "one create fits, after the deletes"
+    );
+    // The cloud answers the create before the deletes.
+    let i = d
+        .pending
+        .iter()
+        .position(|(_, op)| op_kind(op) == "create")
+        .unwrap();
+    let create = d.pending.remove(i).unwrap();
+    d.pending.push_front(create);
+    d.settle();
+    assert_eq!(table_full(&cloud), 0);
+    assert_eq!(
+        d.cloud_routes(),
+        vec![
+            ("n0".into(), "10.0.0.0/24".into()),
+            ("n1".into(), "10.0.1.0/24".into())
+        ]
+    );
+}
+
+/// Guards "never delete a route that is ours to make room": a full table of the
+/// cluster's own routes gets no delete, whatever waits.
+#[test]
+fn no_route_of_ours_is_deleted_to_make_room() {
+    let cloud = cloud_with_limit(3);
+    let mut d = Driver::with_cloud(config(Mode::Watch), cloud.clone());
+    d.start(vec![n(0), n(1)]);
+    for i in 2..6 {
+        d.node_event(NodeEvent::Added(n(i)));
+    }
+    d.advance(Duration::from_secs(48 * 3600));
+    assert_eq!(d.count("delete"), 0);
+    assert_eq!(d.cloud_routes().len(), 3);
+    assert_eq!(table_full(&cloud), 0);
+}
+
+/// Guards item 4 in the controller: a refused create gets the check's reason and one
+/// event, is retried with backoff (no request: the pre-flight check runs again), and
+/// gets its route once the cause is fixed. Without the Refused branch, every retry
+/// records another FailedToCreateRoute event and the reason is NoRouteCreated.
+#[test]
+fn a_refused_create_is_reported_once_and_retried_until_fixed() {
+    let cloud = Arc::new(FakeCloud::new());
+    cloud.refuse(cidr("10.0.1.0/24"), Some(("ServerNotInNetwork", false)));
+    let mut d = Driver::with_cloud(config(Mode::Watch), cloud.clone());
+    d.start(vec![n(0), n(1)]);
+    d.advance(Duration::from_secs(600));
+    let c = &d.conditions["n1"];
+    assert_eq!(
+        (c.status.as_ref(), c.reason.as_ref()),
+        ("True", "ServerNotInNetwork")
+    );
+    assert_eq!(d.events.len(), 1, "{:?}", d.events);
+    assert_eq!(d.events[0].reason, "ServerNotInNetwork");
+    assert!(creates_to(&d, "10.0.1.0/24") > 3, "retried with backoff");
+    assert_eq!(
+        cloud
+            .counters()
+            .get(route_controller::cloud::fake::Call::Create),
+        1,
+        "no call left for n1"
+    );
+    assert_eq!(
+        d.metrics
+            .cloud_requests(route_controller::CloudOperation::Create),
+        1,
+        "a refusal is not a cloud call"
+    );
+    cloud.refuse(cidr("10.0.1.0/24"), None);
+    d.advance(Duration::from_secs(600));
+    let c = &d.conditions["n1"];
+    assert_eq!(
+        (c.status.as_ref(), c.reason.as_ref()),
+        ("False", "RouteCreated")
+    );
+    assert_eq!(d.events.len(), 1);
+}
+
+/// Guards the lasting refusal (a dual-stack node's IPv6 pod CIDR on an IPv4-only
+/// cloud): asked once, never again while the node stays as it is, reported once, and
+/// the node's IPv4 route makes it routable.
+#[test]
+fn an_ipv6_pod_cidr_refused_for_good_is_asked_once_and_does_not_hold_the_node_back() {
+    let cloud = Arc::new(FakeCloud::new());
+    cloud.refuse(cidr("fd00:10::/64"), Some(("IPv6NotRoutable", true)));
+    let mut c = Config::new(cidrs(&["10.0.0.0/16", "fd00:10::/56"]));
+    c.seed = Some(7);
+    let mut d = Driver::with_cloud(c, cloud.clone());
+    let dual = node("n0", &["10.0.0.0/24", "fd00:10::/64"], "192.168.0.0");
+    d.start(vec![dual.clone()]);
+    d.advance(Duration::from_secs(30 * 3600)); // past a resync, with its list
+    assert_eq!(creates_to(&d, "fd00:10::/64"), 1);
+    assert_eq!(d.events.len(), 1, "{:?}", d.events);
+    assert_eq!(d.events[0].reason, "IPv6NotRoutable");
+    let cond = &d.conditions["n0"];
+    assert_eq!(
+        (cond.status.as_ref(), cond.reason.as_ref()),
+        ("False", "RouteCreated")
+    );
+    // A change of the node is a new request: asked again.
+    let mut changed = bumped(dual, 2);
+    changed.addresses = vec![route_controller::model::NodeAddress::internal_ip(
+        "192.168.0.9",
+    )];
+    d.node_event(NodeEvent::Modified(changed));
+    d.advance(Duration::from_secs(5));
+    assert_eq!(creates_to(&d, "fd00:10::/64"), 2);
+}
