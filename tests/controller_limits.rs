@@ -112,8 +112,9 @@ fn a_create_that_cannot_fit_is_held_with_a_condition_and_one_event_in_both_modes
     }
 }
 
-/// Guards "retries when room appears after a delete": without the follow-up of
-/// `room_freed`, n2 waits for the next resync (12 h) in watch mode.
+/// Guards "retries when room appears after a delete": the pass of the node's
+/// deletion plans n2's create again, which waits in the queue for the delete instead
+/// of being held, and goes out when the delete is answered.
 #[test]
 fn a_delete_makes_room_and_the_held_create_follows_at_once() {
     let cloud = cloud_with_limit(3);
@@ -276,4 +277,76 @@ fn an_ipv6_pod_cidr_refused_for_good_is_asked_once_and_does_not_hold_the_node_ba
     d.node_event(NodeEvent::Modified(changed));
     d.advance(Duration::from_secs(5));
     assert_eq!(creates_to(&d, "fd00:10::/64"), 2);
+}
+
+/// Guards the follow-up after a delete (`room_freed`): the cloud refuses a create
+/// because another writer filled the table since the list; the delete in flight
+/// then makes room, and the held create must follow without waiting for the resync.
+#[test]
+fn a_create_the_cloud_refused_for_a_full_table_follows_the_delete_that_makes_room() {
+    let cloud = Arc::new(FakeCloud::new());
+    cloud.seed([
+        route("vpn", "", "192.168.100.0/24"),
+        route("old0", "gone0", "10.0.100.0/24"),
+    ]);
+    cloud.set_route_limit(Some(4));
+    let mut d = Driver::with_cloud(config(Mode::Watch), cloud.clone());
+    d.list(vec![n(0), n(1)]);
+    d.answer_one(); // the list: one delete and both creates fit
+    assert_eq!(d.pending.len(), 3);
+    cloud.seed([route("other", "", "192.168.101.0/24")]); // another writer
+    // The creates are answered first: n0 fits, n1 is refused (the table is full).
+    let creates: Vec<_> = d
+        .pending
+        .iter()
+        .filter(|(_, op)| op_kind(op) == "create")
+        .cloned()
+        .collect();
+    d.pending.retain(|(_, op)| op_kind(op) != "create");
+    for c in creates.into_iter().rev() {
+        d.pending.push_front(c);
+    }
+    d.answer_one();
+    d.answer_one();
+    assert_eq!(table_full(&cloud), 1);
+    assert_eq!(d.conditions["n1"].reason.as_ref(), "RouteTableFull");
+    d.advance(Duration::from_secs(5)); // the delete, and what follows it
+    assert!(
+        d.cloud_routes()
+            .contains(&("n1".into(), "10.0.1.0/24".into())),
+        "{:?}",
+        d.cloud_routes()
+    );
+    assert_eq!(d.conditions["n1"].reason.as_ref(), "RouteCreated");
+}
+
+/// Guards the order near the limit: one change at a time (as on Hetzner), creates of
+/// an earlier pass still queued, and a delete planned after them: with room for fewer
+/// creates than wait, the delete goes next instead of a create that takes the last
+/// room.
+#[test]
+fn near_the_limit_a_delete_planned_later_goes_before_queued_creates() {
+    let cloud = cloud_with_limit(4);
+    let mut c = config(Mode::Watch);
+    c.max_in_flight = 1;
+    let mut d = Driver::with_cloud(c, cloud.clone());
+    d.start(vec![n(0)]); // vpn and n0: room 2
+    for i in 1..4 {
+        d.node_event(NodeEvent::Added(n(i))); // n1's create goes at once
+    }
+    d.now += Duration::from_millis(100);
+    d.feed(route_controller::Input::Tick); // n2 and n3 queue behind it
+    d.node_event(NodeEvent::Deleted(n(0))); // the delete queues behind them
+    assert_eq!(d.pending.len(), 1);
+    d.answer_one(); // n1 created: room 1 for 2 queued creates
+    let next: Vec<&str> = d.pending.iter().map(|(_, op)| op_kind(op)).collect();
+    assert_eq!(next, ["delete"]);
+    d.settle();
+    assert_eq!(
+        d.cloud_routes().len(),
+        4,
+        "vpn, n1, n2, n3: {:?}",
+        d.cloud_routes()
+    );
+    assert_eq!(table_full(&cloud), 0);
 }
