@@ -921,8 +921,9 @@ impl Run {
         let outcome = match &reply {
             CloudReply::Listed(Ok(_)) | CloudReply::Done(Ok(())) => "ok",
             CloudReply::Listed(Err(e)) | CloudReply::Done(Err(e)) => e.kind.outcome().as_str(),
-            // run_op's reply is never a budget report.
+            // run_op's reply is never a budget report nor the tables.
             CloudReply::Spent(_) => "budget report",
+            CloudReply::Tables(_) => "tables",
         };
         self.seen.insert(format!("reply {outcome}"));
         if let Fault::Lost { applied: true } = fault {
