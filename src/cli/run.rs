@@ -177,10 +177,10 @@ pub static SPEC: super::flags::Spec = super::flags::Spec {
         KUBE_ENV,
         (
             "HCLOUD_TOKEN, HCLOUD_TOKEN_FILE, HCLOUD_NETWORK, HCLOUD_ENDPOINT, \
-             HCLOUD_SERVER_CACHE_MAX_AGE",
+             HCLOUD_SERVER_CACHE_MAX_AGE, HCLOUD_NETWORK_ROUTE_LIMIT",
             "--cloud-provider=hcloud: the API token (or a file holding it), the network's ID \
-             or name (both required), the API URL, how long the server list is reused; \
-             --cloud-config may set them instead",
+             or name (both required), the API URL, how long the server list is reused, the \
+             routes the network may hold (default 100); --cloud-config may set them instead",
         ),
         (
             "AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN, AWS_REGION, AWS_PROFILE, ...",
@@ -615,6 +615,7 @@ const HCLOUD_KEYS: &[&str] = &[
     crate::cloud::hcloud::ENV_NETWORK,
     crate::cloud::hcloud::ENV_ENDPOINT,
     crate::cloud::hcloud::ENV_SERVER_CACHE_MAX_AGE,
+    crate::cloud::hcloud::ENV_NETWORK_ROUTE_LIMIT,
 ];
 const AWS_KEYS: &[&str] = &["RouteTableID"];
 /// Keys of the AWS cloud config (`[Global]` and `[ServiceOverride]`, cloud-provider-aws

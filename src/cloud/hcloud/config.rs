@@ -29,6 +29,9 @@ pub const ENV_ENDPOINT: &str = "HCLOUD_ENDPOINT";
 /// How long the server list is reused by `list_routes` (`HCLOUD_SERVER_CACHE_MAX_AGE`,
 /// a Go duration, as in the Hetzner cloud-controller-manager).
 pub const ENV_SERVER_CACHE_MAX_AGE: &str = "HCLOUD_SERVER_CACHE_MAX_AGE";
+/// Routes the network may hold (`HCLOUD_NETWORK_ROUTE_LIMIT`, default 100, Hetzner's
+/// documented limit): set it if Hetzner raised the limit of your project.
+pub const ENV_NETWORK_ROUTE_LIMIT: &str = "HCLOUD_NETWORK_ROUTE_LIMIT";
 
 /// Length of the tokens the Hetzner console issues; others are probably pasted wrong.
 const EXPECTED_TOKEN_LEN: usize = 64;
@@ -120,6 +123,9 @@ pub struct Config {
     /// mutations would only collide and be retried; one at a time is the fastest
     /// order that never collides.
     pub max_concurrent_mutations: usize,
+    /// Routes the network may hold (default 100, Hetzner's limit per network); the
+    /// controller sends no create beyond it.
+    pub network_route_limit: usize,
     /// `User-Agent` header (default `route-controller/<version>`).
     pub user_agent: String,
     /// Where to record `route_controller_cloud_api_requests_total` (optional).
@@ -144,6 +150,7 @@ impl Config {
             rate_limit_per_second: 1.0,
             rate_limit_burst: 3600,
             max_concurrent_mutations: 1,
+            network_route_limit: 100,
             user_agent: format!("route-controller/{}", env!("CARGO_PKG_VERSION")),
             metrics: None,
         }
@@ -198,6 +205,19 @@ impl Config {
         if let Some(age) = get(ENV_SERVER_CACHE_MAX_AGE) {
             config.server_cache_max_age = crate::duration::parse(age.trim())
                 .map_err(|e| ConfigError::new(ENV_SERVER_CACHE_MAX_AGE, e.to_string()))?;
+        }
+        if let Some(limit) = get(ENV_NETWORK_ROUTE_LIMIT) {
+            config.network_route_limit = limit
+                .trim()
+                .parse::<usize>()
+                .ok()
+                .filter(|n| *n > 0)
+                .ok_or_else(|| {
+                    ConfigError::new(
+                        ENV_NETWORK_ROUTE_LIMIT,
+                        format!("{limit:?} is not a positive number of routes (default 100)"),
+                    )
+                })?;
         }
         Ok(config)
     }

@@ -42,8 +42,8 @@ use std::time::{Duration, Instant};
 use serde::Serialize;
 
 pub use config::{
-    Config, ConfigError, DEFAULT_ENDPOINT, ENV_ENDPOINT, ENV_NETWORK, ENV_SERVER_CACHE_MAX_AGE,
-    ENV_TOKEN, ENV_TOKEN_FILE, NetworkRef, Secret, TokenSource,
+    Config, ConfigError, DEFAULT_ENDPOINT, ENV_ENDPOINT, ENV_NETWORK, ENV_NETWORK_ROUTE_LIMIT,
+    ENV_SERVER_CACHE_MAX_AGE, ENV_TOKEN, ENV_TOKEN_FILE, NetworkRef, Secret, TokenSource,
 };
 
 pub use actions::{ActionClock, VirtualTime};
@@ -65,9 +65,6 @@ const SERVERS_PER_PAGE: u32 = 50;
 
 /// A guard against a server list whose pagination never ends.
 const MAX_SERVER_PAGES: u64 = 10_000;
-
-/// Routes a network may hold (Hetzner's documented limit per network).
-pub const NETWORK_ROUTE_LIMIT: usize = 100;
 
 /// `NetworkUnavailable` reasons of the pre-flight checks.
 pub const IPV6_NOT_ROUTABLE: &str = "IPv6NotRoutable";
@@ -106,6 +103,8 @@ pub struct HcloudRoutes {
     gateways: Mutex<HashMap<Cidr, Ipv4Addr>>,
     /// Routes in the network at the last load, for [`Routes::route_tables`].
     routes_in_network: Mutex<usize>,
+    /// Routes the network may hold ([`Config::network_route_limit`]).
+    route_limit: usize,
 }
 
 impl HcloudRoutes {
@@ -151,6 +150,7 @@ impl HcloudRoutes {
             ),
             gateways: Mutex::new(HashMap::new()),
             routes_in_network: Mutex::new(network.routes.len()),
+            route_limit: config.network_route_limit,
         };
         provider.remember_all(&network.routes);
         Ok(provider)
@@ -212,13 +212,13 @@ impl Routes for HcloudRoutes {
         )
     }
 
-    /// The network, with every route in it (foreign ones too) and Hetzner's limit of
-    /// 100 routes per network.
+    /// The network, with every route in it (foreign ones too) and its limit (100 per
+    /// network unless `HCLOUD_NETWORK_ROUTE_LIMIT` says otherwise).
     fn route_tables(&self) -> Vec<TableUsage> {
         vec![TableUsage {
             table: self.network.name.clone(),
             routes: *crate::sync::lock(&self.routes_in_network),
-            limit: NETWORK_ROUTE_LIMIT,
+            limit: self.route_limit,
         }]
     }
 
