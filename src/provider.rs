@@ -63,6 +63,14 @@ pub trait Routes: Send + Sync {
     fn route_tables(&self) -> Vec<TableUsage> {
         Vec::new()
     }
+
+    /// Checks a create against what the provider already knows, sending nothing that
+    /// changes anything: `Err` with [`CloudErrorKind::Refused`] (a reason and the fix)
+    /// when the create cannot succeed. `create_route` runs the same check first; `plan`
+    /// runs it alone. Default: no check.
+    fn preflight(&self, _route: &Route, _target: &RouteTarget) -> Result<(), CloudError> {
+        Ok(())
+    }
 }
 
 /// One route table's size and limit, from [`Routes::route_tables`]: a Hetzner network,

@@ -705,6 +705,7 @@ pub fn run_plan(args: &PlanArgs) -> Result<String, UsageError> {
         Some(path) => read_nodes(path, args.allow_partial, &args.node_filter)?,
         None => live_nodes(args)?,
     };
+    let mut checks = CloudChecks::default();
     let routes = match (&args.routes, &args.cloud_provider) {
         (Some(path), _) => read_routes(path)?,
         (None, Some(name)) => {
@@ -723,13 +724,15 @@ pub fn run_plan(args: &PlanArgs) -> Result<String, UsageError> {
                     .map(|n| (n.name.as_str(), n.provider_id.as_deref()))
                     .chain(unselected.iter().map(|(n, id)| (n.as_str(), id.as_deref()))),
             );
-            cloud
+            let routes = cloud
                 .list_routes(&args.cluster_name, &directory)
                 .map_err(|e| {
                     UsageError(format!(
                         "--cloud-provider {name}: listing routes failed: {e}"
                     ))
-                })?
+                })?;
+            checks = CloudChecks::ask(cloud.as_ref(), &routes, &nodes, &cluster_cidrs);
+            routes
         }
         (None, None) => {
             return Err(UsageError(
@@ -757,9 +760,79 @@ pub fn run_plan(args: &PlanArgs) -> Result<String, UsageError> {
     }
     let not_ours = not_ours(&routes, &cluster_cidrs);
     Ok(match args.output.as_str() {
-        "json" => plan_json(&plan, &nodes, &not_ours),
-        _ => plan_table(&plan, &nodes, &not_ours),
+        "json" => plan_json_checked(&plan, &nodes, &not_ours, &checks),
+        _ => plan_table_checked(&plan, &nodes, &not_ours, &checks),
     })
+}
+
+/// What `plan` learns from the provider beyond its routes: the room in its route
+/// tables, and the creates its pre-flight check refuses. Empty with `--routes`.
+#[derive(Debug, Default)]
+pub struct CloudChecks {
+    /// Each table as listed ([`Routes::route_tables`](crate::Routes::route_tables)).
+    pub tables: Vec<crate::TableUsage>,
+    /// Creates the pre-flight check refuses: node, destination, reason, message.
+    pub refused: Vec<(String, String, &'static str, String)>,
+}
+
+impl CloudChecks {
+    /// Asks `cloud` (just listed) about its tables and the plan's creates.
+    fn ask(
+        cloud: &dyn crate::Routes,
+        routes: &[Route],
+        nodes: &[Node],
+        cidrs: &[crate::Cidr],
+    ) -> CloudChecks {
+        let plan = plan::plan(nodes, routes, cidrs);
+        let refused = plan::requests(&plan, nodes)
+            .into_iter()
+            .filter_map(|c| {
+                let target = crate::RouteTarget {
+                    node_name: c.route.target_node.clone(),
+                    provider_id: c.provider_id.clone(),
+                    addresses: c.route.target_node_addresses.clone(),
+                };
+                match cloud.preflight(&c.route, &target) {
+                    Err(e) => match e.kind {
+                        crate::CloudErrorKind::Refused { reason, .. } => Some((
+                            c.route.target_node,
+                            c.route.destination_cidr,
+                            reason,
+                            e.message,
+                        )),
+                        _ => None,
+                    },
+                    Ok(()) => None,
+                }
+            })
+            .collect();
+        CloudChecks {
+            tables: cloud.route_tables(),
+            refused,
+        }
+    }
+
+    /// Whether the check refuses the create of `destination` for `node`.
+    fn refuses(&self, node: &str, destination: &str) -> bool {
+        self.refused
+            .iter()
+            .any(|(n, d, _, _)| n == node && d == destination)
+    }
+
+    /// Per table: routes now, routes after the plan (deletes, then the creates that
+    /// pass the check), its limit, and how many of those creates do not fit.
+    fn headroom(&self, plan: &Plan) -> Vec<(&crate::TableUsage, usize, usize)> {
+        let creates = plan.creates.len().saturating_sub(self.refused.len());
+        self.tables
+            .iter()
+            .map(|t| {
+                let after_deletes = t.routes.saturating_sub(plan.deletes.len());
+                let room = t.limit.saturating_sub(after_deletes);
+                let fitting = creates.min(room);
+                (t, after_deletes + fitting, creates - fitting)
+            })
+            .collect()
+    }
 }
 
 /// The routes outside every cluster CIDR, by upstream's rule: the planner never
@@ -998,6 +1071,32 @@ struct JsonPlan<'a> {
     /// provider's providerID): left alone.
     unselected: Vec<JsonRoute<'a>>,
     problems: Vec<String>,
+    /// The provider's route tables and their headroom (with --cloud-provider).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    tables: Vec<JsonTable<'a>>,
+    /// Creates the provider's pre-flight check refuses (with --cloud-provider).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    refused: Vec<JsonRefused<'a>>,
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct JsonTable<'a> {
+    table: &'a str,
+    routes: usize,
+    limit: usize,
+    after_plan: usize,
+    not_fitting: usize,
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct JsonRefused<'a> {
+    target_node: &'a str,
+    #[serde(rename = "destinationCIDR")]
+    destination_cidr: &'a str,
+    reason: &'a str,
+    message: &'a str,
 }
 
 #[derive(Serialize)]
@@ -1041,8 +1140,41 @@ struct JsonCondition<'a> {
 /// then pod-CIDR order, and the condition writes that would follow if every operation
 /// succeeded; then the routes that are not ours.
 pub fn plan_json(plan: &Plan, nodes: &[Node], not_ours: &[&Route]) -> String {
+    plan_json_checked(plan, nodes, not_ours, &CloudChecks::default())
+}
+
+/// [`plan_json`] with what the provider said: `tables` (routes, limit, routes after
+/// the plan, creates that do not fit) and `refused` (creates the pre-flight check
+/// refuses, with its reason), each left out when empty.
+pub fn plan_json_checked(
+    plan: &Plan,
+    nodes: &[Node],
+    not_ours: &[&Route],
+    checks: &CloudChecks,
+) -> String {
     let requests = plan::requests(plan, nodes);
     let json = JsonPlan {
+        tables: checks
+            .headroom(plan)
+            .into_iter()
+            .map(|(t, after, not_fitting)| JsonTable {
+                table: &t.table,
+                routes: t.routes,
+                limit: t.limit,
+                after_plan: after,
+                not_fitting,
+            })
+            .collect(),
+        refused: checks
+            .refused
+            .iter()
+            .map(|(node, destination, reason, message)| JsonRefused {
+                target_node: node,
+                destination_cidr: destination,
+                reason,
+                message,
+            })
+            .collect(),
         deletes: plan
             .deletes
             .iter()
@@ -1097,6 +1229,18 @@ pub fn plan_json(plan: &Plan, nodes: &[Node], not_ours: &[&Route]) -> String {
 
 /// The plan for people.
 pub fn plan_table(plan: &Plan, nodes: &[Node], not_ours: &[&Route]) -> String {
+    plan_table_checked(plan, nodes, not_ours, &CloudChecks::default())
+}
+
+/// [`plan_table`] with what the provider said: a `REFUSED` line for each create its
+/// pre-flight check refuses, in place of `CREATE`, and a `TABLE` line per route table
+/// with its headroom.
+pub fn plan_table_checked(
+    plan: &Plan,
+    nodes: &[Node],
+    not_ours: &[&Route],
+    checks: &CloudChecks,
+) -> String {
     let mut out = String::new();
     for d in &plan.deletes {
         let target = if d.route.target_node.is_empty() {
@@ -1111,6 +1255,9 @@ pub fn plan_table(plan: &Plan, nodes: &[Node], not_ours: &[&Route]) -> String {
         );
     }
     for c in &plan::requests(plan, nodes) {
+        if checks.refuses(&c.route.target_node, &c.route.destination_cidr) {
+            continue;
+        }
         let addrs: Vec<String> = c
             .route
             .target_node_addresses
@@ -1132,6 +1279,28 @@ pub fn plan_table(plan: &Plan, nodes: &[Node], not_ours: &[&Route]) -> String {
                 "none".to_string()
             } else {
                 addrs.join(",")
+            }
+        );
+    }
+    for (node, destination, reason, message) in &checks.refused {
+        let _ = writeln!(
+            out,
+            "REFUSED    {node:<18} {destination:<24} {reason}: {message}"
+        );
+    }
+    for (t, after, not_fitting) in checks.headroom(plan) {
+        let _ = writeln!(
+            out,
+            "TABLE      {:<18} {} of {} routes now, {} after this plan ({} free){}",
+            t.table,
+            t.routes,
+            t.limit,
+            after,
+            t.limit.saturating_sub(after),
+            if not_fitting > 0 {
+                format!("; {not_fitting} creates do not fit and wait (RouteTableFull)")
+            } else {
+                String::new()
             }
         );
     }

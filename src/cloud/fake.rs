@@ -341,6 +341,24 @@ impl Routes for FakeCloud {
         ))
     }
 
+    /// The refusals set with [`FakeCloud::refuse`].
+    fn preflight(&self, route: &Route, _target: &RouteTarget) -> Result<(), CloudError> {
+        let Ok(cidr) = Cidr::parse(&route.destination_cidr) else {
+            return Ok(());
+        };
+        match self.lock().refused.get(&cidr) {
+            Some(&(reason, lasting)) => Err(CloudError::refused(
+                reason,
+                lasting,
+                format!(
+                    "fake cloud: route {cidr} for node {} refused before the call",
+                    route.target_node
+                ),
+            )),
+            None => Ok(()),
+        }
+    }
+
     /// Table `fake` with every route in it, when a limit is set.
     fn route_tables(&self) -> Vec<TableUsage> {
         let s = self.lock();
@@ -382,18 +400,9 @@ impl Routes for FakeCloud {
         route: &Route,
         _target: &RouteTarget,
     ) -> Result<(), CloudError> {
+        self.preflight(route, _target)?;
         let cidr =
             Cidr::parse(&route.destination_cidr).map_err(|e| CloudError::invalid(e.to_string()))?;
-        if let Some(&(reason, lasting)) = self.lock().refused.get(&cidr) {
-            return Err(CloudError::refused(
-                reason,
-                lasting,
-                format!(
-                    "fake cloud: route {cidr} for node {} refused before the call",
-                    route.target_node
-                ),
-            ));
-        }
         self.sleep();
         self.count(Call::Create);
         let mut s = self.lock();

@@ -222,6 +222,12 @@ impl Routes for HcloudRoutes {
         }]
     }
 
+    /// The destination is IPv4, and the node's InternalIP is in the network and held
+    /// by a server attached to it.
+    fn preflight(&self, route: &Route, target: &RouteTarget) -> Result<(), CloudError> {
+        self.check_create(route, target).map(|_| ())
+    }
+
     fn list_routes(
         &self,
         _cluster_name: &str,
@@ -253,7 +259,7 @@ impl Routes for HcloudRoutes {
         route: &Route,
         target: &RouteTarget,
     ) -> Result<(), CloudError> {
-        let destination = self.preflight(route, target)?;
+        let destination = self.check_create(route, target)?;
         let gateway = self.gateway_for(target)?;
         let body = RouteBody::new(destination, gateway);
         match self.route_action("add_route", &body) {
@@ -392,7 +398,7 @@ impl HcloudRoutes {
     /// outside the network, or that no server attached to the network holds (a Robot
     /// server on a vSwitch, a server not attached yet). A node without an InternalIP
     /// is found by its server alone. Returns the destination.
-    fn preflight(&self, route: &Route, target: &RouteTarget) -> Result<Cidr, CloudError> {
+    fn check_create(&self, route: &Route, target: &RouteTarget) -> Result<Cidr, CloudError> {
         let node = &target.node_name;
         if let Ok(cidr) = Cidr::parse(&route.destination_cidr)
             && !cidr.is_ipv4()
