@@ -617,7 +617,11 @@ const HCLOUD_KEYS: &[&str] = &[
     crate::cloud::hcloud::ENV_SERVER_CACHE_MAX_AGE,
     crate::cloud::hcloud::ENV_NETWORK_ROUTE_LIMIT,
 ];
-const AWS_KEYS: &[&str] = &["RouteTableID"];
+const AWS_KEYS: &[&str] = &[
+    "RouteTableID",
+    "RouteTableRouteLimit",
+    "DisableSourceDestCheck",
+];
 /// Keys of the AWS cloud config (`[Global]` and `[ServiceOverride]`, cloud-provider-aws
 /// v1.37) that concern other controllers: accepted, so that a CCM's file works, with a
 /// warning.
@@ -771,9 +775,33 @@ pub fn connect_provider(
         }
         "aws" => {
             use crate::cloud::aws::{AwsConfig, AwsProvider, credentials::AwsEnv};
+            let defaults = AwsConfig::default();
+            let route_table_limit = match from_file("RouteTableRouteLimit") {
+                None => defaults.route_table_limit,
+                Some(v) => v.trim().parse::<usize>().ok().filter(|n| *n > 0).ok_or_else(|| {
+                    UsageError(format!(
+                        "--cloud-config: RouteTableRouteLimit={v:?} is not a positive number of \
+                         routes (the default is 50, the Service Quotas default)"
+                    ))
+                })?,
+            };
+            let disable_source_dest_check = match from_file("DisableSourceDestCheck") {
+                None => defaults.disable_source_dest_check,
+                Some(v) => match v.trim().to_ascii_lowercase().as_str() {
+                    "true" => true,
+                    "false" => false,
+                    _ => {
+                        return Err(ProviderError::Config(UsageError(format!(
+                            "--cloud-config: DisableSourceDestCheck={v:?} is not true or false"
+                        ))));
+                    }
+                },
+            };
             let config = AwsConfig {
                 route_table_ids: route_table_ids(&file),
-                ..AwsConfig::default()
+                route_table_limit,
+                disable_source_dest_check,
+                ..defaults
             };
             let provider = AwsProvider::new(config, &AwsEnv::from_process()).map_err(|e| {
                 match e.kind {

@@ -129,6 +129,11 @@ pub struct Instance {
     pub private_dns_name: Option<String>,
     /// `pending`, `running`, `shutting-down`, `terminated`, `stopping`, `stopped`.
     pub state: String,
+    /// The VPC it is in (empty when EC2 does not say: EC2-Classic, a stub).
+    pub vpc_id: String,
+    /// Whether its source/destination check is on (EC2's default); `None` when the
+    /// reply does not say.
+    pub source_dest_check: Option<bool>,
 }
 
 impl Instance {
@@ -152,6 +157,8 @@ pub fn parse_instances(root: &Element) -> (Vec<Instance>, Option<String>) {
                     .and_then(|s| s.text_of("name"))
                     .unwrap_or_default()
                     .to_string(),
+                vpc_id: i.text_of("vpcId").unwrap_or_default().to_string(),
+                source_dest_check: i.text_of("sourceDestCheck").map(|v| v == "true"),
             })
         })
         .collect();
@@ -295,6 +302,11 @@ impl CallError {
                     (K::NotFound, String::new())
                 } else if code == "RouteAlreadyExists" {
                     (K::AlreadyExists, String::new())
+                } else if code == "RouteLimitExceeded" {
+                    let hint = "; the route table holds its maximum of routes (raise \
+                                \"Routes per route table\" in Service Quotas and \
+                                RouteTableRouteLimit in --cloud-config)";
+                    (K::TableFull, hint.to_string())
                 } else if PERMISSION_CODES.contains(&code) {
                     let hint = format!(
                         "; the IAM identity may not call ec2:{}: allow it in the policy \

@@ -59,7 +59,7 @@ use self::xml::Element;
 use crate::fence::Fence;
 use crate::model::{Cidr, Route};
 use crate::provider::{
-    Budget, CloudError, CloudErrorKind, Meter, NodeDirectory, RouteTarget, Routes,
+    Budget, CloudError, CloudErrorKind, Meter, NodeDirectory, RouteTarget, Routes, TableUsage,
 };
 use crate::sync::lock;
 
@@ -98,7 +98,23 @@ pub struct AwsConfig {
     pub burst: u32,
     /// Timeout of one request (default 20 s); connecting times out after 5 s.
     pub timeout: Duration,
+    /// Routes each route table may hold (`RouteTableRouteLimit` in `--cloud-config`;
+    /// default 50, the Service Quotas default of "Routes per route table", which an
+    /// account may have raised to up to 1000): no create is sent beyond it.
+    pub route_table_limit: usize,
+    /// Turn off each node instance's source/destination check before its first route
+    /// (`DisableSourceDestCheck` in `--cloud-config`; default true, as upstream's AWS
+    /// provider does). False: the controller never modifies an instance; a node whose
+    /// instance still checks is refused with reason `SourceDestCheckEnabled` and the
+    /// fix, since EC2 would drop its pods' traffic.
+    pub disable_source_dest_check: bool,
 }
+
+/// `NetworkUnavailable` reason: the node's instance is in another VPC than a route table.
+pub const INSTANCE_NOT_IN_VPC: &str = "InstanceNotInVPC";
+/// `NetworkUnavailable` reason: the instance's source/destination check is on and the
+/// controller was told not to turn it off.
+pub const SOURCE_DEST_CHECK_ENABLED: &str = "SourceDestCheckEnabled";
 
 impl Default for AwsConfig {
     fn default() -> AwsConfig {
@@ -110,6 +126,8 @@ impl Default for AwsConfig {
             requests_per_second: 5.0,
             burst: 20,
             timeout: Duration::from_secs(20),
+            route_table_limit: 50,
+            disable_source_dest_check: true,
         }
     }
 }
@@ -139,6 +157,12 @@ pub struct AwsProvider {
     fence: Fence,
     /// How long one request may take, for the fence's bound.
     request_timeout: Duration,
+    /// What `DescribeInstances` said of node instances (VPC, source/dest check), for
+    /// the pre-flight check; one describe per instance and process, except while its
+    /// check is on and the controller may not turn it off.
+    facts: Mutex<HashMap<String, Instance>>,
+    route_table_limit: usize,
+    disable_source_dest_check: bool,
 }
 
 impl fmt::Debug for AwsProvider {
@@ -213,6 +237,9 @@ impl AwsProvider {
             calls: Mutex::new(BTreeMap::new()),
             fence: Fence::open(),
             request_timeout: config.timeout,
+            facts: Mutex::new(HashMap::new()),
+            route_table_limit: config.route_table_limit.max(1),
+            disable_source_dest_check: config.disable_source_dest_check,
         })
     }
 
@@ -476,6 +503,8 @@ impl AwsProvider {
                 .map(|id| TableView {
                     id: id.clone(),
                     routes: HashMap::new(),
+                    vpc_id: String::new(),
+                    total: 0,
                 })
                 .collect();
             *managed = Some(Managed {
@@ -618,6 +647,80 @@ impl AwsProvider {
                     .join(", ")
             ))),
         }
+    }
+
+    /// What EC2 says of a node's instance, described once and remembered (except
+    /// while its source/destination check is on and may not be turned off here, so
+    /// that the operator's fix is seen at the next try).
+    fn instance_facts(&self, instance: &str) -> Result<Option<Instance>, CloudError> {
+        if let Some(known) = lock(&self.facts).get(instance) {
+            return Ok(Some(known.clone()));
+        }
+        let found = self
+            .describe_instances(Params::new().add("InstanceId.1", instance))
+            .map_err(CallError::into_cloud)?
+            .into_iter()
+            .find(|i| i.id == instance);
+        if let Some(i) = &found {
+            let recheck = !self.disable_source_dest_check && i.source_dest_check == Some(true);
+            let mut facts = lock(&self.facts);
+            if facts.len() >= MAX_REMEMBERED_INSTANCES {
+                facts.clear();
+            }
+            if !recheck {
+                facts.insert(instance.to_string(), i.clone());
+            }
+        }
+        Ok(found)
+    }
+
+    /// The pre-flight check of a create: the destination is IPv4, the node names an
+    /// instance, the instance is in the VPC of every table (EC2 would refuse the
+    /// route), and its source/destination check is off or ours to turn off.
+    fn check_create(
+        &self,
+        cluster_name: &str,
+        route: &Route,
+        target: &RouteTarget,
+    ) -> Result<(Cidr, String, Vec<TableView>), CloudError> {
+        let cidr = ipv4_destination(&route.destination_cidr)?;
+        let instance = self.instance_for(target)?;
+        // The tables first: a configuration error should not cost a mutation.
+        let tables = self.tables_for_change(cluster_name)?;
+        let node = &target.node_name;
+        let Some(facts) = self.instance_facts(&instance)? else {
+            return Ok((cidr, instance, tables));
+        };
+        if !facts.vpc_id.is_empty()
+            && let Some(other) = tables
+                .iter()
+                .find(|t| !t.vpc_id.is_empty() && t.vpc_id != facts.vpc_id)
+        {
+            return Err(CloudError::refused(
+                INSTANCE_NOT_IN_VPC,
+                false,
+                format!(
+                    "instance {instance} of node {node} is in {}, but route table {} is in {}; \
+                     a route can only point at an instance of the table's VPC: run the node in \
+                     the cluster's VPC, or manage only that VPC's tables (RouteTableID in \
+                     --cloud-config, or the cluster tag)",
+                    facts.vpc_id, other.id, other.vpc_id
+                ),
+            ));
+        }
+        if !self.disable_source_dest_check && facts.source_dest_check == Some(true) {
+            return Err(CloudError::refused(
+                SOURCE_DEST_CHECK_ENABLED,
+                false,
+                format!(
+                    "instance {instance} of node {node} has its source/destination check on, so \
+                     EC2 drops the pod traffic routed to it: turn it off (aws ec2 \
+                     modify-instance-attribute --instance-id {instance} --no-source-dest-check) \
+                     or let the controller do it (DisableSourceDestCheck=true in --cloud-config)"
+                ),
+            ));
+        }
+        Ok((cidr, instance, tables))
     }
 
     /// An instance forwards pod traffic only with its source/destination check off.
@@ -789,15 +892,27 @@ struct Managed {
 struct TableView {
     id: String,
     routes: HashMap<Cidr, Option<String>>,
+    /// Its VPC; empty for a configured table not listed yet.
+    vpc_id: String,
+    /// Every route in it (local, gateways, anyone's), as listed, then changed by our
+    /// own creates and deletes: what counts against the table's limit.
+    total: usize,
 }
 
 impl TableView {
     /// Records that the destination now routes to `instance` (`None`: no route).
+    /// The count of routes in the table follows.
     fn apply(&mut self, cidr: Cidr, instance: Option<String>) {
+        let had = self.routes.contains_key(&cidr);
         match instance {
             Some(i) => self.routes.insert(cidr, Some(i)),
             None => self.routes.remove(&cidr),
         };
+        match (had, self.routes.contains_key(&cidr)) {
+            (false, true) => self.total += 1,
+            (true, false) => self.total = self.total.saturating_sub(1),
+            _ => {}
+        }
     }
 
     fn of(table: &RouteTable) -> TableView {
@@ -813,6 +928,8 @@ impl TableView {
         TableView {
             id: table.id.clone(),
             routes,
+            vpc_id: table.vpc_id.clone(),
+            total: table.routes.len(),
         }
     }
 }
@@ -1089,6 +1206,35 @@ impl Routes for AwsProvider {
         Ok(merge_tables(cluster_name, &tables, nodes, &looked_up))
     }
 
+    /// Every managed table as of the last list (with our changes since) and the
+    /// limit from `RouteTableRouteLimit` (default 50).
+    fn route_tables(&self) -> Vec<TableUsage> {
+        lock(&self.managed)
+            .as_ref()
+            .map(|m| {
+                m.tables
+                    .iter()
+                    .filter(|t| !t.vpc_id.is_empty())
+                    .map(|t| TableUsage {
+                        table: t.id.clone(),
+                        routes: t.total,
+                        limit: self.route_table_limit,
+                    })
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
+    /// The instance is in the tables' VPC and its source/destination check is off or
+    /// ours to turn off.
+    fn preflight(&self, route: &Route, target: &RouteTarget) -> Result<(), CloudError> {
+        let cluster = lock(&self.managed)
+            .as_ref()
+            .map(|m| m.cluster.clone())
+            .unwrap_or_else(|| "kubernetes".into());
+        self.check_create(&cluster, route, target).map(|_| ())
+    }
+
     /// One `CreateRoute` per managed table that does not already route the
     /// destination to the instance. The tables are tried one after the other, all
     /// of them even when one fails, so that one bad table does not keep the route
@@ -1101,11 +1247,10 @@ impl Routes for AwsProvider {
         route: &Route,
         target: &RouteTarget,
     ) -> Result<(), CloudError> {
-        let cidr = ipv4_destination(&route.destination_cidr)?;
-        let instance = self.instance_for(target)?;
-        // The tables first: a configuration error should not cost a mutation.
-        let mut tables = self.tables_for_change(cluster_name)?;
-        self.disable_source_dest_check(&instance)?;
+        let (cidr, instance, mut tables) = self.check_create(cluster_name, route, target)?;
+        if self.disable_source_dest_check {
+            self.disable_source_dest_check(&instance)?;
+        }
         for attempt in 0..2 {
             let mut failure = None;
             let mut placed = 0;
