@@ -180,7 +180,11 @@ fn list_create_delete_round_trip_against_moto() {
     assert_eq!(first_list, m(&[("DescribeRouteTables", 1)]));
     assert_eq!(
         first_create,
-        m(&[("CreateRoute", 1), ("ModifyInstanceAttribute", 1)])
+        m(&[
+            ("CreateRoute", 1),
+            ("DescribeInstances", 1),
+            ("ModifyInstanceAttribute", 1)
+        ])
     );
     assert_eq!(warm_list, m(&[("DescribeRouteTables", 1)]));
     assert_eq!(delete, m(&[("DeleteRoute", 1)]));
@@ -1613,7 +1617,11 @@ fn controller_in_watch_mode_creates_routes_in_moto_and_deletes_them_when_a_node_
     let m = |pairs: &[(&'static str, u64)]| pairs.iter().copied().collect::<BTreeMap<_, _>>();
     assert_eq!(
         added,
-        m(&[("CreateRoute", 1), ("ModifyInstanceAttribute", 1)])
+        m(&[
+            ("CreateRoute", 1),
+            ("DescribeInstances", 1),
+            ("ModifyInstanceAttribute", 1)
+        ])
     );
     assert_eq!(deleted, m(&[("DeleteRoute", 1)]));
     eprintln!("[aws] controller: node added {added:?}; node deleted {deleted:?}");
@@ -1743,13 +1751,18 @@ fn controller_puts_every_node_route_in_each_of_three_zone_tables_with_one_call_p
         startup,
         m(&[
             ("CreateRoute", 6),
+            ("DescribeInstances", 2),
             ("DescribeRouteTables", 1),
             ("ModifyInstanceAttribute", 2)
         ])
     );
     assert_eq!(
         added,
-        m(&[("CreateRoute", 3), ("ModifyInstanceAttribute", 1)])
+        m(&[
+            ("CreateRoute", 3),
+            ("DescribeInstances", 1),
+            ("ModifyInstanceAttribute", 1)
+        ])
     );
     assert_eq!(deleted, m(&[("DeleteRoute", 3)]));
     assert_eq!(list, m(&[("DescribeRouteTables", 1)]));
@@ -1808,7 +1821,11 @@ fn a_route_in_some_tables_only_is_filled_where_missing_and_a_stale_one_is_delete
     let m = |pairs: &[(&'static str, u64)]| pairs.iter().copied().collect::<BTreeMap<_, _>>();
     assert_eq!(
         create,
-        m(&[("CreateRoute", 1), ("ModifyInstanceAttribute", 1)])
+        m(&[
+            ("CreateRoute", 1),
+            ("DescribeInstances", 1),
+            ("ModifyInstanceAttribute", 1)
+        ])
     );
     assert_eq!(delete, m(&[("DeleteRoute", 1)]));
 }
@@ -1970,10 +1987,17 @@ fn a_closed_fence_stops_a_create_between_modify_instance_attribute_and_create_ro
         .with_fence(fence.clone()),
     );
     assert_eq!(fence.request_bound(), Some(AwsConfig::default().timeout));
-    // The tables are known from a list, as in a running controller: the create's
-    // first request is then its ModifyInstanceAttribute.
+    // The tables are known from a list and the instance from the pre-flight check,
+    // as in a running controller: the create's first request is then its
+    // ModifyInstanceAttribute.
     let nodes = NodeDirectory::new([("node-a", Some(instance.provider_id().as_str()))]);
     provider.list_routes(CLUSTER, &nodes).expect("list");
+    provider
+        .preflight(
+            &route("10.244.1.0/24"),
+            &target("node-a", Some(&instance.provider_id())),
+        )
+        .expect("the instance passes the pre-flight check");
 
     proxy.set(Mode::HoldReplies);
     let creating = {
@@ -2014,7 +2038,11 @@ fn a_closed_fence_stops_a_create_between_modify_instance_attribute_and_create_ro
     let actions: Vec<String> = proxy.requests().into_iter().map(|(_, a)| a).collect();
     assert_eq!(
         actions,
-        vec!["DescribeRouteTables", "ModifyInstanceAttribute"],
+        vec![
+            "DescribeRouteTables",
+            "DescribeInstances",
+            "ModifyInstanceAttribute"
+        ],
         "no CreateRoute after the fence closed"
     );
     assert!(
@@ -2032,5 +2060,138 @@ fn a_closed_fence_stops_a_create_between_modify_instance_attribute_and_create_ro
         provider.list_routes(CLUSTER, &nodes).unwrap_err().kind,
         CloudErrorKind::Fenced
     );
-    assert_eq!(proxy.requests().len(), 2, "{:?}", proxy.requests());
+    assert_eq!(proxy.requests().len(), 3, "{:?}", proxy.requests());
+}
+
+// --- route-table limits and pre-flight checks (issue 14, items 2 and 4) -------------
+
+/// Guards the AWS side of item 2: each table reports every route in it (moto's local
+/// route included) and the configured limit, and our own creates count into it.
+#[test]
+fn each_table_reports_its_routes_and_the_configured_limit() {
+    let (moto, ec2, net, table) = tagged_table();
+    let a = ec2.run_instance(&net.ami, &net.subnet);
+    let provider = provider_at(
+        moto.url(),
+        AwsConfig {
+            route_table_limit: 7,
+            ..AwsConfig::default()
+        },
+        &test_env(),
+    );
+    let nodes = NodeDirectory::new([("node-a", Some(a.provider_id().as_str()))]);
+    provider.list_routes(CLUSTER, &nodes).expect("list");
+    let in_table = ec2.routes(&table).len();
+    let reported = provider.route_tables();
+    assert_eq!(reported.len(), 1, "{reported:?}");
+    assert_eq!(
+        (
+            reported[0].table.as_str(),
+            reported[0].routes,
+            reported[0].limit
+        ),
+        (table.as_str(), in_table, 7)
+    );
+    provider
+        .create_route(
+            CLUSTER,
+            "uid",
+            &route("10.244.1.0/24"),
+            &target("node-a", Some(&a.provider_id())),
+        )
+        .expect("create");
+    assert_eq!(provider.route_tables()[0].routes, in_table + 1);
+    assert_eq!(
+        AwsConfig::default().route_table_limit,
+        50,
+        "the Service Quotas default"
+    );
+}
+
+/// Guards the VPC pre-flight check: an instance of another VPC is refused with the
+/// reason and the fix, and no CreateRoute (which EC2 would refuse) is sent.
+#[test]
+fn an_instance_in_another_vpc_is_refused_before_any_create() {
+    let (moto, ec2, _net, _table) = tagged_table();
+    let other_vpc = ec2.create_vpc("10.1.0.0/16");
+    let other_subnet = ec2.create_subnet(&other_vpc, "10.1.1.0/24", "us-east-1a");
+    let stranger = ec2.run_instance(&ec2.any_ami(), &other_subnet);
+    let provider = provider_at(moto.url(), AwsConfig::default(), &test_env());
+    provider
+        .list_routes(CLUSTER, &NodeDirectory::default())
+        .expect("list");
+    let before = provider.api_calls();
+    let err = provider
+        .create_route(
+            CLUSTER,
+            "uid",
+            &route("10.244.9.0/24"),
+            &target("stranger", Some(&stranger.provider_id())),
+        )
+        .expect_err("refused");
+    assert_eq!(
+        err.kind,
+        CloudErrorKind::Refused {
+            reason: "InstanceNotInVPC",
+            lasting: false
+        },
+        "{err}"
+    );
+    assert!(err.message.contains(&other_vpc), "{err}");
+    let calls = calls_delta(&before, &provider.api_calls());
+    assert_eq!(calls.get("CreateRoute"), None, "{calls:?}");
+    assert_eq!(calls.get("ModifyInstanceAttribute"), None, "{calls:?}");
+}
+
+/// Guards DisableSourceDestCheck=false: the controller does not modify the instance;
+/// while its check is on the create is refused (EC2 would drop the pods' traffic),
+/// once the operator turns it off the route follows.
+#[test]
+fn with_the_source_dest_check_left_to_the_operator_an_instance_that_checks_is_refused() {
+    let (moto, ec2, net, table) = tagged_table();
+    let a = ec2.run_instance(&net.ami, &net.subnet);
+    let provider = provider_at(
+        moto.url(),
+        AwsConfig {
+            disable_source_dest_check: false,
+            ..AwsConfig::default()
+        },
+        &test_env(),
+    );
+    provider
+        .list_routes(CLUSTER, &NodeDirectory::default())
+        .expect("list");
+    let create = || {
+        provider.create_route(
+            CLUSTER,
+            "uid",
+            &route("10.244.1.0/24"),
+            &target("node-a", Some(&a.provider_id())),
+        )
+    };
+    let err = create().expect_err("refused while the check is on");
+    assert_eq!(
+        err.kind,
+        CloudErrorKind::Refused {
+            reason: "SourceDestCheckEnabled",
+            lasting: false
+        },
+        "{err}"
+    );
+    assert!(err.message.contains("--no-source-dest-check"), "{err}");
+    ec2.call(
+        "ModifyInstanceAttribute",
+        Params::new()
+            .add("InstanceId", &a.id)
+            .add("SourceDestCheck.Value", "false"),
+    );
+    create().expect("the route follows the operator's fix");
+    assert!(
+        ec2.routes(&table)
+            .iter()
+            .any(|(d, i, _)| d == "10.244.1.0/24" && i.as_deref() == Some(a.id.as_str()))
+    );
+    let calls = provider.api_calls();
+    assert_eq!(calls.get("ModifyInstanceAttribute"), None, "{calls:?}");
+    assert_eq!(calls.get("CreateRoute"), Some(&1), "{calls:?}");
 }

@@ -19,7 +19,9 @@
 //! - **Calls:** list = one `DescribeRouteTables` for all tables (plus
 //!   `DescribeInstances` only for instances that are not nodes); create = one
 //!   `CreateRoute` per table lacking the route, preceded once per instance and process
-//!   by `ModifyInstanceAttribute SourceDestCheck=false`; delete = one `DeleteRoute` per
+//!   by a `DescribeInstances` (the pre-flight check: VPC, source/destination check;
+//!   upstream describes the instance at every create) and, when its check is on,
+//!   `ModifyInstanceAttribute SourceDestCheck=false`; delete = one `DeleteRoute` per
 //!   table holding it. The controller spends the request budget the provider declares
 //!   and corrects it from the calls each operation reports ([`Meter`]); when EC2
 //!   throttles, the provider asks it to hold back every call for a backoff that grows
@@ -688,8 +690,17 @@ impl AwsProvider {
         // The tables first: a configuration error should not cost a mutation.
         let tables = self.tables_for_change(cluster_name)?;
         let node = &target.node_name;
-        let Some(facts) = self.instance_facts(&instance)? else {
-            return Ok((cidr, instance, tables));
+        let facts = match self.instance_facts(&instance) {
+            Ok(Some(facts)) => facts,
+            Ok(None) => return Ok((cidr, instance, tables)),
+            // Throttled: nothing may be sent for a while, the create included.
+            Err(e) if matches!(e.kind, CloudErrorKind::RateLimited { .. }) => return Err(e),
+            Err(e) => {
+                // A check that cannot be made does not hold the route back; EC2
+                // still refuses what is wrong.
+                log::info!("pre-flight check of instance {instance} skipped: {e}");
+                return Ok((cidr, instance, tables));
+            }
         };
         if !facts.vpc_id.is_empty()
             && let Some(other) = tables
@@ -747,6 +758,9 @@ impl AwsProvider {
         )
         .map_err(CallError::into_cloud)?;
         *done = true;
+        if let Some(f) = lock(&self.facts).get_mut(instance) {
+            f.source_dest_check = Some(false);
+        }
         log::info!("disabled the source/destination check of instance {instance}");
         Ok(())
     }
@@ -1248,7 +1262,10 @@ impl Routes for AwsProvider {
         target: &RouteTarget,
     ) -> Result<(), CloudError> {
         let (cidr, instance, mut tables) = self.check_create(cluster_name, route, target)?;
-        if self.disable_source_dest_check {
+        let already_off = lock(&self.facts)
+            .get(&instance)
+            .is_some_and(|f| f.source_dest_check == Some(false));
+        if self.disable_source_dest_check && !already_off {
             self.disable_source_dest_check(&instance)?;
         }
         for attempt in 0..2 {
