@@ -50,15 +50,20 @@ pub enum Scenario {
     /// 300 nodes whose InternalIP changes, one every 10 s, for an hour; the provider's
     /// routes carry node addresses, so each change replaces a route.
     AddressChurn,
+    /// A route table at its limit (one route per node and 5 of others, as many as it
+    /// may hold): a scale-down leaves it near the limit, a scale-out brings twice as
+    /// many nodes as fit, and a second scale-down 8 minutes later makes room.
+    FullTable,
 }
 
 impl Scenario {
-    pub const ALL: [Scenario; 5] = [
+    pub const ALL: [Scenario; 6] = [
         Scenario::Steady,
         Scenario::RollingUpgrade,
         Scenario::ScaleOut,
         Scenario::FlakyCloud,
         Scenario::AddressChurn,
+        Scenario::FullTable,
     ];
 
     pub fn name(&self) -> &'static str {
@@ -68,6 +73,7 @@ impl Scenario {
             Scenario::ScaleOut => "scale-out",
             Scenario::FlakyCloud => "flaky-cloud",
             Scenario::AddressChurn => "address-churn",
+            Scenario::FullTable => "full-table",
         }
     }
 
@@ -83,6 +89,7 @@ impl Scenario {
                 (300, Duration::from_secs(3600))
             }
             Scenario::ScaleOut => (1000, Duration::from_secs(3600)),
+            Scenario::FullTable => (95, Duration::from_secs(3600)),
         }
     }
 }
@@ -160,6 +167,10 @@ pub struct Latencies {
     pub node_to_route: Percentiles,
 }
 
+fn is_zero(n: &u64) -> bool {
+    *n == 0
+}
+
 /// Percentiles of no samples are not zero: JSON says `null`, as the table says `-`.
 fn measured<S: serde::Serializer>(p: &Percentiles, s: S) -> Result<S::Ok, S::Error> {
     if p.count == 0 {
@@ -227,6 +238,10 @@ pub struct ModeReport {
     pub passes: u64,
     /// Calls the provider refused for its rate limit (429s).
     pub rate_limited: u64,
+    /// Creates the provider refused because the route table was full (only the
+    /// scenarios with a route-table limit report it).
+    #[serde(skip_serializing_if = "is_zero")]
+    pub refused_creates: u64,
     pub latency_seconds: Latencies,
     /// Routes still missing at the end of the run.
     pub unserved: usize,
@@ -368,7 +383,12 @@ struct Script {
     rate_limit: Option<(f64, u32)>,
     failure_rate: f64,
     report_addresses: bool,
+    /// The route table's limit, if it has one, and the routes of others in it.
+    route_limit: Option<(usize, usize)>,
 }
+
+/// Routes of others in the route table of `full-table` (a VPN, a gateway).
+const FOREIGN_ROUTES: usize = 5;
 
 const CLUSTER_CIDR: &str = "10.0.0.0/8";
 
@@ -415,6 +435,7 @@ impl Script {
             rate_limit: None,
             failure_rate: 0.0,
             report_addresses: false,
+            route_limit: None,
         };
         match scenario {
             Scenario::Steady => {}
@@ -455,6 +476,26 @@ impl Script {
                 }
                 script.route_mutations = 2 * changes as u64;
             }
+            Scenario::FullTable => {
+                script.route_limit = Some((n + FOREIGN_ROUTES, FOREIGN_ROUTES));
+                let step = (n / 10).max(1).min(n / 2);
+                // Scale-down: the table is left `step` below its limit.
+                for k in 0..step {
+                    script.at(60.0 + k as f64 * 0.5, Change::Delete(format!("node-{k}")));
+                }
+                // Scale-out of twice as many: half of them fit.
+                for j in 0..2 * step {
+                    script.join(n + j, 120.0 + j as f64 * 0.5);
+                }
+                // A second scale-down makes room for the rest.
+                for k in step..2 * step {
+                    script.at(
+                        600.0 + (k - step) as f64 * 0.5,
+                        Change::Delete(format!("node-{k}")),
+                    );
+                }
+                script.route_mutations = 4 * step as u64;
+            }
         }
         // Node status updates every 5 minutes (nodeStatusReportFrequency), which must
         // not cause passes.
@@ -479,6 +520,7 @@ impl Script {
             rate_limit: None,
             failure_rate: 0.0,
             report_addresses: false,
+            route_limit: None,
         };
         for i in 0..r.replaced.min(r.nodes) {
             let t = (r.first + r.spacing * i as u32).as_secs_f64();
@@ -570,6 +612,14 @@ impl<'a> World<'a> {
             cloud.set_failure_rate(script.failure_rate, options.seed);
         }
         cloud.set_report_node_addresses(script.report_addresses);
+        if let Some((limit, foreign)) = script.route_limit {
+            cloud.set_route_limit(Some(limit));
+            cloud.seed((0..foreign).map(|i| Route {
+                name: format!("other-{i}"),
+                destination_cidr: format!("192.168.{i}.0/24"),
+                ..Route::default()
+            }));
+        }
         if script.seeded {
             cloud.seed(script.initial.iter().map(|n| Route {
                 name: format!("kubernetes-{}-{}", n.name, n.pod_cidrs[0]),
@@ -589,6 +639,8 @@ impl<'a> World<'a> {
         if mode == Mode::Watch {
             config.budget = cloud.budget();
         }
+        // Upstream sends every create and lets the cloud refuse it.
+        config.guard_table_limits = mode == Mode::Watch;
         let metrics = Arc::new(Metrics::new());
         let controller = Controller::new(config, metrics.clone());
         World {
@@ -699,6 +751,10 @@ impl<'a> World<'a> {
                 let (reply, spent) = self.execute(&op);
                 if let Some(spent) = spent {
                     self.push(reply_at, Event::Reply { id, reply: spent });
+                }
+                if let Some(tables) = crate::workers::tables_after(self.cloud.as_ref(), &reply) {
+                    // Just before the list's reply, as the cloud workers send it.
+                    self.push(reply_at, Event::Reply { id, reply: tables });
                 }
                 self.push(reply_at, Event::Reply { id, reply });
                 Vec::new()
@@ -883,6 +939,7 @@ impl<'a> World<'a> {
             route_mutations: self.script.route_mutations,
             passes: self.metrics.passes_total(),
             rate_limited: counters.rate_limited.load(Ordering::Relaxed),
+            refused_creates: counters.table_full.load(Ordering::Relaxed),
             latency_seconds: Latencies {
                 trigger_to_pass: Percentiles::of(trigger_to_pass),
                 node_to_route: Percentiles::of(self.node_to_route),
@@ -1014,6 +1071,24 @@ pub fn goals(report: &ScenarioReport) -> Vec<Goal> {
                     ),
                     met: Some(false),
                 },
+            });
+        }
+        "full-table" => {
+            let refused: Vec<String> = report
+                .modes
+                .iter()
+                .filter(|m| m.mode != "watch")
+                .map(|m| format!("{}: {}", m.mode, m.refused_creates))
+                .collect();
+            goals.push(Goal {
+                goal: "no create sent that the full route table refuses".into(),
+                measured: format!(
+                    "{} refused ({}), {} routes missing",
+                    ours.refused_creates,
+                    refused.join(", "),
+                    ours.unserved
+                ),
+                met: Some(ours.refused_creates == 0 && ours.unserved == 0),
             });
         }
         _ => {}

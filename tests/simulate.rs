@@ -323,3 +323,29 @@ fn an_unwritable_chart_fails_before_the_run() {
     assert!(err.contains("--chart /nonexistent-dir/calls.svg"), "{err}");
     assert!(!err.contains("simulating"), "checked before the run: {err}");
 }
+
+/// Guards the full-table scenario (issue 14, item 2): upstream sends creates that the
+/// full table refuses and sends them again; ours sends none that cannot fit and still
+/// routes every node once the second scale-down makes room. Without the controller's
+/// hold, ours shows refusals too.
+#[test]
+fn full_table_upstream_creates_are_refused_and_retried_ours_are_never_sent() {
+    let report = json(&["--scenario", "full-table", "--output", "json"]);
+    let ours = mode(&report, "watch");
+    assert_eq!(
+        ours.get("refusedCreates"),
+        None,
+        "ours: none refused: {ours}"
+    );
+    assert_eq!(ours["unserved"], 0, "{ours}");
+    for upstream in ["poll", "upstream-watch"] {
+        let m = mode(&report, upstream);
+        let refused = m["refusedCreates"].as_u64().unwrap_or(0);
+        assert!(refused > 0, "{upstream}: the cloud refused nothing: {m}");
+        assert!(
+            m["cloudCalls"]["create"].as_u64().unwrap_or(0)
+                > ours["cloudCalls"]["create"].as_u64().unwrap_or(0),
+            "{upstream} retried its refused creates: {m}"
+        );
+    }
+}

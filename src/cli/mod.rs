@@ -360,7 +360,8 @@ static SIMULATE: Spec = Spec {
             Flag::new(
                 "scenario",
                 Kind::String,
-                "scenario: steady, rolling-upgrade, scale-out, flaky-cloud, address-churn, or all",
+                "scenario: steady, rolling-upgrade, scale-out, flaky-cloud, address-churn, \
+                 full-table, or all",
             )
             .default("all"),
             Flag::new(
@@ -447,7 +448,7 @@ pub fn run_simulate(args: &SimulateArgs) -> Result<String, UsageError> {
         vec![Scenario::parse(&args.scenario).ok_or_else(|| {
             UsageError(format!(
                 "--scenario: {:?} is not a scenario; use one of steady, rolling-upgrade, scale-out, flaky-cloud, \
-                 address-churn, all",
+                 address-churn, full-table, all",
                 args.scenario
             ))
         })?]
