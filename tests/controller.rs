@@ -2581,6 +2581,55 @@ fn a_busy_condition_write_gets_five_quick_attempts_then_backs_off() {
 /// Kills: `RouteView::remove` emptied, or either `==` of its match made `!=`. A deleted
 /// route leaves the controller's view at once: the next pass, planning from that view
 /// without a list, does not delete it again.
+/// Kills the two open mutants of `RouteView::remove` (src/controller/view.rs), which
+/// need a node with two routes of which one is deleted: its `&&` made `||` (the first
+/// route to the same node leaves the view instead of the deleted one) and the `==` of
+/// the node's destination list made `!=` (the kept destination leaves `routes_to`).
+/// Either way the next pass, planned from the view without a list, would create the
+/// kept route again.
+#[test]
+fn deleting_one_of_a_nodes_two_routes_keeps_the_other_in_the_view() {
+    let cloud = Arc::new(FakeCloud::new());
+    cloud.seed([
+        route("kept", "n0", "10.0.1.0/24"),
+        route("gone", "n0", "10.0.2.0/24"),
+    ]);
+    let mut d = Driver::with_cloud(watch_config(), cloud);
+    d.start(vec![node(
+        "n0",
+        &["10.0.1.0/24", "10.0.2.0/24"],
+        "192.168.0.1",
+    )]);
+    d.advance(secs(10.0));
+    // n0 loses a pod CIDR; the next pass (a node joins) deletes that route, and the
+    // one after (another node joins) must still see n0's other route.
+    d.node_event(NodeEvent::Modified(node(
+        "n0",
+        &["10.0.1.0/24"],
+        "192.168.0.1",
+    )));
+    for (i, name) in ["n1", "n2"].iter().enumerate() {
+        let cidr = format!("10.0.{}.0/24", i + 3);
+        let ip = format!("192.168.0.{}", i + 2);
+        d.node_event(NodeEvent::Added(node(name, &[cidr.as_str()], &ip)));
+        d.advance(secs(10.0));
+    }
+    let sent: Vec<String> = d
+        .sent
+        .iter()
+        .map(|(_, op)| format!("{} {}", op_kind(op), destination(op)))
+        .collect();
+    assert_eq!(
+        sent,
+        [
+            "list list",
+            "delete 10.0.2.0/24",
+            "create 10.0.3.0/24",
+            "create 10.0.4.0/24"
+        ]
+    );
+}
+
 #[test]
 fn a_deleted_route_leaves_the_view_so_no_pass_deletes_it_twice() {
     let cloud = Arc::new(FakeCloud::new());
