@@ -715,6 +715,22 @@ fn upstream_watch_mode_spaces_passes_by_ten_seconds_under_an_event_storm() {
 
 // --- helpers ----------------------------------------------------------------------------
 
+/// Every operation sent so far, as `"<kind> <destination>"`.
+fn sent_ops(d: &Driver) -> Vec<String> {
+    d.sent
+        .iter()
+        .map(|(_, op)| format!("{} {}", op_kind(op), destination(op)))
+        .collect()
+}
+
+/// Every condition written so far, as `(node, status)`.
+fn condition_statuses(d: &Driver) -> Vec<(&str, &str)> {
+    d.condition_writes
+        .iter()
+        .map(|(n, c)| (n.as_str(), c.status.as_ref()))
+        .collect()
+}
+
 fn destination(op: &CloudOp) -> String {
     match op {
         CloudOp::Create { route, .. } | CloudOp::Delete { route, .. } => {
@@ -1680,12 +1696,7 @@ fn a_node_without_pod_cidrs_but_with_a_route_gets_its_condition_written() {
         node("n2", &[], "192.168.0.2"),
     ]);
     assert!(d.cloud_routes().is_empty(), "{:?}", d.cloud_routes());
-    let written: Vec<(&str, &str)> = d
-        .condition_writes
-        .iter()
-        .map(|(n, c)| (n.as_str(), c.status.as_ref()))
-        .collect();
-    assert_eq!(written, vec![("n1", "True")]);
+    assert_eq!(condition_statuses(&d), vec![("n1", "True")]);
 }
 
 // --- shutdown and the lease: the controller decides when the drivers stop -------------
@@ -1947,12 +1958,7 @@ fn a_nodes_condition_waits_for_all_of_its_creates_in_flight() {
     assert!(d.answer_one());
     assert!(d.condition_writes.is_empty(), "{:?}", d.condition_writes);
     assert!(d.answer_one());
-    let written: Vec<(&str, &str)> = d
-        .condition_writes
-        .iter()
-        .map(|(n, c)| (n.as_str(), c.status.as_ref()))
-        .collect();
-    assert_eq!(written, vec![("n0", "False")]);
+    assert_eq!(condition_statuses(&d), vec![("n0", "False")]);
 }
 
 /// Kills: `Retries::keep_wanted` emptied. When the node of a failing route goes away,
@@ -2170,12 +2176,7 @@ fn a_retried_condition_write_keeps_the_planners_verdict() {
     d.busy_writes.insert("n1".into(), 1);
     d.start(vec![node("n1", &[], "192.168.0.1")]);
     d.advance(secs(1.0));
-    let written: Vec<(&str, &str)> = d
-        .condition_writes
-        .iter()
-        .map(|(n, c)| (n.as_str(), c.status.as_ref()))
-        .collect();
-    assert_eq!(written, vec![("n1", "True"), ("n1", "True")]);
+    assert_eq!(condition_statuses(&d), vec![("n1", "True"), ("n1", "True")]);
 }
 
 /// Kills: `NodeView::nodes` returning nothing. The list carries the node directory
@@ -2324,14 +2325,8 @@ fn a_failed_delete_holds_back_only_its_own_destinations_create() {
     d.list(nodes(2));
     assert!(d.answer_one(), "the startup pass's list");
     assert!(d.answer_one(), "the failing delete");
-    let sent = |d: &Driver| {
-        d.sent
-            .iter()
-            .map(|(_, op)| format!("{} {}", op_kind(op), destination(op)))
-            .collect::<Vec<_>>()
-    };
     assert_eq!(
-        sent(&d),
+        sent_ops(&d),
         ["list list", "delete 10.0.1.0/24", "create 10.0.0.0/24"]
     );
     d.advance(secs(5.0));
@@ -2614,13 +2609,8 @@ fn deleting_one_of_a_nodes_two_routes_keeps_the_other_in_the_view() {
         d.node_event(NodeEvent::Added(node(name, &[cidr.as_str()], &ip)));
         d.advance(secs(10.0));
     }
-    let sent: Vec<String> = d
-        .sent
-        .iter()
-        .map(|(_, op)| format!("{} {}", op_kind(op), destination(op)))
-        .collect();
     assert_eq!(
-        sent,
+        sent_ops(&d),
         [
             "list list",
             "delete 10.0.2.0/24",
@@ -2646,13 +2636,8 @@ fn a_deleted_route_leaves_the_view_so_no_pass_deletes_it_twice() {
         "192.168.0.1",
     )));
     d.advance(secs(10.0));
-    let sent: Vec<String> = d
-        .sent
-        .iter()
-        .map(|(_, op)| format!("{} {}", op_kind(op), destination(op)))
-        .collect();
     assert_eq!(
-        sent,
+        sent_ops(&d),
         ["list list", "delete 10.0.5.0/24", "create 10.0.1.0/24"]
     );
 }
