@@ -18,6 +18,10 @@
 //!
 //! `cargo bench -- NAME` runs only the parts whose name contains NAME (`events`,
 //! `planner`, `rss`, `calls`, `upstream`, `peers`, `chaos`).
+//!
+//! The first line names the commit measured (`-dirty` if the tree differs from it), and
+//! `RC_BENCH_RUNS=N` (default 1) runs `events`, `planner`, `calls`, `upstream` and
+//! `peers` N times and prints each figure's range: what the README publishes.
 
 // The support modules each carry their own copy of `http_wire.rs` and `prometheus.rs`
 // (each test binary includes only some of them); the chaos run brings several together.
@@ -69,12 +73,13 @@ fn main() {
         .collect();
     let wanted = |name: &str| filter.is_empty() || filter.iter().any(|f| name.contains(f.as_str()));
     println!(
-        "route-controller benchmarks ({} build)",
+        "route-controller benchmarks ({} build), commit {}",
         if cfg!(debug_assertions) {
             "debug"
         } else {
             "release"
-        }
+        },
+        commit()
     );
     if wanted("events") {
         events();
@@ -97,6 +102,57 @@ fn main() {
     if wanted("chaos") {
         chaos();
     }
+}
+
+// --- what every published figure needs: its commit and its range over runs ----------
+
+/// The commit measured, as the README cites it: `git rev-parse --short=7 HEAD`, with
+/// `-dirty` when tracked files differ from it (a figure of uncommitted code cannot be
+/// reproduced, so the README must not cite it).
+fn commit() -> String {
+    let root = env!("CARGO_MANIFEST_DIR");
+    let git = |args: &[&str]| {
+        std::process::Command::new("git")
+            .args(args)
+            .current_dir(root)
+            .output()
+    };
+    let head = match git(&["rev-parse", "--short=7", "HEAD"]) {
+        Ok(out) if out.status.success() => String::from_utf8_lossy(&out.stdout).trim().to_string(),
+        _ => return "unknown (not a git checkout, or git is not installed)".to_string(),
+    };
+    // `git diff --quiet HEAD` exits 1 when a tracked file differs from HEAD.
+    match git(&["diff", "--quiet", "HEAD", "--"]) {
+        Ok(out) if out.status.success() => head,
+        _ => format!("{head}-dirty"),
+    }
+}
+
+/// `RC_BENCH_RUNS` (default 1): how many times a part measures each figure, so that
+/// the README can publish the range and not one draw.
+fn bench_runs() -> usize {
+    match std::env::var("RC_BENCH_RUNS") {
+        Err(_) => 1,
+        Ok(v) => match v.trim().parse::<usize>() {
+            Ok(n) if n >= 1 => n,
+            _ => {
+                eprintln!("RC_BENCH_RUNS={v:?}: expected a number of runs, 1 or more");
+                std::process::exit(2);
+            }
+        },
+    }
+}
+
+/// `min–max` of `values` with `decimals` digits, or one value when every run gave the
+/// same (to the digits shown); `-` when there is none (every run failed).
+fn range(values: &[f64], decimals: usize) -> String {
+    if values.is_empty() {
+        return "-".to_string();
+    }
+    let min = values.iter().cloned().fold(f64::INFINITY, f64::min);
+    let max = values.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+    let (lo, hi) = (format!("{min:.decimals$}"), format!("{max:.decimals$}"));
+    if lo == hi { lo } else { format!("{lo}–{hi}") }
 }
 
 // --- the chaos run, longer ------------------------------------------------------------
@@ -232,6 +288,36 @@ fn events() {
         })
         .collect();
     let bytes: usize = lines.iter().map(String::len).sum();
+    let runs = bench_runs();
+    println!(
+        "\n[events] {} heartbeat MODIFIED events of {:.1} KiB nodes decoded and filtered ({runs} run(s)):",
+        lines.len(),
+        bytes as f64 / lines.len() as f64 / 1024.0,
+    );
+    let mut per_second = Vec::new();
+    let mut mib_per_second = Vec::new();
+    for run in 1..=runs {
+        let (took, forwarded, passes) = decode_and_filter(nodes, &lines);
+        per_second.push(lines.len() as f64 / took.as_secs_f64());
+        mib_per_second.push(bytes as f64 / took.as_secs_f64() / (1 << 20) as f64);
+        println!(
+            "  run {run}: {:.2} s: {:.0} events/s, {:.0} MiB/s; {forwarded} forwarded, {passes} passes triggered",
+            took.as_secs_f64(),
+            per_second[run - 1],
+            mib_per_second[run - 1],
+        );
+    }
+    println!(
+        "  range over {runs} run(s): {} events/s, {} MiB/s",
+        range(&per_second, 0),
+        range(&mib_per_second, 0)
+    );
+}
+
+/// One run of `events`: a fresh controller that knows the `nodes` and a fresh watch,
+/// fed every line; returns the time taken, the events forwarded and the passes they
+/// triggered (heartbeats should trigger none).
+fn decode_and_filter(nodes: usize, lines: &[String]) -> (Duration, u64, u64) {
     let mut config = Config::new(vec![Cidr::parse("10.0.0.0/8").unwrap()]);
     config.seed = Some(1);
     let mut controller = Controller::new(config, Arc::new(Metrics::new()));
@@ -257,7 +343,7 @@ fn events() {
     let passes_before = controller.metrics().passes_total();
     let start = Instant::now();
     let mut forwarded = 0u64;
-    for line in &lines {
+    for line in lines {
         if let LineOutcome::Event(event) = reflector.on_watch_line(line.as_bytes(), now) {
             forwarded += 1;
             let _ = controller.handle(Input::Node(event), now);
@@ -265,23 +351,16 @@ fn events() {
     }
     let took = start.elapsed();
     let passes = controller.metrics().passes_total() - passes_before;
-    println!(
-        "\n[events] {} heartbeat MODIFIED events of {:.1} KiB nodes decoded and filtered in {:.2} s: {:.0} events/s, {:.0} MiB/s; {} forwarded, {} passes triggered",
-        lines.len(),
-        bytes as f64 / lines.len() as f64 / 1024.0,
-        took.as_secs_f64(),
-        lines.len() as f64 / took.as_secs_f64(),
-        bytes as f64 / took.as_secs_f64() / (1 << 20) as f64,
-        forwarded,
-        passes
-    );
+    (took, forwarded, passes)
 }
 
 // --- 2. planner --------------------------------------------------------------------------
 
 fn planner() {
+    let runs = bench_runs();
     println!(
-        "\n[planner] plan() with every route in place (the common pass), and with 10 % of routes missing:"
+        "\n[planner] plan() with every route in place (the common pass), and with 10 % of routes missing; \
+         median and min of 7 plans, range over {runs} run(s):"
     );
     let cidrs = vec![Cidr::parse("10.0.0.0/8").unwrap()];
     for n in [5_000usize, 50_000] {
@@ -303,19 +382,25 @@ fn planner() {
             .map(|(_, r)| r.clone())
             .collect();
         for (label, routes) in [("all routes in place", &routes), ("10 % missing", &partial)] {
-            let mut times = Vec::new();
+            let mut medians = Vec::new();
+            let mut mins = Vec::new();
             let mut creates = 0;
-            for _ in 0..7 {
-                let start = Instant::now();
-                let p = plan::plan(&nodes, routes, &cidrs);
-                times.push(start.elapsed());
-                creates = p.creates.len();
+            for _ in 0..runs {
+                let mut times = Vec::new();
+                for _ in 0..7 {
+                    let start = Instant::now();
+                    let p = plan::plan(&nodes, routes, &cidrs);
+                    times.push(start.elapsed());
+                    creates = p.creates.len();
+                }
+                times.sort();
+                medians.push(times[3].as_secs_f64() * 1e3);
+                mins.push(times[0].as_secs_f64() * 1e3);
             }
-            times.sort();
             println!(
-                "  {n:>6} nodes, {label:<20}: median {:>7.2} ms, min {:>7.2} ms ({creates} creates)",
-                times[3].as_secs_f64() * 1e3,
-                times[0].as_secs_f64() * 1e3
+                "  {n:>6} nodes, {label:<20}: median {:>13} ms, min {:>13} ms ({creates} creates)",
+                range(&medians, 1),
+                range(&mins, 1)
             );
         }
     }
@@ -572,8 +657,10 @@ fn serve(stream: TcpStream, nodes: usize, stop: &AtomicBool) {
 // --- 4. cloud calls per node change -------------------------------------------------
 
 fn calls() {
+    let runs = bench_runs();
     println!(
-        "\n[calls] cloud calls per route mutation (the physical minimum is 1.00), simulate --seed 1:"
+        "\n[calls] cloud calls per route mutation (the physical minimum is 1.00), simulate --seed 1, \
+         range over {runs} run(s) (virtual time: a run that differs is a bug):"
     );
     println!(
         "  {:<16} {:>10} {:>16} {:>10}",
@@ -592,17 +679,21 @@ fn calls() {
             seed: 1,
             latency: Duration::from_millis(100),
         };
-        let report = sim::run(&options, &mut |_| {});
-        let ratio = |mode: &str| {
-            let m = report.modes.iter().find(|m| m.mode == mode).expect("mode");
-            m.cloud_calls.total() as f64 / m.route_mutations.max(1) as f64
-        };
+        let mut ratios: [Vec<f64>; 3] = Default::default();
+        for _ in 0..runs {
+            let report = sim::run(&options, &mut |_| {});
+            let modes = ["poll", "upstream-watch", Mode::Watch.as_str()];
+            for (mode, ratios) in modes.iter().zip(ratios.iter_mut()) {
+                let m = report.modes.iter().find(|m| m.mode == *mode).expect("mode");
+                ratios.push(m.cloud_calls.total() as f64 / m.route_mutations.max(1) as f64);
+            }
+        }
         println!(
-            "  {:<16} {:>10.2} {:>16.2} {:>10.2}",
+            "  {:<16} {:>10} {:>16} {:>10}",
             scenario.name(),
-            ratio("poll"),
-            ratio("upstream-watch"),
-            ratio(Mode::Watch.as_str())
+            range(&ratios[0], 2),
+            range(&ratios[1], 2),
+            range(&ratios[2], 2)
         );
     }
 }
@@ -691,100 +782,84 @@ fn upstream() {
         started.elapsed().as_secs_f64()
     );
     let dir = kube_apiserver::scratch_dir("bench-upstream");
-    let runs = [
+    let runs = bench_runs();
+    let peers = [
         (Implementation::Upstream, false),
         (Implementation::Ours, false),
         (Implementation::Upstream, true),
         (Implementation::Ours, true),
     ];
-    let mut measured = Vec::new();
+    let mutations = 2 * scenario.replaced as u64;
+    let mut measured: Vec<(Implementation, bool, Vec<UpstreamRun>)> =
+        peers.iter().map(|&(i, w)| (i, w, Vec::new())).collect();
     let mut failed = false;
-    for (implementation, watch) in runs {
-        let label = format!(
-            "{} {}",
-            match implementation {
-                Implementation::Upstream => "upstream",
-                Implementation::Ours => "ours",
-            },
-            if watch { "watch" } else { "poll" }
-        );
-        let run_dir = dir.join(label.replace(' ', "-"));
-        let started = Instant::now();
-        let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            measure_real(&api, &scenario, implementation, watch, &run_dir)
-        }));
-        let result = result.map_err(|panic| {
-            panic
-                .downcast_ref::<String>()
-                .cloned()
-                .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
-                .unwrap_or_else(|| "panicked".to_string())
-        });
-        match &result {
-            Ok(m) => println!(
-                "  ran {label:<14} in {:.0} s (initial routes and conditions {:.2} s after ready)",
-                started.elapsed().as_secs_f64(),
-                m.startup.as_secs_f64()
-            ),
-            Err(e) => {
-                failed = true;
-                println!("  {label}: FAILED: {e}");
+    for round in 1..=runs {
+        for (implementation, watch, results) in measured.iter_mut() {
+            let label = format!(
+                "{} {}",
+                match implementation {
+                    Implementation::Upstream => "upstream",
+                    Implementation::Ours => "ours",
+                },
+                if *watch { "watch" } else { "poll" }
+            );
+            let run_dir = dir.join(format!("{round}-{}", label.replace(' ', "-")));
+            let started = Instant::now();
+            let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                measure_real(&api, &scenario, *implementation, *watch, &run_dir)
+            }));
+            let result = result.map_err(|panic| {
+                panic
+                    .downcast_ref::<String>()
+                    .cloned()
+                    .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
+                    .unwrap_or_else(|| "panicked".to_string())
+            });
+            match &result {
+                Ok(m) => println!(
+                    "  round {round} ran {label:<14} in {:.0} s (initial routes and conditions {:.2} s after ready)",
+                    started.elapsed().as_secs_f64(),
+                    m.startup.as_secs_f64()
+                ),
+                Err(e) => {
+                    failed = true;
+                    println!("  round {round} {label}: FAILED: {e}");
+                }
             }
+            results.push(result.map(|m| UpstreamFigures::measured(&m, mutations)));
         }
-        measured.push((implementation, watch, result));
     }
     drop(api);
 
-    let mutations = 2 * scenario.replaced as u64;
     println!(
-        "\n  \"start-up\": from ready to the first deletion (creating the {} initial routes); \"scripted\": from the \
-         first deletion\n  to the end ({mutations} route mutations). \"writes\": node writes by the controller \
-         (condition patches) in the\n  scripted part. \"emulation\": the same timeline in `route_controller::sim`.",
+        "\n  \"start-up\": from ready to the first deletion (creating the {} initial routes), and from ready to every \
+         initial\n  node's condition written (\"ready s\"); \"scripted\": from the first deletion to the end \
+         ({mutations} route mutations).\n  \"writes\": node writes by the controller (condition patches) in the \
+         scripted part. \"emulation\": the same timeline\n  in `route_controller::sim`. Ranges are min–max over \
+         {runs} run(s).",
         scenario.nodes
     );
     println!(
-        "  {:<26} {:^20} {:^34} {:^19}",
-        "", "start-up", "scripted", "node→route"
+        "  {:<26} {:^31} {:^44} {:^23}",
+        "", "start-up", "scripted", "node→route s"
     );
-    println!(
-        "  {:<26} {:>6} {:>6} {:>6} {:>6} {:>6} {:>6} {:>6} {:>6} {:>9} {:>9} {:>7} {:>7}",
-        "controller, mode",
-        "passes",
-        "list",
-        "create",
-        "passes",
-        "list",
-        "create",
-        "delete",
-        "calls/m",
-        "p50",
-        "max",
-        "missing",
-        "writes"
-    );
-    let row = |label: &str,
-               startup: (u64, sim::CloudCalls),
-               calls: sim::CloudCalls,
-               passes: u64,
-               (p50, max): (f64, f64),
-               missing: usize,
-               writes: Option<usize>| {
-        println!(
-            "  {:<26} {:>6} {:>6} {:>6} {:>6} {:>6} {:>6} {:>6} {:>6.2} {:>7.2} s {:>7.2} s {:>7} {:>7}",
-            label,
-            startup.0,
-            startup.1.list,
-            startup.1.create,
-            passes,
-            calls.list,
-            calls.create,
-            calls.delete,
-            calls.total() as f64 / mutations as f64,
-            p50,
-            max,
-            missing,
-            writes.map_or("-".to_string(), |w| w.to_string())
-        );
+    let mut header = format!("  {:<26}", "controller, mode");
+    for (name, width, _) in UPSTREAM_COLUMNS {
+        header += &format!(" {name:>width$}");
+    }
+    println!("{header}");
+    let row = |label: &str, runs: &[UpstreamRun]| {
+        let ok: Vec<&UpstreamFigures> = runs.iter().filter_map(|r| r.as_ref().ok()).collect();
+        let mut line = format!("  {label:<26}");
+        for (column, (_, width, decimals)) in UPSTREAM_COLUMNS.iter().enumerate() {
+            let values: Vec<f64> = ok.iter().filter_map(|f| f.0[column]).collect();
+            line += &format!(" {:>width$}", range(&values, *decimals));
+        }
+        let failures = runs.len() - ok.len();
+        if failures > 0 {
+            line += &format!("  FAILED in {failures} of {} run(s)", runs.len());
+        }
+        println!("{line}");
     };
     let real_row = |implementation: Implementation, watch: bool| {
         let label = match implementation {
@@ -792,34 +867,24 @@ fn upstream() {
             Implementation::Ours => "ours".to_string(),
         };
         let label = format!("{label}, {}", if watch { "watch" } else { "poll" });
-        let found = measured
+        let results = measured
             .iter()
-            .find(|(i, w, _)| *i == implementation && *w == watch);
-        match found {
-            Some((_, _, Ok(m))) => row(
-                &label,
-                (m.startup_passes, m.startup_calls),
-                m.calls,
-                m.passes,
-                p50_max(&m.node_to_route),
-                m.missing,
-                Some(m.node_writes),
-            ),
-            _ => println!("  {label:<26} FAILED"),
-        }
+            .find(|(i, w, _)| *i == implementation && *w == watch)
+            .map(|(_, _, r)| r.as_slice())
+            .unwrap_or_default();
+        row(&label, results);
     };
+    // The emulation runs in virtual time: its runs agree, or the simulation has a bug.
     let sim_row = |mode: Mode| {
-        let r = sim::run_replacement(&scenario, mode);
-        let l = r.scripted.latency_seconds.node_to_route;
-        row(
-            &format!("emulation, {}", mode.as_str()),
-            (r.startup_passes, r.startup_calls),
-            r.scripted.cloud_calls,
-            r.scripted.passes,
-            (l.p50, l.max),
-            r.scripted.unserved,
-            None,
-        );
+        let results: Vec<UpstreamRun> = (0..runs)
+            .map(|_| {
+                Ok(UpstreamFigures::emulated(
+                    &sim::run_replacement(&scenario, mode),
+                    mutations,
+                ))
+            })
+            .collect();
+        row(&format!("emulation, {}", mode.as_str()), &results);
     };
     real_row(Implementation::Upstream, false);
     real_row(Implementation::Ours, false);
@@ -832,6 +897,84 @@ fn upstream() {
         println!("  logs of the runs are kept in {}", dir.display());
     } else {
         let _ = std::fs::remove_dir_all(&dir);
+    }
+}
+
+/// One run's figures, or why it failed.
+type UpstreamRun = Result<UpstreamFigures, String>;
+
+/// The columns of the `upstream` table: header, width, decimals.
+const UPSTREAM_COLUMNS: [(&str, usize, usize); 13] = [
+    ("passes", 6, 0),
+    ("list", 6, 0),
+    ("create", 6, 0),
+    ("ready s", 11, 2),
+    ("passes", 6, 0),
+    ("list", 6, 0),
+    ("create", 6, 0),
+    ("delete", 6, 0),
+    ("calls/m", 15, 2),
+    ("p50", 11, 2),
+    ("max", 11, 2),
+    ("missing", 7, 0),
+    ("writes", 7, 0),
+];
+
+/// One run's row of the `upstream` table, in the order of `UPSTREAM_COLUMNS`; `None`
+/// where the run cannot tell (the emulation writes no conditions, has no process start).
+struct UpstreamFigures([Option<f64>; 13]);
+
+impl UpstreamFigures {
+    fn measured(m: &Measured, mutations: u64) -> UpstreamFigures {
+        let (p50, max) = p50_max(&m.node_to_route);
+        UpstreamFigures(Self::row(
+            (m.startup_passes, m.startup_calls),
+            Some(m.startup.as_secs_f64()),
+            (m.passes, m.calls),
+            mutations,
+            (p50, max),
+            m.missing,
+            Some(m.node_writes),
+        ))
+    }
+
+    fn emulated(r: &sim::ReplacementReport, mutations: u64) -> UpstreamFigures {
+        let l = r.scripted.latency_seconds.node_to_route;
+        UpstreamFigures(Self::row(
+            (r.startup_passes, r.startup_calls),
+            None,
+            (r.scripted.passes, r.scripted.cloud_calls),
+            mutations,
+            (l.p50, l.max),
+            r.scripted.unserved,
+            None,
+        ))
+    }
+
+    fn row(
+        (startup_passes, startup): (u64, sim::CloudCalls),
+        ready: Option<f64>,
+        (passes, calls): (u64, sim::CloudCalls),
+        mutations: u64,
+        (p50, max): (f64, f64),
+        missing: usize,
+        writes: Option<usize>,
+    ) -> [Option<f64>; 13] {
+        [
+            Some(startup_passes as f64),
+            Some(startup.list as f64),
+            Some(startup.create as f64),
+            ready,
+            Some(passes as f64),
+            Some(calls.list as f64),
+            Some(calls.create as f64),
+            Some(calls.delete as f64),
+            Some(calls.total() as f64 / mutations as f64),
+            Some(p50),
+            Some(max),
+            Some(missing as f64),
+            writes.map(|w| w as f64),
+        ]
     }
 }
 
@@ -1256,11 +1399,7 @@ const PEERS_IDLE: Duration = Duration::from_secs(30);
 /// one moto behind a counting proxy. `RC_BENCH_RUNS=N` repeats everything N times and
 /// prints each figure's range.
 fn peers() {
-    let runs: usize = std::env::var("RC_BENCH_RUNS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(1)
-        .max(1);
+    let runs = bench_runs();
     let s = PEERS_SCRIPT;
     println!(
         "\n[peers] upstream's route controller {} with cloud-provider-aws {} and ours, one at a time, \
@@ -1376,15 +1515,7 @@ fn peers() {
         "RSS MiB"
     );
     for (peer, rolling, idle) in &results {
-        let range = |values: Vec<f64>, decimals: usize| {
-            let min = values.iter().cloned().fold(f64::INFINITY, f64::min);
-            let max = values.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
-            if (max - min).abs() < 0.5 * 10f64.powi(-(decimals as i32)) {
-                format!("{min:.decimals$}")
-            } else {
-                format!("{min:.decimals$}–{max:.decimals$}")
-            }
-        };
+        let range = |values: Vec<f64>, decimals: usize| range(&values, decimals);
         let of =
             |f: &dyn Fn(&aws_peer::PeerRun) -> f64, d| range(rolling.iter().map(f).collect(), d);
         let mutations = (2 * s.replaced) as f64;
