@@ -109,3 +109,105 @@ fn every_test_the_readme_names_for_a_rule_or_a_mutant_exists() {
         println!("{title}: {} tests named, all exist", names.len());
     }
 }
+
+/// The tables of a README section, each with its lead-in: the text between the end of
+/// the previous table (or the section's start) and the table, headings included.
+fn tables_with_lead_ins(section: &str) -> Vec<(String, String)> {
+    let mut tables = Vec::new();
+    let (mut lead_in, mut table) = (Vec::new(), Vec::new());
+    let mut in_code = false;
+    for line in section.lines() {
+        if line.starts_with("```") {
+            in_code = !in_code;
+        }
+        if !in_code && line.starts_with('|') {
+            table.push(line);
+            continue;
+        }
+        if !table.is_empty() {
+            tables.push((lead_in.join("\n"), table.join("\n")));
+            lead_in.clear();
+            table.clear();
+        }
+        lead_in.push(line);
+    }
+    if !table.is_empty() {
+        tables.push((lead_in.join("\n"), table.join("\n")));
+    }
+    tables
+}
+
+/// Backquoted words of exactly 7 lower-case hex digits: the short commits the README
+/// cites (`6485324f`, eight digits, is another project's commit and not matched).
+fn short_commits(text: &str) -> Vec<&str> {
+    text.split('`')
+        .skip(1)
+        .step_by(2)
+        .filter(|w| w.len() == 7 && w.chars().all(|c| matches!(c, '0'..='9' | 'a'..='f')))
+        .collect()
+}
+
+/// Whether this repository's git knows `commit` as a commit.
+fn git_knows(root: &Path, commit: &str) -> bool {
+    let status = std::process::Command::new("git")
+        .arg("-C")
+        .arg(root)
+        .args(["cat-file", "-e", &format!("{commit}^{{commit}}")])
+        .status()
+        .unwrap_or_else(|e| panic!("running git failed ({e}): install git to run this test"));
+    status.success()
+}
+
+/// Guards the sections "What `simulate` shows" and "Benchmarks": a table of measured
+/// figures must say which command prints it and on which commit it was measured, so a
+/// reader can re-run it and see what changed since. A table whose lead-in names a
+/// `cargo bench` or `simulate` command is measured, and needs a commit that git knows
+/// (delete "measured on `…`" above a table, or cite a commit that does not exist, and
+/// this fails naming the table); one that names only a `cargo test` holds counts the
+/// test asserts, which keeps them true without a commit.
+#[test]
+fn every_benchmark_table_names_its_command_and_a_commit_git_knows() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let readme = fs::read_to_string(root.join("README.md")).expect("read README.md");
+    for title in ["What `simulate` shows", "Benchmarks"] {
+        let tables = tables_with_lead_ins(&section(&readme, title));
+        assert!(
+            tables.len() >= 2,
+            "README section {title:?} has only {} table(s): has the section moved?",
+            tables.len()
+        );
+        for (lead_in, table) in &tables {
+            let first_row = table.lines().next().unwrap_or_default();
+            let measured = lead_in.contains("`cargo bench")
+                || lead_in.contains("`RC_BENCH_")
+                || lead_in.contains("-- simulate");
+            assert!(
+                measured || lead_in.contains("`cargo test"),
+                "README section {title:?}: the table {first_row:?} names no command that prints \
+                 or asserts it (`cargo bench -- …`, `cargo run --release -- simulate …` or \
+                 `cargo test …`) in the text above it"
+            );
+            if !measured {
+                continue;
+            }
+            let commits = short_commits(lead_in);
+            assert!(
+                !commits.is_empty(),
+                "README section {title:?}: the table {first_row:?} does not say which commit it \
+                 was measured on: write \"measured on `abc1234`\" (the commit the bench prints \
+                 first) in the text above it"
+            );
+            let unknown: Vec<&&str> = commits.iter().filter(|c| !git_knows(root, c)).collect();
+            assert!(
+                unknown.is_empty(),
+                "README section {title:?}: the table {first_row:?} cites commits git does not \
+                 know: {unknown:?} (a typo, or measured on a commit since rebased away and not \
+                 in this clone: re-measure)"
+            );
+        }
+        println!(
+            "{title}: {} tables, each with its command and commit",
+            tables.len()
+        );
+    }
+}
