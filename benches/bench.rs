@@ -1416,8 +1416,9 @@ const PEERS_SCRIPT: aws_peer::Script = aws_peer::Script {
 };
 
 /// How much the idle run compresses time: the poll period (and our route list's
-/// maximum age) divided by this, for both controllers alike.
-const PEERS_IDLE_COMPRESSION: u32 = 20;
+/// maximum age) divided by this, for both controllers alike. 10, not more: ours
+/// refuses a `--route-reconciliation-period` under 1 s.
+const PEERS_IDLE_COMPRESSION: u32 = 10;
 const PEERS_IDLE: Duration = Duration::from_secs(30);
 
 /// Upstream's route controller with cloud-provider-aws and ours with its AWS provider,
@@ -1442,11 +1443,14 @@ fn peers() {
         s.replace_after.as_secs(),
         s.settle.as_secs()
     );
+    let idle_timing = aws_peer::Timing::compressed(PEERS_IDLE_COMPRESSION);
     println!(
         "  idle: a separate start with every route in place, then {} s with the poll period {} times shorter \
-         (0.5 s; our route list max age 15 s): {} min of an idle cluster; per hour = × {}.",
+         ({:.1} s; our route list max age {} s): {} min of an idle cluster; per hour = × {}.",
         PEERS_IDLE.as_secs(),
         PEERS_IDLE_COMPRESSION,
+        idle_timing.poll_period.as_secs_f64(),
+        idle_timing.route_list_max_age.as_secs(),
         PEERS_IDLE.as_secs() * u64::from(PEERS_IDLE_COMPRESSION) / 60,
         3600 / (PEERS_IDLE.as_secs() * u64::from(PEERS_IDLE_COMPRESSION))
     );
@@ -1501,7 +1505,7 @@ fn peers() {
                 &mut cluster,
                 &proxy,
                 idle_script,
-                aws_peer::Timing::compressed(PEERS_IDLE_COMPRESSION),
+                idle_timing,
                 &run_dir.join("idle"),
             );
             println!(
