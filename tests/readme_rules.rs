@@ -111,7 +111,8 @@ fn every_test_the_readme_names_for_a_rule_or_a_mutant_exists() {
 }
 
 /// The tables of a README section, each with its lead-in: the text between the end of
-/// the previous table (or the section's start) and the table, headings included.
+/// the previous table or the last heading, whichever is later, and the table (the
+/// heading included), so that one table's commit cannot stand in for another's.
 fn tables_with_lead_ins(section: &str) -> Vec<(String, String)> {
     let mut tables = Vec::new();
     let (mut lead_in, mut table) = (Vec::new(), Vec::new());
@@ -128,6 +129,9 @@ fn tables_with_lead_ins(section: &str) -> Vec<(String, String)> {
             tables.push((lead_in.join("\n"), table.join("\n")));
             lead_in.clear();
             table.clear();
+        }
+        if !in_code && line.starts_with('#') {
+            lead_in.clear();
         }
         lead_in.push(line);
     }
