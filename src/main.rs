@@ -112,8 +112,27 @@ fn run(args: &RunArgs, warnings: &[String]) -> i32 {
             "left alone"
         }
     );
+    let (watch_list, env_warning) = cli::run::watch_list(
+        settings.watch_list,
+        std::env::var(cli::run::WATCH_LIST_CLIENT_VAR)
+            .ok()
+            .as_deref(),
+    );
+    if let Some(w) = env_warning {
+        log::warn!("{w}");
+    }
+    log::info!(
+        "node lists: {}",
+        match (watch_list, settings.watch_list) {
+            (true, _) =>
+                "streaming (watch-list) where the API server allows it, paginated otherwise",
+            (false, false) => "paginated (--watch-list=false)",
+            (false, true) => "paginated (KUBE_FEATURE_WatchListClient=false)",
+        }
+    );
     let watch = route_controller::kube::WatchConfig {
         filter: settings.node_filter.clone(),
+        watch_list,
         ..route_controller::kube::WatchConfig::default()
     };
     let mut builder = Builder::new(settings.controller.clone(), client, cloud)

@@ -336,6 +336,9 @@ pub struct Metrics {
     pub events: Counter,
     /// `route_controller_watch_relists_total`: complete node lists.
     pub watch_relists: Counter,
+    /// `route_controller_watch_streaming_lists_total`: complete node lists that came as
+    /// a streaming list (watch-list), a subset of `watch_relists`.
+    pub watch_streaming_lists: Counter,
     /// `route_controller_watch_restarts_total`: watch streams started again.
     pub watch_restarts: Counter,
     /// `route_controller_watch_events_total`: node events after the lists.
@@ -380,6 +383,7 @@ impl Metrics {
             condition_write_failures: Counter::default(),
             events: Counter::default(),
             watch_relists: Counter::default(),
+            watch_streaming_lists: Counter::default(),
             watch_restarts: Counter::default(),
             watch_events: Counter::default(),
             watch_healthy: Gauge::default(),
@@ -672,6 +676,12 @@ impl Metrics {
             "route_controller_watch_relists_total",
             "Complete node lists (start and relists).",
             self.watch_relists.get(),
+        );
+        counter(
+            &mut out,
+            "route_controller_watch_streaming_lists_total",
+            "Complete node lists that came as a streaming list (watch-list).",
+            self.watch_streaming_lists.get(),
         );
         counter(
             &mut out,

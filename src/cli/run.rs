@@ -146,6 +146,16 @@ const FLAGS: &[Flag] = &[
     )
     .default("5m"),
     Flag::new(
+        "watch-list",
+        Kind::Bool,
+        "start and relist the node watch with a streaming list (a watch with \
+         sendInitialEvents=true, KEP-3157) where the API server allows it, so that no page of \
+         nodes is held in memory; a server that refuses or ignores it gets paginated lists of \
+         500 for the rest of the process. false: paginated lists only. \
+         KUBE_FEATURE_WatchListClient=false turns it off too, as in client-go",
+    )
+    .default("true"),
+    Flag::new(
         "logging-format",
         Kind::String,
         "log format: text or json; RUST_LOG sets levels",
@@ -186,6 +196,10 @@ pub static SPEC: super::flags::Spec = super::flags::Spec {
             "AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN, AWS_REGION, AWS_PROFILE, ...",
             "--cloud-provider=aws: the usual AWS credential chain (environment, shared files, \
              web identity, instance metadata)",
+        ),
+        (
+            WATCH_LIST_CLIENT_VAR,
+            "false turns streaming lists off, as --watch-list=false does (client-go's switch)",
         ),
         (
             "RUST_LOG",
@@ -231,12 +245,34 @@ pub struct RunSettings {
     /// Which nodes get routes (`--node-selector`, `--skip-nodes-of-other-providers`).
     pub node_filter: crate::node_filter::NodeFilter,
     pub configure_cloud_routes: bool,
+    /// `--watch-list`: streaming lists for the node watch (see [`watch_list`]).
+    pub watch_list: bool,
     pub log_format: crate::logging::LogFormat,
     /// The default log level, from `-v`.
     pub log_level: log::LevelFilter,
     /// Settings accepted but without effect here (feature gates that do not apply), for
     /// the log.
     pub warnings: Vec<String>,
+}
+
+/// client-go's switch for streaming lists (its `WatchListClient` feature, read from
+/// the environment as client-go reads it).
+pub const WATCH_LIST_CLIENT_VAR: &str = "KUBE_FEATURE_WatchListClient";
+
+/// Whether the node watch uses streaming lists: `--watch-list`, unless
+/// [`WATCH_LIST_CLIENT_VAR`] (its value `env`) says false. A value that is not a
+/// boolean is ignored with the warning returned, as client-go does.
+pub fn watch_list(flag: bool, env: Option<&str>) -> (bool, Option<String>) {
+    match env.map(|v| (v, super::flags::parse_bool(v.trim()))) {
+        None => (flag, None),
+        Some((_, Some(on))) => (flag && on, None),
+        Some((value, None)) => (
+            flag,
+            Some(format!(
+                "{WATCH_LIST_CLIENT_VAR}={value:?} is not a boolean (true or false); ignored"
+            )),
+        ),
+    }
 }
 
 /// A period the controller runs on: a Go duration of at least a second (a shorter
@@ -553,6 +589,7 @@ impl RunArgs {
             serving: serving(p)?,
             node_filter,
             configure_cloud_routes: p.bool("configure-cloud-routes"),
+            watch_list: p.bool("watch-list"),
             log_format,
             log_level,
             warnings: gates.warnings,
@@ -927,6 +964,26 @@ mod tests {
             Err(e) => e.0,
             Ok(_) => panic!("{extra:?} was accepted"),
         }
+    }
+
+    /// Guards `--watch-list` and client-go's switch: streaming lists by default, off
+    /// with the flag or with KUBE_FEATURE_WatchListClient=false; a bad value of the
+    /// variable is a warning and changes nothing.
+    #[test]
+    fn watch_list_is_on_by_default_and_off_with_the_flag_or_client_gos_variable() {
+        assert!(args(&[]).settings().unwrap().watch_list);
+        assert!(!args(&["--watch-list=false"]).settings().unwrap().watch_list);
+        assert_eq!(watch_list(true, None), (true, None));
+        assert_eq!(watch_list(true, Some("false")), (false, None));
+        assert_eq!(watch_list(true, Some("true")), (true, None));
+        assert_eq!(watch_list(false, Some("true")), (false, None));
+        let (on, warning) = watch_list(true, Some("nope"));
+        assert!(on);
+        assert!(
+            warning
+                .unwrap()
+                .contains("KUBE_FEATURE_WatchListClient=\"nope\"")
+        );
     }
 
     #[test]

@@ -1,5 +1,6 @@
-//! The node reflector: lists the nodes page by page, then watches them from the
-//! list's resourceVersion, and feeds the controller [`NodeEvent`]s.
+//! The node reflector: lists the nodes (as a streaming list where the API server
+//! supports it, page by page otherwise), then watches them from the list's
+//! resourceVersion, and feeds the controller [`NodeEvent`]s.
 //!
 //! [`Reflector`] is the decision logic, sans-IO, in the shape of kube-rs's watcher:
 //! one [`WatchState`] enum, told the time and the result of each request, answering
@@ -8,6 +9,12 @@
 //!
 //! Every (re)list is framed by `Init` … `InitApply` … `InitDone`, so the controller
 //! can swap its view atomically and find the nodes deleted while the watch was away.
+//! A streaming list (KEP-3157, "WatchList": a watch with `sendInitialEvents=true`)
+//! is framed the same way: `Init` when the stream opens, `InitApply` per initial
+//! ADDED event, `InitDone` at the bookmark annotated `k8s.io/initial-events-end`,
+//! and nothing before that bookmark counts as a complete view. It holds no page in
+//! memory: each line is decoded and handed on. The server that refuses it (a 4xx) or
+//! ignores it (no end bookmark) gets paginated lists for the rest of the process.
 //! The reflector keeps no copy of the nodes. It must never give up: bad lines, 410s,
 //! stalls and server errors all end in a retry with backoff, never in a panic or an
 //! exit, and nothing is dropped without a log line.
@@ -52,6 +59,15 @@ pub struct WatchConfig {
     /// Which nodes the controller routes (default: all). A node it does not route is
     /// sent as its name and providerID alone ([`NodeEvent::Unselected`]).
     pub filter: NodeFilter,
+    /// Start and relist with a streaming list (`sendInitialEvents=true`) instead of
+    /// paginated lists (default true; `--watch-list=false` turns it off). A plain
+    /// reconnect never asks for the initial events again.
+    pub watch_list: bool,
+    /// A streaming list whose initial events have not ended this long after its
+    /// stream opened comes from a server that ignores `sendInitialEvents`: the
+    /// reflector lists instead, for good (default 60 s; the watch cache replays
+    /// 50 000 nodes in a few seconds).
+    pub initial_events_timeout: Duration,
 }
 
 impl Default for WatchConfig {
@@ -65,6 +81,8 @@ impl Default for WatchConfig {
             backoff: BackoffConfig::default(),
             seed: None,
             filter: NodeFilter::everything(),
+            watch_list: true,
+            initial_events_timeout: Duration::from_secs(60),
         }
     }
 }
@@ -133,10 +151,20 @@ impl Backoff {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum WatchState {
     /// Nothing is listed, or the last list or watch said to start over (a 410, a
-    /// failed page). Waits for: the backoff delay, if any, then LISTs the first page.
-    /// Goes to: `InitPage` if more pages follow, `InitListed` if that page was the
-    /// whole list, or stays here if the page fails.
+    /// failed page, a broken streaming list). Waits for: the backoff delay, if any,
+    /// then starts a streaming list, or LISTs the first page once streaming lists are
+    /// off. Goes to: `InitialEvents` when the stream opens; `InitPage` if more pages
+    /// follow, `InitListed` if that page was the whole list; or stays here if the
+    /// request fails (lists from then on if the server refused the streaming list).
     Empty,
+    /// A streaming list is under way on a stream opened at `opened`: its ADDED events
+    /// are the list's items. Waits for: the bookmark annotated
+    /// `k8s.io/initial-events-end`. Goes to: `Watching` from that bookmark's version
+    /// (the same stream goes on as a watch); `Empty` to stream again after a 410, a
+    /// bad line or a broken stream; `Empty` with lists for good when the server shows
+    /// that it ignores `sendInitialEvents` (another event type before the end, or no
+    /// end within `initial_events_timeout`).
+    InitialEvents { opened: Instant },
     /// A list is under way. Waits for: the page after `continue_token` (sent without
     /// a resourceVersion: the token holds the snapshot). Goes to: `InitPage` with the
     /// next token, `InitListed` after the last page, `Empty` if a page fails (an
@@ -161,6 +189,11 @@ pub enum Action {
     Wait(Instant),
     /// LIST one page of nodes.
     List { continue_token: Option<String> },
+    /// Start a streaming list: WATCH nodes with `sendInitialEvents=true`,
+    /// `resourceVersionMatch=NotOlderThan` and no resourceVersion (a consistent
+    /// snapshot: a relist only follows a 410, so the last version is too old), asking
+    /// the server to end the stream after `timeout_seconds`.
+    WatchList { timeout_seconds: u64 },
     /// WATCH nodes from `resource_version`, asking the server to end the stream after
     /// `timeout_seconds`.
     Watch {
@@ -198,6 +231,19 @@ pub enum WatchEnd {
     Failed(KubeError),
 }
 
+impl WatchEnd {
+    /// A few words for a log line.
+    fn describe(&self) -> String {
+        match self {
+            WatchEnd::Clean => "the server ended the stream".into(),
+            WatchEnd::IdleTimeout => "no bytes within the idle timeout".into(),
+            WatchEnd::Truncated { len } => format!("cut in the middle of a line of {len} bytes"),
+            WatchEnd::LineTooLong { len, .. } => format!("a line of at least {len} bytes"),
+            WatchEnd::Failed(e) => e.to_string(),
+        }
+    }
+}
+
 /// A clean end this soon after the start, with no line received, is treated as a
 /// failure so that a server that closes every watch at once is not hammered.
 const MIN_CLEAN_WATCH: Duration = Duration::from_secs(1);
@@ -214,6 +260,19 @@ pub struct Reflector {
     lines_in_watch: u64,
     /// Abnormal stream ends (everything but a clean end), for the restarts metric.
     restarts: u64,
+    /// Paginated lists only: turned off by the configuration, or the server refused
+    /// or ignored a streaming list. Never turned back on, so the mode cannot flap.
+    lists_only: bool,
+    /// The (re)list under way, for its log line.
+    sync: Option<SyncProgress>,
+}
+
+/// How far the current (re)list has come.
+#[derive(Clone, Copy, Debug)]
+struct SyncProgress {
+    started: Instant,
+    items: u64,
+    pages: u32,
 }
 
 impl Reflector {
@@ -224,13 +283,15 @@ impl Reflector {
         };
         Reflector {
             backoff: Backoff::new(config.backoff.clone()),
-            config,
             state: WatchState::Empty,
             rng,
             not_before: None,
             watch_started: None,
             lines_in_watch: 0,
             restarts: 0,
+            lists_only: !config.watch_list,
+            sync: None,
+            config,
         }
     }
 
@@ -247,6 +308,12 @@ impl Reflector {
         self.restarts
     }
 
+    /// Whether (re)lists are streaming lists: configured so, and the server has not
+    /// refused or ignored one.
+    pub fn uses_watch_list(&self) -> bool {
+        !self.lists_only
+    }
+
     /// The next thing to do at `now`.
     pub fn next_action(&mut self, now: Instant) -> Action {
         if let Some(t) = self.not_before {
@@ -256,27 +323,48 @@ impl Reflector {
             self.not_before = None;
         }
         match &self.state {
-            WatchState::Empty => Action::List {
-                continue_token: None,
-            },
+            // The stream of `InitialEvents` is open while the driver reads it; asked
+            // anyway, the answer is to start over.
+            WatchState::Empty | WatchState::InitialEvents { .. } => {
+                self.sync = Some(SyncProgress {
+                    started: now,
+                    items: 0,
+                    pages: 0,
+                });
+                if self.lists_only {
+                    Action::List {
+                        continue_token: None,
+                    }
+                } else {
+                    Action::WatchList {
+                        timeout_seconds: self.watch_timeout(),
+                    }
+                }
+            }
             WatchState::InitPage { continue_token } => Action::List {
                 continue_token: Some(continue_token.clone()),
             },
             WatchState::InitListed { resource_version }
             | WatchState::Watching { resource_version } => {
-                let (min, max) = self.config.watch_timeout;
-                let secs = if max > min {
-                    self.rng
-                        .random_range(min.as_secs()..max.as_secs().max(min.as_secs() + 1))
-                } else {
-                    min.as_secs()
-                };
+                let resource_version = resource_version.clone();
                 Action::Watch {
-                    resource_version: resource_version.clone(),
-                    timeout_seconds: secs.max(1),
+                    resource_version,
+                    timeout_seconds: self.watch_timeout(),
                 }
             }
         }
+    }
+
+    /// `timeoutSeconds` of the next watch, drawn from `watch_timeout`.
+    fn watch_timeout(&mut self) -> u64 {
+        let (min, max) = self.config.watch_timeout;
+        let secs = if max > min {
+            self.rng
+                .random_range(min.as_secs()..max.as_secs().max(min.as_secs() + 1))
+        } else {
+            min.as_secs()
+        };
+        secs.max(1)
     }
 
     /// A list page arrived (or failed). Returns the events to emit: `Init` before the
@@ -303,15 +391,12 @@ impl Reflector {
         if self.state == WatchState::Empty {
             out.push(NodeEvent::Init);
         }
+        if let Some(sync) = &mut self.sync {
+            sync.pages += 1;
+            sync.items += page.items.len() as u64;
+        }
         for item in page.items {
-            out.push(match self.config.filter.check(&item.node, &item.labels) {
-                Ok(()) => NodeEvent::InitApply(item.node),
-                Err(why) => NodeEvent::InitUnselected {
-                    name: item.node.name,
-                    provider_id: item.node.provider_id,
-                    why,
-                },
-            });
+            out.push(self.list_item(item));
         }
         let meta = page.metadata;
         if !meta.continue_token.is_empty() {
@@ -328,12 +413,58 @@ impl Reflector {
                 resource_version: meta.resource_version,
             };
             self.backoff.healthy(now);
+            self.log_sync_done(now);
         }
         out
     }
 
-    /// The watch request was answered: `Ok` means the stream is open.
-    pub fn on_watch_started(&mut self, result: Result<(), &KubeError>, now: Instant) {
+    /// One node of a list or of a streaming list's initial events.
+    fn list_item(&self, item: LabeledNode) -> NodeEvent {
+        match self.config.filter.check(&item.node, &item.labels) {
+            Ok(()) => NodeEvent::InitApply(item.node),
+            Err(why) => NodeEvent::InitUnselected {
+                name: item.node.name,
+                provider_id: item.node.provider_id,
+                why,
+            },
+        }
+    }
+
+    /// The log line of a complete (re)list: how it was done and how long it took.
+    fn log_sync_done(&mut self, now: Instant) {
+        let Some(sync) = self.sync.take() else {
+            return;
+        };
+        let took = now.saturating_duration_since(sync.started);
+        let how = match self.state {
+            WatchState::Watching { .. } => "a streaming list (watch-list)".to_string(),
+            _ => format!(
+                "a paginated list ({} page{} of at most {})",
+                sync.pages,
+                if sync.pages == 1 { "" } else { "s" },
+                self.config.page_size
+            ),
+        };
+        log::info!(
+            "node list complete: {} nodes by {how} in {:.3} s",
+            sync.items,
+            took.as_secs_f64()
+        );
+    }
+
+    /// The watch request was answered: `Ok` means the stream is open. For a streaming
+    /// list, returns the `Init` that begins the list once its stream is open.
+    pub fn on_watch_started(
+        &mut self,
+        result: Result<(), &KubeError>,
+        now: Instant,
+    ) -> Vec<NodeEvent> {
+        if matches!(
+            self.state,
+            WatchState::Empty | WatchState::InitialEvents { .. }
+        ) {
+            return self.on_watch_list_started(result, now);
+        }
         let rv = self.resource_version().to_string();
         match result {
             Ok(()) => {
@@ -358,6 +489,45 @@ impl Reflector {
                 self.fail(now, retry_after(e));
             }
         }
+        Vec::new()
+    }
+
+    /// The answer to a streaming list's request.
+    fn on_watch_list_started(
+        &mut self,
+        result: Result<(), &KubeError>,
+        now: Instant,
+    ) -> Vec<NodeEvent> {
+        match result {
+            Ok(()) => {
+                self.state = WatchState::InitialEvents { opened: now };
+                self.watch_started = Some(now);
+                self.lines_in_watch = 0;
+                vec![NodeEvent::Init]
+            }
+            Err(e) if refuses_watch_list(e) => {
+                self.fall_back(&format!("the API server refused it ({e})"));
+                Vec::new()
+            }
+            Err(e) => {
+                log::warn!("starting the streaming list of nodes failed: {e}; retrying");
+                self.state = WatchState::Empty;
+                self.fail(now, retry_after(e));
+                Vec::new()
+            }
+        }
+    }
+
+    /// Lists from now on, at once (the server is fine; it only does not stream).
+    fn fall_back(&mut self, why: &str) {
+        log::info!(
+            "streaming lists of nodes (watch-list) are off from now on: {why}; using \
+             paginated lists of {} instead",
+            self.config.page_size
+        );
+        self.lists_only = true;
+        self.state = WatchState::Empty;
+        self.not_before = None;
     }
 
     /// One line of the watch stream (without its newline).
@@ -366,7 +536,11 @@ impl Reflector {
             return LineOutcome::Nothing;
         }
         self.lines_in_watch += 1;
-        match serde_json::from_slice::<WireEvent>(line) {
+        let event = serde_json::from_slice::<WireEvent>(line);
+        if let WatchState::InitialEvents { opened } = self.state {
+            return self.on_initial_event(event, line, opened, now);
+        }
+        match event {
             Ok(WireEvent::Added(item)) => self.filtered(item, NodeEvent::Added),
             Ok(WireEvent::Modified(item)) => self.filtered(item, NodeEvent::Modified),
             // A deleted node's routes go whether it was routed or not.
@@ -377,52 +551,149 @@ impl Reflector {
                 }
                 LineOutcome::Nothing
             }
-            Ok(WireEvent::Error(status)) => {
-                if status.code == 410 || status.reason == "Expired" || status.reason == "Gone" {
-                    log::info!(
-                        "the node watch reported 410 {} ({}); relisting",
-                        status.reason,
-                        status.message
-                    );
-                    self.relist(now);
-                } else {
-                    log::warn!(
-                        "the node watch reported an error: {} {} ({}); restarting the watch \
-                         from resourceVersion {}",
-                        status.code,
-                        status.reason,
-                        status.message,
-                        self.resource_version()
-                    );
-                    self.restart(now);
+            Ok(WireEvent::Error(status)) => self.error_event(status, now),
+            Err(e) => self.bad_line(line, &e, now),
+        }
+    }
+
+    /// A line of a streaming list before the end of its initial events: ADDED events
+    /// are the list's items (in no resourceVersion order, so none moves the version
+    /// on), the end bookmark completes the list.
+    fn on_initial_event(
+        &mut self,
+        event: serde_json::Result<WireEvent>,
+        line: &[u8],
+        opened: Instant,
+        now: Instant,
+    ) -> LineOutcome {
+        let outcome = match event {
+            Ok(WireEvent::Added(item)) => {
+                if let Some(sync) = &mut self.sync {
+                    sync.items += 1;
                 }
-                LineOutcome::Restart
+                LineOutcome::Event(self.list_item(item))
             }
-            Err(e) => {
-                let kind = serde_json::from_slice::<Probe>(line)
-                    .ok()
-                    .and_then(|p| p.kind)
-                    .unwrap_or_default();
-                let problem = if !kind.is_empty() && !KNOWN_TYPES.contains(&kind.as_str()) {
-                    format!("unknown event type {kind:?}")
-                } else {
-                    format!("malformed event (type {kind:?}): {e}")
-                };
-                log::warn!(
-                    "node watch: {problem}; line of {} bytes starting {:?}; restarting the \
-                     watch from resourceVersion {}",
-                    line.len(),
-                    prefix(line, 200),
-                    self.resource_version()
+            Ok(WireEvent::Bookmark(b)) if b.metadata.annotations.ends_initial_events() => {
+                return self.on_initial_events_end(b.metadata.resource_version, now);
+            }
+            Ok(WireEvent::Bookmark(_)) => LineOutcome::Nothing,
+            // A server that honours sendInitialEvents sends only ADDED before the end
+            // bookmark; one that ignores it replays the nodes and goes on with changes.
+            Ok(WireEvent::Modified(_) | WireEvent::Deleted(_)) => {
+                self.fall_back(
+                    "the API server sent a change before the end of the initial events, so \
+                     it ignores sendInitialEvents",
                 );
-                self.restart(now);
-                LineOutcome::Restart
+                return LineOutcome::Restart;
             }
+            Ok(WireEvent::Error(status)) => self.error_event(status, now),
+            Err(e) => self.bad_line(line, &e, now),
+        };
+        if matches!(self.state, WatchState::InitialEvents { .. }) && self.past_deadline(opened, now)
+        {
+            self.fall_back_no_end();
+            return LineOutcome::Restart;
+        }
+        outcome
+    }
+
+    /// The bookmark annotated `k8s.io/initial-events-end`: the list is complete, and
+    /// the same stream goes on as a watch from the bookmark's version.
+    fn on_initial_events_end(&mut self, resource_version: String, now: Instant) -> LineOutcome {
+        if resource_version.is_empty() {
+            log::warn!(
+                "the end of the initial node events has no resourceVersion; cannot watch from \
+                 it, streaming the list again"
+            );
+            self.state = WatchState::Empty;
+            self.restarts += 1;
+            self.fail(now, None);
+            return LineOutcome::Restart;
+        }
+        self.state = WatchState::Watching { resource_version };
+        self.backoff.healthy(now);
+        self.log_sync_done(now);
+        LineOutcome::Event(NodeEvent::InitDone)
+    }
+
+    fn past_deadline(&self, opened: Instant, now: Instant) -> bool {
+        now.saturating_duration_since(opened) >= self.config.initial_events_timeout
+    }
+
+    fn fall_back_no_end(&mut self) {
+        self.fall_back(&format!(
+            "no end of the initial events (the bookmark annotated k8s.io/initial-events-end) \
+             {:?} after the stream opened, so the API server ignores sendInitialEvents",
+            self.config.initial_events_timeout
+        ));
+    }
+
+    /// An `ERROR` event: a 410 relists, anything else restarts the stream.
+    fn error_event(&mut self, status: Status, now: Instant) -> LineOutcome {
+        if status.code == 410 || status.reason == "Expired" || status.reason == "Gone" {
+            log::info!(
+                "the node watch reported 410 {} ({}); relisting",
+                status.reason,
+                status.message
+            );
+            self.relist(now);
+        } else {
+            log::warn!(
+                "the node watch reported an error: {} {} ({}); restarting {}",
+                status.code,
+                status.reason,
+                status.message,
+                self.what_restarts()
+            );
+            self.restart(now);
+        }
+        LineOutcome::Restart
+    }
+
+    /// A line that is not a watch event: the stream restarts.
+    fn bad_line(&mut self, line: &[u8], e: &serde_json::Error, now: Instant) -> LineOutcome {
+        let kind = serde_json::from_slice::<Probe>(line)
+            .ok()
+            .and_then(|p| p.kind)
+            .unwrap_or_default();
+        let problem = if !kind.is_empty() && !KNOWN_TYPES.contains(&kind.as_str()) {
+            format!("unknown event type {kind:?}")
+        } else {
+            format!("malformed event (type {kind:?}): {e}")
+        };
+        log::warn!(
+            "node watch: {problem}; line of {} bytes starting {:?}; restarting {}",
+            line.len(),
+            prefix(line, 200),
+            self.what_restarts()
+        );
+        self.restart(now);
+        LineOutcome::Restart
+    }
+
+    /// What [`Reflector::restart`] starts again, for log lines.
+    fn what_restarts(&self) -> String {
+        match &self.state {
+            WatchState::InitialEvents { .. } => "the streaming list".into(),
+            _ => format!("the watch from resourceVersion {}", self.resource_version()),
         }
     }
 
     /// The stream ended (or the driver gave up on it).
     pub fn on_watch_end(&mut self, end: WatchEnd, now: Instant) {
+        if let WatchState::InitialEvents { opened } = self.state {
+            if self.past_deadline(opened, now) {
+                self.fall_back_no_end();
+            } else {
+                log::warn!(
+                    "the streaming list of nodes ended before its initial events did ({}); \
+                     streaming it again",
+                    end.describe()
+                );
+                self.restart(now);
+            }
+            return;
+        }
         if !matches!(self.state, WatchState::Watching { .. }) {
             // A line already decided what comes next (relist or restart).
             return;
@@ -508,7 +779,9 @@ impl Reflector {
         match &self.state {
             WatchState::InitListed { resource_version }
             | WatchState::Watching { resource_version } => resource_version,
-            WatchState::Empty | WatchState::InitPage { .. } => "",
+            WatchState::Empty | WatchState::InitPage { .. } | WatchState::InitialEvents { .. } => {
+                ""
+            }
         }
     }
 
@@ -518,11 +791,14 @@ impl Reflector {
         }
     }
 
-    /// Back to `InitListed` at the last good version, after a backoff.
+    /// Back to `InitListed` at the last good version, after a backoff; a streaming
+    /// list that had not ended starts over (its `Init` drops what it delivered).
     fn restart(&mut self, now: Instant) {
-        let rv = self.resource_version().to_string();
-        self.state = WatchState::InitListed {
-            resource_version: rv,
+        self.state = match &self.state {
+            WatchState::InitialEvents { .. } => WatchState::Empty,
+            _ => WatchState::InitListed {
+                resource_version: self.resource_version().to_string(),
+            },
         };
         self.restarts += 1;
         self.fail(now, None);
@@ -546,6 +822,21 @@ impl Reflector {
 
 fn retry_after(e: &KubeError) -> Option<Duration> {
     e.api().and_then(|a| a.retry_after)
+}
+
+/// Whether the answer to a streaming list's request says the server will not do it:
+/// any 4xx (a 422 "sendInitialEvents is forbidden" with the WatchList gate off; an
+/// older server rejects `resourceVersionMatch` on a watch) but those that are not
+/// about the request's parameters: 401 (credentials), 410 (a relist) and 429 (slow
+/// down), which are retried as streaming lists.
+fn refuses_watch_list(e: &KubeError) -> bool {
+    e.api().is_some_and(|a| {
+        (400..500).contains(&a.code)
+            && !matches!(
+                a.kind(),
+                ApiErrorKind::Unauthorized | ApiErrorKind::Gone | ApiErrorKind::TooManyRequests
+            )
+    })
 }
 
 const KNOWN_TYPES: &[&str] = &["ADDED", "MODIFIED", "DELETED", "BOOKMARK", "ERROR"];
@@ -576,6 +867,21 @@ struct Bookmark {
 #[serde(rename_all = "camelCase", default)]
 struct BookmarkMeta {
     resource_version: String,
+    annotations: BookmarkAnnotations,
+}
+
+/// The one annotation a bookmark carries, in a streaming list.
+#[derive(Deserialize, Default)]
+#[serde(default)]
+struct BookmarkAnnotations {
+    #[serde(rename = "k8s.io/initial-events-end")]
+    initial_events_end: Option<String>,
+}
+
+impl BookmarkAnnotations {
+    fn ends_initial_events(&self) -> bool {
+        self.initial_events_end.as_deref() == Some("true")
+    }
 }
 
 /// Just the type of an event, to tell an unknown type from a malformed event.
@@ -671,7 +977,10 @@ impl Driver {
                 Action::Watch {
                     resource_version,
                     timeout_seconds,
-                } => self.watch(&resource_version, timeout_seconds),
+                } => self.watch(&watch_path(&resource_version, timeout_seconds)),
+                Action::WatchList { timeout_seconds } => {
+                    self.watch(&watch_list_path(timeout_seconds))
+                }
             };
             if step.is_err() {
                 return;
@@ -703,12 +1012,9 @@ impl Driver {
         Ok(())
     }
 
-    fn watch(&mut self, rv: &str, timeout_seconds: u64) -> Result<(), Stopped> {
-        let path = format!(
-            "/api/v1/nodes?watch=1&resourceVersion={}&allowWatchBookmarks=true&timeoutSeconds={timeout_seconds}",
-            encode_query(rv)
-        );
-        let resp = match self.client.get_stream(&path) {
+    /// Opens a watch (or a streaming list) and reads it to its end.
+    fn watch(&mut self, path: &str) -> Result<(), Stopped> {
+        let resp = match self.client.get_stream(path) {
             Ok(r) => r,
             Err(KubeError::Stopped) => return Err(Stopped),
             Err(e) => {
@@ -720,7 +1026,9 @@ impl Driver {
                 return Ok(());
             }
         };
-        self.reflector.on_watch_started(Ok(()), Instant::now());
+        for e in self.reflector.on_watch_started(Ok(()), Instant::now()) {
+            self.send(e)?;
+        }
         self.metrics.watch_healthy.set(1);
         let restarts = self.reflector.restarts();
         let result = self.read_stream(resp);
@@ -744,6 +1052,10 @@ impl Driver {
             let end = match read {
                 Ok(ReadLine::Line) => match self.reflector.on_watch_line(&line, now) {
                     LineOutcome::Event(e) => {
+                        // Only a streaming list completes inside a stream.
+                        if e == NodeEvent::InitDone {
+                            self.metrics.watch_streaming_lists.inc();
+                        }
                         self.send(e)?;
                         continue;
                     }
@@ -849,6 +1161,23 @@ pub fn for_each_node(
     }
 }
 
+/// A watch from `resource_version` (a plain reconnect never asks for initial events).
+fn watch_path(resource_version: &str, timeout_seconds: u64) -> String {
+    format!(
+        "/api/v1/nodes?watch=1&resourceVersion={}&allowWatchBookmarks=true&timeoutSeconds={timeout_seconds}",
+        encode_query(resource_version)
+    )
+}
+
+/// A streaming list from a consistent snapshot (no resourceVersion), as client-go's
+/// reflector asks for one.
+fn watch_list_path(timeout_seconds: u64) -> String {
+    format!(
+        "/api/v1/nodes?watch=1&sendInitialEvents=true&resourceVersionMatch=NotOlderThan\
+         &allowWatchBookmarks=true&timeoutSeconds={timeout_seconds}"
+    )
+}
+
 /// Percent-encodes a query value (resourceVersions and continue tokens are opaque).
 fn encode_query(value: &str) -> String {
     crate::percent::encode(value)
@@ -883,11 +1212,341 @@ mod tests {
         }
     }
 
+    /// A reflector on paginated lists (the tests of lists and of the watch after one).
     fn reflector() -> Reflector {
+        Reflector::new(WatchConfig {
+            seed: Some(7),
+            watch_list: false,
+            ..WatchConfig::default()
+        })
+    }
+
+    /// A reflector on streaming lists, as by default.
+    fn streaming() -> Reflector {
         Reflector::new(WatchConfig {
             seed: Some(7),
             ..WatchConfig::default()
         })
+    }
+
+    fn added(name: &str, rv: &str) -> Vec<u8> {
+        format!(
+            r#"{{"type":"ADDED","object":{{"metadata":{{"name":"{name}","resourceVersion":"{rv}"}}}}}}"#
+        )
+        .into_bytes()
+    }
+
+    fn end_bookmark(rv: &str) -> Vec<u8> {
+        format!(
+            r#"{{"type":"BOOKMARK","object":{{"kind":"Node","metadata":{{"resourceVersion":"{rv}","annotations":{{"k8s.io/initial-events-end":"true"}}}}}}}}"#
+        )
+        .into_bytes()
+    }
+
+    fn refused() -> KubeError {
+        KubeError::Api(crate::kube::ApiError::from_response(
+            "GET /api/v1/nodes".into(),
+            422,
+            None,
+            br#"{"kind":"Status","reason":"Invalid","code":422,"message":"ListOptions.meta.k8s.io \"\" is invalid: sendInitialEvents: Forbidden: sendInitialEvents is forbidden for watch unless the WatchList feature gate is enabled"}"#,
+        ))
+    }
+
+    fn api_error(code: u16) -> KubeError {
+        KubeError::Api(crate::kube::ApiError::from_response(
+            "GET /api/v1/nodes".into(),
+            code,
+            None,
+            b"{}",
+        ))
+    }
+
+    /// Opens a streaming list at `t0` and replays `names`; the end bookmark is not sent.
+    fn replaying(r: &mut Reflector, names: &[&str], t0: Instant) -> Vec<NodeEvent> {
+        assert!(matches!(r.next_action(t0), Action::WatchList { .. }));
+        let mut out = r.on_watch_started(Ok(()), t0);
+        for n in names {
+            match r.on_watch_line(&added(n, "3"), t0) {
+                LineOutcome::Event(e) => out.push(e),
+                other => panic!("ADDED {n} gave {other:?}"),
+            }
+        }
+        out
+    }
+
+    /// Guards the framing of a streaming list: `Init` when the stream opens, `InitApply`
+    /// per initial ADDED (not `Added`), `InitDone` only at the end bookmark (a plain
+    /// bookmark before it completes nothing), then the same stream is a watch from the
+    /// end bookmark's version.
+    #[test]
+    fn a_streaming_list_is_framed_like_a_paginated_one_and_goes_on_as_a_watch() {
+        let t0 = Instant::now();
+        let mut r = streaming();
+        assert!(r.uses_watch_list());
+        let events = replaying(&mut r, &["a", "b"], t0);
+        assert_eq!(
+            events,
+            vec![
+                NodeEvent::Init,
+                NodeEvent::InitApply(node("a", "3")),
+                NodeEvent::InitApply(node("b", "3"))
+            ]
+        );
+        let plain =
+            br#"{"type":"BOOKMARK","object":{"kind":"Node","metadata":{"resourceVersion":"40"}}}"#;
+        assert_eq!(r.on_watch_line(plain, t0), LineOutcome::Nothing);
+        let not_true = br#"{"type":"BOOKMARK","object":{"metadata":{"resourceVersion":"41","annotations":{"k8s.io/initial-events-end":"false"}}}}"#;
+        assert_eq!(r.on_watch_line(not_true, t0), LineOutcome::Nothing);
+        assert_eq!(r.state(), &WatchState::InitialEvents { opened: t0 });
+        assert_eq!(
+            r.on_watch_line(&end_bookmark("50"), t0),
+            LineOutcome::Event(NodeEvent::InitDone)
+        );
+        assert_eq!(
+            r.state(),
+            &WatchState::Watching {
+                resource_version: "50".into()
+            }
+        );
+        assert_eq!(
+            r.on_watch_line(&added("c", "51"), t0),
+            LineOutcome::Event(NodeEvent::Added(node("c", "51")))
+        );
+        // A filtered node is an InitUnselected in the initial events, as in a list.
+        let mut r = Reflector::new(WatchConfig {
+            seed: Some(7),
+            filter: NodeFilter {
+                selector: crate::selector::Selector::parse("role=worker").unwrap(),
+                own_provider: None,
+            },
+            ..WatchConfig::default()
+        });
+        let events = replaying(&mut r, &["infra"], t0);
+        assert!(
+            matches!(&events[1], NodeEvent::InitUnselected { name, .. } if name == "infra"),
+            "{events:?}"
+        );
+    }
+
+    /// Guards "no complete view before the end bookmark": a stream cut, stalled or
+    /// ended after initial events gives no `InitDone`, and the next try (a streaming
+    /// list again, after a backoff) starts with `Init`, which drops the partial view.
+    #[test]
+    fn nothing_before_the_end_bookmark_completes_the_view() {
+        let t0 = Instant::now();
+        for end in [
+            WatchEnd::Clean,
+            WatchEnd::Truncated { len: 9 },
+            WatchEnd::Failed(api_error(500)),
+        ] {
+            let mut r = streaming();
+            let events = replaying(&mut r, &["a", "b"], t0);
+            assert!(!events.contains(&NodeEvent::InitDone));
+            let cut = t0 + Duration::from_secs(5);
+            r.on_watch_end(end, cut);
+            assert_eq!(r.state(), &WatchState::Empty);
+            let Action::Wait(until) = r.next_action(cut) else {
+                panic!("expected a backoff");
+            };
+            assert!(matches!(r.next_action(until), Action::WatchList { .. }));
+            assert_eq!(r.on_watch_started(Ok(()), until), vec![NodeEvent::Init]);
+            assert!(r.uses_watch_list(), "a broken stream is no reason to list");
+        }
+        // A bad line or a non-410 ERROR event during the initial events: the same.
+        for bad in [
+            &b"not json"[..],
+            br#"{"type":"ERROR","object":{"kind":"Status","code":500,"reason":"InternalError"}}"#,
+        ] {
+            let mut r = streaming();
+            replaying(&mut r, &["a"], t0);
+            assert_eq!(r.on_watch_line(bad, t0), LineOutcome::Restart);
+            assert_eq!(r.state(), &WatchState::Empty);
+            assert!(r.uses_watch_list());
+        }
+    }
+
+    /// Guards the 410 during the initial events: the partial view is dropped (the
+    /// state is `Empty`, so the next stream sends `Init`) and the relist is a streaming
+    /// list again, from a consistent snapshot.
+    #[test]
+    fn a_410_during_the_initial_events_relists_with_a_streaming_list() {
+        let t0 = Instant::now();
+        let mut r = streaming();
+        replaying(&mut r, &["a"], t0);
+        let expired = br#"{"type":"ERROR","object":{"kind":"Status","apiVersion":"v1","status":"Failure","message":"too old resource version","reason":"Expired","code":410}}"#;
+        assert_eq!(r.on_watch_line(expired, t0), LineOutcome::Restart);
+        assert_eq!(r.state(), &WatchState::Empty);
+        let Action::Wait(until) = r.next_action(t0) else {
+            panic!("expected a backoff");
+        };
+        assert!(matches!(r.next_action(until), Action::WatchList { .. }));
+        assert_eq!(r.on_watch_started(Ok(()), until), vec![NodeEvent::Init]);
+        assert!(!watch_list_path(300).contains("resourceVersion="));
+    }
+
+    /// Guards kube-rs's bug #1844: a reconnect after the end bookmark (a clean end,
+    /// a stall) is a plain watch from the last version, never a new streaming list;
+    /// only a 410 relists, and that relist streams again.
+    #[test]
+    fn a_reconnect_after_the_end_bookmark_does_not_ask_for_initial_events_again() {
+        let t0 = Instant::now();
+        let mut r = streaming();
+        replaying(&mut r, &["a"], t0);
+        r.on_watch_line(&end_bookmark("50"), t0);
+        let later = t0 + Duration::from_secs(400);
+        r.on_watch_end(WatchEnd::Clean, later);
+        assert!(matches!(
+            r.next_action(later),
+            Action::Watch { resource_version, .. } if resource_version == "50"
+        ));
+        r.on_watch_started(Ok(()), later);
+        r.on_watch_end(WatchEnd::IdleTimeout, later);
+        let Action::Wait(until) = r.next_action(later) else {
+            panic!("expected a backoff");
+        };
+        assert!(matches!(r.next_action(until), Action::Watch { .. }));
+        assert_eq!(r.on_watch_started(Ok(()), until), vec![]);
+        r.on_watch_started(Err(&gone()), until);
+        let Action::Wait(until) = r.next_action(until) else {
+            panic!("expected a backoff");
+        };
+        assert!(matches!(r.next_action(until), Action::WatchList { .. }));
+        let plain = watch_path("50", 300);
+        assert!(!plain.contains("sendInitialEvents"), "{plain}");
+        let list = watch_list_path(300);
+        for part in [
+            "watch=1",
+            "sendInitialEvents=true",
+            "resourceVersionMatch=NotOlderThan",
+            "allowWatchBookmarks=true",
+        ] {
+            assert!(list.contains(part), "{list} lacks {part}");
+        }
+    }
+
+    /// Guards the fallback on refusal: a 4xx that is about the request (422 with the
+    /// WatchList gate off, 400, 403, 404) lists at once, and every later relist lists
+    /// too; 401, 429 and 5xx are retried as streaming lists after a backoff.
+    #[test]
+    fn a_refused_streaming_list_falls_back_to_paginated_lists_for_good() {
+        let t0 = Instant::now();
+        for e in [refused(), api_error(400), api_error(403), api_error(404)] {
+            let mut r = streaming();
+            assert!(matches!(r.next_action(t0), Action::WatchList { .. }));
+            assert_eq!(r.on_watch_started(Err(&e), t0), vec![]);
+            assert!(!r.uses_watch_list());
+            assert_eq!(
+                r.next_action(t0),
+                Action::List {
+                    continue_token: None
+                },
+                "no backoff before the list"
+            );
+            r.on_list_page(Ok(page(&["a"], "9", "")), t0);
+            r.on_watch_started(Ok(()), t0);
+            assert_eq!(
+                r.on_watch_line(&added("b", "10"), t0),
+                LineOutcome::Event(NodeEvent::Added(node("b", "10")))
+            );
+            r.on_watch_line(
+                br#"{"type":"ERROR","object":{"kind":"Status","code":410,"reason":"Expired"}}"#,
+                t0,
+            );
+            let Action::Wait(until) = r.next_action(t0) else {
+                panic!("expected a backoff");
+            };
+            assert_eq!(
+                r.next_action(until),
+                Action::List {
+                    continue_token: None
+                },
+                "after a fallback, relists list too"
+            );
+        }
+        for code in [401, 429, 500, 503] {
+            let mut r = streaming();
+            r.next_action(t0);
+            r.on_watch_started(Err(&api_error(code)), t0);
+            assert!(r.uses_watch_list(), "{code}");
+            let Action::Wait(until) = r.next_action(t0) else {
+                panic!("expected a backoff after {code}");
+            };
+            assert!(matches!(r.next_action(until), Action::WatchList { .. }));
+        }
+    }
+
+    /// Guards the deadline, in virtual time: a server that replays the nodes but
+    /// never sends the end bookmark is listed once `initial_events_timeout` has passed
+    /// since the stream opened (noticed at the next line or at the stream's end), and
+    /// for good; before the deadline it is still waited for.
+    #[test]
+    fn a_server_that_never_ends_the_initial_events_is_listed_after_the_deadline() {
+        let t0 = Instant::now();
+        let timeout = WatchConfig::default().initial_events_timeout;
+        let mut r = streaming();
+        replaying(&mut r, &["a"], t0);
+        let just_before = t0 + timeout - Duration::from_millis(1);
+        assert!(matches!(
+            r.on_watch_line(&added("b", "4"), just_before),
+            LineOutcome::Event(NodeEvent::InitApply(_))
+        ));
+        let plain = br#"{"type":"BOOKMARK","object":{"metadata":{"resourceVersion":"40"}}}"#;
+        assert_eq!(r.on_watch_line(plain, t0 + timeout), LineOutcome::Restart);
+        assert!(!r.uses_watch_list());
+        assert_eq!(
+            r.next_action(t0 + timeout),
+            Action::List {
+                continue_token: None
+            }
+        );
+        // A stream that goes silent: the idle timeout ends it past the deadline.
+        let mut r = streaming();
+        replaying(&mut r, &["a"], t0);
+        r.on_watch_end(WatchEnd::IdleTimeout, t0 + 2 * timeout);
+        assert!(!r.uses_watch_list());
+        // The end bookmark that comes late but on the deadline's line still counts.
+        let mut r = streaming();
+        replaying(&mut r, &["a"], t0);
+        assert_eq!(
+            r.on_watch_line(&end_bookmark("7"), t0 + timeout),
+            LineOutcome::Event(NodeEvent::InitDone)
+        );
+        assert!(r.uses_watch_list());
+    }
+
+    /// Guards the other sign of a server that ignores `sendInitialEvents`: a change
+    /// (MODIFIED, DELETED) before the end bookmark, which such a server sends after
+    /// its replay; the reflector lists at once, for good.
+    #[test]
+    fn a_change_before_the_end_bookmark_means_the_server_ignores_initial_events() {
+        let t0 = Instant::now();
+        for kind in ["MODIFIED", "DELETED"] {
+            let mut r = streaming();
+            replaying(&mut r, &["a"], t0);
+            let line = format!(
+                r#"{{"type":"{kind}","object":{{"metadata":{{"name":"a","resourceVersion":"5"}}}}}}"#
+            );
+            assert_eq!(r.on_watch_line(line.as_bytes(), t0), LineOutcome::Restart);
+            assert!(!r.uses_watch_list());
+            assert_eq!(
+                r.next_action(t0),
+                Action::List {
+                    continue_token: None
+                }
+            );
+        }
+    }
+
+    #[test]
+    fn with_watch_list_off_the_reflector_lists() {
+        let mut r = reflector();
+        assert!(!r.uses_watch_list());
+        assert_eq!(
+            r.next_action(Instant::now()),
+            Action::List {
+                continue_token: None
+            }
+        );
     }
 
     fn gone() -> KubeError {
@@ -1237,6 +1896,7 @@ mod tests {
             fn watch_lines(
                 lines in proptest::collection::vec(bytes(LINES), 1..4),
                 filtered in any::<bool>(),
+                initial_events in any::<bool>(),
             ) {
                 check("the watch's line parser", move || {
                     let t0 = Instant::now();
@@ -1255,7 +1915,12 @@ mod tests {
                     } else {
                         reflector()
                     };
-                    watching(&mut r, t0);
+                    if initial_events {
+                        // The lines as a streaming list's initial events.
+                        r.on_watch_started(Ok(()), t0);
+                    } else {
+                        watching(&mut r, t0);
+                    }
                     for line in &lines {
                         let _ = r.on_watch_line(line, t0);
                     }
