@@ -1,5 +1,6 @@
 //! The node watch thread against the fake API server: pagination, resuming, relists
-//! after 410, stalls, bad lines, and stopping.
+//! after 410, stalls, bad lines, and stopping; streaming lists (watch-list), their
+//! fallback to paginated lists, a 410 in their replay and a reconnect after them.
 
 #[path = "support/fake_apiserver.rs"]
 mod fake_apiserver;
@@ -9,7 +10,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::Receiver;
-use fake_apiserver::{FakeApiServer, WatchScript, WatchStep, node_json};
+use fake_apiserver::{FakeApiServer, InitialEvents, WatchScript, WatchStep, node_json};
 use route_controller::NodeEvent;
 use route_controller::kube::watch::{BackoffConfig, NodeWatch, WatchConfig, spawn_node_watch};
 use route_controller::kube::{Client, ClientOptions, Env, KubeConfig, LoadOptions};
@@ -27,9 +28,11 @@ fn client(server: &FakeApiServer) -> Client {
     Client::new(&config, ClientOptions::default()).expect("client")
 }
 
-/// Short timings so that faults resolve in milliseconds.
+/// Short timings so that faults resolve in milliseconds; paginated lists (the tests
+/// of streaming lists use [`streaming_config`]).
 fn fast_config() -> WatchConfig {
     WatchConfig {
+        watch_list: false,
         idle_timeout: Duration::from_secs(30),
         backoff: BackoffConfig {
             initial: Duration::from_millis(10),
@@ -453,4 +456,172 @@ fn stop_interrupts_a_blocked_watch_promptly() {
         "took {:?}",
         started.elapsed()
     );
+}
+
+// --- streaming lists (watch-list) --------------------------------------------------
+
+fn streaming_config() -> WatchConfig {
+    WatchConfig {
+        watch_list: true,
+        ..fast_config()
+    }
+}
+
+fn count(server: &FakeApiServer, pred: impl Fn(&fake_apiserver::Recorded) -> bool) -> usize {
+    server.requests().iter().filter(|r| pred(r)).count()
+}
+
+/// Guards the streaming list end to end: one request replays the nodes, framed as a
+/// list, and goes on as the watch; no LIST at all; the reconnect after a clean end
+/// is a plain watch from the last version, without `sendInitialEvents` (kube-rs
+/// #1844); the streaming list is counted.
+#[test]
+fn a_streaming_list_replays_the_nodes_then_goes_on_as_the_watch_without_any_list() {
+    let server = FakeApiServer::start();
+    seed_nodes(&server, &["n1", "n2"]);
+    server.script_watch(WatchScript::Stream(vec![
+        WatchStep::Event("ADDED", node_json("n3", 11, &["10.244.9.0/24"], "10.0.0.9")),
+        WatchStep::Bookmark("15".into()),
+        WatchStep::End,
+    ]));
+    server.script_watch(WatchScript::Stream(vec![
+        WatchStep::Event(
+            "MODIFIED",
+            node_json("n3", 16, &["10.244.9.0/24"], "10.0.0.9"),
+        ),
+        WatchStep::Stall,
+    ]));
+    let (watch, rx, metrics) = start(&server, streaming_config());
+    assert_eq!(
+        take(&rx, 6),
+        [
+            "Init",
+            "InitApply n1",
+            "InitApply n2",
+            "InitDone",
+            "Added n3@11",
+            "Modified n3@16"
+        ]
+    );
+    let watches: Vec<_> = server
+        .requests()
+        .into_iter()
+        .filter(|r| r.is_watch())
+        .collect();
+    assert_eq!(watches.len(), 2);
+    let first = &watches[0];
+    assert!(first.is_watch_list());
+    assert_eq!(first.query("resourceVersionMatch"), Some("NotOlderThan"));
+    assert_eq!(first.query("allowWatchBookmarks"), Some("true"));
+    assert_eq!(
+        first.query("resourceVersion"),
+        None,
+        "a consistent snapshot"
+    );
+    assert!(
+        !watches[1].is_watch_list(),
+        "the reconnect resent sendInitialEvents"
+    );
+    assert_eq!(watches[1].query("sendInitialEvents"), None);
+    assert_eq!(watches[1].query("resourceVersion"), Some("15"));
+    assert_eq!(count(&server, |r| r.is_list()), 0);
+    assert_eq!(metrics.watch_streaming_lists.get(), 1);
+    assert_eq!(metrics.watch_restarts.get(), 0);
+    watch.stop();
+}
+
+/// Guards the fallback on refusal (a 422 as from a server with the WatchList gate
+/// off): the nodes come by a paginated list, and the relist after a 410 is a list
+/// too, with no second streaming list (no flapping).
+#[test]
+fn a_refused_streaming_list_falls_back_to_paginated_lists_for_good() {
+    let server = FakeApiServer::start();
+    seed_nodes(&server, &["n1"]);
+    server.set_initial_events(InitialEvents::Refuse(422));
+    server.script_watch(WatchScript::Stream(vec![WatchStep::Expired]));
+    let (watch, rx, metrics) = start(&server, streaming_config());
+    assert_eq!(
+        take(&rx, 6),
+        [
+            "Init",
+            "InitApply n1",
+            "InitDone",
+            "Init",
+            "InitApply n1",
+            "InitDone"
+        ]
+    );
+    assert_eq!(count(&server, |r| r.is_watch_list()), 1);
+    assert_eq!(count(&server, |r| r.is_list()), 2);
+    assert_eq!(metrics.watch_streaming_lists.get(), 0);
+    watch.stop();
+}
+
+/// Guards the deadline on a server that ignores `sendInitialEvents` (it replays the
+/// nodes and never ends the initial events): once `initial_events_timeout` has passed
+/// (seen here at the next bookmark), the partial view is dropped by a new `Init` of a
+/// paginated list, and the watch goes on from that list's version.
+#[test]
+fn a_server_that_never_sends_the_end_bookmark_is_listed_after_the_deadline() {
+    let server = FakeApiServer::start();
+    seed_nodes(&server, &["n1", "n2"]);
+    server.set_initial_events(InitialEvents::NoEndBookmark);
+    let deadline = Duration::from_millis(300);
+    server.script_watch(WatchScript::Stream(vec![
+        WatchStep::Pause(Duration::from_millis(400)),
+        WatchStep::Bookmark("12".into()),
+        WatchStep::Stall,
+    ]));
+    let config = WatchConfig {
+        initial_events_timeout: deadline,
+        ..streaming_config()
+    };
+    let started = Instant::now();
+    let (watch, rx, _) = start(&server, config);
+    assert_eq!(take(&rx, 3), ["Init", "InitApply n1", "InitApply n2"]);
+    assert_eq!(
+        take(&rx, 4),
+        ["Init", "InitApply n1", "InitApply n2", "InitDone"]
+    );
+    assert!(started.elapsed() >= deadline, "{:?}", started.elapsed());
+    assert!(server.wait_for(Duration::from_secs(5), |r| {
+        r.iter().filter(|r| r.is_watch()).count() >= 2
+    }));
+    assert_eq!(count(&server, |r| r.is_watch_list()), 1);
+    assert_eq!(count(&server, |r| r.is_list()), 1);
+    assert_eq!(watch_rvs(&server), ["", "10"]);
+    watch.stop();
+}
+
+/// Guards the 410 in the middle of the replay: the partial view (n1) is dropped by
+/// the `Init` of the next try, which is a streaming list again from a consistent
+/// snapshot, and only the complete one ends with `InitDone`.
+#[test]
+fn a_410_in_the_middle_of_the_replay_streams_the_list_again() {
+    let server = FakeApiServer::start();
+    seed_nodes(&server, &["n1", "n2", "n3"]);
+    server.script_initial_events(InitialEvents::ExpireAfter(1));
+    let (watch, rx, metrics) = start(&server, streaming_config());
+    assert_eq!(
+        take(&rx, 7),
+        [
+            "Init",
+            "InitApply n1",
+            "Init",
+            "InitApply n1",
+            "InitApply n2",
+            "InitApply n3",
+            "InitDone"
+        ]
+    );
+    let lists: Vec<_> = server
+        .requests()
+        .into_iter()
+        .filter(|r| r.is_watch_list())
+        .collect();
+    assert_eq!(lists.len(), 2);
+    assert!(lists.iter().all(|r| r.query("resourceVersion").is_none()));
+    assert_eq!(count(&server, |r| r.is_list()), 0);
+    assert_eq!(metrics.watch_streaming_lists.get(), 1);
+    watch.stop();
 }

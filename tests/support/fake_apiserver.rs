@@ -4,7 +4,9 @@
 //!
 //! It serves paginated node lists with continue tokens, watch streams scripted by the
 //! test (events, bookmarks, pauses, lines cut short, 410 as HTTP status or ERROR
-//! event, garbage, stalls), node status PATCH, events POST/PATCH and leases
+//! event, garbage, stalls), streaming lists (a watch with `sendInitialEvents=true`:
+//! served, refused, without their end bookmark or cut by a 410, see
+//! [`InitialEvents`]), node status PATCH, events POST/PATCH and leases
 //! GET/PUT/POST with resourceVersion checks, and answers 4xx/5xx on demand. Every
 //! request is recorded for assertions. Each connection carries one request
 //! (`Connection: close`), so a stalled watch never blocks other calls.
@@ -30,6 +32,9 @@ pub enum WatchStep {
     Event(&'static str, Value),
     /// A BOOKMARK at this resourceVersion.
     Bookmark(String),
+    /// The BOOKMARK annotated `k8s.io/initial-events-end: "true"` at this
+    /// resourceVersion, which ends a streaming list's initial events.
+    InitialEventsEnd(String),
     /// An ERROR event with a 410 Expired Status.
     Expired,
     /// An ERROR event with another status code.
@@ -55,6 +60,24 @@ pub enum WatchScript {
     Stream(Vec<WatchStep>),
     /// An HTTP error status with a Status body (e.g. 410 Expired).
     Status(u16, &'static str),
+}
+
+/// How the server answers a streaming list (a watch with `sendInitialEvents=true`).
+/// The replay is of the nodes held (`put_node`), as ADDED events in name order; after
+/// the end bookmark the stream goes on with the next scripted watch (or stalls).
+#[derive(Clone, Debug)]
+pub enum InitialEvents {
+    /// As a server with the WatchList gate on (1.34 and later): the nodes, then the
+    /// end bookmark at the current resourceVersion.
+    Send,
+    /// As a server with the gate off: this status, with the Status the real server
+    /// sends ("sendInitialEvents is forbidden for watch unless ...").
+    Refuse(u16),
+    /// As a server that ignores the parameter: the nodes, no end bookmark, then the
+    /// next scripted watch.
+    NoEndBookmark,
+    /// The first `n` nodes, then an ERROR 410 Expired; the stream ends there.
+    ExpireAfter(usize),
 }
 
 /// One request as the server saw it.
@@ -92,6 +115,11 @@ impl Recorded {
         self.path == "/api/v1/nodes" && self.query("watch").is_some()
     }
 
+    /// A streaming list: a watch that asks for the initial events.
+    pub fn is_watch_list(&self) -> bool {
+        self.is_watch() && self.query("sendInitialEvents") == Some("true")
+    }
+
     pub fn is_list(&self) -> bool {
         self.method == "GET" && self.path == "/api/v1/nodes" && self.query("watch").is_none()
     }
@@ -115,6 +143,9 @@ struct State {
     /// Continue requests still to answer with 410.
     expire_continues: u32,
     watches: VecDeque<WatchScript>,
+    /// Answers to the next streaming lists; `initial_events` once these are used.
+    scripted_initial_events: VecDeque<InitialEvents>,
+    initial_events: Option<InitialEvents>,
     faults: Vec<Fault>,
     leases: BTreeMap<String, Value>,
     events: BTreeMap<String, Value>,
@@ -225,6 +256,16 @@ impl FakeApiServer {
     /// Queues the answer to the next watch request. Without a script, a watch stalls.
     pub fn script_watch(&self, script: WatchScript) {
         self.state().watches.push_back(script);
+    }
+
+    /// How every streaming list is answered from now on (default [`InitialEvents::Send`]).
+    pub fn set_initial_events(&self, answer: InitialEvents) {
+        self.state().initial_events = Some(answer);
+    }
+
+    /// Queues the answer to the next streaming list only.
+    pub fn script_initial_events(&self, answer: InitialEvents) {
+        self.state().scripted_initial_events.push_back(answer);
     }
 
     /// The next `times` requests of `method` on paths starting with `path_prefix`
@@ -490,6 +531,7 @@ fn route(shared: &Shared, request: Recorded) -> Response {
     }
     let segments: Vec<&str> = request.path.trim_start_matches('/').split('/').collect();
     match (request.method.as_str(), segments.as_slice()) {
+        ("GET", ["api", "v1", "nodes"]) if request.is_watch_list() => watch_list(&mut st, &request),
         ("GET", ["api", "v1", "nodes"]) if request.query("watch").is_some() => {
             match st.watches.pop_front() {
                 Some(WatchScript::Status(code, reason)) => {
@@ -582,6 +624,70 @@ fn list_nodes(st: &mut State, request: &Recorded) -> Response {
         200,
         &json!({"kind": "NodeList", "apiVersion": "v1", "metadata": metadata, "items": items}),
     )
+}
+
+/// A streaming list: the parameters the real server requires, then the replay of
+/// the nodes as [`InitialEvents`] says, then the next scripted watch.
+fn watch_list(st: &mut State, request: &Recorded) -> Response {
+    if request.query("resourceVersionMatch") != Some("NotOlderThan")
+        || request.query("allowWatchBookmarks") != Some("true")
+    {
+        return error(
+            422,
+            "sendInitialEvents requires resourceVersionMatch=NotOlderThan and \
+             allowWatchBookmarks=true (fake API server)",
+        );
+    }
+    let answer = st
+        .scripted_initial_events
+        .pop_front()
+        .or_else(|| st.initial_events.clone())
+        .unwrap_or(InitialEvents::Send);
+    let replay = |n: usize| -> Vec<WatchStep> {
+        st.nodes
+            .values()
+            .take(n)
+            .map(|node| WatchStep::Event("ADDED", node.clone()))
+            .collect()
+    };
+    let mut steps = match answer {
+        InitialEvents::Refuse(code) => {
+            return full(
+                code,
+                &status_json(
+                    code,
+                    reason_of(code),
+                    "ListOptions.meta.k8s.io \"\" is invalid: sendInitialEvents: Forbidden: \
+                     sendInitialEvents is forbidden for watch unless the WatchList feature \
+                     gate is enabled",
+                ),
+            );
+        }
+        InitialEvents::ExpireAfter(n) => {
+            let mut steps = replay(n);
+            steps.extend([WatchStep::Expired, WatchStep::End]);
+            return Response::Watch(steps);
+        }
+        InitialEvents::Send => {
+            let mut steps = replay(usize::MAX);
+            steps.push(WatchStep::InitialEventsEnd(st.resource_version.to_string()));
+            steps
+        }
+        InitialEvents::NoEndBookmark => replay(usize::MAX),
+    };
+    match st.watches.pop_front() {
+        Some(WatchScript::Status(code, reason)) => {
+            full(code, &status_json(code, reason, "scripted watch failure"))
+        }
+        Some(WatchScript::Stream(rest)) => {
+            steps.extend(rest);
+            Response::Watch(steps)
+        }
+        None => {
+            steps.push(WatchStep::Stall);
+            Response::Watch(steps)
+        }
+    }
 }
 
 fn patch_node_status(st: &mut State, name: &str, request: &Recorded) -> Response {
@@ -702,6 +808,14 @@ fn stream_watch(mut conn: Box<dyn Conn>, steps: Vec<WatchStep>, shared: &Shared)
                 &line(
                     json!({"type": "BOOKMARK", "object": {"kind": "Node", "apiVersion": "v1",
                         "metadata": {"resourceVersion": rv}}}),
+                ),
+            ),
+            WatchStep::InitialEventsEnd(rv) => chunk(
+                &mut conn,
+                &line(
+                    json!({"type": "BOOKMARK", "object": {"kind": "Node", "apiVersion": "v1",
+                        "metadata": {"resourceVersion": rv,
+                            "annotations": {"k8s.io/initial-events-end": "true"}}}}),
                 ),
             ),
             WatchStep::Expired => chunk(
