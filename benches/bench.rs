@@ -576,7 +576,9 @@ fn http_get(port: u16, path: &str) -> Option<(u16, String)> {
 }
 
 /// Serves `GET /api/v1/nodes` in pages of 500 generated nodes, and watches that send a
-/// bookmark every few seconds and otherwise stay quiet. Any other request gets 200 {}.
+/// bookmark every few seconds and otherwise stay quiet; a streaming list
+/// (`sendInitialEvents=true`) first sends every node as ADDED and the end bookmark, as
+/// a 1.34+ API server does. Any other request gets 200 {}.
 struct NodeServer {
     port: u16,
     stop: Arc<AtomicBool>,
@@ -639,6 +641,19 @@ fn serve(stream: TcpStream, nodes: usize, stop: &AtomicBool) {
                 out,
                 "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n"
             );
+            if target.contains("sendInitialEvents=true") {
+                for i in 0..nodes {
+                    let line =
+                        format!("{{\"type\":\"ADDED\",\"object\":{}}}\n", node_json(i, 1000));
+                    if write!(out, "{:x}\r\n{line}\r\n", line.len()).is_err() {
+                        return;
+                    }
+                }
+                let end = "{\"type\":\"BOOKMARK\",\"object\":{\"kind\":\"Node\",\"apiVersion\":\"v1\",\"metadata\":{\"resourceVersion\":\"1000\",\"annotations\":{\"k8s.io/initial-events-end\":\"true\"}}}}\n";
+                if write!(out, "{:x}\r\n{end}\r\n", end.len()).is_err() {
+                    return;
+                }
+            }
             while !stop.load(Ordering::Relaxed) {
                 let line = "{\"type\":\"BOOKMARK\",\"object\":{\"kind\":\"Node\",\"apiVersion\":\"v1\",\"metadata\":{\"resourceVersion\":\"1000\"}}}\n";
                 if write!(out, "{:x}\r\n{line}\r\n", line.len()).is_err() {
