@@ -65,8 +65,9 @@ pub struct WatchConfig {
     pub watch_list: bool,
     /// A streaming list whose initial events have not ended this long after its
     /// stream opened comes from a server that ignores `sendInitialEvents`: the
-    /// reflector lists instead, for good (default 60 s; the watch cache replays
-    /// 50 000 nodes in a few seconds).
+    /// reflector lists instead, for good (default 60 s, twice the request timeout a
+    /// list page gets: the replay comes from the API server's watch cache as fast
+    /// as the reflector reads it).
     pub initial_events_timeout: Duration,
 }
 
