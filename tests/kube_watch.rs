@@ -559,8 +559,8 @@ fn a_refused_streaming_list_falls_back_to_paginated_lists_for_good() {
 
 /// Guards the deadline on a server that ignores `sendInitialEvents` (it replays the
 /// nodes and never ends the initial events): once `initial_events_timeout` has passed
-/// (seen here at the next bookmark), the partial view is dropped by a new `Init` of a
-/// paginated list, and the watch goes on from that list's version.
+/// after the last node (seen here at the next bookmark), the partial view is dropped
+/// by a new `Init` of a paginated list, and the watch goes on from that list's version.
 #[test]
 fn a_server_that_never_sends_the_end_bookmark_is_listed_after_the_deadline() {
     let server = FakeApiServer::start();

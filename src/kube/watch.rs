@@ -63,9 +63,10 @@ pub struct WatchConfig {
     /// paginated lists (default true; `--watch-list=false` turns it off). A plain
     /// reconnect never asks for the initial events again.
     pub watch_list: bool,
-    /// A streaming list whose initial events have not ended this long after its
-    /// stream opened comes from a server that ignores `sendInitialEvents`: the
-    /// reflector lists instead, for good (default 60 s, twice the request timeout a
+    /// A streaming list that goes this long without an initial event (since its
+    /// stream opened, or since its last ADDED event) and without their end comes from
+    /// a server that ignores `sendInitialEvents`: the reflector lists instead, for
+    /// good. A slow replay that keeps sending nodes is never cut (default 60 s, twice the request timeout a
     /// list page gets: the replay comes from the API server's watch cache as fast
     /// as the reflector reads it).
     pub initial_events_timeout: Duration,
@@ -158,14 +159,14 @@ pub enum WatchState {
     /// follow, `InitListed` if that page was the whole list; or stays here if the
     /// request fails (lists from then on if the server refused the streaming list).
     Empty,
-    /// A streaming list is under way on a stream opened at `opened`: its ADDED events
-    /// are the list's items. Waits for: the bookmark annotated
+    /// A streaming list is under way; `last_event` is when its stream opened or its
+    /// last ADDED event came. Its ADDED events are the list's items. Waits for: the bookmark annotated
     /// `k8s.io/initial-events-end`. Goes to: `Watching` from that bookmark's version
     /// (the same stream goes on as a watch); `Empty` to stream again after a 410, a
     /// bad line or a broken stream; `Empty` with lists for good when the server shows
     /// that it ignores `sendInitialEvents` (another event type before the end, or no
-    /// end within `initial_events_timeout`).
-    InitialEvents { opened: Instant },
+    /// end within `initial_events_timeout` of `last_event`).
+    InitialEvents { last_event: Instant },
     /// A list is under way. Waits for: the page after `continue_token` (sent without
     /// a resourceVersion: the token holds the snapshot). Goes to: `InitPage` with the
     /// next token, `InitListed` after the last page, `Empty` if a page fails (an
@@ -501,7 +502,7 @@ impl Reflector {
     ) -> Vec<NodeEvent> {
         match result {
             Ok(()) => {
-                self.state = WatchState::InitialEvents { opened: now };
+                self.state = WatchState::InitialEvents { last_event: now };
                 self.watch_started = Some(now);
                 self.lines_in_watch = 0;
                 vec![NodeEvent::Init]
@@ -538,8 +539,8 @@ impl Reflector {
         }
         self.lines_in_watch += 1;
         let event = serde_json::from_slice::<WireEvent>(line);
-        if let WatchState::InitialEvents { opened } = self.state {
-            return self.on_initial_event(event, line, opened, now);
+        if let WatchState::InitialEvents { last_event } = self.state {
+            return self.on_initial_event(event, line, last_event, now);
         }
         match event {
             Ok(WireEvent::Added(item)) => self.filtered(item, NodeEvent::Added),
@@ -564,15 +565,17 @@ impl Reflector {
         &mut self,
         event: serde_json::Result<WireEvent>,
         line: &[u8],
-        opened: Instant,
+        last_event: Instant,
         now: Instant,
     ) -> LineOutcome {
         let outcome = match event {
+            // Progress: the deadline counts from here.
             Ok(WireEvent::Added(item)) => {
                 if let Some(sync) = &mut self.sync {
                     sync.items += 1;
                 }
-                LineOutcome::Event(self.list_item(item))
+                self.state = WatchState::InitialEvents { last_event: now };
+                return LineOutcome::Event(self.list_item(item));
             }
             Ok(WireEvent::Bookmark(b)) if b.metadata.annotations.ends_initial_events() => {
                 return self.on_initial_events_end(b.metadata.resource_version, now);
@@ -590,7 +593,8 @@ impl Reflector {
             Ok(WireEvent::Error(status)) => self.error_event(status, now),
             Err(e) => self.bad_line(line, &e, now),
         };
-        if matches!(self.state, WatchState::InitialEvents { .. }) && self.past_deadline(opened, now)
+        if matches!(self.state, WatchState::InitialEvents { .. })
+            && self.past_deadline(last_event, now)
         {
             self.fall_back_no_end();
             return LineOutcome::Restart;
@@ -617,14 +621,14 @@ impl Reflector {
         LineOutcome::Event(NodeEvent::InitDone)
     }
 
-    fn past_deadline(&self, opened: Instant, now: Instant) -> bool {
-        now.saturating_duration_since(opened) >= self.config.initial_events_timeout
+    fn past_deadline(&self, last_event: Instant, now: Instant) -> bool {
+        now.saturating_duration_since(last_event) >= self.config.initial_events_timeout
     }
 
     fn fall_back_no_end(&mut self) {
         self.fall_back(&format!(
             "no end of the initial events (the bookmark annotated k8s.io/initial-events-end) \
-             {:?} after the stream opened, so the API server ignores sendInitialEvents",
+             {:?} after the last initial event, so the API server ignores sendInitialEvents",
             self.config.initial_events_timeout
         ));
     }
@@ -682,8 +686,8 @@ impl Reflector {
 
     /// The stream ended (or the driver gave up on it).
     pub fn on_watch_end(&mut self, end: WatchEnd, now: Instant) {
-        if let WatchState::InitialEvents { opened } = self.state {
-            if self.past_deadline(opened, now) {
+        if let WatchState::InitialEvents { last_event } = self.state {
+            if self.past_deadline(last_event, now) {
                 self.fall_back_no_end();
             } else {
                 log::warn!(
@@ -1298,7 +1302,7 @@ mod tests {
         assert_eq!(r.on_watch_line(plain, t0), LineOutcome::Nothing);
         let not_true = br#"{"type":"BOOKMARK","object":{"metadata":{"resourceVersion":"41","annotations":{"k8s.io/initial-events-end":"false"}}}}"#;
         assert_eq!(r.on_watch_line(not_true, t0), LineOutcome::Nothing);
-        assert_eq!(r.state(), &WatchState::InitialEvents { opened: t0 });
+        assert_eq!(r.state(), &WatchState::InitialEvents { last_event: t0 });
         assert_eq!(
             r.on_watch_line(&end_bookmark("50"), t0),
             LineOutcome::Event(NodeEvent::InitDone)
@@ -1478,24 +1482,31 @@ mod tests {
 
     /// Guards the deadline, in virtual time: a server that replays the nodes but
     /// never sends the end bookmark is listed once `initial_events_timeout` has passed
-    /// since the stream opened (noticed at the next line or at the stream's end), and
-    /// for good; before the deadline it is still waited for.
+    /// since the last initial event (noticed at the next line or at the stream's end),
+    /// and for good; a slow replay that keeps sending nodes is never cut.
     #[test]
     fn a_server_that_never_ends_the_initial_events_is_listed_after_the_deadline() {
         let t0 = Instant::now();
         let timeout = WatchConfig::default().initial_events_timeout;
+        let almost = timeout - Duration::from_millis(1);
+        let plain = br#"{"type":"BOOKMARK","object":{"metadata":{"resourceVersion":"40"}}}"#;
         let mut r = streaming();
         replaying(&mut r, &["a"], t0);
-        let just_before = t0 + timeout - Duration::from_millis(1);
-        assert!(matches!(
-            r.on_watch_line(&added("b", "4"), just_before),
-            LineOutcome::Event(NodeEvent::InitApply(_))
-        ));
-        let plain = br#"{"type":"BOOKMARK","object":{"metadata":{"resourceVersion":"40"}}}"#;
-        assert_eq!(r.on_watch_line(plain, t0 + timeout), LineOutcome::Restart);
+        // A slow replay: a node every `almost`, five times the deadline in all.
+        let mut at = t0;
+        for _ in 0..5 {
+            at += almost;
+            assert!(matches!(
+                r.on_watch_line(&added("b", "4"), at),
+                LineOutcome::Event(NodeEvent::InitApply(_))
+            ));
+        }
+        assert_eq!(r.on_watch_line(plain, at + almost), LineOutcome::Nothing);
+        assert!(r.uses_watch_list());
+        assert_eq!(r.on_watch_line(plain, at + timeout), LineOutcome::Restart);
         assert!(!r.uses_watch_list());
         assert_eq!(
-            r.next_action(t0 + timeout),
+            r.next_action(at + timeout),
             Action::List {
                 continue_token: None
             }
