@@ -1,0 +1,109 @@
+//! The controller's rules that mutation testing (`.ci/mutants`, README "Mutation
+//! testing") found unpinned, each test killing the mutants its comment names, in
+//! virtual time against the in-memory cloud.
+
+#[path = "support/driver.rs"]
+mod driver;
+
+use std::sync::Arc;
+
+use driver::*;
+use route_controller::NodeEvent;
+use route_controller::cloud::CloudErrorKind;
+use route_controller::cloud::fake::{Call, FakeCloud};
+
+/// Kills, in src/controller/budget.rs, `Spending::blocked` made `None` and its
+/// `b > now` made `b < now`: a rate-limit pause holds back the start of a pass, not only
+/// its calls. A node added during a 30 s pause gets its pass at the instant the pause
+/// ends, not before (with `None` or `<`, the pass starts 50 ms after the node is added,
+/// its list then waiting for the same refusal, so only the pass count shows it; with
+/// `<` no pass starts after the pause either).
+#[test]
+fn a_pass_triggered_during_a_rate_limit_pause_starts_when_the_pause_ends() {
+    let mut config = watch_config();
+    config.max_in_flight = 1;
+    let mut d = Driver::new(config);
+    d.start(vec![]);
+    d.cloud.fail_next(
+        Call::Create,
+        [CloudErrorKind::RateLimited { after: secs(30.0) }],
+    );
+    d.node_event(NodeEvent::Added(node(
+        "n0",
+        &["10.0.0.0/24"],
+        "192.168.0.0",
+    )));
+    d.advance(secs(1.0)); // n0's pass: its create is refused, 30 s pause
+    let refused_at = d.sent.last().expect("n0's create").0;
+    let passes = d.passes();
+    assert_eq!(passes, 2, "the first list's pass and n0's");
+    d.advance(secs(5.0));
+    d.node_event(NodeEvent::Added(node(
+        "n1",
+        &["10.0.1.0/24"],
+        "192.168.0.1",
+    )));
+    let pause_end = d.t0 + refused_at + secs(30.0);
+    d.advance(pause_end - d.now - secs(0.001));
+    assert_eq!(
+        d.passes(),
+        passes,
+        "a pass started during the pause (at {:?})",
+        d.elapsed()
+    );
+    assert!(
+        d.sent.last().unwrap().0 == refused_at,
+        "calls during the pause"
+    );
+    d.advance(secs(0.001));
+    assert_eq!(d.passes(), passes + 1, "one pass at the end of the pause");
+    d.advance(secs(5.0));
+    assert_eq!(
+        d.cloud_routes(),
+        [
+            ("n0".to_string(), "10.0.0.0/24".to_string()),
+            ("n1".to_string(), "10.0.1.0/24".to_string())
+        ]
+    );
+}
+
+/// Kills, in src/controller/view.rs, the `==` of `RouteView::remove`'s search of the
+/// node's destination list made `!=`: deleting one of a node's two routes then takes
+/// the kept destination out of `routes_to` instead, which only the node's
+/// `NetworkUnavailable` reads. n0 loses one of its two pod CIDRs; after that route's
+/// delete, n0 (still routed by its other route) must keep `False`/`RouteCreated`.
+#[test]
+fn deleting_one_of_a_nodes_two_routes_leaves_the_node_routable() {
+    let cloud = Arc::new(FakeCloud::new());
+    cloud.seed([
+        route("kept", "n0", "10.0.1.0/24"),
+        route("gone", "n0", "10.0.2.0/24"),
+    ]);
+    let mut d = Driver::with_cloud(watch_config(), cloud);
+    let n0 = node("n0", &["10.0.1.0/24", "10.0.2.0/24"], "192.168.0.1");
+    d.start(vec![n0.clone()]);
+    d.advance(secs(10.0));
+    assert_eq!(d.conditions["n0"].reason.as_ref(), "RouteCreated");
+    let mut narrowed = bumped(n0, 2);
+    narrowed.pod_cidrs = vec!["10.0.1.0/24".to_string()];
+    d.node_event(NodeEvent::Modified(narrowed.clone()));
+    d.advance(secs(10.0));
+    assert_eq!(
+        d.cloud_routes(),
+        [("n0".to_string(), "10.0.1.0/24".to_string())]
+    );
+    // A new address (nothing to change in the cloud) and no condition shown: the pass
+    // writes n0's condition from the view as it stands after the delete.
+    let before = d.condition_writes.len();
+    let mut moved = bumped(narrowed, 3);
+    moved.addresses = vec![route_controller::model::NodeAddress::internal_ip(
+        "192.168.0.9",
+    )];
+    d.node_event(NodeEvent::Modified(moved));
+    d.advance(secs(10.0));
+    let writes: Vec<_> = d.condition_writes[before..]
+        .iter()
+        .map(|(n, c)| format!("{n} {} {}", c.status, c.reason))
+        .collect();
+    assert_eq!(writes, ["n0 False RouteCreated"]);
+}
