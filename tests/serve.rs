@@ -473,17 +473,24 @@ fn a_silent_client_is_dropped_after_the_head_timeout() {
     assert_eq!(get(server.local_addr(), "/healthz").status, 200);
 }
 
+/// Guards the eviction at the cap. The head timeout is far beyond the test's read
+/// timeout (`PATIENCE`), so only an eviction closes the first connection in time:
+/// without it the read below times out and the test fails, however slow the machine
+/// (with the head timeout equal to `PATIENCE`, it used to pass on the head timeout
+/// alone).
 #[test]
 fn a_new_connection_beyond_the_cap_evicts_the_oldest_idle_one() {
     let server = server_with(ServerConfig {
         max_connections: 2,
-        head_timeout: PATIENCE,
+        head_timeout: 6 * PATIENCE,
         ..ServerConfig::default()
     });
     let addr = server.local_addr();
     let mut first = connect(addr);
     // The server has taken the first before the second arrives.
     assert_eq!(get(addr, "/healthz").status, 200);
+    // Past the eviction grace (100 ms from its accept), so the first may be evicted.
+    std::thread::sleep(Duration::from_millis(200));
     let _second = connect(addr);
     let mut third = connect(addr);
     third
