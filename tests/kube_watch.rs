@@ -274,18 +274,19 @@ fn a_stalled_watch_is_detected_by_the_idle_timeout_and_resumed() {
         idle_timeout: Duration::from_millis(300),
         ..fast_config()
     };
+    // Timed from before the start: the idle timer cannot run out sooner than its
+    // 300 ms after that, however late this thread is scheduled (timed from the events'
+    // arrival, a loaded machine could make the wait look shorter than it was).
+    let started = Instant::now();
     let (watch, rx, metrics) = start(&server, config);
     take(&rx, 3);
-    let started = Instant::now();
     assert!(server.wait_for(
         Duration::from_secs(5),
         |r| r.iter().filter(|r| r.is_watch()).count() >= 2
     ));
-    assert!(
-        started.elapsed() >= Duration::from_millis(250),
-        "{:?}",
-        started.elapsed()
-    );
+    let resumed = started.elapsed();
+    println!("the stalled watch was resumed {resumed:?} after the start");
+    assert!(resumed >= Duration::from_millis(300), "{resumed:?}");
     assert_eq!(watch_rvs(&server)[..2], ["10", "12"]);
     assert_eq!(
         server.requests().iter().filter(|r| r.is_list()).count(),
@@ -451,11 +452,11 @@ fn stop_interrupts_a_blocked_watch_promptly() {
     assert_eq!(take(&rx, 4)[3], "Added n2@11");
     let started = Instant::now();
     watch.stop();
-    assert!(
-        started.elapsed() < Duration::from_secs(2),
-        "took {:?}",
-        started.elapsed()
-    );
+    // Wall clock (a real thread): wide of the idle timeout's 60 s it guards against,
+    // and printed.
+    let took = started.elapsed();
+    println!("the blocked watch stopped {took:?} after it was told to");
+    assert!(took < Duration::from_secs(20), "took {took:?}");
 }
 
 // --- streaming lists (watch-list) --------------------------------------------------
