@@ -13,7 +13,8 @@ use route_controller::cloud::CloudErrorKind;
 use route_controller::cloud::fake::{Call, FakeCloud};
 
 /// Kills, in src/controller/budget.rs, `Spending::blocked` made `None` and its
-/// `b > now` made `b < now`: a rate-limit pause holds back the start of a pass, not only
+/// `b > now` made `b < now`, and in src/controller/timers.rs the guard `pause > due`
+/// made `false` or `==`: a rate-limit pause holds back the start of a pass, not only
 /// its calls. A node added during a 30 s pause gets its pass at the instant the pause
 /// ends, not before (with `None` or `<`, the pass starts 50 ms after the node is added,
 /// its list then waiting for the same refusal, so only the pass count shows it; with
@@ -44,6 +45,10 @@ fn a_pass_triggered_during_a_rate_limit_pause_starts_when_the_pause_ends() {
         "192.168.0.1",
     )));
     let pause_end = d.t0 + refused_at + secs(30.0);
+    // The pass is due now, but the controller sleeps to the end of the pause (with
+    // the pause-end guard of `timers` made false or `==`, it would be woken for the
+    // pass at once and again at every tick, never starting it: a busy loop).
+    assert_eq!(d.ctrl.next_deadline(), Some(pause_end));
     d.advance(pause_end - d.now - secs(0.001));
     assert_eq!(
         d.passes(),
