@@ -112,3 +112,28 @@ fn deleting_one_of_a_nodes_two_routes_leaves_the_node_routable() {
         .collect();
     assert_eq!(writes, ["n0 False RouteCreated"]);
 }
+
+/// Kills, in src/controller/timers.rs, `budget_refill`'s guard for a pass waiting to
+/// list (`p.list.is_none() && self.ops.in_flight() == 0`) made `false`: a list that
+/// waits only for the budget must wake the controller when the bucket has refilled,
+/// or it waits for whatever wakes it next (here nothing before the resync). With one
+/// request per 5 s: the first list at 0 s, n0's create at 5 s, ambiguous, so the view
+/// is stale and the retry's pass must list again; that list goes out at 10 s exactly,
+/// when the token is back (with the guard made `false`, at 60 s, the end of the test).
+#[test]
+fn a_list_waiting_for_budget_goes_out_the_instant_the_budget_allows() {
+    let mut config = watch_config();
+    config.budget = Some(route_controller::Budget::new(0.2, 1));
+    let mut d = Driver::new(config);
+    d.cloud.fail_next(Call::Create, [CloudErrorKind::Ambiguous]);
+    d.start(vec![node("n0", &["10.0.0.0/24"], "192.168.0.0")]);
+    d.advance(secs(60.0));
+    let sent: Vec<(f64, &str)> = d
+        .sent
+        .iter()
+        .map(|(t, op)| (t.as_secs_f64(), op_kind(op)))
+        .collect();
+    // The relist finds the route the ambiguous create made: nothing more to send.
+    assert_eq!(sent, [(0.0, "list"), (5.0, "create"), (10.0, "list")]);
+    assert_eq!(d.cloud_routes().len(), 1);
+}
