@@ -115,9 +115,9 @@ fn deleting_one_of_a_nodes_two_routes_leaves_the_node_routable() {
 
 /// Kills, in src/controller/timers.rs, `budget_refill`'s guard for a pass waiting to
 /// list (`p.list.is_none() && self.ops.in_flight() == 0`) made `false`, or its `==`
-/// made `!=`: a list that
-/// waits only for the budget must wake the controller when the bucket has refilled,
-/// or it waits for whatever wakes it next (here nothing before the resync). With one
+/// made `!=`: a list that waits only for the budget must wake the controller when the
+/// bucket has refilled, or it waits for whatever wakes it next (here nothing before
+/// the resync). With one
 /// request per 5 s: the first list at 0 s, n0's create at 5 s, ambiguous, so the view
 /// is stale and the retry's pass must list again; that list goes out at 10 s exactly,
 /// when the token is back (with the guard made `false`, at 60 s, the end of the test).
