@@ -117,10 +117,10 @@ fn deleting_one_of_a_nodes_two_routes_leaves_the_node_routable() {
 /// list (`p.list.is_none() && self.ops.in_flight() == 0`) made `false`, or its `==`
 /// made `!=`: a list that waits only for the budget must wake the controller when the
 /// bucket has refilled, or it waits for whatever wakes it next (here nothing before
-/// the resync). With one
-/// request per 5 s: the first list at 0 s, n0's create at 5 s, ambiguous, so the view
-/// is stale and the retry's pass must list again; that list goes out at 10 s exactly,
-/// when the token is back (with the guard made `false`, at 60 s, the end of the test).
+/// the resync). With one request per 5 s: the first list at 0 s, n0's create at 5 s,
+/// ambiguous, so the view is stale and the retry's pass must list again; that list
+/// goes out at 10 s exactly, when the token is back (with either mutant, at 60 s, the
+/// end of the test).
 #[test]
 fn a_list_waiting_for_budget_goes_out_the_instant_the_budget_allows() {
     let mut config = watch_config();
