@@ -350,3 +350,26 @@ fn near_the_limit_a_delete_planned_later_goes_before_queued_creates() {
     );
     assert_eq!(table_full(&cloud), 0);
 }
+
+/// Kills `Tables::cloud_full` emptied (src/controller/tables.rs): a create the cloud
+/// refused for a full table makes the controller believe the table full until the next
+/// list, so the creates queued behind it are held, not sent to be refused too. Another
+/// writer fills the table after the list; one change at a time: n0's create fits, n1's
+/// is refused, and n2's must not go out (emptied, it does and is refused as well).
+#[test]
+fn after_the_cloud_refuses_a_create_for_a_full_table_the_next_creates_are_held() {
+    let cloud = cloud_with_limit(4);
+    let mut c = config(Mode::Watch);
+    c.max_in_flight = 1;
+    let mut d = Driver::with_cloud(c, cloud.clone());
+    d.list(vec![n(0), n(1), n(2)]);
+    d.answer_one(); // the list: 1 of 4, so all three creates fit
+    cloud.seed([
+        route("other1", "", "192.168.101.0/24"),
+        route("other2", "", "192.168.102.0/24"),
+    ]);
+    d.advance(Duration::from_secs(1));
+    assert_eq!(table_full(&cloud), 1, "only n1's create was refused");
+    assert_eq!(creates_to(&d, "10.0.2.0/24"), 0, "n2's create went out");
+    assert_eq!(d.conditions["n2"].reason.as_ref(), "RouteTableFull");
+}
