@@ -373,3 +373,60 @@ fn after_the_cloud_refuses_a_create_for_a_full_table_the_next_creates_are_held()
     assert_eq!(creates_to(&d, "10.0.2.0/24"), 0, "n2's create went out");
     assert_eq!(d.conditions["n2"].reason.as_ref(), "RouteTableFull");
 }
+
+fn table_full_events(d: &Driver, node: &str) -> usize {
+    d.events
+        .iter()
+        .filter(|e| e.reason == "RouteTableFull" && e.node == node)
+        .count()
+}
+
+/// Kills `Tables::release` emptied (src/controller/tables.rs): a held create that went
+/// out is held no more, so when the same create must be held again later, that is a
+/// new episode with its own warning and event. Poll mode, 3 routes at most: n2's
+/// create is held (one event), n0's deletion lets it out; then n2's route turns into a
+/// blackhole and another writer takes the room, so the repair's create is held again:
+/// a second event (emptied, the stale hold swallows it).
+#[test]
+fn a_create_held_again_after_it_went_out_is_reported_again() {
+    let cloud = cloud_with_limit(3);
+    let mut d = Driver::with_cloud(config(Mode::Poll), cloud.clone());
+    d.start(vec![n(0), n(1), n(2)]);
+    assert_eq!(table_full_events(&d, "n2"), 1);
+    d.node_event(NodeEvent::Deleted(n(0)));
+    d.advance(Duration::from_secs(11));
+    assert!(
+        d.cloud_routes()
+            .contains(&("n2".into(), "10.0.2.0/24".into()))
+    );
+    cloud.make_blackhole(cidr("10.0.2.0/24"));
+    cloud.seed([route("other", "", "192.168.101.0/24")]);
+    d.advance(Duration::from_secs(11));
+    assert_eq!(d.conditions["n2"].reason.as_ref(), "RouteTableFull");
+    assert_eq!(table_full_events(&d, "n2"), 2, "{:?}", d.events);
+    assert_eq!(table_full(&cloud), 0);
+}
+
+/// The passes started while `d` handles a node's deletion and what follows it.
+fn passes_for_deletion(d: &mut Driver, node: route_controller::model::Node) -> u64 {
+    let before = d.passes();
+    d.node_event(NodeEvent::Deleted(node));
+    d.advance(Duration::from_secs(5));
+    d.passes() - before
+}
+
+/// Kills `Tables::keep_wanted` emptied (src/controller/tables.rs): a held create whose
+/// node is deleted is held no more, so a later delete that makes room starts no
+/// follow-up pass for it. n2's create is held (3 of 3), n2 is deleted; then n0's
+/// deletion is one pass (emptied, the stale hold makes it two).
+#[test]
+fn a_held_create_whose_node_goes_gets_no_follow_up_pass_from_a_later_delete() {
+    let cloud = cloud_with_limit(3);
+    let mut d = Driver::with_cloud(config(Mode::Watch), cloud.clone());
+    d.start(vec![n(0), n(1), n(2)]);
+    assert_eq!(creates_to(&d, "10.0.2.0/24"), 0, "held");
+    d.advance(Duration::from_secs(5));
+    assert_eq!(passes_for_deletion(&mut d, n(2)), 1);
+    assert_eq!(passes_for_deletion(&mut d, n(0)), 1);
+    assert_eq!(creates_to(&d, "10.0.2.0/24"), 0);
+}
