@@ -427,3 +427,24 @@ fn a_held_create_whose_node_goes_gets_no_follow_up_pass_from_a_later_delete() {
     assert_eq!(passes_for_deletion(&mut d, n(0)), 1);
     assert_eq!(creates_to(&d, "10.0.2.0/24"), 0);
 }
+
+/// Kills `room_freed`'s `r > 0` made `r >= 0` (src/controller/tables.rs): a delete
+/// that leaves the table still full starts no follow-up pass for the held creates.
+/// Three routes at most and four there (three of someone else's and n0's): n1's create
+/// is held; n0's deletion brings the table down to 3 of 3, so it is one pass (with
+/// `>=`, the held create's follow-up makes it two).
+#[test]
+fn a_delete_that_leaves_the_table_full_starts_no_follow_up_pass() {
+    let cloud = cloud_with_limit(3);
+    cloud.seed([
+        route("other1", "", "192.168.101.0/24"),
+        route("other2", "", "192.168.102.0/24"),
+        route("n0", "n0", "10.0.0.0/24"),
+    ]);
+    let mut d = Driver::with_cloud(config(Mode::Watch), cloud.clone());
+    d.start(vec![n(0), n(1)]);
+    d.advance(Duration::from_secs(5));
+    assert_eq!(d.conditions["n1"].reason.as_ref(), "RouteTableFull");
+    assert_eq!(passes_for_deletion(&mut d, n(0)), 1);
+    assert_eq!(d.count("create"), 0);
+}
