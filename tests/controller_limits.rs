@@ -448,3 +448,29 @@ fn a_delete_that_leaves_the_table_full_starts_no_follow_up_pass() {
     assert_eq!(passes_for_deletion(&mut d, n(0)), 1);
     assert_eq!(d.count("create"), 0);
 }
+
+/// Kills `Refusals::keep_wanted` emptied (src/controller/refusals.rs): a lasting
+/// refusal is forgotten once its route is no longer wanted, so a pod CIDR that comes
+/// back is asked about again, even as the same request. The dual-stack node's IPv6
+/// create is refused for good (asked once); the node drops that CIDR, then gets it
+/// back unchanged: asked a second time (emptied, the stale refusal holds it back).
+#[test]
+fn a_lasting_refusal_is_forgotten_when_its_route_is_no_longer_wanted() {
+    let cloud = Arc::new(FakeCloud::new());
+    cloud.refuse(cidr("fd00:10::/64"), Some(("IPv6NotRoutable", true)));
+    let mut c = Config::new(cidrs(&["10.0.0.0/16", "fd00:10::/56"]));
+    c.seed = Some(7);
+    let mut d = Driver::with_cloud(c, cloud.clone());
+    let dual = node("n0", &["10.0.0.0/24", "fd00:10::/64"], "192.168.0.0");
+    d.start(vec![dual.clone()]);
+    d.advance(Duration::from_secs(5));
+    assert_eq!(creates_to(&d, "fd00:10::/64"), 1);
+    let mut single = bumped(dual.clone(), 2);
+    single.pod_cidrs.truncate(1);
+    d.node_event(NodeEvent::Modified(single));
+    d.advance(Duration::from_secs(5));
+    assert_eq!(creates_to(&d, "fd00:10::/64"), 1);
+    d.node_event(NodeEvent::Modified(bumped(dual, 3)));
+    d.advance(Duration::from_secs(5));
+    assert_eq!(creates_to(&d, "fd00:10::/64"), 2);
+}
