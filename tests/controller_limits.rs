@@ -474,3 +474,34 @@ fn a_lasting_refusal_is_forgotten_when_its_route_is_no_longer_wanted() {
     d.advance(Duration::from_secs(5));
     assert_eq!(creates_to(&d, "fd00:10::/64"), 2);
 }
+
+/// Kills `create_refused`'s `&&` made `||` (src/controller/refusals.rs): a refusal is
+/// a repeat only when both its reason and its message are the ones already reported.
+/// Both of a node's destinations are refused for good for the same reason, each with
+/// a message naming its own route: two events (with `||`, the second is taken for a
+/// repeat of the first and never reported).
+#[test]
+fn two_refusals_with_the_same_reason_but_different_messages_are_both_reported() {
+    let cloud = Arc::new(FakeCloud::new());
+    cloud.refuse(cidr("10.0.0.0/24"), Some(("NotRoutable", true)));
+    cloud.refuse(cidr("fd00:10::/64"), Some(("NotRoutable", true)));
+    let mut c = Config::new(cidrs(&["10.0.0.0/16", "fd00:10::/56"]));
+    c.seed = Some(7);
+    let mut d = Driver::with_cloud(c, cloud.clone());
+    d.start(vec![node(
+        "n0",
+        &["10.0.0.0/24", "fd00:10::/64"],
+        "192.168.0.0",
+    )]);
+    d.advance(Duration::from_secs(5));
+    let messages: Vec<&str> = d.events.iter().map(|e| e.message.as_str()).collect();
+    assert_eq!(messages.len(), 2, "{messages:?}");
+    assert!(
+        messages.iter().any(|m| m.contains("10.0.0.0/24")),
+        "{messages:?}"
+    );
+    assert!(
+        messages.iter().any(|m| m.contains("fd00:10::/64")),
+        "{messages:?}"
+    );
+}
