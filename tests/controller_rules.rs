@@ -138,3 +138,21 @@ fn a_list_waiting_for_budget_goes_out_the_instant_the_budget_allows() {
     assert_eq!(sent, [(0.0, "list"), (5.0, "create"), (10.0, "list")]);
     assert_eq!(d.cloud_routes().len(), 1);
 }
+
+/// Kills `Cause::mentions` made `true` (src/controller/cause.rs): asked whether a pass
+/// was for a node, the cause says no for a node it did not sample (tests/controller.rs
+/// asks only the positive question).
+#[test]
+fn a_cause_mentions_only_the_nodes_it_sampled() {
+    let mut d = Driver::new(watch_config());
+    d.start(vec![]);
+    d.node_event(NodeEvent::Added(node(
+        "n0",
+        &["10.0.0.0/24"],
+        "192.168.0.0",
+    )));
+    d.advance(secs(1.0));
+    let cause = &d.reports.last().expect("n0's pass").cause;
+    assert!(cause.mentions("n0"), "{cause}");
+    assert!(!cause.mentions("n1"), "{cause}");
+}
