@@ -2641,3 +2641,71 @@ fn a_deleted_route_leaves_the_view_so_no_pass_deletes_it_twice() {
         ["list list", "delete 10.0.5.0/24", "create 10.0.1.0/24"]
     );
 }
+
+// --- mutation testing of the rest of src/controller/mod.rs (issue 16) -----------------
+// Each test names the mutants of `src/controller/mod.rs` it kills (README, "Mutation
+// testing").
+
+/// Kills: `Controller::is_synced` made true or false. The drivers read it: synced from
+/// a complete list's InitDone until the next Init (a relist).
+#[test]
+fn the_controller_is_synced_from_a_complete_list_until_a_relist_starts() {
+    let mut d = Driver::new(watch_config());
+    assert!(!d.ctrl.is_synced(), "before any list");
+    d.node_event(NodeEvent::Init);
+    d.node_event(NodeEvent::InitApply(nodes(1).remove(0)));
+    assert!(!d.ctrl.is_synced(), "during the first list");
+    d.node_event(NodeEvent::InitDone);
+    assert!(d.ctrl.is_synced(), "after InitDone");
+    d.node_event(NodeEvent::Init);
+    assert!(!d.ctrl.is_synced(), "during a relist");
+}
+
+/// Kills: `Controller::is_leading` made true or false. The actor reads it to tell a
+/// fenced call from a lost lease: without leader election the replica leads from the
+/// start; with it, from the gain of the lease until its loss.
+#[test]
+fn the_controller_leads_without_election_or_while_it_holds_the_lease() {
+    let d = Driver::new(watch_config());
+    assert!(d.ctrl.is_leading(), "without leader election");
+    let mut config = watch_config();
+    config.leader_election = true;
+    let mut d = Driver::new(config);
+    assert!(!d.ctrl.is_leading(), "before the lease is won");
+    d.feed(Input::Leadership(true));
+    assert!(d.ctrl.is_leading(), "holding the lease");
+    d.feed(Input::Leadership(false));
+    assert!(!d.ctrl.is_leading(), "after the loss");
+}
+
+/// Kills: `Controller::routes` returning None, an empty list or one default route. It
+/// is the cloud's routes as last listed, kept current by the replies: none before the
+/// first list, then exactly what the cloud holds.
+#[test]
+fn the_controllers_routes_are_none_before_the_first_list_then_the_clouds() {
+    let cloud = Arc::new(FakeCloud::new());
+    cloud.seed([route("old", "gone", "10.0.5.0/24")]);
+    let mut d = Driver::with_cloud(watch_config(), cloud);
+    assert!(d.ctrl.routes().is_none(), "before the first list");
+    d.start(nodes(2));
+    let mut seen: Vec<(String, String)> = d
+        .ctrl
+        .routes()
+        .expect("listed")
+        .iter()
+        .map(|r| (r.target_node.clone(), r.destination_cidr.clone()))
+        .collect();
+    seen.sort();
+    assert_eq!(seen, d.cloud_routes());
+    assert_eq!(seen.len(), 2, "{seen:?}");
+}
+
+/// Kills: `Controller::metrics` returning a new registry. It is the registry the
+/// controller was built with and records into, which the metrics endpoint serves.
+#[test]
+fn the_controllers_metrics_are_the_registry_it_records_into() {
+    let mut d = Driver::new(watch_config());
+    d.start(nodes(1));
+    assert!(Arc::ptr_eq(d.ctrl.metrics(), &d.metrics));
+    assert_eq!(d.ctrl.metrics().passes_total(), 1);
+}
