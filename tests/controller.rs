@@ -2709,3 +2709,89 @@ fn the_controllers_metrics_are_the_registry_it_records_into() {
     assert!(Arc::ptr_eq(d.ctrl.metrics(), &d.metrics));
     assert_eq!(d.ctrl.metrics().passes_total(), 1);
 }
+
+/// Each finished pass as `(pass, created, deleted, failed, deferred)`, in the order
+/// the reports came.
+fn tallies(d: &Driver) -> Vec<(u64, usize, usize, usize, usize)> {
+    d.reports
+        .iter()
+        .map(|r| (r.cause.pass, r.created, r.deleted, r.failed, r.deferred))
+        .collect()
+}
+
+/// Kills: `r.deferred += 1` made `*=` (or `-=`) for the queued operations a new plan
+/// supersedes in `plan_and_queue`. A queued delete the next plan no longer wants counts
+/// as deferred in the report of the pass that queued it.
+#[test]
+fn a_queued_operation_a_new_plan_drops_counts_as_deferred_in_its_pass() {
+    let cloud = Arc::new(FakeCloud::new());
+    cloud.seed([
+        route("a", "old5", "10.0.5.0/24"),
+        route("b", "old6", "10.0.6.0/24"),
+    ]);
+    let mut config = watch_config();
+    config.max_in_flight = 1;
+    let mut d = Driver::with_cloud(config, cloud);
+    d.list(vec![]);
+    assert!(d.answer_one(), "the startup pass's list");
+    // 10.0.5.0/24's delete in flight, 10.0.6.0/24's queued; old6 comes back.
+    d.node_event(NodeEvent::Added(node(
+        "old6",
+        &["10.0.6.0/24"],
+        "192.168.0.6",
+    )));
+    d.settle();
+    d.advance(secs(60.0));
+    assert_eq!(tallies(&d), [(2, 0, 0, 0, 0), (1, 0, 1, 0, 1)]);
+}
+
+/// Kills: the deferred count of a busy destination in `plan_and_queue` (`deferred += 1`
+/// made `*=` or `-=`), and `r.deferred += deferred` made `*=` or `-=`. A pass whose
+/// create waits for a delete in flight on the same destination reports it deferred.
+#[test]
+fn a_create_waiting_for_a_delete_in_flight_counts_as_deferred() {
+    let mut d = Driver::new(watch_config());
+    d.start(nodes(2));
+    d.now += secs(5.0);
+    d.node_event(NodeEvent::Deleted(nodes(1).remove(0)));
+    assert_eq!(d.pending.len(), 1, "n0's delete in flight: {:?}", d.pending);
+    d.now += secs(5.0);
+    d.node_event(NodeEvent::Added(node(
+        "n9",
+        &["10.0.0.0/24"],
+        "192.168.0.9",
+    )));
+    d.feed(Input::Tick);
+    d.settle();
+    d.advance(secs(60.0));
+    assert_eq!(
+        tallies(&d),
+        [
+            (1, 2, 0, 0, 0),
+            (3, 0, 0, 0, 1),
+            (2, 0, 1, 0, 0),
+            (4, 1, 0, 0, 0)
+        ]
+    );
+}
+
+/// Kills: the deferred count of a route backing off in `plan_and_queue` (`deferred += 1`
+/// made `*=` or `-=`). A pass for another node during a route's backoff reports that
+/// route deferred.
+#[test]
+fn a_route_backing_off_counts_as_deferred_in_a_pass_for_another_node() {
+    let mut d = Driver::new(watch_config());
+    d.cloud.break_destination(
+        Cidr::parse("10.0.0.0/24").unwrap(),
+        CloudErrorKind::Retry { after: None },
+    );
+    d.start(nodes(1));
+    d.advance(secs(0.1));
+    d.node_event(NodeEvent::Added(node(
+        "n1",
+        &["10.0.1.0/24"],
+        "192.168.0.1",
+    )));
+    d.advance(secs(0.2));
+    assert_eq!(tallies(&d), [(1, 0, 0, 1, 0), (2, 1, 0, 0, 1)]);
+}
