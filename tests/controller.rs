@@ -2795,3 +2795,43 @@ fn a_route_backing_off_counts_as_deferred_in_a_pass_for_another_node() {
     d.advance(secs(0.2));
     assert_eq!(tallies(&d), [(1, 0, 0, 1, 0), (2, 1, 0, 0, 1)]);
 }
+
+/// Kills: the `NotFound` guard of a failed delete in `on_op_done` made false or its `==`
+/// made `!=`, and its `deleted += 1` made `*=` or `-=`. A delete answered "not found"
+/// (someone else removed the route) counts as deleted and is not retried.
+#[test]
+fn a_delete_of_a_route_already_gone_counts_as_deleted_and_is_not_retried() {
+    let cloud = Arc::new(FakeCloud::new());
+    cloud.seed([route("b", "old", "10.0.5.0/24")]);
+    cloud.fail_next(Call::Delete, [CloudErrorKind::NotFound]);
+    let mut d = Driver::with_cloud(watch_config(), cloud);
+    d.start(vec![]);
+    d.advance(secs(60.0));
+    assert_eq!(tallies(&d), [(1, 0, 1, 0, 0)]);
+    assert_eq!(sent_ops(&d), ["list list", "delete 10.0.5.0/24"]);
+    assert_eq!(d.metrics.routes_failing.get(), 0);
+}
+
+/// Kills: `deferred += 1` of a refused create in `on_op_done` made `*=` or `-=`, and
+/// the deferred count of a create the refusals hold back in `plan_and_queue`. A create
+/// refused before any request counts as deferred in its pass, and so does the same
+/// create held back by the next pass (it would be refused again).
+#[test]
+fn a_refused_create_and_the_same_create_held_back_later_count_as_deferred() {
+    let cloud = Arc::new(FakeCloud::new());
+    cloud.refuse(
+        Cidr::parse("10.0.1.0/24").unwrap(),
+        Some(("ServerNotInNetwork", true)),
+    );
+    let mut d = Driver::with_cloud(watch_config(), cloud);
+    d.start(nodes(2));
+    d.advance(secs(10.0));
+    d.node_event(NodeEvent::Added(node(
+        "n2",
+        &["10.0.2.0/24"],
+        "192.168.0.2",
+    )));
+    d.advance(secs(10.0));
+    assert_eq!(tallies(&d), [(1, 1, 0, 0, 1), (2, 1, 0, 0, 1)]);
+    assert_eq!(creates_to(&d, "10.0.1.0/24"), 1, "{:?}", d.sent);
+}
