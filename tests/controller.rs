@@ -2835,3 +2835,63 @@ fn a_refused_create_and_the_same_create_held_back_later_count_as_deferred() {
     assert_eq!(tallies(&d), [(1, 1, 0, 0, 1), (2, 1, 0, 0, 1)]);
     assert_eq!(creates_to(&d, "10.0.1.0/24"), 1, "{:?}", d.sent);
 }
+
+/// Kills: the outcome rule of `maybe_finish` (`created + deleted > 0` with `+` made `-`
+/// or `*`, or `>` made `==`, `<` or `>=`). Each finished pass counts once in
+/// `route_syncs`: Changed when it created or deleted a route (a delete alone
+/// included), Noop when it changed nothing, Error when its list failed.
+#[test]
+fn each_pass_counts_as_changed_noop_or_error_by_what_it_did() {
+    use route_controller::metrics::SyncOutcome;
+    let outcomes = |d: &Driver| {
+        [
+            SyncOutcome::Changed,
+            SyncOutcome::Noop,
+            SyncOutcome::Error,
+        ]
+        .map(|o| d.metrics.route_syncs(o))
+    };
+    let mut d = Driver::new(watch_config());
+    d.start(nodes(2));
+    assert_eq!(outcomes(&d), [1, 0, 0], "a pass that created");
+    d.advance(secs(10.0));
+    d.node_event(NodeEvent::Added(node("bare", &[], "192.168.0.9")));
+    d.advance(secs(10.0));
+    assert_eq!(outcomes(&d), [1, 1, 0], "a pass with nothing to do");
+    d.node_event(NodeEvent::Deleted(nodes(1).remove(0)));
+    d.advance(secs(10.0));
+    assert_eq!(outcomes(&d), [2, 1, 0], "a pass that only deleted");
+    assert_eq!(tallies(&d).last(), Some(&(3, 0, 1, 0, 0)));
+
+    let cloud = Arc::new(FakeCloud::new());
+    cloud.fail_next(Call::List, [CloudErrorKind::Retry { after: None }]);
+    let mut d = Driver::with_cloud(watch_config(), cloud);
+    d.start(nodes(1));
+    assert_eq!(outcomes(&d), [0, 0, 1], "a pass whose list failed");
+}
+
+/// Kills: `update_route_gauges` emptied, the `+` of `queued + in flight` made `-` or
+/// `*`, and the first `-` of `wanted - pending - failing` made `+`. The route gauges
+/// are set as each pass finishes, counting the operations other passes still have
+/// queued or in flight: here one in flight and one queued of three wanted routes.
+#[test]
+fn the_route_gauges_count_what_other_passes_still_have_queued_or_in_flight() {
+    let mut config = watch_config();
+    config.max_in_flight = 1;
+    let mut d = Driver::new(config);
+    d.list(nodes(3));
+    assert!(d.answer_one(), "the startup pass's list");
+    assert!(d.answer_one(), "n0's create; n1's goes out, n2's is queued");
+    d.now += secs(1.0);
+    d.node_event(NodeEvent::Added(node("bare", &[], "192.168.0.9")));
+    d.feed(Input::Tick);
+    assert_eq!(tallies(&d), [(2, 0, 0, 0, 0)], "the second pass finished");
+    assert_eq!(
+        (
+            d.metrics.routes_pending.get(),
+            d.metrics.routes_ok.get(),
+            d.metrics.routes_failing.get()
+        ),
+        (2, 1, 0)
+    );
+}
