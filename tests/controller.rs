@@ -2895,3 +2895,20 @@ fn the_route_gauges_count_what_other_passes_still_have_queued_or_in_flight() {
         (2, 1, 0)
     );
 }
+
+/// Kills: `failed += 1` made `*=` or `-=` for a create the cloud refused because its
+/// table is full. Another writer filled the table since the list: the create that
+/// finds no room counts as failed in its pass.
+#[test]
+fn a_create_that_finds_the_table_full_counts_as_failed() {
+    let cloud = Arc::new(FakeCloud::new());
+    cloud.seed([route("vpn", "", "192.168.100.0/24")]);
+    cloud.set_route_limit(Some(3));
+    let mut d = Driver::with_cloud(watch_config(), cloud.clone());
+    d.list(nodes(2));
+    assert!(d.answer_one(), "the list: both creates fit");
+    assert_eq!(d.pending.len(), 2);
+    cloud.seed([route("other", "", "192.168.101.0/24")]); // another writer
+    d.settle();
+    assert_eq!(tallies(&d), [(1, 1, 0, 1, 0)]);
+}
