@@ -2912,3 +2912,17 @@ fn a_create_that_finds_the_table_full_counts_as_failed() {
     d.settle();
     assert_eq!(tallies(&d), [(1, 1, 0, 1, 0)]);
 }
+
+/// Kills: `deferred += 1` made `*=` or `-=` for the create a failed delete holds back
+/// in `on_op_done`. The pass that planned the replacement reports the failed delete
+/// and the create that waits for its retry; the retry's pass makes both.
+#[test]
+fn a_create_held_back_by_a_failed_delete_counts_as_deferred() {
+    let cloud = Arc::new(FakeCloud::new());
+    cloud.seed([route("a", "old", "10.0.0.0/24")]);
+    cloud.fail_next(Call::Delete, [CloudErrorKind::Retry { after: None }]);
+    let mut d = Driver::with_cloud(watch_config(), cloud);
+    d.start(nodes(1));
+    d.advance(secs(5.0));
+    assert_eq!(tallies(&d), [(1, 0, 0, 1, 1), (2, 1, 1, 0, 0)]);
+}
