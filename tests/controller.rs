@@ -2926,3 +2926,23 @@ fn a_create_held_back_by_a_failed_delete_counts_as_deferred() {
     d.advance(secs(5.0));
     assert_eq!(tallies(&d), [(1, 0, 0, 1, 1), (2, 1, 1, 0, 0)]);
 }
+
+/// Kills: `deferred += 1` made `*=` or `-=` in `dispatch` for a queued create whose
+/// node is gone by the time it would go out. In poll mode a node change starts no pass
+/// that could drop the queued create: dispatch drops it and the pass that queued it
+/// reports it deferred.
+#[test]
+fn a_queued_create_whose_node_is_gone_at_dispatch_counts_as_deferred() {
+    let mut config = watch_config();
+    config.mode = Mode::Poll;
+    config.max_in_flight = 1;
+    let mut d = Driver::new(config);
+    d.list(nodes(2));
+    assert!(d.answer_one(), "the startup pass's list");
+    d.node_event(NodeEvent::Deleted(nodes(2).remove(1)));
+    assert!(d.answer_one(), "n0's create");
+    assert_eq!(sent_ops(&d), ["list list", "create 10.0.0.0/24"]);
+    assert_eq!(tallies(&d), [(1, 1, 0, 0, 1)]);
+    d.advance(secs(10.0));
+    assert_eq!(d.cloud_routes(), vec![("n0".into(), "10.0.0.0/24".into())]);
+}
