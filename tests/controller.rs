@@ -2844,12 +2844,8 @@ fn a_refused_create_and_the_same_create_held_back_later_count_as_deferred() {
 fn each_pass_counts_as_changed_noop_or_error_by_what_it_did() {
     use route_controller::metrics::SyncOutcome;
     let outcomes = |d: &Driver| {
-        [
-            SyncOutcome::Changed,
-            SyncOutcome::Noop,
-            SyncOutcome::Error,
-        ]
-        .map(|o| d.metrics.route_syncs(o))
+        [SyncOutcome::Changed, SyncOutcome::Noop, SyncOutcome::Error]
+            .map(|o| d.metrics.route_syncs(o))
     };
     let mut d = Driver::new(watch_config());
     d.start(nodes(2));
@@ -2945,4 +2941,41 @@ fn a_queued_create_whose_node_is_gone_at_dispatch_counts_as_deferred() {
     assert_eq!(tallies(&d), [(1, 1, 0, 0, 1)]);
     d.advance(secs(10.0));
     assert_eq!(d.cloud_routes(), vec![("n0".into(), "10.0.0.0/24".into())]);
+}
+
+/// Kills: `&&` made `||` in `created = Create && result.is_ok()` (`on_op_done`). Only a
+/// route that was made gets the follow-up look for a node that changed while its create
+/// was in flight: in poll mode (no pass for node changes) n0 loses its pod CIDR during
+/// its create; a success starts a follow-up pass at once that deletes the route, a
+/// failure starts none (nothing was made; the next poll looks again).
+#[test]
+fn only_a_create_that_succeeded_gets_a_follow_up_for_a_node_that_changed_meanwhile() {
+    for (fails, passes, ops) in [
+        (
+            false,
+            2,
+            &[
+                "list list",
+                "create 10.0.0.0/24",
+                "list list",
+                "delete 10.0.0.0/24",
+            ][..],
+        ),
+        (true, 1, &["list list", "create 10.0.0.0/24"][..]),
+    ] {
+        let mut config = watch_config();
+        config.mode = Mode::Poll;
+        let mut d = Driver::new(config);
+        if fails {
+            d.cloud
+                .fail_next(Call::Create, [CloudErrorKind::Retry { after: None }]);
+        }
+        d.list(nodes(1));
+        assert!(d.answer_one(), "the startup pass's list");
+        d.now += secs(1.0);
+        d.node_event(NodeEvent::Modified(node("n0", &[], "192.168.0.0")));
+        d.settle();
+        assert_eq!(d.passes(), passes, "create fails: {fails}");
+        assert_eq!(sent_ops(&d), ops, "create fails: {fails}");
+    }
 }
