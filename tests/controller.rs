@@ -2979,3 +2979,36 @@ fn only_a_create_that_succeeded_gets_a_follow_up_for_a_node_that_changed_meanwhi
         assert_eq!(sent_ops(&d), ops, "create fails: {fails}");
     }
 }
+
+/// Kills: `||` made `&&` in `pass_due` (`on_op_done`). A pass already waiting to list
+/// will see what a create made for a node that changed meanwhile, so the create adds no
+/// follow-up: n1's ambiguous reply makes the view stale, so the pass for n0's change
+/// waits to list while n0's create is in flight; that one pass deletes the route.
+#[test]
+fn a_create_answered_while_a_pass_waits_to_list_adds_no_follow_up() {
+    let mut d = Driver::new(watch_config());
+    d.list(nodes(2));
+    assert!(d.answer_one(), "the startup pass's list");
+    d.pending.swap(0, 1);
+    d.cloud.fail_next(Call::Create, [CloudErrorKind::Ambiguous]);
+    assert!(d.answer_one(), "n1's create, ambiguous");
+    d.now += secs(0.1);
+    d.node_event(NodeEvent::Modified(bumped(
+        node("n0", &[], "192.168.0.0"),
+        2,
+    )));
+    assert_eq!(d.passes(), 2, "n0's pass waits to list");
+    d.settle();
+    d.advance(secs(0.3)); // before n1's retry
+    assert_eq!(d.passes(), 2);
+    assert_eq!(
+        sent_ops(&d),
+        [
+            "list list",
+            "create 10.0.0.0/24",
+            "create 10.0.1.0/24",
+            "list list",
+            "delete 10.0.0.0/24"
+        ]
+    );
+}
