@@ -3012,3 +3012,35 @@ fn a_create_answered_while_a_pass_waits_to_list_adds_no_follow_up() {
         ]
     );
 }
+
+/// Kills: `<` made `<=` or `==` in `dispatch_order`'s `deletes_first`. Deletes jump
+/// the queue only when the room left is smaller than the creates waiting: with room
+/// for exactly the two queued creates, they go in the order they were queued, before
+/// the delete planned after them.
+#[test]
+fn with_room_for_every_queued_create_the_queue_keeps_its_order() {
+    let cloud = Arc::new(FakeCloud::new());
+    cloud.seed([route("vpn", "", "192.168.100.0/24")]);
+    cloud.set_route_limit(Some(5));
+    let mut config = watch_config();
+    config.max_in_flight = 1;
+    let mut d = Driver::with_cloud(config, cloud);
+    d.start(nodes(1)); // vpn and n0: room 3
+    for n in nodes(4).into_iter().skip(1) {
+        d.node_event(NodeEvent::Added(n)); // n1's create goes at once
+    }
+    d.now += secs(0.1);
+    d.feed(Input::Tick); // n2's and n3's queue behind it
+    d.node_event(NodeEvent::Deleted(nodes(1).remove(0))); // the delete behind them
+    assert!(d.answer_one(), "n1's create: room 2 for 2 queued creates");
+    d.settle();
+    assert_eq!(
+        sent_ops(&d)[2..],
+        [
+            "create 10.0.1.0/24",
+            "create 10.0.2.0/24",
+            "create 10.0.3.0/24",
+            "delete 10.0.0.0/24"
+        ]
+    );
+}
