@@ -274,8 +274,7 @@ fn print_table(settings: &Settings, results: &[(Kind, Vec<Figures>)]) {
         "\n  {} nodes; ranges are min–max over {} run(s). sync: process start to informer synced (ours: InitDone); \
          routes: to every route\n  in the cloud ({} ms per cloud call; the hcloud run: to its first pass, every route \
          already in place). RSS in MiB: peak (VmHWM)\n  and steady after sync, peak and RSS after the relist. CPU: \
-         an hour of kubelet status reports ({} PATCHes of /status,\n  {:.2} h of them played in {} s), CPU seconds per \
-         real hour and % of one core. MiB read from the API server (TLS bytes\n  through the proxy) from process start \
+         an hour of kubelet status reports ({} PATCHes of /status,\n  {:.2} h of them paced over {} s, or slower if the server\n  lags: the rounds above say how long), CPU seconds per real hour and % of one core. MiB read from the API server (TLS bytes\n  through the proxy) from process start \
          to every route, and on the relist (410 after an API server restart).",
         settings.nodes,
         settings.runs,
