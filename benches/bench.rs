@@ -16,12 +16,16 @@
 //!    `CHAOS_SECONDS` (default 120) and `CHAOS_CLOUDS` (`hcloud,aws`). It prints the
 //!    figures of each run and exits 1 if any run saw a violation or did not converge.
 //!
+//! 7. A real 5 000-node cluster (`benches/scale/mod.rs`): ours and upstream's
+//!    controller against a real kube-apiserver holding realistic nodes: sync time,
+//!    memory, CPU for an hour of status reports, bytes read at start and on a relist.
+//!
 //! `cargo bench -- NAME` runs only the parts whose name contains NAME (`events`,
-//! `planner`, `rss`, `calls`, `upstream`, `peers`, `chaos`).
+//! `planner`, `rss`, `calls`, `upstream`, `peers`, `chaos`, `scale`).
 //!
 //! The first line names the commit measured (`-dirty` if the tree differs from it), and
-//! `RC_BENCH_RUNS=N` (default 1) runs `events`, `planner`, `calls`, `upstream` and
-//! `peers` N times and prints each figure's range: what the README publishes.
+//! `RC_BENCH_RUNS=N` (default 1) runs `events`, `planner`, `calls`, `upstream`,
+//! `peers` and `scale` N times and prints each figure's range: what the README publishes.
 
 // The support modules each carry their own copy of `http_wire.rs` and `prometheus.rs`
 // (each test binary includes only some of them); the chaos run brings several together.
@@ -55,6 +59,9 @@ mod kube_apiserver;
 mod moto;
 #[path = "../tests/support/prometheus.rs"]
 mod prometheus;
+mod scale;
+#[path = "../tests/support/scale_cluster.rs"]
+mod scale_cluster;
 #[path = "../tests/support/upstream_controller.rs"]
 mod upstream_controller;
 
@@ -101,6 +108,9 @@ fn main() {
     }
     if wanted("chaos") {
         chaos();
+    }
+    if wanted("scale") {
+        scale::scale();
     }
 }
 

@@ -11,6 +11,9 @@
 //! It also logs when the client's bytes of each EC2 Query request (`Action=…` in a
 //! form body) were passed to the server ([`FaultProxy::requests`]): with one proxy per
 //! replica, that attributes every request moto saw to the replica that sent it.
+//!
+//! It counts the bytes it passed on each way ([`FaultProxy::bytes`]): in front of the
+//! API server, what a controller read from it (TLS records, so the encrypted size).
 
 use std::io::{ErrorKind, Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
@@ -47,6 +50,9 @@ struct Shared {
     cuts: AtomicU64,
     /// When each `Action=…` request was passed on, and its action.
     requests: Mutex<Vec<(Instant, String)>>,
+    /// Bytes passed on to the server, and to the client.
+    to_server: AtomicU64,
+    to_client: AtomicU64,
 }
 
 pub struct FaultProxy {
@@ -71,6 +77,8 @@ impl FaultProxy {
             refused: AtomicU64::new(0),
             cuts: AtomicU64::new(0),
             requests: Mutex::new(Vec::new()),
+            to_server: AtomicU64::new(0),
+            to_client: AtomicU64::new(0),
         });
         let s = shared.clone();
         let acceptor = std::thread::Builder::new()
@@ -107,6 +115,14 @@ impl FaultProxy {
     /// The EC2 Query requests passed on to the server so far: when, and the action.
     pub fn requests(&self) -> Vec<(Instant, String)> {
         self.shared.requests.lock().expect("requests").clone()
+    }
+
+    /// Bytes passed on so far: `(to the server, to the client)`.
+    pub fn bytes(&self) -> (u64, u64) {
+        (
+            self.shared.to_server.load(Ordering::SeqCst),
+            self.shared.to_client.load(Ordering::SeqCst),
+        )
     }
 
     /// Connections accepted and passed on, refused, and cuts so far.
@@ -189,6 +205,7 @@ fn pump(mut from: TcpStream, mut to: TcpStream, replies: bool, generation: u64, 
             if to.write_all(&held).is_err() {
                 break;
             }
+            count_bytes(&s, replies, held.len());
             held.clear();
         }
         if mode == Mode::Stall {
@@ -213,6 +230,7 @@ fn pump(mut from: TcpStream, mut to: TcpStream, replies: bool, generation: u64, 
                 if to.write_all(&buf[..n]).is_err() {
                     break;
                 }
+                count_bytes(&s, replies, n);
             }
             Ok(n) => held.extend_from_slice(&buf[..n]),
             Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {}
@@ -221,6 +239,11 @@ fn pump(mut from: TcpStream, mut to: TcpStream, replies: bool, generation: u64, 
     }
     let _ = from.shutdown(Shutdown::Both);
     let _ = to.shutdown(Shutdown::Both);
+}
+
+fn count_bytes(s: &Shared, replies: bool, n: usize) {
+    let counter = if replies { &s.to_client } else { &s.to_server };
+    counter.fetch_add(n as u64, Ordering::SeqCst);
 }
 
 /// Notes the `Action=…` of each request in `bytes` (a form body: the action is the

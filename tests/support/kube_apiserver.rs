@@ -92,6 +92,8 @@ struct ReadyInfo {
     admin_token: String,
     controller_token: String,
     controller_user: String,
+    /// The embedded etcd's client URL (`http://127.0.0.1:PORT`).
+    etcd_url: String,
 }
 
 impl KubeApiserver {
@@ -190,6 +192,12 @@ impl KubeApiserver {
             Some(p) => matches!(p.child.try_wait(), Ok(None)),
             None => false,
         }
+    }
+
+    /// The embedded etcd's client URL, `http://127.0.0.1:PORT` (it may change on a
+    /// restart), for tests that act on the storage itself, e.g. compact its history.
+    pub fn etcd_url(&self) -> &str {
+        &self.info.etcd_url
     }
 
     /// `https://127.0.0.1:PORT`.
@@ -636,6 +644,7 @@ fn parse_ready(line: &str) -> ReadyInfo {
         admin_token: text("adminToken"),
         controller_token: text("controllerToken"),
         controller_user: text("controllerUser"),
+        etcd_url: text("etcdURL"),
     }
 }
 

@@ -57,6 +57,9 @@ pub struct UpstreamOptions {
     pub min_resync_period: Duration,
     /// How long each cloud call takes (default 100 ms).
     pub cloud_latency: Duration,
+    /// `--announce-routes`: the program prints a line when its cloud first holds this
+    /// many routes, for [`UpstreamController::wait_for_routes`] (default 0: never).
+    pub announce_routes: usize,
 }
 
 impl UpstreamOptions {
@@ -69,6 +72,7 @@ impl UpstreamOptions {
             route_reconciliation_period: Duration::from_secs(10),
             min_resync_period: Duration::from_secs(12 * 3600),
             cloud_latency: Duration::from_millis(100),
+            announce_routes: 0,
         }
     }
 }
@@ -80,6 +84,8 @@ pub struct UpstreamController {
     report: PathBuf,
     log: PathBuf,
     ready_at: SystemTime,
+    /// When the `ROUTES` line arrived (see [`UpstreamOptions::announce_routes`]).
+    routes_rx: mpsc::Receiver<SystemTime>,
 }
 
 impl UpstreamController {
@@ -111,6 +117,7 @@ impl UpstreamController {
                 "--cloud-latency={}",
                 go_duration(options.cloud_latency)
             ))
+            .arg(format!("--announce-routes={}", options.announce_routes))
             .arg(format!("--report={}", report.display()))
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
@@ -120,6 +127,7 @@ impl UpstreamController {
         let stdin = child.stdin.take();
         let stdout = child.stdout.take().expect("piped stdout");
         let (ready_tx, ready_rx) = mpsc::channel();
+        let (routes_tx, routes_rx) = mpsc::channel();
         thread::spawn(move || {
             let mut ready_tx = Some(ready_tx);
             for line in BufReader::new(stdout).lines() {
@@ -129,6 +137,9 @@ impl UpstreamController {
                 {
                     let _ = tx.send(SystemTime::now());
                 }
+                if line.starts_with("ROUTES ") {
+                    let _ = routes_tx.send(SystemTime::now());
+                }
             }
         });
         let mut controller = UpstreamController {
@@ -137,6 +148,7 @@ impl UpstreamController {
             report,
             log,
             ready_at: UNIX_EPOCH,
+            routes_rx,
         };
         match ready_rx.recv_timeout(READY_TIMEOUT) {
             Ok(at) => controller.ready_at = at,
@@ -160,6 +172,16 @@ impl UpstreamController {
     /// reconcile starts about then.
     pub fn ready_at(&self) -> SystemTime {
         self.ready_at
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Waits until the cloud holds [`UpstreamOptions::announce_routes`] routes and
+    /// returns when it did; `None` if that did not happen within `timeout`.
+    pub fn wait_for_routes(&self, timeout: Duration) -> Option<SystemTime> {
+        self.routes_rx.recv_timeout(timeout).ok()
     }
 
     pub fn log_file(&self) -> &Path {

@@ -79,6 +79,7 @@ func main() {
 	minResync := flag.Duration("min-resync-period", 12*time.Hour, "the informers resync every [min, 2 x min), drawn once")
 	latency := flag.Duration("cloud-latency", 100*time.Millisecond, "how long each cloud call takes")
 	report := flag.String("report", "", "where to write the JSON report on shutdown (default: no report)")
+	announce := flag.Int("announce-routes", 0, "print ROUTES {\"count\":N} to stdout once the cloud holds N routes (0: never)")
 	watchStdin := flag.Bool("exit-on-stdin-close", true, "shut down when stdin reaches EOF")
 	klog.InitFlags(nil)
 	flag.Parse()
@@ -114,6 +115,7 @@ func main() {
 	defer stop()
 
 	cloud := newFakeRoutes(*latency)
+	cloud.announce = *announce
 	// The CCM's ResyncPeriod: MinResyncPeriod x [1, 2).
 	resync := time.Duration(float64(*minResync) * (rand.Float64() + 1))
 	factory := informers.NewSharedInformerFactory(client, resync)
@@ -164,7 +166,8 @@ type call struct {
 }
 
 type fakeRoutes struct {
-	latency time.Duration
+	latency  time.Duration
+	announce int // print a line when the cloud first holds this many routes
 
 	mu      sync.Mutex
 	routes  map[string]storedRoute // by destination CIDR
@@ -240,6 +243,9 @@ func (f *fakeRoutes) CreateRoute(ctx context.Context, clusterName string, nameHi
 	stored.EnableNodeAddresses = false
 	f.routes[route.DestinationCIDR] = storedRoute{clusterName: clusterName, route: stored}
 	f.created[routeKey(route.TargetNode, route.DestinationCIDR)] = time.Now().UTC()
+	if f.announce > 0 && len(f.routes) == f.announce {
+		fmt.Printf("ROUTES {\"count\":%d}\n", f.announce)
+	}
 	return nil
 }
 
