@@ -220,6 +220,11 @@ fn chaos() {
 /// A node as a kubelet reports it: 40 images with digests, managed fields, the usual
 /// conditions, labels and annotations. About 12 KiB of JSON.
 fn node_json(i: usize, rv: u64) -> String {
+    node_json_in(BenchCloud::Fake, i, rv)
+}
+
+/// [`node_json`] for a node of `cloud`: its providerID and pod CIDR fit that cloud.
+fn node_json_in(cloud: BenchCloud, i: usize, rv: u64) -> String {
     let name = format!("node-{i}");
     let images: Vec<serde_json::Value> = (0..40)
         .map(|k| {
@@ -253,7 +258,7 @@ fn node_json(i: usize, rv: u64) -> String {
                  "fieldsV1": {"f:status": {"f:conditions": {"k:{\"type\":\"NetworkUnavailable\"}": {".": {}}}}}}
             ]
         },
-        "spec": {"podCIDR": pod_cidr(i), "podCIDRs": [pod_cidr(i)], "providerID": format!("fake://{i}")},
+        "spec": {"podCIDR": cloud.pod_cidr(i), "podCIDRs": [cloud.pod_cidr(i)], "providerID": cloud.provider_id(i)},
         "status": {
             "addresses": [{"type": "InternalIP", "address": format!("172.16.{}.{}", (i >> 8) & 255, i & 255)}, {"type": "Hostname", "address": name}],
             "capacity": {"cpu": "4", "memory": "7935432Ki", "pods": "110", "ephemeral-storage": "157197304Ki"},
@@ -444,36 +449,172 @@ fn planner() {
 
 // --- 3. peak RSS ---------------------------------------------------------------------
 
-fn rss() {
-    let binary = env!("CARGO_BIN_EXE_route-controller");
-    println!(
-        "\n[rss] peak RSS (VmHWM) of `route-controller run --cloud-provider fake` in watch mode, synced with N nodes"
-    );
-    println!(
-        "      served by a minimal API server ({:.1} KiB of JSON per node):",
-        node_json(0, 1).len() as f64 / 1024.0
-    );
-    // RC_BENCH_NODES=5000 measures one size; RC_BENCH_WRAPPER="valgrind --tool=massif"
-    // runs the binary under a profiler.
-    let sizes: Vec<usize> = match std::env::var("RC_BENCH_NODES") {
-        Ok(v) => v.split(',').filter_map(|n| n.trim().parse().ok()).collect(),
-        Err(_) => vec![0, 5_000, 50_000],
-    };
-    for n in sizes {
-        match measure_rss(binary, n) {
-            Ok((hwm, rss, took)) => println!(
-                "  {n:>6} nodes: peak {:>6.1} MiB, after sync {:>6.1} MiB, synced in {:.1} s",
-                hwm as f64 / 1024.0,
-                rss as f64 / 1024.0,
-                took.as_secs_f64()
-            ),
-            Err(e) => println!("  {n:>6} nodes: FAILED: {e}"),
+/// Where the bench's cloud lives.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum BenchCloud {
+    /// `--cloud-provider=fake`: the route table is in the controller's own memory
+    /// (about 0.5 KiB per route), as in earlier versions of this bench.
+    Fake,
+    /// `--cloud-provider=hcloud` against the Hetzner double in this process, every
+    /// route already in the network: the cloud out of process, as in a real cluster.
+    Hcloud,
+}
+
+impl BenchCloud {
+    fn label(self) -> &'static str {
+        match self {
+            BenchCloud::Hcloud => "hcloud double (out of process)",
+            BenchCloud::Fake => "fake cloud (in process)",
+        }
+    }
+
+    fn provider_id(self, i: usize) -> String {
+        match self {
+            BenchCloud::Fake => format!("fake://{i}"),
+            BenchCloud::Hcloud => format!("hcloud://{}", i + 1),
+        }
+    }
+
+    /// The fake cloud's pod CIDRs start at 10.0.0.0/24; Hetzner's must lie outside the
+    /// servers' subnet (10.0.0.0/16), so they start at 10.16.0.0/24.
+    fn pod_cidr(self, i: usize) -> String {
+        match self {
+            BenchCloud::Fake => pod_cidr(i),
+            BenchCloud::Hcloud => format!("10.{}.{}.0/24", 16 + (i >> 8), i & 255),
         }
     }
 }
 
-fn measure_rss(binary: &str, nodes: usize) -> Result<(u64, u64, Duration), String> {
-    let server = NodeServer::start(nodes).map_err(|e| format!("node server: {e}"))?;
+/// What one run of the controller measured.
+struct RssSample {
+    /// VmHWM when the first pass after the initial list has finished, KiB.
+    peak: u64,
+    /// VmRSS two seconds after that, KiB.
+    synced: u64,
+    /// VmHWM over a relist (the peak reset after sync), KiB; 0 if it did not finish.
+    relist: u64,
+    took: Duration,
+}
+
+fn rss() {
+    let binary = env!("CARGO_BIN_EXE_route-controller");
+    let runs: usize = std::env::var("RC_BENCH_RUNS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1)
+        .max(1);
+    println!(
+        "\n[rss] RSS of `route-controller run` in watch mode with N nodes, commit {}, {runs} run(s) (range):",
+        commit()
+    );
+    println!(
+        "      nodes served by a minimal API server in this process ({:.1} KiB of JSON per node, pages of 500);",
+        node_json(0, 1).len() as f64 / 1024.0
+    );
+    println!(
+        "      peak = VmHWM at sync (first pass done), steady = VmRSS 2 s later, relist = VmHWM over a relist \
+         forced by a 410 (peak reset at steady)"
+    );
+    // RC_BENCH_NODES=5000 measures one size; RC_BENCH_CLOUDS=hcloud one cloud;
+    // RC_BENCH_WRAPPER="valgrind --tool=massif" runs the binary under a profiler.
+    let sizes: Vec<usize> = match std::env::var("RC_BENCH_NODES") {
+        Ok(v) => v.split(',').filter_map(|n| n.trim().parse().ok()).collect(),
+        Err(_) => vec![0, 5_000, 50_000],
+    };
+    let clouds: Vec<BenchCloud> = std::env::var("RC_BENCH_CLOUDS")
+        .unwrap_or_else(|_| "hcloud,fake".into())
+        .split(',')
+        .filter_map(|c| match c.trim() {
+            "hcloud" => Some(BenchCloud::Hcloud),
+            "fake" => Some(BenchCloud::Fake),
+            _ => None,
+        })
+        .collect();
+    for cloud in clouds {
+        println!("  {}:", cloud.label());
+        for &n in &sizes {
+            let mut samples = Vec::new();
+            let mut failure = None;
+            for _ in 0..runs {
+                match measure_rss(binary, n, cloud) {
+                    Ok(s) => samples.push(s),
+                    Err(e) => failure = Some(e),
+                }
+            }
+            if let Some(e) = failure {
+                println!("  {n:>6} nodes: FAILED: {e}");
+                continue;
+            }
+            let mib = |f: &dyn Fn(&RssSample) -> u64| {
+                min_max(samples.iter().map(|s| f(s) as f64 / 1024.0).collect(), 1)
+            };
+            println!(
+                "  {n:>6} nodes: peak {:>11} MiB, steady {:>11} MiB, relist {:>11} MiB, synced in {} s",
+                mib(&|s| s.peak),
+                mib(&|s| s.synced),
+                mib(&|s| s.relist),
+                min_max(samples.iter().map(|s| s.took.as_secs_f64()).collect(), 1)
+            );
+        }
+    }
+}
+
+/// `min–max` of `values` with `decimals` places, or one number if they round alike.
+fn min_max(values: Vec<f64>, decimals: usize) -> String {
+    let min = values.iter().cloned().fold(f64::INFINITY, f64::min);
+    let max = values.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+    let (a, b) = (format!("{min:.decimals$}"), format!("{max:.decimals$}"));
+    if a == b { a } else { format!("{a}–{b}") }
+}
+
+/// The commit the bench runs on (`git rev-parse --short HEAD`), `-dirty` with changes.
+fn commit() -> String {
+    let git = |args: &[&str]| {
+        std::process::Command::new("git")
+            .args(args)
+            .current_dir(env!("CARGO_MANIFEST_DIR"))
+            .output()
+            .ok()
+            .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+            .unwrap_or_default()
+    };
+    let head = git(&["rev-parse", "--short", "HEAD"]);
+    let dirty = !git(&["status", "--porcelain", "--untracked-files=no"]).is_empty();
+    format!("{head}{}", if dirty { "-dirty" } else { "" })
+}
+
+/// The Hetzner project of the bench: one network, a server per node and every route
+/// in place, so that no create (one per second at Hetzner) is needed.
+fn hetzner_for(nodes: usize) -> hcloud_double::HcloudDouble {
+    let double = hcloud_double::HcloudDouble::start(&e2e_hcloud::token("bench"));
+    double.add_network(
+        e2e_hcloud::NETWORK,
+        "k8s",
+        e2e_hcloud::IP_RANGE,
+        &[e2e_hcloud::SUBNET],
+    );
+    double.set_route_limit(nodes + 100);
+    for i in 0..nodes {
+        let id = i as u64 + 1;
+        let ip = e2e_hcloud::server_ip(id);
+        double.add_server(id, &format!("node-{i}"), Some((e2e_hcloud::NETWORK, &ip)));
+        double.put_route(e2e_hcloud::NETWORK, &BenchCloud::Hcloud.pod_cidr(i), &ip);
+    }
+    double
+}
+
+fn measure_rss(binary: &str, nodes: usize, cloud: BenchCloud) -> Result<RssSample, String> {
+    let server = NodeServer::start(nodes, cloud).map_err(|e| format!("node server: {e}"))?;
+    let hetzner = (cloud == BenchCloud::Hcloud).then(|| hetzner_for(nodes));
+    let cloud_env: Vec<(&str, String)> = match &hetzner {
+        Some(double) => vec![
+            ("HCLOUD_TOKEN", double.token().to_string()),
+            ("HCLOUD_NETWORK", e2e_hcloud::NETWORK.to_string()),
+            ("HCLOUD_ENDPOINT", double.endpoint()),
+            ("HCLOUD_NETWORK_ROUTE_LIMIT", (nodes + 100).to_string()),
+        ],
+        None => Vec::new(),
+    };
     let metrics_port = TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
         .map_err(|e| e.to_string())?
@@ -491,7 +632,10 @@ fn measure_rss(binary: &str, nodes: usize) -> Result<(u64, u64, Duration), Strin
         .args(pre_args)
         .args([
             "run",
-            "--cloud-provider=fake",
+            match cloud {
+                BenchCloud::Fake => "--cloud-provider=fake",
+                BenchCloud::Hcloud => "--cloud-provider=hcloud",
+            },
             "--cluster-cidr=10.0.0.0/8",
             "--leader-elect=false",
             "--feature-gates=CloudControllerManagerWatchBasedRoutesReconciliation=true",
@@ -509,6 +653,7 @@ fn measure_rss(binary: &str, nodes: usize) -> Result<(u64, u64, Duration), Strin
         .env("HOME", &home)
         .env("PATH", std::env::var("PATH").unwrap_or_default())
         .env("RUST_LOG", "warn")
+        .envs(cloud_env)
         .envs(
             std::env::var("MALLOC_ARENA_MAX")
                 .ok()
@@ -519,38 +664,27 @@ fn measure_rss(binary: &str, nodes: usize) -> Result<(u64, u64, Duration), Strin
         .spawn()
         .map_err(|e| e.to_string())?;
     let start = Instant::now();
+    let pid = child.id();
     let result = (|| {
-        loop {
-            if start.elapsed() > Duration::from_secs(300) {
-                return Err("not synced within 300 s".to_string());
-            }
-            if let Ok(Some(status)) = child.try_wait() {
-                return Err(format!("exited early: {status}"));
-            }
-            if http_get(metrics_port, "/readyz").is_some_and(|(code, _)| code == 200) {
-                // Let the first pass (50 000 in-memory routes) finish.
-                let (_, metrics) = http_get(metrics_port, "/metrics").unwrap_or_default();
-                if metrics.lines().any(|l| {
-                    l.starts_with("route_controller_route_sync_total{") && !l.ends_with(" 0")
-                }) {
-                    break;
-                }
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        }
+        wait_for_first_pass(&mut child, metrics_port, start)?;
         let took = start.elapsed();
+        let peak = proc_status(pid, "VmHWM:")?;
         std::thread::sleep(Duration::from_secs(2));
-        let status = std::fs::read_to_string(format!("/proc/{}/status", child.id()))
-            .map_err(|e| e.to_string())?;
-        let field = |name: &str| {
-            status
-                .lines()
-                .find(|l| l.starts_with(name))
-                .and_then(|l| l.split_whitespace().nth(1))
-                .and_then(|v| v.parse::<u64>().ok())
-                .unwrap_or(0)
-        };
-        Ok((field("VmHWM:"), field("VmRSS:"), took))
+        let synced = proc_status(pid, "VmRSS:")?;
+        // Reset the peak to the current RSS, then have the watch answered 410: the
+        // controller lists every node again.
+        std::fs::write(format!("/proc/{pid}/clear_refs"), "5")
+            .map_err(|e| format!("resetting VmHWM: {e}"))?;
+        server.gone.store(true, Ordering::Relaxed);
+        wait_for_relist(&mut child, metrics_port, start)?;
+        std::thread::sleep(Duration::from_secs(1));
+        let relist = proc_status(pid, "VmHWM:")?;
+        Ok(RssSample {
+            peak,
+            synced,
+            relist,
+            took,
+        })
     })();
     // SIGTERM, so that a profiler wrapping the binary writes its output.
     let _ = std::process::Command::new("kill")
@@ -563,8 +697,86 @@ fn measure_rss(binary: &str, nodes: usize) -> Result<(u64, u64, Duration), Strin
     let _ = child.kill();
     let _ = child.wait();
     server.stop();
+    drop(hetzner);
     let _ = std::fs::remove_dir_all(&home);
     result
+}
+
+/// Waits until the controller is ready and has finished a pass.
+fn wait_for_first_pass(
+    child: &mut std::process::Child,
+    metrics_port: u16,
+    start: Instant,
+) -> Result<(), String> {
+    loop {
+        check_alive(child, start)?;
+        if http_get(metrics_port, "/readyz").is_some_and(|(code, _)| code == 200) {
+            // Let the first pass (50 000 routes) finish.
+            let (_, metrics) = http_get(metrics_port, "/metrics").unwrap_or_default();
+            if metrics
+                .lines()
+                .any(|l| l.starts_with("route_controller_route_sync_total{") && !l.ends_with(" 0"))
+            {
+                return Ok(());
+            }
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// Waits until the controller has listed the nodes a second time and planned a pass
+/// on that list.
+fn wait_for_relist(
+    child: &mut std::process::Child,
+    metrics_port: u16,
+    start: Instant,
+) -> Result<(), String> {
+    loop {
+        check_alive(child, start)?;
+        let (_, metrics) = http_get(metrics_port, "/metrics").unwrap_or_default();
+        let relists = metric_sum(&metrics, "route_controller_watch_relists_total");
+        let relist_passes = metrics
+            .lines()
+            .filter(|l| {
+                l.starts_with("route_controller_passes_total{") && l.contains("trigger=\"relist\"")
+            })
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum::<f64>();
+        if relists >= 2.0 && relist_passes >= 1.0 {
+            return Ok(());
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+fn metric_sum(metrics: &str, name: &str) -> f64 {
+    metrics
+        .lines()
+        .filter(|l| l.starts_with(name) && !l.starts_with('#'))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
+fn check_alive(child: &mut std::process::Child, start: Instant) -> Result<(), String> {
+    if start.elapsed() > Duration::from_secs(600) {
+        return Err("not done within 600 s".to_string());
+    }
+    match child.try_wait() {
+        Ok(Some(status)) => Err(format!("exited early: {status}")),
+        _ => Ok(()),
+    }
+}
+
+/// A `/proc/PID/status` field in KiB.
+fn proc_status(pid: u32, field: &str) -> Result<u64, String> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .map_err(|e| format!("/proc/{pid}/status: {e}"))?;
+    status
+        .lines()
+        .find(|l| l.starts_with(field))
+        .and_then(|l| l.split_whitespace().nth(1))
+        .and_then(|v| v.parse::<u64>().ok())
+        .ok_or_else(|| format!("no {field} in /proc/{pid}/status"))
 }
 
 fn http_get(port: u16, path: &str) -> Option<(u16, String)> {
@@ -586,31 +798,35 @@ fn http_get(port: u16, path: &str) -> Option<(u16, String)> {
 }
 
 /// Serves `GET /api/v1/nodes` in pages of 500 generated nodes, and watches that send a
-/// bookmark every few seconds and otherwise stay quiet; a streaming list
-/// (`sendInitialEvents=true`) first sends every node as ADDED and the end bookmark, as
-/// a 1.34+ API server does. Any other request gets 200 {}.
+/// bookmark every few seconds and otherwise stay quiet, until `gone` is set: then the
+/// open watch ends with a 410 `ERROR` event (once), as a real server's does when its
+/// history is compacted. A streaming list (`sendInitialEvents=true`) first sends every
+/// node as ADDED and the end bookmark, as a 1.34+ API server does. Any other request
+/// gets 200 {}.
 struct NodeServer {
     port: u16,
     stop: Arc<AtomicBool>,
+    gone: Arc<AtomicBool>,
 }
 
 impl NodeServer {
-    fn start(nodes: usize) -> std::io::Result<NodeServer> {
+    fn start(nodes: usize, cloud: BenchCloud) -> std::io::Result<NodeServer> {
         let listener = TcpListener::bind("127.0.0.1:0")?;
         let port = listener.local_addr()?.port();
         let stop = Arc::new(AtomicBool::new(false));
-        let flag = stop.clone();
+        let gone = Arc::new(AtomicBool::new(false));
+        let (flag, expire) = (stop.clone(), gone.clone());
         std::thread::spawn(move || {
             for stream in listener.incoming() {
                 if flag.load(Ordering::Relaxed) {
                     return;
                 }
                 let Ok(stream) = stream else { continue };
-                let flag = flag.clone();
-                std::thread::spawn(move || serve(stream, nodes, &flag));
+                let (flag, expire) = (flag.clone(), expire.clone());
+                std::thread::spawn(move || serve(stream, nodes, cloud, &flag, &expire));
             }
         });
-        Ok(NodeServer { port, stop })
+        Ok(NodeServer { port, stop, gone })
     }
 
     fn stop(self) {
@@ -619,7 +835,7 @@ impl NodeServer {
     }
 }
 
-fn serve(stream: TcpStream, nodes: usize, stop: &AtomicBool) {
+fn serve(stream: TcpStream, nodes: usize, cloud: BenchCloud, stop: &AtomicBool, gone: &AtomicBool) {
     let mut reader = BufReader::new(match stream.try_clone() {
         Ok(s) => s,
         Err(_) => return,
@@ -653,8 +869,10 @@ fn serve(stream: TcpStream, nodes: usize, stop: &AtomicBool) {
             );
             if target.contains("sendInitialEvents=true") {
                 for i in 0..nodes {
-                    let line =
-                        format!("{{\"type\":\"ADDED\",\"object\":{}}}\n", node_json(i, 1000));
+                    let line = format!(
+                        "{{\"type\":\"ADDED\",\"object\":{}}}\n",
+                        node_json_in(cloud, i, 1000)
+                    );
                     if write!(out, "{:x}\r\n{line}\r\n", line.len()).is_err() {
                         return;
                     }
@@ -664,12 +882,22 @@ fn serve(stream: TcpStream, nodes: usize, stop: &AtomicBool) {
                     return;
                 }
             }
+            let mut last = Instant::now() - Duration::from_secs(5);
             while !stop.load(Ordering::Relaxed) {
-                let line = "{\"type\":\"BOOKMARK\",\"object\":{\"kind\":\"Node\",\"apiVersion\":\"v1\",\"metadata\":{\"resourceVersion\":\"1000\"}}}\n";
-                if write!(out, "{:x}\r\n{line}\r\n", line.len()).is_err() {
+                let line = if gone.swap(false, Ordering::Relaxed) {
+                    "{\"type\":\"ERROR\",\"object\":{\"kind\":\"Status\",\"apiVersion\":\"v1\",\"status\":\"Failure\",\"reason\":\"Expired\",\"code\":410,\"message\":\"too old resource version\"}}\n"
+                } else if last.elapsed() >= Duration::from_secs(5) {
+                    last = Instant::now();
+                    "{\"type\":\"BOOKMARK\",\"object\":{\"kind\":\"Node\",\"apiVersion\":\"v1\",\"metadata\":{\"resourceVersion\":\"1000\"}}}\n"
+                } else {
+                    std::thread::sleep(Duration::from_millis(50));
+                    continue;
+                };
+                if write!(out, "{:x}\r\n{line}\r\n", line.len()).is_err() || line.contains("ERROR")
+                {
+                    let _ = write!(out, "0\r\n\r\n");
                     return;
                 }
-                std::thread::sleep(Duration::from_secs(5));
             }
             return;
         }
@@ -680,7 +908,7 @@ fn serve(stream: TcpStream, nodes: usize, stop: &AtomicBool) {
                 .and_then(|c| c.parse().ok())
                 .unwrap_or(0);
             let end = (start + 500).min(nodes);
-            let items: Vec<String> = (start..end).map(|i| node_json(i, 1000)).collect();
+            let items: Vec<String> = (start..end).map(|i| node_json_in(cloud, i, 1000)).collect();
             let next = if end < nodes {
                 end.to_string()
             } else {
