@@ -23,9 +23,11 @@ pub(super) struct RouteView {
 impl RouteView {
     pub(super) fn new(routes: Vec<Route>, listed_at: Instant) -> RouteView {
         let reports_addresses = routes.iter().any(|r| r.enable_node_addresses);
+        // Sized for the list up front: grown by doubling, the vector of 50 000 routes
+        // would keep up to twice their room.
         let mut view = RouteView {
-            routes: Vec::new(),
-            by_node: HashMap::new(),
+            routes: Vec::with_capacity(routes.len()),
+            by_node: HashMap::with_capacity(routes.len()),
             listed_at,
             stale: false,
             reports_addresses,
