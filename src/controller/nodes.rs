@@ -467,3 +467,59 @@ fn same_cidrs(a: &Known, b: &Known) -> bool {
     }
     set(a) == set(b)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn node(name: &str, rv: &str, cidr: &str) -> Node {
+        Node {
+            name: name.into(),
+            uid: format!("uid-{name}"),
+            resource_version: rv.into(),
+            pod_cidrs: vec![cidr.into()],
+            ..Node::default()
+        }
+    }
+
+    /// Guards the relist's memory rule: a node listed exactly as the view holds it is
+    /// not copied into the relist (the view's copy is taken over at the end), a changed
+    /// one is, and after the list the view holds the listed nodes and reports only the
+    /// change. Breaking `Relist::apply` to copy every node fails the first assertion;
+    /// losing the view's copy at the swap fails the last ones.
+    #[test]
+    fn a_relist_copies_only_the_nodes_that_changed() {
+        let t0 = Instant::now();
+        let mut view = NodeView::default();
+        view.begin_relist();
+        view.list_apply(node("a", "1", "10.0.0.0/24"));
+        view.list_apply(node("b", "1", "10.0.1.0/24"));
+        view.complete_list(Mode::Watch, t0);
+
+        view.begin_relist();
+        view.list_apply(node("a", "1", "10.0.0.0/24"));
+        view.list_apply(node("b", "2", "10.0.9.0/24"));
+        let relist = view.relist.as_ref().expect("a relist in progress");
+        assert!(
+            relist.nodes["a"].is_none(),
+            "an unchanged node is not copied"
+        );
+        assert!(relist.nodes["b"].is_some(), "a changed node is");
+        let listed = view.complete_list(Mode::Watch, t0);
+
+        assert_eq!(
+            listed.changes,
+            vec![Trigger::PodCidrsChanged("b".into())],
+            "only b changed"
+        );
+        assert_eq!(view.names(), vec!["a".to_string(), "b".to_string()]);
+        assert_eq!(
+            view.get("a").map(|k| k.node.resource_version.as_str()),
+            Some("1")
+        );
+        assert_eq!(
+            view.get("b").map(|k| k.node.pod_cidrs[0].as_str()),
+            Some("10.0.9.0/24")
+        );
+    }
+}
