@@ -567,22 +567,6 @@ fn min_max(values: Vec<f64>, decimals: usize) -> String {
     if a == b { a } else { format!("{a}–{b}") }
 }
 
-/// The commit the bench runs on (`git rev-parse --short HEAD`), `-dirty` with changes.
-fn commit() -> String {
-    let git = |args: &[&str]| {
-        std::process::Command::new("git")
-            .args(args)
-            .current_dir(env!("CARGO_MANIFEST_DIR"))
-            .output()
-            .ok()
-            .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
-            .unwrap_or_default()
-    };
-    let head = git(&["rev-parse", "--short", "HEAD"]);
-    let dirty = !git(&["status", "--porcelain", "--untracked-files=no"]).is_empty();
-    format!("{head}{}", if dirty { "-dirty" } else { "" })
-}
-
 /// The Hetzner project of the bench: one network, a server per node and every route
 /// in place, so that no create (one per second at Hetzner) is needed.
 fn hetzner_for(nodes: usize) -> hcloud_double::HcloudDouble {
