@@ -6,6 +6,7 @@
 mod driver;
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use driver::*;
 use route_controller::NodeEvent;
@@ -155,4 +156,54 @@ fn a_cause_mentions_only_the_nodes_it_sampled() {
     let cause = &d.reports.last().expect("n0's pass").cause;
     assert!(cause.mentions("n0"), "{cause}");
     assert!(!cause.mentions("n1"), "{cause}");
+}
+
+/// Kills, in src/controller/mod.rs, `Controller::pass_running` made `false`. A node
+/// change that arrives while a pass waits for its list belongs to that pass's
+/// follow-up: it counts as coalesced, and it does not take the leading edge meant for
+/// an idle controller (a follow-up started the instant the list is answered), but
+/// waits out the 50 ms debounce from its arrival. With the mutant the change is not
+/// counted and the follow-up starts with the list's answer.
+#[test]
+fn a_node_change_while_a_pass_lists_is_coalesced_and_waits_the_debounce() {
+    let mut d = Driver::new(watch_config());
+    d.start(vec![node("n0", &["10.0.0.0/24"], "192.168.0.0")]);
+    // Past the view's max age, the next change lists first.
+    d.advance(Duration::from_secs(301));
+    let before = d.passes();
+    d.node_event(NodeEvent::Added(node(
+        "n1",
+        &["10.0.1.0/24"],
+        "192.168.0.1",
+    )));
+    assert_eq!(d.passes() - before, 1, "the change starts a pass");
+    assert_eq!(d.pending.len(), 1, "and it lists: {:?}", d.pending);
+    let coalesced = d.metrics.triggers_coalesced.get();
+    // A quiet second later, with the list still in flight, another node.
+    d.now += secs(1.0);
+    d.node_event(NodeEvent::Added(node(
+        "n2",
+        &["10.0.2.0/24"],
+        "192.168.0.2",
+    )));
+    assert_eq!(
+        d.metrics.triggers_coalesced.get(),
+        coalesced + 1,
+        "a change during planning is coalesced"
+    );
+    // The list is answered 10 ms later: the first pass plans, the follow-up waits.
+    d.now += secs(0.01);
+    assert!(d.answer_one(), "the list");
+    assert_eq!(
+        d.passes() - before,
+        1,
+        "no follow-up before the debounce: {:#?}",
+        d.reports
+    );
+    d.advance(secs(0.039));
+    assert_eq!(d.passes() - before, 1, "still within the debounce");
+    d.advance(secs(0.002));
+    assert_eq!(d.passes() - before, 2, "the follow-up at 50 ms");
+    d.advance(secs(1.0));
+    assert_eq!(d.cloud_routes().len(), 3);
 }
