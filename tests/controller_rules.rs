@@ -207,3 +207,49 @@ fn a_node_change_while_a_pass_lists_is_coalesced_and_waits_the_debounce() {
     d.advance(secs(1.0));
     assert_eq!(d.cloud_routes().len(), 3);
 }
+
+/// Kills, in src/controller/mod.rs, `==` made `!=` in `maybe_finish`'s guard (a pass
+/// still planning does not report yet). A pass whose last create ends while another
+/// pass waits to list (here the periodic resync, whose list waits for the create in
+/// flight) reports the moment its create ends; with the mutant its report waits for
+/// another pass's planning to be its own, and never comes.
+#[test]
+fn a_pass_whose_create_ends_while_another_waits_to_list_reports_at_once() {
+    let mut d = Driver::new(watch_config());
+    d.start(vec![node("n0", &["10.0.0.0/24"], "192.168.0.0")]);
+    let reports = d.reports.len();
+    d.node_event(NodeEvent::Added(node(
+        "n1",
+        &["10.0.1.0/24"],
+        "192.168.0.1",
+    )));
+    assert_eq!(d.pending.len(), 1, "n1's create: {:?}", d.pending);
+    // Past the 12–24 h resync, with the create still in flight.
+    d.now += Duration::from_secs(25 * 3600);
+    d.feed(route_controller::Input::Tick);
+    assert_eq!(
+        d.pending.len(),
+        1,
+        "the resync's list waits: {:?}",
+        d.pending
+    );
+    assert_eq!(d.reports.len(), reports, "no pass has ended yet");
+    assert!(d.answer_one(), "n1's create");
+    assert_eq!(
+        d.reports.len(),
+        reports + 1,
+        "the create's pass reports when its create ends"
+    );
+    assert_eq!(d.reports[reports].created, 1);
+    assert_eq!(
+        d.pending
+            .iter()
+            .map(|(_, op)| op_kind(op))
+            .collect::<Vec<_>>(),
+        vec!["list"],
+        "then the resync lists"
+    );
+    d.settle();
+    assert_eq!(d.reports.len(), reports + 2, "and reports too");
+    assert!(d.reports[reports + 1].listed);
+}
