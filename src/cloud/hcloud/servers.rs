@@ -33,7 +33,8 @@ impl Server {
 /// Indexed by sorted vectors of positions rather than hash maps: a project of 50 000
 /// servers costs about 100 bytes per server this way, against some 250 with a map
 /// per key (and a second copy of every name). Where two servers share a key (never
-/// in a consistent listing), the one listed last wins, as it did with maps.
+/// in a consistent listing), one wins: of a shared ID the one listed last, as with
+/// the maps before; of a shared name or IP the one with the higher ID.
 #[derive(Debug)]
 pub(super) struct ServerSnapshot {
     fetched_at: Instant,
