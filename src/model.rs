@@ -508,7 +508,18 @@ pub struct ListMeta {
 /// Node addresses compared as sets: order and repeats do not matter. (Upstream checks
 /// equal lengths and one-way containment, so `[A, A]` equals `[A, B]` there.)
 pub fn same_addresses(a: &[NodeAddress], b: &[NodeAddress]) -> bool {
-    a.iter().all(|x| b.contains(x)) && b.iter().all(|x| a.contains(x))
+    fn pair(x: &NodeAddress) -> (&str, &str) {
+        (&x.kind, &x.address)
+    }
+    same_address_set(a.iter().map(pair), b.iter().map(pair))
+}
+
+/// [`same_addresses`] for addresses given as (type, address) pairs.
+pub fn same_address_set<'a, 'b>(
+    a: impl Iterator<Item = (&'a str, &'a str)> + Clone,
+    b: impl Iterator<Item = (&'b str, &'b str)> + Clone,
+) -> bool {
+    a.clone().all(|x| b.clone().any(|y| x == y)) && b.clone().all(|y| a.clone().any(|x| x == y))
 }
 
 #[cfg(test)]

@@ -9,7 +9,52 @@
 use std::collections::HashMap;
 use std::fmt;
 
-use crate::model::{Cidr, Condition, Node, PodCidrs, Route, same_addresses};
+use crate::model::{Cidr, Condition, Node, NodeAddress, PodCidrs, Route, same_address_set};
+
+/// What the planner reads of a node: a [`Node`] as decoded, or the controller's
+/// compact copy of one (which keeps its strings in one allocation).
+pub trait NodeFacts {
+    /// `metadata.name`.
+    fn name(&self) -> &str;
+    /// `metadata.uid`, the name hint of its routes.
+    fn uid(&self) -> &str;
+    /// `spec.providerID`.
+    fn provider_id(&self) -> Option<&str>;
+    /// `spec.podCIDRs` as written, in order.
+    fn pod_cidr_texts(&self) -> impl Iterator<Item = &str> + Clone;
+    /// `status.addresses` as (type, address), in the order the kubelet reported them.
+    fn addresses(&self) -> impl Iterator<Item = (&str, &str)> + Clone;
+    /// `NetworkUnavailable`, if the node has it.
+    fn network_unavailable(&self) -> Option<Condition>;
+}
+
+impl NodeFacts for Node {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn uid(&self) -> &str {
+        &self.uid
+    }
+
+    fn provider_id(&self) -> Option<&str> {
+        self.provider_id.as_deref()
+    }
+
+    fn pod_cidr_texts(&self) -> impl Iterator<Item = &str> + Clone {
+        self.pod_cidrs.iter().map(String::as_str)
+    }
+
+    fn addresses(&self) -> impl Iterator<Item = (&str, &str)> + Clone {
+        self.addresses
+            .iter()
+            .map(|a| (&*a.kind, a.address.as_str()))
+    }
+
+    fn network_unavailable(&self) -> Option<Condition> {
+        self.network_unavailable.clone()
+    }
+}
 
 /// Reason and message written when every pod CIDR of a node has its route.
 pub const ROUTE_CREATED: (&str, &str) = ("RouteCreated", "RouteController created a route");
@@ -127,17 +172,20 @@ pub struct Create {
 impl Create {
     /// The request for the cloud, as upstream builds it: the route to the node with
     /// the node's addresses and the pod CIDR, the node UID as name hint.
-    pub fn request(&self, node: &Node) -> CreateRequest {
+    pub fn request(&self, node: &impl NodeFacts) -> CreateRequest {
         CreateRequest {
             route: Route {
-                target_node: node.name.clone(),
-                target_node_addresses: node.addresses.clone(),
+                target_node: node.name().to_string(),
+                target_node_addresses: node
+                    .addresses()
+                    .map(|(kind, address)| NodeAddress::new(kind, address))
+                    .collect(),
                 destination_cidr: self.cidr.to_string(),
                 ..Route::default()
             },
             cidr: self.cidr,
-            name_hint: node.uid.clone(),
-            provider_id: node.provider_id.clone(),
+            name_hint: node.uid().to_string(),
+            provider_id: node.provider_id().map(str::to_string),
             replaces: self.replaces,
         }
     }
@@ -243,8 +291,8 @@ pub fn plan<'a>(
 
 /// [`plan`] for nodes whose pod CIDRs were parsed when they arrived (the controller's
 /// node view keeps them so).
-pub fn plan_parsed<'a>(
-    nodes: impl IntoIterator<Item = (&'a Node, &'a PodCidrs)>,
+pub fn plan_parsed<'a, N: NodeFacts + 'a>(
+    nodes: impl IntoIterator<Item = (&'a N, &'a PodCidrs)>,
     routes: &[Route],
     cluster_cidrs: &[Cidr],
 ) -> Plan {
@@ -253,8 +301,8 @@ pub fn plan_parsed<'a>(
 
 /// [`plan_parsed`] for a cluster with nodes that exist but are not routed here:
 /// `nodes` are the routed ones, `unrouted` the others.
-pub fn plan_with_unrouted<'a>(
-    nodes: impl IntoIterator<Item = (&'a Node, &'a PodCidrs)>,
+pub fn plan_with_unrouted<'a, N: NodeFacts + 'a>(
+    nodes: impl IntoIterator<Item = (&'a N, &'a PodCidrs)>,
     routes: &[Route],
     cluster_cidrs: &[Cidr],
     unrouted: UnroutedNodes<'_>,
@@ -292,13 +340,13 @@ pub fn plan_with_unrouted<'a>(
     for (node, pod_cidrs) in nodes {
         let mut node_actions: Vec<(Cidr, Action)> = Vec::new();
         let valid = pod_cidrs.all_valid();
-        for (text, entry) in node.pod_cidrs.iter().zip(pod_cidrs.entries()) {
+        for (text, entry) in node.pod_cidr_texts().zip(pod_cidrs.entries()) {
             let cidr = match entry {
                 Ok(c) => *c,
                 Err(problem) => {
                     plan.problems.push(Problem::InvalidPodCidr {
-                        node: node.name.clone(),
-                        cidr: text.clone(),
+                        node: node.name().to_string(),
+                        cidr: text.to_string(),
                         error: problem.to_string(),
                     });
                     continue;
@@ -307,7 +355,7 @@ pub fn plan_with_unrouted<'a>(
             if node_actions.iter().any(|(c, _)| *c == cidr) {
                 continue; // a duplicated pod CIDR is one route
             }
-            let existing = routes_by_node.get(node.name.as_str()).and_then(|ix| {
+            let existing = routes_by_node.get(node.name()).and_then(|ix| {
                 ix.iter()
                     .map(|&i| (i, &routes[i]))
                     .find(|(i, _)| parsed[*i] == Some(cidr))
@@ -315,7 +363,14 @@ pub fn plan_with_unrouted<'a>(
             let action = match existing {
                 None => Action::Add,
                 Some((_, r)) if !r.enable_node_addresses => Action::Keep,
-                Some((_, r)) if same_addresses(&node.addresses, &r.target_node_addresses) => {
+                Some((_, r))
+                    if same_address_set(
+                        node.addresses(),
+                        r.target_node_addresses
+                            .iter()
+                            .map(|a| (&*a.kind, a.address.as_str())),
+                    ) =>
+                {
                     Action::Keep
                 }
                 Some(_) => Action::Update,
@@ -332,23 +387,23 @@ pub fn plan_with_unrouted<'a>(
                 continue;
             }
             plan.creates.push(Create {
-                node: node.name.clone(),
+                node: node.name().to_string(),
                 cidr: *cidr,
                 replaces: *action == Action::Update,
             });
         }
         // Upstream writes the condition for nodes with pod CIDRs and for nodes some
         // cloud route targets; it leaves every other node alone.
-        if !node.pod_cidrs.is_empty() || routes_by_node.contains_key(node.name.as_str()) {
+        if !pod_cidrs.entries().is_empty() || routes_by_node.contains_key(node.name()) {
             plan.nodes.push(NodeRouting {
-                node: node.name.clone(),
-                uid: node.uid.clone(),
+                node: node.name().to_string(),
+                uid: node.uid().to_string(),
                 routable: valid,
                 creates,
-                current: node.network_unavailable.clone(),
+                current: node.network_unavailable(),
             });
         }
-        actions.insert(node.name.as_str(), node_actions);
+        actions.insert(node.name(), node_actions);
     }
 
     // Step 3: deletions, in list order, only inside the cluster CIDRs.
@@ -446,11 +501,14 @@ pub fn network_condition_because(
 
 /// The create requests of a plan, in plan order, built from `nodes` (the nodes the
 /// plan was made from).
-pub fn requests<'a>(plan: &Plan, nodes: impl IntoIterator<Item = &'a Node>) -> Vec<CreateRequest> {
-    let by_name: HashMap<&str, &Node> = nodes.into_iter().map(|n| (n.name.as_str(), n)).collect();
+pub fn requests<'a, N: NodeFacts + 'a>(
+    plan: &Plan,
+    nodes: impl IntoIterator<Item = &'a N>,
+) -> Vec<CreateRequest> {
+    let by_name: HashMap<&str, &N> = nodes.into_iter().map(|n| (n.name(), n)).collect();
     plan.creates
         .iter()
-        .filter_map(|c| by_name.get(c.node.as_str()).map(|n| c.request(n)))
+        .filter_map(|c| by_name.get(c.node.as_str()).map(|n| c.request(*n)))
         .collect()
 }
 

@@ -2198,7 +2198,7 @@ fn the_list_carries_every_node_by_provider_id() {
         .expect("a list");
     assert_eq!(directory.node_by_provider_id("fake://i-0"), Some("n0"));
     assert_eq!(directory.len(), 2);
-    let known: Vec<&str> = d.ctrl.nodes().map(|n| n.name.as_str()).collect();
+    let known: Vec<String> = d.ctrl.nodes().map(|n| n.name).collect();
     assert_eq!(known, ["n0", "n1"]);
 }
 

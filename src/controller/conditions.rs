@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 use super::{Command, Controller, NodeEventRecord, WriteError};
 use crate::model::{Cidr, Condition};
 use crate::plan;
+use crate::plan::NodeFacts;
 use crate::provider::CloudError;
 
 /// Busy answers in a row retried quickly (upstream's conflict attempts); after that a
@@ -198,7 +199,7 @@ impl Controller {
             return false;
         };
         let routes = self.view.as_ref().map(|v| v.routes_to(node)).unwrap_or(&[]);
-        let managed = !known.node.pod_cidrs.is_empty() || !routes.is_empty();
+        let managed = known.has_pod_cidrs() || !routes.is_empty();
         if !managed {
             return false;
         }
@@ -216,14 +217,15 @@ impl Controller {
         let current = self
             .conditions
             .in_flight(node)
-            .or(known.node.network_unavailable.as_ref());
+            .cloned()
+            .or_else(|| known.network_unavailable());
         let condition = match self.conditions.reason(node) {
             Some((reason, message)) if !created => {
-                plan::network_condition_because(reason, message, current)
+                plan::network_condition_because(reason, message, current.as_ref())
             }
-            _ => plan::network_condition(created, current),
+            _ => plan::network_condition(created, current.as_ref()),
         };
-        let uid = known.node.uid.clone();
+        let uid = known.uid().to_string();
         if created {
             // The route exists: this node no longer counts towards node-to-route latency.
             self.nodes.all_routed(node);

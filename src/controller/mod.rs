@@ -45,6 +45,7 @@ mod budget;
 mod cause;
 mod conditions;
 mod config;
+mod known;
 mod lifecycle;
 mod messages;
 mod nodes;
@@ -68,7 +69,8 @@ pub use report::PassReport;
 
 use budget::{Cost, Spending};
 use conditions::Conditions;
-use nodes::{Known, NodeView};
+use known::Known;
+use nodes::NodeView;
 use ops::{OpKind, Operations, Order, Planned, Queued};
 use passes::Passes;
 use refusals::Refusals;
@@ -199,9 +201,10 @@ impl Controller {
         self.ops.in_flight() == 0 && self.conditions.is_idle()
     }
 
-    /// The nodes as the controller sees them.
-    pub fn nodes(&self) -> impl Iterator<Item = &Node> {
-        self.nodes.nodes()
+    /// The nodes as the controller sees them (a condition without its message: the
+    /// view does not keep it).
+    pub fn nodes(&self) -> impl Iterator<Item = Node> + '_ {
+        self.nodes.nodes().map(Known::to_node)
     }
 
     /// The routes the controller believes the cloud holds, if it has listed them.
@@ -624,7 +627,7 @@ impl Controller {
                 if !known.pod_cidrs.contains(c.cidr) {
                     return None;
                 }
-                Some(OpKind::Create(c.request(&known.node)))
+                Some(OpKind::Create(c.request(known)))
             }
         }
     }

@@ -15,28 +15,11 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use super::known::Known;
 use super::{Command, Controller, Mode, NodeEvent, Trigger};
-use crate::model::{Cidr, Condition, Node, PodCidrs, same_addresses};
+use crate::model::{Cidr, Condition, Node, PodCidrs, same_address_set};
+use crate::plan::NodeFacts;
 use crate::provider::NodeDirectory;
-
-/// A node as the controller keeps it.
-pub(super) struct Known {
-    pub node: Node,
-    /// `node.pod_cidrs`, parsed.
-    pub pod_cidrs: PodCidrs,
-}
-
-impl Known {
-    fn new(node: Node) -> Box<Known> {
-        let pod_cidrs = PodCidrs::parse(&node.pod_cidrs);
-        Box::new(Known { node, pod_cidrs })
-    }
-
-    /// Whether all of the node's pod CIDRs can be routed (it has some, all parse).
-    pub fn is_routable(&self) -> bool {
-        self.pod_cidrs.all_valid()
-    }
-}
 
 /// What a complete list changed.
 pub(super) struct Listed {
@@ -64,8 +47,8 @@ impl Relist {
         self.unselected.remove(&node.name);
         let name = node.name.clone();
         let listed = match current {
-            Some(k) if k.node == node => None,
-            _ => Some(Known::new(node)),
+            Some(k) if k.is(&node) => None,
+            _ => Some(Known::new(&node)),
         };
         self.nodes.insert(name, listed);
     }
@@ -102,13 +85,13 @@ impl NodeView {
         self.nodes.get(name).map(|k| &**k)
     }
 
-    pub fn nodes(&self) -> impl Iterator<Item = &Node> {
-        self.nodes.values().map(|k| &k.node)
+    pub fn nodes(&self) -> impl Iterator<Item = &Known> {
+        self.nodes.values().map(|k| &**k)
     }
 
     /// The nodes with their parsed pod CIDRs, for the planner.
-    pub fn planned(&self) -> impl Iterator<Item = (&Node, &PodCidrs)> {
-        self.nodes.values().map(|k| (&k.node, &k.pod_cidrs))
+    pub fn planned(&self) -> impl Iterator<Item = (&Known, &PodCidrs)> {
+        self.nodes.values().map(|k| (&**k, &k.pod_cidrs))
     }
 
     pub fn names(&self) -> Vec<String> {
@@ -122,7 +105,10 @@ impl NodeView {
 
     /// Routes the nodes want: one per pod CIDR.
     pub fn wanted_routes(&self) -> usize {
-        self.nodes.values().map(|k| k.node.pod_cidrs.len()).sum()
+        self.nodes
+            .values()
+            .map(|k| k.pod_cidrs.entries().len())
+            .sum()
     }
 
     /// Node names by provider ID, for a list. Built per list and dropped after it
@@ -136,7 +122,7 @@ impl NodeView {
             .map(|(n, id)| (n.as_str(), id.as_deref()));
         Arc::new(NodeDirectory::new(
             self.nodes()
-                .map(|n| (n.name.as_str(), n.provider_id.as_deref()))
+                .map(|n| (n.name(), n.provider_id()))
                 .chain(unselected),
         ))
     }
@@ -168,9 +154,9 @@ impl NodeView {
             buffer.apply(node, current);
             return None;
         }
-        let new = Known::new(node);
+        let new = Known::new(&node);
         self.note_cidrs(&new, now);
-        let name = new.node.name.clone();
+        let name = node.name;
         let trigger = match self.nodes.get(&name) {
             None if self.unselected.remove(&name).is_some() => {
                 Some(Trigger::NodeSelected(name.clone()))
@@ -234,7 +220,7 @@ impl NodeView {
                 }
                 (None, _) => changes.push(Trigger::NodeAdded(name.clone())),
                 (Some(old), Some(known)) => {
-                    let equal_rv = old.node.resource_version == known.node.resource_version;
+                    let equal_rv = old.resource_version() == known.resource_version();
                     if mode == Mode::UpstreamWatch && equal_rv {
                         changes.push(Trigger::NodeResynced(name.clone()));
                     } else if let Some(t) = change_trigger(old, known, Mode::Watch) {
@@ -274,7 +260,7 @@ impl NodeView {
     fn note_cidrs(&mut self, known: &Known, now: Instant) {
         for cidr in known.pod_cidrs.valid() {
             self.cidr_seen
-                .entry((known.node.name.clone(), cidr))
+                .entry((known.name().to_string(), cidr))
                 .or_insert(now);
         }
     }
@@ -296,7 +282,7 @@ impl NodeView {
     /// was written, so the skip rule does not write it again.
     pub fn condition_written(&mut self, node: &str, condition: Condition) {
         if let Some(k) = self.nodes.get_mut(node) {
-            k.node.network_unavailable = Some(condition);
+            k.condition_written(condition);
         }
     }
 }
@@ -422,26 +408,26 @@ fn shrink_when_sparse<K: Eq + std::hash::Hash, V>(map: &mut HashMap<K, V>) {
 /// Ours compares both as sets (a reordering changes no route); upstream compares them
 /// in order and also treats an equal resourceVersion as a resync.
 fn change_trigger(old: &Known, new: &Known, mode: Mode) -> Option<Trigger> {
-    let (o, n) = (&old.node, &new.node);
-    let name = || n.name.clone();
+    let name = || new.name().to_string();
+    let (o_rv, n_rv) = (old.resource_version(), new.resource_version());
     match mode {
         Mode::UpstreamWatch => {
-            if o.resource_version == n.resource_version {
+            if o_rv == n_rv {
                 Some(Trigger::NodeResynced(name()))
-            } else if o.pod_cidrs != n.pod_cidrs {
+            } else if !old.pod_cidr_texts().eq(new.pod_cidr_texts()) {
                 Some(Trigger::PodCidrsChanged(name()))
-            } else if o.addresses != n.addresses {
+            } else if !old.addresses().eq(new.addresses()) {
                 Some(Trigger::AddressesChanged(name()))
             } else {
                 None
             }
         }
         Mode::Watch | Mode::Poll => {
-            if o.resource_version == n.resource_version && !o.resource_version.is_empty() {
+            if o_rv == n_rv && !o_rv.is_empty() {
                 None
             } else if !same_cidrs(old, new) {
                 Some(Trigger::PodCidrsChanged(name()))
-            } else if !same_addresses(&o.addresses, &n.addresses) {
+            } else if !same_address_set(old.addresses(), new.addresses()) {
                 Some(Trigger::AddressesChanged(name()))
             } else {
                 None
@@ -455,11 +441,9 @@ fn change_trigger(old: &Known, new: &Known, mode: Mode) -> Option<Trigger> {
 fn same_cidrs(a: &Known, b: &Known) -> bool {
     fn set(k: &Known) -> Vec<Result<Cidr, &str>> {
         let mut out: Vec<Result<Cidr, &str>> = k
-            .node
-            .pod_cidrs
-            .iter()
+            .pod_cidr_texts()
             .zip(k.pod_cidrs.entries())
-            .map(|(text, parsed)| parsed.map_err(|_| text.as_str()))
+            .map(|(text, parsed)| parsed.map_err(|_| text))
             .collect();
         out.sort();
         out.dedup();
@@ -513,12 +497,9 @@ mod tests {
             "only b changed"
         );
         assert_eq!(view.names(), vec!["a".to_string(), "b".to_string()]);
+        assert_eq!(view.get("a").map(|k| k.resource_version()), Some("1"));
         assert_eq!(
-            view.get("a").map(|k| k.node.resource_version.as_str()),
-            Some("1")
-        );
-        assert_eq!(
-            view.get("b").map(|k| k.node.pod_cidrs[0].as_str()),
+            view.get("b").and_then(|k| k.pod_cidr_texts().next()),
             Some("10.0.9.0/24")
         );
     }

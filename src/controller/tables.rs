@@ -20,6 +20,7 @@ use std::time::Instant;
 
 use super::{Command, Controller, NodeEventRecord, Trigger};
 use crate::model::Cidr;
+use crate::plan::NodeFacts;
 use crate::provider::{ROUTE_TABLE_FULL, TableUsage};
 
 /// The tables and the held creates. See the module documentation.
@@ -165,7 +166,7 @@ impl Controller {
             out.push(Command::RecordEvent {
                 event: NodeEventRecord {
                     node: node.to_string(),
-                    uid: known.node.uid.clone(),
+                    uid: known.uid().to_string(),
                     kind: "Warning",
                     reason: ROUTE_TABLE_FULL,
                     message,
