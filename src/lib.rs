@@ -81,6 +81,7 @@ mod config;
 mod controller;
 mod duration;
 mod fence;
+mod http;
 pub mod metrics;
 pub mod model;
 pub mod node_filter;

@@ -33,7 +33,10 @@ impl RouteView {
             reports_addresses,
         };
         for r in routes {
-            view.insert(r);
+            // Copied by the actor's thread, which keeps it: the cloud worker that
+            // decoded the list allocated it among its short-lived buffers, and one
+            // route kept there holds a page of that thread's arena resident for good.
+            view.insert(r.clone());
         }
         view
     }

@@ -356,7 +356,7 @@ impl Client {
         let tls = tls_config(&self.shared.tls, creds.identity.as_ref())
             .map_err(|e| KubeError::Credentials(e.0))?;
         let o = &self.shared.options;
-        let mut config = Agent::config_builder()
+        let mut config = crate::http::agent_config()
             .http_status_as_error(false)
             .user_agent(o.user_agent.as_str())
             .tls_config(tls)

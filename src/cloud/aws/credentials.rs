@@ -459,7 +459,7 @@ impl Imds {
 
     pub fn new(endpoint: &str, clock: Clock) -> Imds {
         // Off EC2 the link-local address does not answer; fail fast, not after 30 s.
-        let agent = ureq::Agent::config_builder()
+        let agent = crate::http::agent_config()
             .timeout_connect(Some(Duration::from_secs(1)))
             .timeout_global(Some(Duration::from_secs(3)))
             .http_status_as_error(false)

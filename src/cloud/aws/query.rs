@@ -217,7 +217,7 @@ pub struct QueryClientConfig {
 
 impl QueryClient {
     pub fn new(config: QueryClientConfig) -> QueryClient {
-        let agent = ureq::Agent::config_builder()
+        let agent = crate::http::agent_config()
             .timeout_connect(Some(config.timeout.min(Duration::from_secs(5))))
             .timeout_global(Some(config.timeout))
             .http_status_as_error(false)

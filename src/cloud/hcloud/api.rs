@@ -157,7 +157,7 @@ impl fmt::Debug for Client {
 
 impl Client {
     pub(super) fn new(config: &Config) -> Client {
-        let agent: ureq::Agent = ureq::Agent::config_builder()
+        let agent: ureq::Agent = crate::http::agent_config()
             .http_status_as_error(false)
             .timeout_global(Some(config.request_timeout))
             // A connect timeout of its own tells "never sent" apart from "no reply".

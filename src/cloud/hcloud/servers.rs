@@ -64,6 +64,8 @@ impl ServerSnapshot {
                 name: s.name,
             })
             .collect();
+        // Collected in place, the vector would keep the room of the larger listing.
+        servers.shrink_to_fit();
         servers.sort_by_key(|s| s.id);
         // Positions fit in u32: a project holds far fewer servers than that.
         let positions = 0..u32::try_from(servers.len()).unwrap_or(u32::MAX);

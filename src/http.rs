@@ -1,0 +1,91 @@
+//! What every HTTP client of the crate (Kubernetes, Hetzner, EC2 and the AWS
+//! credential sources) sets up alike.
+
+use ureq::config::ConfigBuilder;
+use ureq::typestate::AgentScope;
+
+/// ureq buffers 128 KiB each way per connection by default, and a pooled connection
+/// keeps its buffers: a quarter of a MiB for each, in the arena of whichever thread
+/// opened it. Our requests are a few KiB (a bearer token, signature headers), reply
+/// heads less, and bodies stream through these buffers in pieces (the node watch
+/// reads through a 64 KiB reader of its own), so a smaller buffer costs some read
+/// calls and no correctness. A request or reply head must fit in its buffer; the
+/// reply's limit is set to match, so that a larger one fails with an error that
+/// names it instead of ureq's "no progress".
+const BUFFER: usize = 32 << 10;
+
+/// An agent configuration with this crate's buffer sizes.
+pub(crate) fn agent_config() -> ConfigBuilder<AgentScope> {
+    ureq::Agent::config_builder()
+        .input_buffer_size(BUFFER)
+        .output_buffer_size(BUFFER)
+        // One byte less: a full buffer without a complete head then counts as too
+        // large, where at the buffer's size ureq would find it "no progress".
+        .max_response_header_size(BUFFER - 1)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io::{BufRead, BufReader, Read, Write};
+    use std::net::TcpListener;
+
+    /// Guards the sizes: a request with a 12 KiB bearer token (an OIDC token with many
+    /// groups), a reply with 16 KiB of headers and a body of 1 MiB all go through; a
+    /// reply head larger than the buffer fails with an error naming the header limit.
+    /// With `BUFFER` at 8 KiB the first part fails.
+    #[test]
+    fn large_heads_and_bodies_pass_and_a_head_beyond_the_buffer_is_named() {
+        for (reply_head, expect_ok) in [(16 << 10, true), (40 << 10, false)] {
+            let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+            let port = listener.local_addr().unwrap().port();
+            let server = std::thread::spawn(move || {
+                let (stream, _) = listener.accept().unwrap();
+                let mut reader = BufReader::new(stream.try_clone().unwrap());
+                let mut request = 0;
+                loop {
+                    let mut line = String::new();
+                    reader.read_line(&mut line).unwrap();
+                    request += line.len();
+                    if line == "\r\n" {
+                        break;
+                    }
+                }
+                let body = vec![b'x'; 1 << 20];
+                let mut out = stream;
+                let filler = "a".repeat(reply_head);
+                let _ = write!(
+                    out,
+                    "HTTP/1.1 200 OK\r\nX-Filler: {filler}\r\nContent-Length: {}\r\n\r\n",
+                    body.len()
+                );
+                let _ = out.write_all(&body);
+                request
+            });
+            let agent: ureq::Agent = super::agent_config().build().into();
+            let token = "t".repeat(12 << 10);
+            let reply = agent
+                .get(&format!("http://127.0.0.1:{port}/"))
+                .header("Authorization", &format!("Bearer {token}"))
+                .call();
+            match reply {
+                Ok(mut r) => {
+                    assert!(expect_ok, "a {reply_head}-byte head was accepted");
+                    let mut body = Vec::new();
+                    r.body_mut().as_reader().read_to_end(&mut body).unwrap();
+                    assert_eq!(body.len(), 1 << 20);
+                }
+                Err(e) => {
+                    assert!(!expect_ok, "a {reply_head}-byte head failed: {e}");
+                    assert!(
+                        matches!(e, ureq::Error::LargeResponseHeader(..)),
+                        "the error names the header limit: {e}"
+                    );
+                }
+            }
+            assert!(
+                server.join().unwrap() > 12 << 10,
+                "the whole request arrived"
+            );
+        }
+    }
+}
