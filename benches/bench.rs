@@ -515,6 +515,15 @@ fn rss() {
         "      peak = VmHWM at sync (first pass done), steady = VmRSS 2 s later, relist = VmHWM over a relist \
          forced by a 410 (peak reset at steady)"
     );
+    println!(
+        "      MALLOC_ARENA_MAX={} ({})",
+        malloc_arena_max(),
+        if std::env::var("MALLOC_ARENA_MAX").is_ok() {
+            "from the environment; 0 is glibc's default"
+        } else {
+            "as `route-controller manifests` sets it; MALLOC_ARENA_MAX=0 for glibc's default"
+        }
+    );
     // RC_BENCH_NODES=5000 measures one size; RC_BENCH_CLOUDS=hcloud one cloud;
     // RC_BENCH_WRAPPER="valgrind --tool=massif" runs the binary under a profiler.
     let sizes: Vec<usize> = match std::env::var("RC_BENCH_NODES") {
@@ -557,6 +566,13 @@ fn rss() {
             );
         }
     }
+}
+
+/// The child's `MALLOC_ARENA_MAX`: as the generated Deployment sets it (1), unless the
+/// bench's own environment says otherwise (`MALLOC_ARENA_MAX=0` is glibc's default,
+/// an arena per thread up to eight per core).
+fn malloc_arena_max() -> String {
+    std::env::var("MALLOC_ARENA_MAX").unwrap_or_else(|_| "1".into())
 }
 
 /// `min–max` of `values` with `decimals` places, or one number if they round alike.
@@ -638,11 +654,7 @@ fn measure_rss(binary: &str, nodes: usize, cloud: BenchCloud) -> Result<RssSampl
         .env("PATH", std::env::var("PATH").unwrap_or_default())
         .env("RUST_LOG", "warn")
         .envs(cloud_env)
-        .envs(
-            std::env::var("MALLOC_ARENA_MAX")
-                .ok()
-                .map(|v| ("MALLOC_ARENA_MAX", v)),
-        )
+        .env("MALLOC_ARENA_MAX", malloc_arena_max())
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())
         .spawn()

@@ -536,7 +536,7 @@ fn deployment(out: &mut String, opts: &ManifestOptions) {
         replicas = opts.replicas,
         volumes = volumes(&opts.provider),
         image = q(&opts.image),
-        env = credentials(&opts.provider),
+        env = env(&opts.provider),
         port = opts.metrics_port,
     );
 }
@@ -592,7 +592,22 @@ fn volumes(provider: &str) -> String {
     }
 }
 
-/// The `env` block that hands the provider its credentials, from Secrets.
+/// The `env` block: the allocator's arena limit, and the provider's credentials from
+/// Secrets.
+fn env(provider: &str) -> String {
+    // glibc gives each thread that allocates an arena of its own, and memory freed in
+    // one stays resident in it; the controller's threads allocate little, so sharing
+    // one arena costs no measurable CPU and saves a quarter of the RSS at 50 000 nodes
+    // (README, Benchmarks).
+    let arenas = "          env:
+            # One malloc arena for all threads: a quarter less memory at 50 000 nodes.
+            - name: MALLOC_ARENA_MAX
+              value: \"1\"
+";
+    [arenas.to_string(), credentials(provider)].concat()
+}
+
+/// The `env` entries that hand the provider its credentials, from Secrets.
 fn credentials(provider: &str) -> String {
     let secret = |var: &str, name: &str, key: &str, optional: bool| {
         format!(
@@ -612,8 +627,7 @@ fn credentials(provider: &str) -> String {
     match provider {
         "hcloud" => [
             format!(
-                "          env:
-            # The token as a file, not a variable: a rotated Secret is picked up.
+                "            # The token as a file, not a variable: a rotated Secret is picked up.
             - name: HCLOUD_TOKEN_FILE
               value: {HCLOUD_TOKEN_DIR}/token
 "
@@ -622,10 +636,9 @@ fn credentials(provider: &str) -> String {
         ]
         .concat(),
         "aws" => [
-            "          # IRSA (an IAM role on the ServiceAccount) or the instance role is
-          # preferred: no long-lived keys. Without the Secret these stay unset, and the
-          # region comes from the instance metadata.
-          env:
+            "            # IRSA (an IAM role on the ServiceAccount) or the instance role is
+            # preferred: no long-lived keys. Without the Secret these stay unset, and
+            # the region comes from the instance metadata.
 "
             .to_string(),
             secret("AWS_REGION", "aws-credentials", "region", true),
