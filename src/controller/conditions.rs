@@ -198,7 +198,11 @@ impl Controller {
         let Some(known) = self.nodes.get(node) else {
             return false;
         };
-        let routes = self.view.as_ref().map(|v| v.routes_to(node)).unwrap_or(&[]);
+        let routes = self
+            .view
+            .as_ref()
+            .map(|v| v.routes_to(node))
+            .unwrap_or_default();
         let managed = known.has_pod_cidrs() || !routes.is_empty();
         if !managed {
             return false;
