@@ -324,21 +324,23 @@ pub fn plan_with_unrouted<'a, N: NodeFacts + 'a>(
             }
         }
     }
-    let mut routes_by_node: HashMap<&str, Vec<usize>> = HashMap::new();
-    for (i, route) in routes.iter().enumerate() {
-        if !route.target_node.is_empty() {
-            routes_by_node
-                .entry(route.target_node.as_str())
-                .or_default()
-                .push(i);
-        }
-    }
+    // Sorted vectors rather than maps by node name, here and below: a pass at 50 000
+    // nodes would otherwise build two maps and 100 000 small vectors, megabytes that
+    // the process keeps resident after the pass.
+    let routes_by_node = ByNode::new(
+        (0..routes.len()).filter(|&i| !routes[i].target_node.is_empty()),
+        |&i| routes[i].target_node.as_str(),
+    );
 
     // Step 2: an action per node and pod CIDR. A node is "known" to the deletion step
-    // when it exists; its action map says which CIDRs it keeps.
-    let mut actions: HashMap<&str, Vec<(Cidr, Action)>> = HashMap::new();
+    // when it exists; its actions say which CIDRs it keeps.
+    let nodes = nodes.into_iter();
+    let mut actions: Vec<(Cidr, Action)> = Vec::new();
+    // Each node and where its actions are in `actions`.
+    let mut spans: Vec<(&str, usize, usize)> = Vec::with_capacity(nodes.size_hint().0);
+    plan.nodes.reserve(nodes.size_hint().0);
     for (node, pod_cidrs) in nodes {
-        let mut node_actions: Vec<(Cidr, Action)> = Vec::new();
+        let start = actions.len();
         let valid = pod_cidrs.all_valid();
         for (text, entry) in node.pod_cidr_texts().zip(pod_cidrs.entries()) {
             let cidr = match entry {
@@ -352,14 +354,14 @@ pub fn plan_with_unrouted<'a, N: NodeFacts + 'a>(
                     continue;
                 }
             };
-            if node_actions.iter().any(|(c, _)| *c == cidr) {
+            if actions[start..].iter().any(|(c, _)| *c == cidr) {
                 continue; // a duplicated pod CIDR is one route
             }
-            let existing = routes_by_node.get(node.name()).and_then(|ix| {
-                ix.iter()
-                    .map(|&i| (i, &routes[i]))
-                    .find(|(i, _)| parsed[*i] == Some(cidr))
-            });
+            let existing = routes_by_node
+                .get(node.name())
+                .iter()
+                .map(|&i| (i, &routes[i]))
+                .find(|(i, _)| parsed[*i] == Some(cidr));
             let action = match existing {
                 None => Action::Add,
                 Some((_, r)) if !r.enable_node_addresses => Action::Keep,
@@ -375,14 +377,15 @@ pub fn plan_with_unrouted<'a, N: NodeFacts + 'a>(
                 }
                 Some(_) => Action::Update,
             };
-            node_actions.push((cidr, action));
+            actions.push((cidr, action));
         }
+        let node_actions = &actions[start..];
         let creates = node_actions
             .iter()
             .filter(|(_, a)| *a != Action::Keep)
             .count();
         plan.kept += node_actions.len() - creates;
-        for (cidr, action) in &node_actions {
+        for (cidr, action) in node_actions {
             if *action == Action::Keep {
                 continue;
             }
@@ -394,7 +397,7 @@ pub fn plan_with_unrouted<'a, N: NodeFacts + 'a>(
         }
         // Upstream writes the condition for nodes with pod CIDRs and for nodes some
         // cloud route targets; it leaves every other node alone.
-        if !pod_cidrs.entries().is_empty() || routes_by_node.contains_key(node.name()) {
+        if !pod_cidrs.entries().is_empty() || !routes_by_node.get(node.name()).is_empty() {
             plan.nodes.push(NodeRouting {
                 node: node.name().to_string(),
                 uid: node.uid().to_string(),
@@ -403,8 +406,9 @@ pub fn plan_with_unrouted<'a, N: NodeFacts + 'a>(
                 current: node.network_unavailable(),
             });
         }
-        actions.insert(node.name(), node_actions);
+        spans.push((node.name(), start, actions.len()));
     }
+    let known = ByNode::new(spans, |&(name, _, _)| name);
 
     // Step 3: deletions, in list order, only inside the cluster CIDRs.
     for (route, cidr) in routes.iter().zip(&parsed) {
@@ -417,7 +421,11 @@ pub fn plan_with_unrouted<'a, N: NodeFacts + 'a>(
         } else if route.target_node.is_empty() {
             Some(DeleteReason::NoTarget)
         } else {
-            match actions.get(route.target_node.as_str()) {
+            let node_actions = known
+                .get(&route.target_node)
+                .last()
+                .map(|&(_, start, end)| &actions[start..end]);
+            match node_actions {
                 None if (unrouted.contains)(&route.target_node) => {
                     if unrouted.delete_routes {
                         Some(DeleteReason::NodeUnselected)
@@ -427,7 +435,7 @@ pub fn plan_with_unrouted<'a, N: NodeFacts + 'a>(
                     }
                 }
                 None => Some(DeleteReason::NodeGone),
-                Some(a) if a.is_empty() => Some(DeleteReason::NodeHasNoPodCidrs),
+                Some([]) => Some(DeleteReason::NodeHasNoPodCidrs),
                 Some(a) => match a.iter().find(|(c, _)| *c == cidr) {
                     None => Some(DeleteReason::CidrNotAssigned),
                     Some((_, Action::Update)) => Some(DeleteReason::AddressesChanged),
@@ -444,6 +452,28 @@ pub fn plan_with_unrouted<'a, N: NodeFacts + 'a>(
         }
     }
     plan
+}
+
+/// Items sorted by node name (stably: input order among one node's items), found by
+/// binary search.
+struct ByNode<T, F> {
+    items: Vec<T>,
+    name: F,
+}
+
+impl<'a, T, F: Fn(&T) -> &'a str> ByNode<T, F> {
+    fn new(items: impl IntoIterator<Item = T>, name: F) -> ByNode<T, F> {
+        let mut items: Vec<T> = items.into_iter().collect();
+        items.sort_by(|a, b| name(a).cmp(name(b)));
+        ByNode { items, name }
+    }
+
+    /// The items of `node`, in input order.
+    fn get(&self, node: &str) -> &[T] {
+        let start = self.items.partition_point(|x| (self.name)(x) < node);
+        let end = self.items.partition_point(|x| (self.name)(x) <= node);
+        &self.items[start..end]
+    }
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
