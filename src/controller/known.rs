@@ -27,6 +27,9 @@ pub(super) struct Known {
     has_provider_id: bool,
     /// `NetworkUnavailable`'s status and reason.
     network_unavailable: Option<(Label, Label)>,
+    /// The relist that last listed this node unchanged (its number), 0 for none: a
+    /// relist marks the view's nodes instead of holding a second map of them.
+    pub listed: u32,
 }
 
 /// Parts before the pod CIDRs: name, UID, resourceVersion, providerID.
@@ -62,6 +65,7 @@ impl Known {
                 .network_unavailable
                 .as_ref()
                 .map(|c| (c.status.clone(), c.reason.clone())),
+            listed: 0,
         })
     }
 
