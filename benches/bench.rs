@@ -571,7 +571,7 @@ fn rss() {
 /// The child's `MALLOC_ARENA_MAX`: as the generated Deployment sets it (1), unless the
 /// bench's own environment says otherwise (`MALLOC_ARENA_MAX=0` is glibc's default,
 /// an arena per thread up to eight per core).
-fn malloc_arena_max() -> String {
+pub(crate) fn malloc_arena_max() -> String {
     std::env::var("MALLOC_ARENA_MAX").unwrap_or_else(|_| "1".into())
 }
 

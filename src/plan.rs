@@ -471,8 +471,12 @@ impl<'a, T, F: Fn(&T) -> &'a str> ByNode<T, F> {
     /// The items of `node`, in input order.
     fn get(&self, node: &str) -> &[T] {
         let start = self.items.partition_point(|x| (self.name)(x) < node);
-        let end = self.items.partition_point(|x| (self.name)(x) <= node);
-        &self.items[start..end]
+        // A node has one or two items: walking them beats a second search.
+        let len = self.items[start..]
+            .iter()
+            .take_while(|x| (self.name)(x) == node)
+            .count();
+        &self.items[start..start + len]
     }
 }
 

@@ -226,6 +226,11 @@ pub fn scale() {
             settings.ours_args.join(" ")
         );
     }
+    println!(
+        "  ours runs with MALLOC_ARENA_MAX={} (as `route-controller manifests` sets it unless the \
+         environment says otherwise; 0 is glibc's default)",
+        crate::malloc_arena_max()
+    );
     let dir = kube_apiserver::scratch_dir("bench-scale");
     let mut results: Vec<(Kind, Vec<Figures>)> =
         settings.kinds.iter().map(|k| (*k, Vec::new())).collect();
@@ -388,7 +393,9 @@ fn measure(
                     &format!("--cluster-cidr={}", scale_cluster::CLUSTER_CIDR),
                     &format!("--kubeconfig={}", kubeconfig.display()),
                 ])
-                .args(settings.ours_args.iter().cloned());
+                .args(settings.ours_args.iter().cloned())
+                // As the generated Deployment runs it (`cargo bench -- rss` does too).
+                .env("MALLOC_ARENA_MAX", crate::malloc_arena_max());
             spawn = match &hetzner {
                 None => spawn.arg("--cloud-provider=fake").env(
                     "ROUTE_CONTROLLER_FAKE_LATENCY",
