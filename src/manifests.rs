@@ -512,10 +512,11 @@ fn deployment(out: &mut String, opts: &ManifestOptions) {
             periodSeconds: 5
             timeoutSeconds: 3
             failureThreshold: 2
-          # From the measured footprint (README, `cargo bench -- rss`, Hetzner provider):
-          # peak RSS 18.6 MiB at 5 000 nodes and 113.9 MiB over a relist at 50 000. The
-          # request covers 5 000 nodes; the limit leaves 50 000 nodes 40 % headroom for
-          # a relist and scrapes, so that the kernel never kills it mid-pass.
+          # From the measured footprint (README, `cargo bench -- rss`, Hetzner provider,
+          # one arena as set above): peak RSS 13.5 MiB at 5 000 nodes and 74.7 MiB at
+          # 50 000. The request covers 5 000 nodes; the limit leaves 50 000 nodes twice
+          # their peak, and room for them without the arena limit (90.9 MiB over a
+          # relist), so that the kernel never kills it mid-pass.
           resources:
             requests:
               cpu: 10m
