@@ -24,7 +24,7 @@
 //! let handle = Builder::new(config, client, Arc::new(FakeCloud::new())).spawn()?;
 //! // ... later, from any thread:
 //! println!("{} passes so far", handle.metrics().passes_total());
-//! let exit = handle.shutdown(); // stops passes, lets calls finish, joins the threads
+//! let exit = handle.shutdown(); // stops passes, lets writes finish, joins the threads
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
@@ -497,7 +497,7 @@ impl Handle {
     }
 
     /// Asks for a clean shutdown and waits for it: no new passes, in-flight cloud
-    /// calls finish (bounded), the lease is released.
+    /// writes finish (bounded; a list is not waited for), the lease is released.
     pub fn shutdown(self) -> Exit {
         self.stopper().stop();
         self.wait()

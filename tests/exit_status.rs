@@ -87,20 +87,23 @@ fn sigterm_lets_the_call_in_flight_finish_and_exits_0() {
     assert!(took <= DRAIN + Duration::from_secs(5), "took {took:?}");
 }
 
-/// Guards: the drain deadline (`DRAIN_TIMEOUT`): a call that would take 60 s does not
-/// hold the process; it exits 0 once 10 s have passed. Broken by waiting for every
-/// call (the exit then takes 60 s) or by not waiting at all (under 10 s).
+/// Guards: the drain deadline (`DRAIN_TIMEOUT`): a create that would take 15 s does not
+/// hold the process; it exits 0 once 10 s have passed, the create cut off. Broken by
+/// waiting for every call (the exit then takes 15 s) or by not waiting at all (under
+/// 10 s).
 #[test]
 fn a_call_outlasting_the_10_s_drain_is_given_up_and_the_exit_is_0() {
-    let (_server, mut c) = start("sigterm_drain_deadline", "60s", &["--leader-elect=false"]);
-    c.wait_for_log("cloud list (pass", Duration::from_secs(20));
+    let label = "sigterm_drain_deadline";
+    let (_server, mut c) = start(label, "15s", &["--leader-elect=false"]);
+    // Every call takes 15 s: the list, then the create.
+    c.wait_for_log("cloud create (pass", Duration::from_secs(40));
     let signalled = Instant::now();
     c.send_signal("TERM");
     let Some(status) = c.wait_exit(DRAIN + Duration::from_secs(20)) else {
-        c.fail("still running 30 s after SIGTERM with a 60 s call in flight");
+        c.fail("still running 30 s after SIGTERM with a 15 s create in flight");
     };
     let took = signalled.elapsed();
-    println!("SIGTERM with a 60 s list in flight: exited {status} after {took:?}");
+    println!("SIGTERM with a 15 s create in flight: exited {status} after {took:?}");
     if status.code() != Some(0) {
         c.fail(&format!("exit status {status} after SIGTERM, expected 0"));
     }
@@ -109,8 +112,35 @@ fn a_call_outlasting_the_10_s_drain_is_given_up_and_the_exit_is_0() {
         "did not wait for the call in flight: exited after {took:?}"
     );
     assert!(
-        took <= DRAIN + Duration::from_secs(8),
+        took <= DRAIN + Duration::from_secs(4),
         "the 10 s drain deadline was not kept: {took:?}"
+    );
+    assert!(
+        !journal(label).contains("10.244.1.0/24"),
+        "the create finished before the exit: the drain waited past its deadline"
+    );
+}
+
+/// Guards: a list in flight does not hold a shutdown (only writes are waited for): a
+/// 60 s list is left to its worker and the process exits 0 at once. Broken by counting
+/// lists as in flight in `Controller::is_idle` (the exit then waits the 10 s drain).
+#[test]
+fn a_list_in_flight_does_not_hold_the_exit() {
+    let (_server, mut c) = start("sigterm_list", "60s", &["--leader-elect=false"]);
+    c.wait_for_log("cloud list (pass", Duration::from_secs(20));
+    let signalled = Instant::now();
+    c.send_signal("TERM");
+    let Some(status) = c.wait_exit(DRAIN + Duration::from_secs(20)) else {
+        c.fail("still running 30 s after SIGTERM with a 60 s list in flight");
+    };
+    let took = signalled.elapsed();
+    println!("SIGTERM with a 60 s list in flight: exited {status} after {took:?}");
+    if status.code() != Some(0) {
+        c.fail(&format!("exit status {status} after SIGTERM, expected 0"));
+    }
+    assert!(
+        took < DRAIN - Duration::from_secs(5),
+        "the list held the exit for {took:?}"
     );
 }
 
@@ -118,8 +148,9 @@ fn a_call_outlasting_the_10_s_drain_is_given_up_and_the_exit_is_0() {
 /// treating every signal as the first: the exit then waits for the 10 s drain.
 #[test]
 fn a_second_signal_exits_at_once() {
-    let (_server, mut c) = start("second_signal", "60s", &["--leader-elect=false"]);
-    c.wait_for_log("cloud list (pass", Duration::from_secs(20));
+    // A create in flight holds the drain (a list would not: it is not waited for).
+    let (_server, mut c) = start("second_signal", "15s", &["--leader-elect=false"]);
+    c.wait_for_log("cloud create (pass", Duration::from_secs(40));
     c.send_signal("TERM");
     c.wait_for_log("send it again to exit at once", Duration::from_secs(5));
     let second = Instant::now();

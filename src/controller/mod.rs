@@ -196,9 +196,12 @@ impl Controller {
         self.leading
     }
 
-    /// Nothing is in flight: after [`Input::Shutdown`], the drivers may stop.
+    /// No write is in flight (route create or delete, condition): after
+    /// [`Input::Shutdown`], the drivers may stop. A list in flight is not waited for:
+    /// its answer would only feed a pass that will not run, and with thousands of
+    /// servers to page through it can outlast the drain.
     pub fn is_idle(&self) -> bool {
-        self.ops.in_flight() == 0 && self.conditions.is_idle()
+        self.ops.mutations_in_flight() == 0 && self.conditions.is_idle()
     }
 
     /// The nodes as the controller sees them (a condition without its message: the
