@@ -1723,8 +1723,8 @@ fn shutdown_exits_once_the_calls_in_flight_are_answered() {
 }
 
 /// Guards that a shutdown waits for writes only: a list in flight (a pass that has
-/// not planned yet) does not hold the exit, which at 50 000 Hetzner servers took longer
-/// than the drain. With `is_idle` counting every operation in flight, no exit comes.
+/// not planned yet) does not hold the exit; its answer would feed no pass. With
+/// `is_idle` counting every operation in flight, no exit comes.
 #[test]
 fn a_shutdown_does_not_wait_for_a_list_in_flight() {
     let mut d = Driver::new(watch_config());

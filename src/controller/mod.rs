@@ -198,8 +198,8 @@ impl Controller {
 
     /// No write is in flight (route create or delete, condition): after
     /// [`Input::Shutdown`], the drivers may stop. A list in flight is not waited for:
-    /// its answer would only feed a pass that will not run, and with thousands of
-    /// servers to page through it can outlast the drain.
+    /// its answer would only feed a pass that will not run, and a list of many pages
+    /// from a slow or rate-limited cloud can take most of the drain.
     pub fn is_idle(&self) -> bool {
         self.ops.mutations_in_flight() == 0 && self.conditions.is_idle()
     }
