@@ -94,7 +94,8 @@ impl RouteView {
         &self.routes[position as usize].target_node
     }
 
-    /// Where in `by_node` a route to `node` goes: after those to it and before it.
+    /// Where in `by_node` a new route to `node` goes: after the routes to it, before
+    /// those to the nodes after it.
     fn first_after(&self, node: &str) -> usize {
         self.by_node
             .partition_point(|&(p, _)| self.target(p) <= node)
