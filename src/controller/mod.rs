@@ -756,6 +756,11 @@ impl Controller {
     ) {
         let cidr = op.cidr();
         let created = matches!(op, OpKind::Create(_)) && result.is_ok();
+        let deleted = matches!(op, OpKind::Delete(_))
+            && result
+                .as_ref()
+                .err()
+                .is_none_or(|e| e.kind == CloudErrorKind::NotFound);
         match (&op, result) {
             (OpKind::Create(c), Ok(())) => {
                 if let Some(view) = &mut self.view {
@@ -863,6 +868,18 @@ impl Controller {
         // this reply just updated).
         let pass_due = self.scheduler.has_pending() || self.planning.is_some();
         if created && !pass_due && self.request_for(&op.planned()).as_ref() != Some(&op) {
+            self.followups.insert(cidr);
+        }
+        // Likewise a delete: the node may want the route again (the CIDR came back to
+        // it while the delete was in flight, and a pass in between kept the route it
+        // still saw). Without another look it stayed missing until the resync.
+        if deleted
+            && !pass_due
+            && self
+                .nodes
+                .get(op.node())
+                .is_some_and(|k| k.pod_cidrs.contains(cidr))
+        {
             self.followups.insert(cidr);
         }
         if self.followups.remove(&cidr) {
