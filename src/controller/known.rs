@@ -3,8 +3,9 @@
 //!
 //! A decoded [`Node`] is about a dozen allocations: each string, the vectors of pod
 //! CIDRs and addresses, the condition's words. Kept as is, with malloc's overhead on
-//! each, a node cost about 0.7 KiB. Here its strings share one allocation, their ends
-//! another, and its pod CIDRs are parsed once: about a third of that. Nothing of the
+//! each and its B-tree entry, a node cost about 560 bytes in the view. Here its
+//! strings share one allocation, their ends another, and its pod CIDRs are parsed
+//! once: about 400 bytes (README, Benchmarks). Nothing of the
 //! node's JSON outlives its decoding, and nothing here is kept that no decision reads:
 //! the condition's message is dropped (the skip rule reads status and reason only).
 
