@@ -59,6 +59,24 @@ fn journal(label: &str) -> String {
     std::fs::read_to_string(path).unwrap_or_default()
 }
 
+/// Sends SIGTERM and waits up to `within` for the exit, which must be 0; prints and
+/// returns how long it took. `what` names what was in flight.
+fn sigterm_exits_0(c: &mut ControllerProcess, within: Duration, what: &str) -> Duration {
+    let signalled = Instant::now();
+    c.send_signal("TERM");
+    let Some(status) = c.wait_exit(within) else {
+        c.fail(&format!(
+            "still running {within:?} after SIGTERM with {what} in flight"
+        ));
+    };
+    let took = signalled.elapsed();
+    println!("SIGTERM with {what} in flight: exited {status} after {took:?}");
+    if status.code() != Some(0) {
+        c.fail(&format!("exit status {status} after SIGTERM, expected 0"));
+    }
+    took
+}
+
 /// Guards: the drain after SIGTERM (the actor waits for in-flight operations before it
 /// returns). Broken by returning at once on shutdown: the create in flight is then cut
 /// off and never journaled.
@@ -67,16 +85,7 @@ fn sigterm_lets_the_call_in_flight_finish_and_exits_0() {
     let label = "sigterm_drains";
     let (_server, mut c) = start(label, "2s", &["--leader-elect=false"]);
     c.wait_for_log("cloud create (pass", Duration::from_secs(20));
-    let signalled = Instant::now();
-    c.send_signal("TERM");
-    let Some(status) = c.wait_exit(DRAIN + Duration::from_secs(10)) else {
-        c.fail("still running 20 s after SIGTERM");
-    };
-    let took = signalled.elapsed();
-    println!("SIGTERM with a 2 s create in flight: exited {status} after {took:?}");
-    if status.code() != Some(0) {
-        c.fail(&format!("exit status {status} after SIGTERM, expected 0"));
-    }
+    let took = sigterm_exits_0(&mut c, DRAIN + Duration::from_secs(10), "a 2 s create");
     assert!(
         journal(label).contains("10.244.1.0/24"),
         "the create in flight was cut off: journal {:?}\n{}",
@@ -97,16 +106,7 @@ fn a_call_outlasting_the_10_s_drain_is_given_up_and_the_exit_is_0() {
     let (_server, mut c) = start(label, "15s", &["--leader-elect=false"]);
     // Every call takes 15 s: the list, then the create.
     c.wait_for_log("cloud create (pass", Duration::from_secs(40));
-    let signalled = Instant::now();
-    c.send_signal("TERM");
-    let Some(status) = c.wait_exit(DRAIN + Duration::from_secs(20)) else {
-        c.fail("still running 30 s after SIGTERM with a 15 s create in flight");
-    };
-    let took = signalled.elapsed();
-    println!("SIGTERM with a 15 s create in flight: exited {status} after {took:?}");
-    if status.code() != Some(0) {
-        c.fail(&format!("exit status {status} after SIGTERM, expected 0"));
-    }
+    let took = sigterm_exits_0(&mut c, DRAIN + Duration::from_secs(20), "a 15 s create");
     assert!(
         took >= DRAIN - Duration::from_millis(500),
         "did not wait for the call in flight: exited after {took:?}"
@@ -128,16 +128,7 @@ fn a_call_outlasting_the_10_s_drain_is_given_up_and_the_exit_is_0() {
 fn a_list_in_flight_does_not_hold_the_exit() {
     let (_server, mut c) = start("sigterm_list", "60s", &["--leader-elect=false"]);
     c.wait_for_log("cloud list (pass", Duration::from_secs(20));
-    let signalled = Instant::now();
-    c.send_signal("TERM");
-    let Some(status) = c.wait_exit(DRAIN + Duration::from_secs(20)) else {
-        c.fail("still running 30 s after SIGTERM with a 60 s list in flight");
-    };
-    let took = signalled.elapsed();
-    println!("SIGTERM with a 60 s list in flight: exited {status} after {took:?}");
-    if status.code() != Some(0) {
-        c.fail(&format!("exit status {status} after SIGTERM, expected 0"));
-    }
+    let took = sigterm_exits_0(&mut c, DRAIN + Duration::from_secs(20), "a 60 s list");
     assert!(
         took < DRAIN - Duration::from_secs(5),
         "the list held the exit for {took:?}"

@@ -191,13 +191,11 @@ impl NodeView {
         let name = node.name;
         if let Some(old) = self.nodes.get(&name) {
             // CIDRs the node no longer has wait for no route.
-            for cidr in old
+            let dropped = old
                 .pod_cidrs
                 .valid()
-                .filter(|c| !new.pod_cidrs.contains(*c))
-            {
-                self.cidr_seen.remove(&(name.clone(), cidr));
-            }
+                .filter(|c| !new.pod_cidrs.contains(*c));
+            stop_waiting(&mut self.cidr_seen, &name, dropped);
         }
         let trigger = match self.nodes.get(&name) {
             None if self.unselected.remove(&name).is_some() => {
@@ -220,7 +218,7 @@ impl NodeView {
         let removed = self.nodes.remove(&name);
         let was_routed = removed.is_some();
         if let Some(known) = removed {
-            self.forget_cidrs(&known);
+            stop_waiting(&mut self.cidr_seen, &name, known.pod_cidrs.valid());
         }
         self.unselected.insert(name.clone(), provider_id);
         was_routed.then_some(Trigger::NodeUnselected(name))
@@ -239,7 +237,7 @@ impl NodeView {
         let removed = self.nodes.remove(name);
         let known = removed.is_some();
         if let Some(k) = removed {
-            self.forget_cidrs(&k);
+            stop_waiting(&mut self.cidr_seen, name, k.pod_cidrs.valid());
         }
         known | self.unselected.remove(name).is_some()
     }
@@ -337,19 +335,8 @@ impl NodeView {
     /// sweep of the whole map here made a pass at 50 000 nodes take 27 s of the actor.
     pub fn all_routed(&mut self, node: &str) {
         if let Some(known) = self.nodes.get(node) {
-            for cidr in known.pod_cidrs.valid() {
-                self.cidr_seen.remove(&(node.to_string(), cidr));
-            }
+            stop_waiting(&mut self.cidr_seen, node, known.pod_cidrs.valid());
         }
-        shrink_when_sparse(&mut self.cidr_seen);
-    }
-
-    /// `known` is gone from the view: its CIDRs wait for no route.
-    fn forget_cidrs(&mut self, known: &Known) {
-        for cidr in known.pod_cidrs.valid() {
-            self.cidr_seen.remove(&(known.name().to_string(), cidr));
-        }
-        shrink_when_sparse(&mut self.cidr_seen);
     }
 
     /// A condition write succeeded: until the watch confirms it, the view shows what
@@ -467,6 +454,19 @@ impl Controller {
             }
         }
     }
+}
+
+/// `node`'s `cidrs` wait for no route any more. Removed by key: the map holds every
+/// node's, and a sweep of it per node made a pass quadratic.
+fn stop_waiting(
+    seen: &mut HashMap<(String, Cidr), Instant>,
+    node: &str,
+    cidrs: impl Iterator<Item = Cidr>,
+) {
+    for cidr in cidrs {
+        seen.remove(&(node.to_string(), cidr));
+    }
+    shrink_when_sparse(seen);
 }
 
 /// Gives back a map's room once it holds a quarter of it or less: after a start or a
