@@ -1653,6 +1653,43 @@ fn a_route_created_on_a_provider_that_carries_addresses_is_replaced_when_they_ch
     );
 }
 
+/// Kills: the delete's follow-up taken for a replacement whose create is queued behind
+/// it (`Operations::create_queued` in `on_op_done`). In poll mode every pass lists,
+/// so that follow-up was a list more per replaced route (simulate's address-churn
+/// showed 641 lists an hour for poll's 360). An address change is replaced by the next
+/// poll's pass: one list, one delete, one create, and no pass until the poll after.
+#[test]
+fn a_replacement_in_poll_mode_costs_no_pass_between_polls() {
+    let cloud = Arc::new(FakeCloud::new());
+    cloud.set_report_node_addresses(true);
+    let mut config = watch_config();
+    config.mode = Mode::Poll;
+    let period = config.route_reconciliation_period;
+    let mut d = Driver::with_cloud(config, cloud);
+    d.start(nodes(2));
+    let (passes, lists) = (d.passes(), d.count("list"));
+    d.now += secs(1.0);
+    let mut moved = bumped(nodes(2)[1].clone(), 9);
+    moved.addresses = vec![route_controller::model::NodeAddress::internal_ip(
+        "192.168.7.7",
+    )];
+    d.node_event(NodeEvent::Modified(moved));
+    // Up to just before the second poll after the start.
+    d.advance(2 * period - secs(1.1));
+    assert_eq!(
+        (
+            d.passes() - passes,
+            d.count("list") - lists,
+            d.count("create"),
+            d.count("delete")
+        ),
+        (1, 1, 3, 1),
+        "one poll's pass replaces n1's route: {:?}",
+        d.sent
+    );
+    assert_eq!(d.cloud_routes().len(), 2);
+}
+
 /// Kills (cargo-mutants, before the reorganisation): `now + after` made `now - after`
 /// for a rate-limited list. Operations queued behind a pass that lists wait out the
 /// provider's limit too: nothing goes out until it ends.

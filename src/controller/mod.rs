@@ -872,13 +872,16 @@ impl Controller {
         }
         // Likewise a delete: the node may want the route again (the CIDR came back to
         // it while the delete was in flight, and a pass in between kept the route it
-        // still saw). Without another look it stayed missing until the resync.
+        // still saw). Without another look it stayed missing until the resync. A
+        // replacement (new addresses) queued its create behind this delete, and that
+        // create is the look: another pass would only list again in poll mode.
         if deleted
             && !pass_due
             && self
                 .nodes
                 .get(op.node())
                 .is_some_and(|k| k.pod_cidrs.contains(cidr))
+            && !self.ops.create_queued(op.node(), cidr)
         {
             self.followups.insert(cidr);
         }

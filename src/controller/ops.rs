@@ -70,6 +70,16 @@ impl Planned {
     fn is_create(&self) -> bool {
         matches!(self, Planned::Create(_))
     }
+
+    /// Whether `self` makes what `other` asks for. A create's `replaces` only says
+    /// whether an old route was seen: the replacement sent while its delete was in
+    /// flight makes the same route as a create planned once the delete is answered.
+    fn makes_same_as(&self, other: &Planned) -> bool {
+        match (self, other) {
+            (Planned::Create(a), Planned::Create(b)) => a.node == b.node && a.cidr == b.cidr,
+            _ => self == other,
+        }
+    }
 }
 
 /// Which queued operations may go next.
@@ -177,12 +187,22 @@ impl Operations {
         dropped
     }
 
+    /// Whether a create of `cidr` for `node` is queued (the second half of a
+    /// replacement waits there for its delete).
+    pub(super) fn create_queued(&self, node: &str, cidr: Cidr) -> bool {
+        self.pending_creates(node) > 0
+            && self
+                .queue
+                .iter()
+                .any(|q| matches!(&q.op, Planned::Create(c) if c.cidr == cidr && c.node == node))
+    }
+
     /// Whether an operation doing what `op` asks is in flight.
     pub(super) fn is_in_flight(&self, op: &Planned) -> bool {
         self.in_flight
             .values()
             .filter_map(|f| f.kind.as_ref())
-            .any(|k| k.planned() == *op)
+            .any(|k| k.planned().makes_same_as(op))
     }
 
     /// Whether an identical operation is queued.
