@@ -874,7 +874,8 @@ impl Controller {
         // it while the delete was in flight, and a pass in between kept the route it
         // still saw). Without another look it stayed missing until the resync. A
         // replacement (new addresses) queued its create behind this delete, and that
-        // create is the look: another pass would only list again in poll mode.
+        // create is the look: another pass would find nothing to do (and list again
+        // in poll mode).
         if deleted
             && !pass_due
             && self

@@ -188,7 +188,8 @@ impl Operations {
     }
 
     /// Whether a create of `cidr` for `node` is queued (the second half of a
-    /// replacement waits there for its delete).
+    /// replacement waits there for its delete). The count goes first: thousands of
+    /// creates can wait in the queue behind a rate limit.
     pub(super) fn create_queued(&self, node: &str, cidr: Cidr) -> bool {
         self.pending_creates(node) > 0
             && self
