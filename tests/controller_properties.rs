@@ -1425,7 +1425,9 @@ fn a_route_created_while_its_node_changed_address_is_replaced() {
 /// (`Planned::makes_same_as`: the in-flight create says `replaces`, the pass that plans
 /// it again after its delete no longer sees the old route). Each such pass marked a
 /// follow-up, and each follow-up was a pass that found nothing to do: 13 passes to
-/// converge where the bound is 12. Found by the property below in CI; its shrunk case.
+/// converge where the bound is 12. The shrunk case of a seed CI found for
+/// `random_runs_keep_the_invariants_and_converge` (above), once the delete-side
+/// follow-up no longer fired for replacements.
 #[test]
 fn a_replacement_in_flight_is_not_planned_again_as_another_create() {
     let case = Case {
