@@ -222,8 +222,10 @@ fn pump(mut from: TcpStream, mut to: TcpStream, replies: bool, generation: u64, 
                 }
                 break;
             }
-            // The mode may have changed while the read waited.
-            Ok(n) if flowing_in(*s.mode.lock().expect("mode")) => {
+            // The mode may have changed while the read waited. Bytes held before go
+            // first (the next turn writes them): written past them, a reply reached
+            // the client out of order ("invalid HTTP version").
+            Ok(n) if held.is_empty() && flowing_in(*s.mode.lock().expect("mode")) => {
                 if !replies {
                     log_actions(&s, &buf[..n]);
                 }
