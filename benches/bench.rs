@@ -67,6 +67,7 @@ mod upstream_controller;
 
 use route_controller::kube::WatchConfig;
 use route_controller::kube::watch::{LineOutcome, Reflector};
+use route_controller::manifests::ALLOCATOR_ENV;
 use route_controller::metrics::Metrics;
 use route_controller::model::{Cidr, Node, NodeAddress, NodeList, Route};
 use route_controller::plan;
@@ -515,15 +516,7 @@ fn rss() {
         "      peak = VmHWM at sync (first pass done), steady = VmRSS 2 s later, relist = VmHWM over a relist \
          forced by a 410 (peak reset at steady)"
     );
-    println!(
-        "      MALLOC_ARENA_MAX={} ({})",
-        malloc_arena_max(),
-        if std::env::var("MALLOC_ARENA_MAX").is_ok() {
-            "from the environment; 0 is glibc's default"
-        } else {
-            "as `route-controller manifests` sets it; MALLOC_ARENA_MAX=0 for glibc's default"
-        }
-    );
+    println!("      allocator: {}", allocator_summary());
     // RC_BENCH_NODES=5000 measures one size; RC_BENCH_CLOUDS=hcloud one cloud;
     // RC_BENCH_WRAPPER="valgrind --tool=massif" runs the binary under a profiler.
     let sizes: Vec<usize> = match std::env::var("RC_BENCH_NODES") {
@@ -568,11 +561,44 @@ fn rss() {
     }
 }
 
-/// The child's `MALLOC_ARENA_MAX`: as the generated Deployment sets it (1), unless the
-/// bench's own environment says otherwise (`MALLOC_ARENA_MAX=0` is glibc's default,
-/// an arena per thread up to eight per core).
-pub(crate) fn malloc_arena_max() -> String {
-    std::env::var("MALLOC_ARENA_MAX").unwrap_or_else(|_| "1".into())
+/// The child's allocator settings: as the generated Deployment sets them
+/// (`manifests::ALLOCATOR_ENV`), each unless the bench's own environment says
+/// otherwise (`MALLOC_ARENA_MAX=0` is glibc's default, an arena per thread up to eight
+/// per core; `MALLOC_MMAP_THRESHOLD_=0` maps every block, so glibc's default is to
+/// leave it out: `MALLOC_MMAP_THRESHOLD_=` drops it).
+pub(crate) fn allocator_env() -> Vec<(&'static str, String)> {
+    ALLOCATOR_ENV
+        .iter()
+        .filter_map(|&(name, value, _)| match std::env::var(name) {
+            Ok(set) if set.is_empty() => None,
+            Ok(set) => Some((name, set)),
+            Err(_) => Some((name, value.to_string())),
+        })
+        .collect()
+}
+
+/// [`allocator_env`] as printed: `NAME=value` each, and where it came from.
+pub(crate) fn allocator_summary() -> String {
+    let set: Vec<String> = allocator_env()
+        .iter()
+        .map(|(name, value)| format!("{name}={value}"))
+        .collect();
+    let from_env = ALLOCATOR_ENV
+        .iter()
+        .any(|(name, _, _)| std::env::var(name).is_ok());
+    format!(
+        "{} ({})",
+        if set.is_empty() {
+            "glibc's defaults".to_string()
+        } else {
+            set.join(" ")
+        },
+        if from_env {
+            "the bench's environment changed what the generated Deployment sets"
+        } else {
+            "as `route-controller manifests` sets it"
+        }
+    )
 }
 
 /// `min–max` of `values` with `decimals` places, or one number if they round alike.
@@ -654,7 +680,7 @@ fn measure_rss(binary: &str, nodes: usize, cloud: BenchCloud) -> Result<RssSampl
         .env("PATH", std::env::var("PATH").unwrap_or_default())
         .env("RUST_LOG", "warn")
         .envs(cloud_env)
-        .env("MALLOC_ARENA_MAX", malloc_arena_max())
+        .envs(allocator_env())
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())
         .spawn()

@@ -593,19 +593,41 @@ fn volumes(provider: &str) -> String {
     }
 }
 
-/// The `env` block: the allocator's arena limit, and the provider's credentials from
+/// The allocator's settings every Deployment runs with: (variable, value, why). The
+/// memory figures of the README assume them; `cargo bench -- rss` and `-- scale` give
+/// the controller these too.
+///
+/// glibc gives each thread that allocates an arena of its own, and memory freed in one
+/// stays resident in it; the controller's threads allocate little, so sharing one
+/// arena costs no measurable CPU and saves a quarter of the RSS at 50 000 nodes. And
+/// glibc raises its mmap threshold to the size of each large block freed, so after the
+/// first list the big transient buffers (a list's routes, the first pass's plan) come
+/// from the heap, and the holes they leave among the nodes stay resident; a fixed
+/// threshold maps them apart and gives them back when they are freed (README,
+/// Benchmarks).
+pub const ALLOCATOR_ENV: [(&str, &str, &str); 2] = [
+    (
+        "MALLOC_ARENA_MAX",
+        "1",
+        "One malloc arena for all threads: a quarter less memory at 50 000 nodes.",
+    ),
+    (
+        "MALLOC_MMAP_THRESHOLD_",
+        "131072",
+        "Blocks of 128 KiB and more mapped apart and given back when freed.",
+    ),
+];
+
+/// The `env` block: the allocator's settings, and the provider's credentials from
 /// Secrets.
 fn env(provider: &str) -> String {
-    // glibc gives each thread that allocates an arena of its own, and memory freed in
-    // one stays resident in it; the controller's threads allocate little, so sharing
-    // one arena costs no measurable CPU and saves a quarter of the RSS at 50 000 nodes
-    // (README, Benchmarks).
-    let arenas = "          env:
-            # One malloc arena for all threads: a quarter less memory at 50 000 nodes.
-            - name: MALLOC_ARENA_MAX
-              value: \"1\"
-";
-    [arenas.to_string(), credentials(provider)].concat()
+    let mut env = String::from("          env:\n");
+    for (name, value, why) in ALLOCATOR_ENV {
+        env.push_str(&format!(
+            "            # {why}\n            - name: {name}\n              value: \"{value}\"\n"
+        ));
+    }
+    env + &credentials(provider)
 }
 
 /// The `env` entries that hand the provider its credentials, from Secrets.

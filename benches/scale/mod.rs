@@ -226,11 +226,7 @@ pub fn scale() {
             settings.ours_args.join(" ")
         );
     }
-    println!(
-        "  ours runs with MALLOC_ARENA_MAX={} (as `route-controller manifests` sets it unless the \
-         environment says otherwise; 0 is glibc's default)",
-        crate::malloc_arena_max()
-    );
+    println!("  ours runs with {}", crate::allocator_summary());
     let dir = kube_apiserver::scratch_dir("bench-scale");
     let mut results: Vec<(Kind, Vec<Figures>)> =
         settings.kinds.iter().map(|k| (*k, Vec::new())).collect();
@@ -393,9 +389,11 @@ fn measure(
                     &format!("--cluster-cidr={}", scale_cluster::CLUSTER_CIDR),
                     &format!("--kubeconfig={}", kubeconfig.display()),
                 ])
-                .args(settings.ours_args.iter().cloned())
-                // As the generated Deployment runs it (`cargo bench -- rss` does too).
-                .env("MALLOC_ARENA_MAX", crate::malloc_arena_max());
+                .args(settings.ours_args.iter().cloned());
+            // As the generated Deployment runs it (`cargo bench -- rss` does too).
+            for (name, value) in crate::allocator_env() {
+                spawn = spawn.env(name, value);
+            }
             spawn = match &hetzner {
                 None => spawn.arg("--cloud-provider=fake").env(
                     "ROUTE_CONTROLLER_FAKE_LATENCY",
