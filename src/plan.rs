@@ -62,6 +62,63 @@ pub const ROUTE_CREATED: (&str, &str) = ("RouteCreated", "RouteController create
 pub const NO_ROUTE_CREATED: (&str, &str) =
     ("NoRouteCreated", "RouteController failed to create a route");
 
+/// What the planner reads of a cloud route: a [`Route`] as listed, or the controller's
+/// compact copy of one (its strings in one allocation, its destination parsed once).
+pub trait RouteFacts {
+    /// The provider's name for the route.
+    fn name(&self) -> &str;
+    /// The node the route points at; empty for none.
+    fn target_node(&self) -> &str;
+    /// The destination as the provider reports it.
+    fn destination_text(&self) -> &str;
+    /// The destination, parsed; the error says what is wrong with the text.
+    fn destination(&self) -> Result<Cidr, crate::model::CidrError>;
+    /// The provider reports that the route's target is gone.
+    fn blackhole(&self) -> bool;
+    /// The route's addresses count ([`Route::enable_node_addresses`]).
+    fn enable_node_addresses(&self) -> bool;
+    /// The node addresses the route points at, as (type, address).
+    fn target_node_addresses(&self) -> impl Iterator<Item = (&str, &str)> + Clone;
+    /// The route as a [`Route`] again, for a delete or a report.
+    fn to_route(&self) -> Route;
+}
+
+impl RouteFacts for Route {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn target_node(&self) -> &str {
+        &self.target_node
+    }
+
+    fn destination_text(&self) -> &str {
+        &self.destination_cidr
+    }
+
+    fn destination(&self) -> Result<Cidr, crate::model::CidrError> {
+        Cidr::parse(&self.destination_cidr)
+    }
+
+    fn blackhole(&self) -> bool {
+        self.blackhole
+    }
+
+    fn enable_node_addresses(&self) -> bool {
+        self.enable_node_addresses
+    }
+
+    fn target_node_addresses(&self) -> impl Iterator<Item = (&str, &str)> + Clone {
+        self.target_node_addresses
+            .iter()
+            .map(|a| (&*a.kind, a.address.as_str()))
+    }
+
+    fn to_route(&self) -> Route {
+        self.clone()
+    }
+}
+
 /// What one reconcile pass should do.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Plan {
@@ -291,9 +348,9 @@ pub fn plan<'a>(
 
 /// [`plan`] for nodes whose pod CIDRs were parsed when they arrived (the controller's
 /// node view keeps them so).
-pub fn plan_parsed<'a, N: NodeFacts + 'a>(
+pub fn plan_parsed<'a, N: NodeFacts + 'a, R: RouteFacts>(
     nodes: impl IntoIterator<Item = (&'a N, &'a PodCidrs)>,
-    routes: &[Route],
+    routes: &[R],
     cluster_cidrs: &[Cidr],
 ) -> Plan {
     plan_with_unrouted(nodes, routes, cluster_cidrs, UnroutedNodes::none())
@@ -301,9 +358,9 @@ pub fn plan_parsed<'a, N: NodeFacts + 'a>(
 
 /// [`plan_parsed`] for a cluster with nodes that exist but are not routed here:
 /// `nodes` are the routed ones, `unrouted` the others.
-pub fn plan_with_unrouted<'a, N: NodeFacts + 'a>(
+pub fn plan_with_unrouted<'a, N: NodeFacts + 'a, R: RouteFacts>(
     nodes: impl IntoIterator<Item = (&'a N, &'a PodCidrs)>,
-    routes: &[Route],
+    routes: &[R],
     cluster_cidrs: &[Cidr],
     unrouted: UnroutedNodes<'_>,
 ) -> Plan {
@@ -312,12 +369,12 @@ pub fn plan_with_unrouted<'a, N: NodeFacts + 'a>(
     // Step 1: index the listed routes by target node, with their parsed destination.
     let mut parsed: Vec<Option<Cidr>> = Vec::with_capacity(routes.len());
     for route in routes {
-        match Cidr::parse(&route.destination_cidr) {
+        match route.destination() {
             Ok(cidr) => parsed.push(Some(cidr)),
             Err(e) => {
                 plan.problems.push(Problem::UnparsableRoute {
-                    route: route.name.clone(),
-                    destination: route.destination_cidr.clone(),
+                    route: route.name().to_string(),
+                    destination: route.destination_text().to_string(),
                     error: e.problem.to_string(),
                 });
                 parsed.push(None);
@@ -328,8 +385,8 @@ pub fn plan_with_unrouted<'a, N: NodeFacts + 'a>(
     // nodes would otherwise build two maps and 100 000 small vectors, megabytes that
     // the process keeps resident after the pass.
     let routes_by_node = ByNode::new(
-        (0..routes.len()).filter(|&i| !routes[i].target_node.is_empty()),
-        |&i| routes[i].target_node.as_str(),
+        (0..routes.len()).filter(|&i| !routes[i].target_node().is_empty()),
+        |&i| routes[i].target_node(),
     );
 
     // Step 2: an action per node and pod CIDR. A node is "known" to the deletion step
@@ -364,15 +421,8 @@ pub fn plan_with_unrouted<'a, N: NodeFacts + 'a>(
                 .find(|(i, _)| parsed[*i] == Some(cidr));
             let action = match existing {
                 None => Action::Add,
-                Some((_, r)) if !r.enable_node_addresses => Action::Keep,
-                Some((_, r))
-                    if same_address_set(
-                        node.addresses(),
-                        r.target_node_addresses
-                            .iter()
-                            .map(|a| (&*a.kind, a.address.as_str())),
-                    ) =>
-                {
+                Some((_, r)) if !r.enable_node_addresses() => Action::Keep,
+                Some((_, r)) if same_address_set(node.addresses(), r.target_node_addresses()) => {
                     Action::Keep
                 }
                 Some(_) => Action::Update,
@@ -416,21 +466,21 @@ pub fn plan_with_unrouted<'a, N: NodeFacts + 'a>(
         if !is_responsible(&cidr, cluster_cidrs) {
             continue;
         }
-        let reason = if route.blackhole {
+        let reason = if route.blackhole() {
             Some(DeleteReason::Blackhole)
-        } else if route.target_node.is_empty() {
+        } else if route.target_node().is_empty() {
             Some(DeleteReason::NoTarget)
         } else {
             let node_actions = known
-                .get(&route.target_node)
+                .get(route.target_node())
                 .last()
                 .map(|&(_, start, end)| &actions[start..end]);
             match node_actions {
-                None if (unrouted.contains)(&route.target_node) => {
+                None if (unrouted.contains)(route.target_node()) => {
                     if unrouted.delete_routes {
                         Some(DeleteReason::NodeUnselected)
                     } else {
-                        plan.unselected.push(route.clone());
+                        plan.unselected.push(route.to_route());
                         None
                     }
                 }
@@ -445,7 +495,7 @@ pub fn plan_with_unrouted<'a, N: NodeFacts + 'a>(
         };
         if let Some(reason) = reason {
             plan.deletes.push(Delete {
-                route: route.clone(),
+                route: route.to_route(),
                 cidr,
                 reason,
             });

@@ -210,9 +210,10 @@ impl Controller {
         self.nodes.nodes().map(Known::to_node)
     }
 
-    /// The routes the controller believes the cloud holds, if it has listed them.
-    pub fn routes(&self) -> Option<&[Route]> {
-        self.view.as_ref().map(|v| v.routes.as_slice())
+    /// The routes the controller believes the cloud holds, if it has listed them
+    /// (copies: the view keeps them compact).
+    pub fn routes(&self) -> Option<Vec<Route>> {
+        self.view.as_ref().map(RouteView::to_routes)
     }
 
     /// Feeds one input at `now` and returns what to do. The commands must be carried
@@ -765,7 +766,7 @@ impl Controller {
             (OpKind::Create(c), Ok(())) => {
                 if let Some(view) = &mut self.view {
                     let enable_node_addresses = view.reports_addresses;
-                    view.insert(Route {
+                    view.insert(&Route {
                         enable_node_addresses,
                         ..c.route.clone()
                     });
