@@ -16,7 +16,7 @@ use std::hash::{BuildHasher, RandomState};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::known::Known;
+use super::known::{Known, NodeSet};
 use super::{Command, Controller, Mode, NodeEvent, Trigger};
 use crate::model::{Cidr, Condition, Node, PodCidrs, same_address_set};
 use crate::plan::NodeFacts;
@@ -39,7 +39,7 @@ struct Relist {
     /// Its number, for the marks.
     number: u32,
     /// Nodes listed new or changed.
-    nodes: BTreeMap<String, Box<Known>>,
+    nodes: NodeSet,
     unselected: Unrouted,
 }
 
@@ -49,9 +49,8 @@ pub(super) type Unrouted = BTreeMap<String, Option<String>>;
 /// The node view. See the module documentation.
 #[derive(Default)]
 pub(super) struct NodeView {
-    /// By name. Boxed: a B-tree keeps several times the size of its values in
-    /// half-empty leaves, and a node is large; 50 000 of them cost megabytes less so.
-    nodes: BTreeMap<String, Box<Known>>,
+    /// By name.
+    nodes: NodeSet,
     /// Nodes that exist but are not routed here.
     unselected: Unrouted,
     /// Nodes of a relist in progress, swapped in at `InitDone`.
@@ -71,20 +70,20 @@ impl NodeView {
     }
 
     pub fn get(&self, name: &str) -> Option<&Known> {
-        self.nodes.get(name).map(|k| &**k)
+        self.nodes.get(name)
     }
 
     pub fn nodes(&self) -> impl Iterator<Item = &Known> {
-        self.nodes.values().map(|k| &**k)
+        self.nodes.iter()
     }
 
     /// The nodes with their parsed pod CIDRs, for the planner.
     pub fn planned(&self) -> impl Iterator<Item = (&Known, &PodCidrs)> {
-        self.nodes.values().map(|k| (&**k, &k.pod_cidrs))
+        self.nodes.iter().map(|k| (k, &k.pod_cidrs))
     }
 
     pub fn names(&self) -> Vec<String> {
-        self.nodes.keys().cloned().collect()
+        self.nodes.names().map(str::to_string).collect()
     }
 
     /// The nodes that exist but are not routed here.
@@ -94,10 +93,7 @@ impl NodeView {
 
     /// Routes the nodes want: one per pod CIDR.
     pub fn wanted_routes(&self) -> usize {
-        self.nodes
-            .values()
-            .map(|k| k.pod_cidrs.entries().len())
-            .sum()
+        self.nodes.iter().map(|k| k.pod_cidrs.entries().len()).sum()
     }
 
     /// Node names by provider ID, for a list. Built per list and dropped after it
@@ -144,24 +140,17 @@ impl NodeView {
     /// One node of a relist.
     pub fn list_apply(&mut self, node: Node) {
         let number = self.relist().number;
-        let unchanged = match self.nodes.get_mut(&node.name) {
-            Some(k) if k.is(&node) => {
-                k.listed = number;
-                true
-            }
-            Some(k) => {
-                k.listed = 0;
-                false
-            }
-            None => false,
-        };
+        let unchanged = self.nodes.get(&node.name).map(|k| k.is(&node));
+        if let Some(unchanged) = unchanged {
+            let mark = if unchanged { number } else { 0 };
+            self.nodes.update(&node.name, |k| k.listed = mark);
+        }
         let relist = self.relist();
         relist.unselected.remove(&node.name);
-        if unchanged {
+        if unchanged == Some(true) {
             relist.nodes.remove(&node.name);
         } else {
-            let known = Known::new(&node);
-            relist.nodes.insert(node.name, known);
+            relist.nodes.insert(Known::new(&node));
         }
     }
 
@@ -175,9 +164,7 @@ impl NodeView {
 
     /// `name` is not listed as the view holds it (any more).
     fn unmark(&mut self, name: &str) {
-        if let Some(k) = self.nodes.get_mut(name) {
-            k.listed = 0;
-        }
+        self.nodes.update(name, |k| k.listed = 0);
     }
 
     /// A node added or changed: what that is, in `mode`'s terms (`None` during a
@@ -205,7 +192,7 @@ impl NodeView {
             None => Some(Trigger::NodeAdded(name.clone())),
             Some(old) => change_trigger(old, &new, mode),
         };
-        self.nodes.insert(name, new);
+        self.nodes.insert(new);
         trigger
     }
 
@@ -257,9 +244,9 @@ impl NodeView {
         let mut listed: Vec<&str> = self
             .nodes
             .iter()
-            .filter(|(_, k)| marked(k))
-            .map(|(name, _)| name.as_str())
-            .chain(buffered.keys().map(String::as_str))
+            .filter(|k| marked(k))
+            .map(Known::name)
+            .chain(buffered.names())
             .collect();
         listed.sort_unstable();
         let mut changes = Vec::new();
@@ -287,24 +274,28 @@ impl NodeView {
             }
         }
         let is_listed = |name: &str| listed.binary_search(&name).is_ok();
-        for name in self.nodes.keys().chain(self.unselected.keys()) {
+        for name in self
+            .nodes
+            .names()
+            .chain(self.unselected.keys().map(String::as_str))
+        {
             if unselected.contains_key(name) {
-                if self.nodes.contains_key(name) {
-                    changes.push(Trigger::NodeUnselected(name.clone()));
+                if self.nodes.contains(name) {
+                    changes.push(Trigger::NodeUnselected(name.to_string()));
                 }
             } else if !is_listed(name) {
-                changes.push(Trigger::NodeDeleted(name.clone()));
+                changes.push(Trigger::NodeDeleted(name.to_string()));
             }
         }
         drop(listed);
         // The view keeps its unchanged nodes in place; the listed ones replace theirs.
         self.nodes
-            .retain(|name, k| marked(k) && !buffered.contains_key(name));
+            .retain(|k| marked(k) && !buffered.contains(k.name()));
         self.nodes.append(&mut buffered);
         // Only the CIDRs the listed nodes have wait for routes, each since it was
         // first seen.
         self.cidr_seen.relisted(
-            self.nodes.values().map(|k| (k.name(), k.pod_cidrs.valid())),
+            self.nodes.iter().map(|k| (k.name(), k.pod_cidrs.valid())),
             now,
         );
         self.unselected = unselected;
@@ -337,9 +328,7 @@ impl NodeView {
     /// A condition write succeeded: until the watch confirms it, the view shows what
     /// was written, so the skip rule does not write it again.
     pub fn condition_written(&mut self, node: &str, condition: Condition) {
-        if let Some(k) = self.nodes.get_mut(node) {
-            k.condition_written(condition);
-        }
+        self.nodes.update(node, |k| k.condition_written(condition));
     }
 }
 
@@ -607,11 +596,15 @@ mod tests {
         view.list_apply(node("b", "2", "10.0.9.0/24"));
         let relist = view.relist.as_ref().expect("a relist in progress");
         assert!(
-            !relist.nodes.contains_key("a"),
+            !relist.nodes.contains("a"),
             "an unchanged node is not copied"
         );
-        assert_eq!(view.nodes["a"].listed, relist.number, "only marked");
-        assert!(relist.nodes.contains_key("b"), "a changed node is");
+        assert_eq!(
+            view.nodes.get("a").unwrap().listed,
+            relist.number,
+            "only marked"
+        );
+        assert!(relist.nodes.contains("b"), "a changed node is");
         let listed = view.complete_list(Mode::Watch, t0);
 
         assert_eq!(
