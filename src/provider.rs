@@ -9,7 +9,6 @@
 //! They must be safe to call from several threads at once. They never decide which
 //! routes to delete: ownership is the controller's job (the cluster-CIDR rule).
 
-use std::collections::HashMap;
 use std::fmt;
 use std::time::Duration;
 
@@ -251,55 +250,137 @@ pub struct RouteTarget {
     pub addresses: Vec<NodeAddress>,
 }
 
-/// Node names by provider ID, for mapping cloud targets back to nodes.
+/// Node names by provider ID, for mapping cloud targets back to nodes. Built for a
+/// list and dropped after it, but built of every node: at 50 000 nodes a map of
+/// copied names and IDs was the largest thing a list held (about 200 bytes a node).
+/// Here the names and IDs share one string, and two sorted indexes find them (about
+/// 50 bytes a node).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct NodeDirectory {
-    by_provider_id: HashMap<String, String>,
-    names: Vec<String>,
+    /// Every node's name and provider ID, end to end.
+    text: String,
+    /// Each node's name and provider ID, as spans of `text`, sorted by name.
+    by_name: Vec<(Span, Option<Span>)>,
+    /// The nodes with a provider ID: positions in `by_name`, sorted by provider ID
+    /// (stably: among nodes that claim one ID, the last given comes last and wins).
+    by_provider_id: Vec<u32>,
 }
 
+/// Where a string lies in [`NodeDirectory::text`].
+type Span = (u32, u32);
+
 impl NodeDirectory {
-    /// Builds the directory from `(node name, provider ID)` pairs.
+    /// Builds the directory from `(node name, provider ID)` pairs. If several nodes
+    /// claim one provider ID, the last of them has it.
     pub fn new<'a>(nodes: impl IntoIterator<Item = (&'a str, Option<&'a str>)>) -> NodeDirectory {
         let mut dir = NodeDirectory::default();
+        let mut given: Vec<(Span, Option<Span>)> = Vec::new();
         for (name, provider_id) in nodes {
-            if let Some(id) = provider_id {
-                dir.by_provider_id.insert(id.to_string(), name.to_string());
-            }
-            dir.names.push(name.to_string());
+            let name = dir.push(name);
+            let id = provider_id.map(|id| dir.push(id));
+            given.push((name, id));
         }
-        dir.names.sort();
+        // Provider IDs in the order given, before the names are sorted.
+        let mut by_id: Vec<(Span, Span)> = given
+            .iter()
+            .filter_map(|&(name, id)| Some((id?, name)))
+            .collect();
+        by_id.sort_by(|a, b| dir.at(a.0).cmp(dir.at(b.0)));
+        given.sort_by(|a, b| dir.at(a.0).cmp(dir.at(b.0)));
+        dir.by_name = given;
+        dir.by_provider_id = by_id
+            .iter()
+            .filter_map(|&(_, name)| dir.position_of(dir.at(name)))
+            .collect();
+        dir.text.shrink_to_fit();
         dir
+    }
+
+    fn push(&mut self, s: &str) -> Span {
+        // A directory of 4 GiB of names is not a cluster.
+        let at = |len: usize| u32::try_from(len).unwrap_or(u32::MAX);
+        let start = at(self.text.len());
+        self.text.push_str(s);
+        (start, at(self.text.len()))
+    }
+
+    fn at(&self, (start, end): Span) -> &str {
+        self.text.get(start as usize..end as usize).unwrap_or("")
+    }
+
+    /// Where the node `name` is in `by_name`.
+    fn position_of(&self, name: &str) -> Option<u32> {
+        let i = self
+            .by_name
+            .binary_search_by(|&(n, _)| self.at(n).cmp(name))
+            .ok()?;
+        u32::try_from(i).ok()
+    }
+
+    /// The provider ID of the node at `position` of `by_name`.
+    fn id_at(&self, position: u32) -> &str {
+        self.by_name[position as usize]
+            .1
+            .map_or("", |id| self.at(id))
+    }
+
+    fn name_at(&self, position: u32) -> &str {
+        self.at(self.by_name[position as usize].0)
+    }
+
+    /// The positions in `by_provider_id` of the nodes that claim `provider_id`.
+    fn claiming(&self, provider_id: &str) -> &[u32] {
+        let start = self
+            .by_provider_id
+            .partition_point(|&p| self.id_at(p) < provider_id);
+        let len = self.by_provider_id[start..]
+            .iter()
+            .take_while(|&&p| self.id_at(p) == provider_id)
+            .count();
+        &self.by_provider_id[start..start + len]
     }
 
     /// The node whose `spec.providerID` is exactly `provider_id`.
     pub fn node_by_provider_id(&self, provider_id: &str) -> Option<&str> {
-        self.by_provider_id.get(provider_id).map(String::as_str)
+        let &winner = self.claiming(provider_id).last()?;
+        Some(self.name_at(winner))
+    }
+
+    /// The provider ID that maps to the node `name`, if one does (a node that lost
+    /// its provider ID to another node claiming it has none here).
+    pub fn provider_id_of(&self, name: &str) -> Option<&str> {
+        let position = self.position_of(name)?;
+        let id = self.by_name[position as usize].1.map(|id| self.at(id))?;
+        (self.claiming(id).last() == Some(&position)).then_some(id)
     }
 
     /// Every `(provider ID, node name)` pair, for providers that parse provider IDs
-    /// (AWS accepts several spellings of one instance).
+    /// (AWS accepts several spellings of one instance); one pair for each ID.
     pub fn provider_ids(&self) -> impl Iterator<Item = (&str, &str)> {
         self.by_provider_id
             .iter()
-            .map(|(id, name)| (id.as_str(), name.as_str()))
+            .enumerate()
+            .filter(|&(i, &p)| {
+                self.by_provider_id
+                    .get(i + 1)
+                    .is_none_or(|&next| self.id_at(next) != self.id_at(p))
+            })
+            .map(|(_, &p)| (self.id_at(p), self.name_at(p)))
     }
 
     /// Whether a node of that name exists (a fallback when a node has no provider ID).
     pub fn has_node(&self, name: &str) -> bool {
-        self.names
-            .binary_search_by(|n| n.as_str().cmp(name))
-            .is_ok()
+        self.position_of(name).is_some()
     }
 
     /// How many nodes.
     pub fn len(&self) -> usize {
-        self.names.len()
+        self.by_name.len()
     }
 
     /// Whether there are no nodes.
     pub fn is_empty(&self) -> bool {
-        self.names.is_empty()
+        self.by_name.is_empty()
     }
 }
 
@@ -443,6 +524,8 @@ impl std::error::Error for CloudError {}
 
 #[cfg(test)]
 mod tests {
+    use std::collections::HashMap;
+
     use super::*;
 
     #[test]
@@ -452,5 +535,70 @@ mod tests {
         assert_eq!(dir.node_by_provider_id("hcloud://1"), None);
         assert!(dir.has_node("a") && dir.has_node("b") && !dir.has_node("c"));
         assert_eq!(dir.len(), 2);
+        assert_eq!(dir.provider_id_of("b"), Some("hcloud://2"));
+        assert_eq!(dir.provider_id_of("a"), None);
+    }
+
+    /// Guards the sorted indexes against the map they replace (a name by provider
+    /// ID, the last claim winning, and a provider ID by name for the winners), over
+    /// random directories with shared IDs, empty IDs and names out of order.
+    #[test]
+    fn the_directory_answers_as_a_map_of_its_pairs_would() {
+        let mut seed = 11u64;
+        let mut next = |n: u64| {
+            seed = seed
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            (seed >> 33) % n
+        };
+        for _ in 0..200 {
+            let count = next(12) as usize;
+            // Distinct names, out of order.
+            let mut names: Vec<String> = (0..count).map(|i| format!("n{}", (i * 7) % 13)).collect();
+            names.rotate_left(next(count.max(1) as u64) as usize);
+            let pairs: Vec<(String, Option<String>)> = names
+                .iter()
+                .map(|n| {
+                    let id = match next(4) {
+                        0 => None,
+                        1 => Some(String::new()),
+                        _ => Some(format!("fake://{}", next(5))),
+                    };
+                    (n.clone(), id)
+                })
+                .collect();
+            let dir = NodeDirectory::new(pairs.iter().map(|(n, id)| (n.as_str(), id.as_deref())));
+            let mut map: HashMap<&str, &str> = HashMap::new();
+            for (n, id) in &pairs {
+                if let Some(id) = id {
+                    map.insert(id, n);
+                }
+            }
+            for k in 0..6 {
+                let id = format!("fake://{k}");
+                assert_eq!(
+                    dir.node_by_provider_id(&id),
+                    map.get(id.as_str()).copied(),
+                    "{pairs:?}"
+                );
+            }
+            assert_eq!(
+                dir.node_by_provider_id(""),
+                map.get("").copied(),
+                "{pairs:?}"
+            );
+            let mut listed: Vec<(&str, &str)> = dir.provider_ids().collect();
+            let mut expected: Vec<(&str, &str)> = map.iter().map(|(i, n)| (*i, *n)).collect();
+            listed.sort();
+            expected.sort();
+            assert_eq!(listed, expected, "{pairs:?}");
+            for (n, _) in &pairs {
+                assert!(dir.has_node(n));
+                let winner = map.iter().find(|(_, w)| **w == n.as_str()).map(|(i, _)| *i);
+                assert_eq!(dir.provider_id_of(n), winner, "{n} in {pairs:?}");
+            }
+            assert!(!dir.has_node("other"));
+            assert_eq!(dir.len(), pairs.len());
+        }
     }
 }

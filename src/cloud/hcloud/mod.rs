@@ -244,11 +244,10 @@ impl Routes for HcloudRoutes {
         let servers = self.servers_unless_missing(self.server_cache_max_age, gateway_unknown)?;
         self.remember_all(&network.routes);
         *crate::sync::lock(&self.routes_in_network) = network.routes.len();
-        let nodes = NodeIndex::new(nodes);
         Ok(network
             .routes
             .iter()
-            .map(|r| self.to_route(r, &servers, &nodes))
+            .map(|r| self.to_route(r, &servers, nodes))
             .collect())
     }
 
@@ -361,7 +360,7 @@ impl HcloudRoutes {
 
     // --- mapping routes to nodes and nodes to servers ----------------------------
 
-    fn to_route(&self, r: &RouteJson, servers: &ServerSnapshot, nodes: &NodeIndex<'_>) -> Route {
+    fn to_route(&self, r: &RouteJson, servers: &ServerSnapshot, nodes: &NodeDirectory) -> Route {
         let server = r
             .gateway
             .parse::<Ipv4Addr>()
@@ -371,7 +370,7 @@ impl HcloudRoutes {
         match server {
             Some(server) => Route {
                 name,
-                target_node: nodes.node_of(server),
+                target_node: node_of(nodes, server),
                 destination_cidr: r.destination.clone(),
                 ..Route::default()
             },
@@ -714,35 +713,20 @@ impl std::fmt::Display for ServerKey {
     }
 }
 
-/// Nodes by providerID and by name, for mapping servers to nodes during one list.
-struct NodeIndex<'a> {
-    nodes: &'a NodeDirectory,
-    provider_id_of: HashMap<&'a str, &'a str>,
-}
-
-impl<'a> NodeIndex<'a> {
-    fn new(nodes: &'a NodeDirectory) -> NodeIndex<'a> {
-        NodeIndex {
-            nodes,
-            provider_id_of: nodes.provider_ids().map(|(id, name)| (name, id)).collect(),
-        }
+/// The node of a server: by providerID first, so that a node named differently from
+/// its server is still found (HCCM maps by server name, and churns such routes); then
+/// a node with the server's name, unless that node's providerID names another server.
+/// A server with no node keeps its own name, so the controller sees a route to a node
+/// that does not exist; a server whose name belongs to another server's node gets no
+/// target at all.
+fn node_of(nodes: &NodeDirectory, server: &Server) -> String {
+    let provider_id = server.provider_id();
+    if let Some(node) = nodes.node_by_provider_id(&provider_id) {
+        return node.to_string();
     }
-
-    /// The node of a server: by providerID first, so that a node named differently
-    /// from its server is still found (HCCM maps by server name, and churns such
-    /// routes); then a node with the server's name, unless that node's providerID names
-    /// another server. A server with no node keeps its own name, so the controller sees
-    /// a route to a node that does not exist; a server whose name belongs to another
-    /// server's node gets no target at all.
-    fn node_of(&self, server: &Server) -> String {
-        let provider_id = server.provider_id();
-        if let Some(node) = self.nodes.node_by_provider_id(&provider_id) {
-            return node.to_string();
-        }
-        match self.provider_id_of.get(server.name.as_str()) {
-            Some(other) if *other != provider_id => String::new(),
-            _ => server.name.clone(),
-        }
+    match nodes.provider_id_of(&server.name) {
+        Some(other) if other != provider_id => String::new(),
+        _ => server.name.clone(),
     }
 }
 
@@ -892,13 +876,12 @@ mod tests {
             ("srv-1", None),
             ("srv-3", Some("hcloud://4")),
         ]);
-        let nodes = NodeIndex::new(&dir);
-        assert_eq!(nodes.node_of(&server(2, "srv-2")), "node-a");
-        assert_eq!(nodes.node_of(&server(1, "srv-1")), "srv-1");
+        assert_eq!(node_of(&dir, &server(2, "srv-2")), "node-a");
+        assert_eq!(node_of(&dir, &server(1, "srv-1")), "srv-1");
         // Named like a node that is another server: not that node's route.
-        assert_eq!(nodes.node_of(&server(3, "srv-3")), "");
+        assert_eq!(node_of(&dir, &server(3, "srv-3")), "");
         // No node at all: the server's name, which the controller finds is no node.
-        assert_eq!(nodes.node_of(&server(5, "srv-5")), "srv-5");
+        assert_eq!(node_of(&dir, &server(5, "srv-5")), "srv-5");
     }
 
     #[test]
