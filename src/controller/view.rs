@@ -350,4 +350,13 @@ mod tests {
             }
         );
     }
+
+    /// Guards the size the module's figures assume (64 bytes on a 64-bit target,
+    /// against a `Route`'s 104).
+    #[cfg(target_pointer_width = "64")]
+    #[test]
+    fn a_kept_route_is_64_bytes() {
+        assert_eq!(std::mem::size_of::<KeptRoute>(), 64);
+        assert_eq!(std::mem::size_of::<Route>(), 104);
+    }
 }
