@@ -12,6 +12,10 @@
 # figure is what 10 000 more events cost in one more run: (ROUNDS=20, RUNS=2) -
 # (ROUNDS=20, RUNS=1) - (ROUNDS=10, RUNS=2) + (ROUNDS=10, RUNS=1), in which making the
 # JSON and filing the 1 000 nodes cancel out; divided by 10 000.
+#
+# CPU_ROUNDS=N (default 0) then runs the binaries natively, interleaved, N rounds of
+# three runs each over 50 000 events, and prints events per CPU second of the loop's
+# thread: the spread that made CPU time useless for this question (README, Benchmarks).
 set -euo pipefail
 command -v valgrind >/dev/null || {
     echo "events-instructions: needs valgrind (Debian: apt-get install valgrind)" >&2
@@ -71,12 +75,20 @@ fn main() {
         let meta = ListMeta { resource_version: "999".into(), ..Default::default() };
         let _ = reflector.on_list_page(Ok(NodeList { items: Vec::new(), metadata: meta }), now);
         let _ = reflector.on_watch_started(Ok(()), now);
+        let cpu_start = thread_cpu_seconds();
         for line in &lines {
             if let LineOutcome::Event(event) = reflector.on_watch_line(line.as_bytes(), now) {
                 let _ = controller.handle(Input::Node(event), now);
             }
         }
+        println!("{:.0} events per CPU second", lines.len() as f64 / (thread_cpu_seconds() - cpu_start));
     }
+}
+
+/// This thread's CPU time so far (the bench's `thread_cpu_time`).
+fn thread_cpu_seconds() -> f64 {
+    let text = std::fs::read_to_string("/proc/thread-self/schedstat").unwrap_or_default();
+    text.split_whitespace().next().and_then(|ns| ns.parse::<f64>().ok()).unwrap_or(0.0) / 1e9
 }
 RUST
     # Fresh sources, so that the shared target directory rebuilds the crate.
@@ -86,4 +98,11 @@ RUST
     b=$work/bin-$short
     loop=$(( $(count "$b" 20 2) - $(count "$b" 20 1) - $(count "$b" 10 2) + $(count "$b" 10 1) ))
     echo "  $short ($commit): $(( loop / 10000 )) instructions per event"
+done
+for round in $(seq 1 "${CPU_ROUNDS:-0}"); do
+    [ "$round" = 1 ] && echo "events per CPU second, 50 000 events, three runs a commit a round:"
+    for commit in "$@"; do
+        short=$(git -C "$repo" rev-parse --short "$commit")
+        echo "  round $round, $short: $(ROUNDS=50 RUNS=3 "$work/bin-$short" | awk '{print $1}' | tr '\n' ' ')"
+    done
 done
