@@ -43,14 +43,18 @@ pub struct Node {
 /// with 50 000 nodes in memory, that is several megabytes.
 pub type Label = Cow<'static, str>;
 
-const ADDRESS_TYPES: &[&str] = &[
+/// The address types the kubelet reports; compact stores keep them as a byte.
+pub(crate) const ADDRESS_TYPES: &[&str] = &[
     "InternalIP",
     "ExternalIP",
     "Hostname",
     "InternalDNS",
     "ExternalDNS",
 ];
-const CONDITION_WORDS: &[&str] = &["True", "False", "Unknown", "RouteCreated", "NoRouteCreated"];
+/// The condition statuses, and the reasons the controller writes; compact stores keep
+/// them as a byte.
+pub(crate) const CONDITION_WORDS: &[&str] =
+    &["True", "False", "Unknown", "RouteCreated", "NoRouteCreated"];
 
 /// `value` as a [`Label`], borrowed when it is one of `known`.
 pub fn label(value: &str, known: &[&'static str]) -> Label {
@@ -151,45 +155,6 @@ pub struct Cidr {
     prefix: u8,
 }
 
-/// A node's `spec.podCIDRs`, parsed once when the node arrives, entry for entry: the
-/// network, or what is wrong with the text (the text itself stays in
-/// [`Node::pod_cidrs`]). The controller and the planner read these instead of parsing
-/// the strings again on every pass and every reply.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct PodCidrs(Box<[Result<Cidr, &'static str>]>);
-
-impl PodCidrs {
-    /// Parses `texts` (a node's `spec.podCIDRs`).
-    pub fn parse(texts: &[String]) -> PodCidrs {
-        PodCidrs(
-            texts
-                .iter()
-                .map(|t| Cidr::parse(t).map_err(|e| e.problem))
-                .collect(),
-        )
-    }
-
-    /// Every entry in order: the network, or why its text does not parse.
-    pub fn entries(&self) -> &[Result<Cidr, &'static str>] {
-        &self.0
-    }
-
-    /// The entries that parse.
-    pub fn valid(&self) -> impl Iterator<Item = Cidr> + '_ {
-        self.0.iter().filter_map(|r| r.ok())
-    }
-
-    /// Whether `cidr` is one of them.
-    pub fn contains(&self, cidr: Cidr) -> bool {
-        self.valid().any(|c| c == cidr)
-    }
-
-    /// Whether the node can be routed: it has pod CIDRs and every one parses.
-    pub fn all_valid(&self) -> bool {
-        !self.0.is_empty() && self.0.iter().all(Result::is_ok)
-    }
-}
-
 /// Why a string is not a CIDR.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct CidrError {
@@ -275,6 +240,28 @@ impl Cidr {
                 IpAddr::V6(Ipv6Addr::from(u128::from(a) | host_bits))
             }
         }
+    }
+
+    /// Appends the network as bytes for a compact store: its 4 or 16 address bytes,
+    /// then the prefix (5 or 17 bytes; their count tells the family).
+    pub(crate) fn encode(&self, out: &mut Vec<u8>) {
+        match self.network {
+            IpAddr::V4(a) => out.extend_from_slice(&a.octets()),
+            IpAddr::V6(a) => out.extend_from_slice(&a.octets()),
+        }
+        out.push(self.prefix);
+    }
+
+    /// A network [`Cidr::encode`] wrote, `None` for anything else.
+    pub(crate) fn decode(bytes: &[u8]) -> Option<Cidr> {
+        let network = match bytes.len() {
+            5 => IpAddr::V4(Ipv4Addr::from(<[u8; 4]>::try_from(&bytes[..4]).ok()?)),
+            17 => IpAddr::V6(Ipv6Addr::from(<[u8; 16]>::try_from(&bytes[..16]).ok()?)),
+            _ => return None,
+        };
+        let prefix = bytes[bytes.len() - 1];
+        let max = if network.is_ipv4() { 32 } else { 128 };
+        (prefix <= max).then_some(Cidr { network, prefix })
     }
 
     /// Whether `ip` lies inside this network.

@@ -9,7 +9,7 @@
 use std::collections::HashMap;
 use std::fmt;
 
-use crate::model::{Cidr, Condition, Node, NodeAddress, PodCidrs, Route, same_address_set};
+use crate::model::{Cidr, Condition, Node, NodeAddress, Route, same_address_set};
 
 /// What the planner reads of a node: a [`Node`] as decoded, or the controller's
 /// compact copy of one (which keeps its strings in one allocation).
@@ -22,6 +22,9 @@ pub trait NodeFacts {
     fn provider_id(&self) -> Option<&str>;
     /// `spec.podCIDRs` as written, in order.
     fn pod_cidr_texts(&self) -> impl Iterator<Item = &str> + Clone;
+    /// `spec.podCIDRs` in order, each the network it parses to or what is wrong with
+    /// its text.
+    fn pod_cidrs(&self) -> impl Iterator<Item = Result<Cidr, &'static str>> + Clone;
     /// `status.addresses` as (type, address), in the order the kubelet reported them.
     fn addresses(&self) -> impl Iterator<Item = (&str, &str)> + Clone;
     /// `NetworkUnavailable`, if the node has it.
@@ -43,6 +46,14 @@ impl NodeFacts for Node {
 
     fn pod_cidr_texts(&self) -> impl Iterator<Item = &str> + Clone {
         self.pod_cidrs.iter().map(String::as_str)
+    }
+
+    /// Parsed on every call: a decoded node is planned once (`route-controller plan`);
+    /// the controller's own nodes keep theirs parsed.
+    fn pod_cidrs(&self) -> impl Iterator<Item = Result<Cidr, &'static str>> + Clone {
+        self.pod_cidrs
+            .iter()
+            .map(|t| Cidr::parse(t).map_err(|e| e.problem))
     }
 
     fn addresses(&self) -> impl Iterator<Item = (&str, &str)> + Clone {
@@ -119,16 +130,17 @@ impl RouteFacts for Route {
     }
 }
 
-/// What one reconcile pass should do.
+/// What one reconcile pass should do. It borrows the names of the nodes it was
+/// planned from (`'a`).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Plan {
+pub struct Plan<'a> {
     /// Routes to delete, in the order the cloud listed them.
     pub deletes: Vec<Delete>,
     /// Routes to create, in node order, then pod-CIDR order.
     pub creates: Vec<Create>,
     /// Every node whose `NetworkUnavailable` condition the controller is responsible
     /// for, in node order.
-    pub nodes: Vec<NodeRouting>,
+    pub nodes: Vec<NodeRouting<'a>>,
     /// Pod CIDRs already routed correctly.
     pub kept: usize,
     /// Input the planner had to pass over: invalid pod CIDRs, unparsable routes.
@@ -264,28 +276,40 @@ pub struct CreateRequest {
 }
 
 /// A node the controller writes `NetworkUnavailable` for, and whether it can be
-/// routed at all.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct NodeRouting {
+/// routed at all. Small on purpose: a pass plans one for every node (50 000 of them
+/// at once in a large cluster).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct NodeRouting<'a> {
     /// The node's name.
-    pub node: String,
-    /// The node's UID.
-    pub uid: String,
+    pub node: &'a str,
     /// The node has pod CIDRs and all of them are valid; if false the node gets
     /// `NetworkUnavailable=True` whatever happens to the creates.
     pub routable: bool,
     /// Creates planned for this node; the node is fully routed once they succeed.
     pub creates: usize,
-    /// The condition as the node view has it, for the skip rule.
-    pub current: Option<Condition>,
+    /// What the node's condition shows now, for the skip rule: `Some(true)` the
+    /// controller's "routes created" (`False`, `RouteCreated`), `Some(false)` its "no
+    /// route" (`True`, `NoRouteCreated`), `None` anything else or no condition.
+    pub shows_routed: Option<bool>,
 }
 
-impl NodeRouting {
+impl NodeRouting<'_> {
     /// The condition to write once the node's creates are done, `None` when the node
     /// already shows it (upstream's reason-aware skip rule).
     pub fn condition_write(&self, creates_failed: bool) -> Option<Condition> {
-        network_condition(self.routable && !creates_failed, self.current.as_ref())
+        let routed = self.routable && !creates_failed;
+        if self.shows_routed == Some(routed) {
+            return None;
+        }
+        network_condition(routed, None)
     }
+}
+
+/// What `current` shows, in [`NodeRouting::shows_routed`]'s terms.
+fn shows_routed(current: Option<&Condition>) -> Option<bool> {
+    [true, false]
+        .into_iter()
+        .find(|&routed| network_condition(routed, current).is_none())
 }
 
 /// Input the planner could not use.
@@ -338,71 +362,49 @@ pub fn plan<'a>(
     nodes: impl IntoIterator<Item = &'a Node>,
     routes: &[Route],
     cluster_cidrs: &[Cidr],
-) -> Plan {
-    let parsed: Vec<(&Node, PodCidrs)> = nodes
-        .into_iter()
-        .map(|n| (n, PodCidrs::parse(&n.pod_cidrs)))
-        .collect();
-    plan_parsed(parsed.iter().map(|(n, p)| (*n, p)), routes, cluster_cidrs)
-}
-
-/// [`plan`] for nodes whose pod CIDRs were parsed when they arrived (the controller's
-/// node view keeps them so).
-pub fn plan_parsed<'a, N: NodeFacts + 'a, R: RouteFacts>(
-    nodes: impl IntoIterator<Item = (&'a N, &'a PodCidrs)>,
-    routes: &[R],
-    cluster_cidrs: &[Cidr],
-) -> Plan {
+) -> Plan<'a> {
     plan_with_unrouted(nodes, routes, cluster_cidrs, UnroutedNodes::none())
 }
 
-/// [`plan_parsed`] for a cluster with nodes that exist but are not routed here:
-/// `nodes` are the routed ones, `unrouted` the others.
+/// [`plan`] for a cluster with nodes that exist but are not routed here: `nodes` are
+/// the routed ones, `unrouted` the others.
+///
+/// What a pass holds while it plans is a few bytes a node and route: the nodes'
+/// references (by name, sorted only when they do not come sorted), the routes'
+/// positions by target node, and a [`NodeRouting`] a node. Nothing of a node is
+/// copied, and no sort needs a scratch copy of what it sorts.
 pub fn plan_with_unrouted<'a, N: NodeFacts + 'a, R: RouteFacts>(
-    nodes: impl IntoIterator<Item = (&'a N, &'a PodCidrs)>,
+    nodes: impl IntoIterator<Item = &'a N>,
     routes: &[R],
     cluster_cidrs: &[Cidr],
     unrouted: UnroutedNodes<'_>,
-) -> Plan {
+) -> Plan<'a> {
     let mut plan = Plan::default();
 
-    // Step 1: index the listed routes by target node, with their parsed destination.
-    let mut parsed: Vec<Option<Cidr>> = Vec::with_capacity(routes.len());
+    // Step 1: what cannot be parsed, and the routes by target node.
     for route in routes {
-        match route.destination() {
-            Ok(cidr) => parsed.push(Some(cidr)),
-            Err(e) => {
-                plan.problems.push(Problem::UnparsableRoute {
-                    route: route.name().to_string(),
-                    destination: route.destination_text().to_string(),
-                    error: e.problem.to_string(),
-                });
-                parsed.push(None);
-            }
+        if let Err(e) = route.destination() {
+            plan.problems.push(Problem::UnparsableRoute {
+                route: route.name().to_string(),
+                destination: route.destination_text().to_string(),
+                error: e.problem.to_string(),
+            });
         }
     }
-    // Sorted vectors rather than maps by node name, here and below: a pass at 50 000
-    // nodes would otherwise build two maps and 100 000 small vectors, megabytes that
-    // the process keeps resident after the pass.
-    let routes_by_node = ByNode::new(
-        (0..routes.len()).filter(|&i| !routes[i].target_node().is_empty()),
-        |&i| routes[i].target_node(),
-    );
+    let routes_by_node = RoutesByNode::new(routes);
 
-    // Step 2: an action per node and pod CIDR. A node is "known" to the deletion step
-    // when it exists; its actions say which CIDRs it keeps.
-    let nodes = nodes.into_iter();
-    let mut actions: Vec<(Cidr, Action)> = Vec::new();
-    // Each node and where its actions are in `actions`.
-    let mut spans: Vec<(&str, usize, usize)> = Vec::with_capacity(nodes.size_hint().0);
-    plan.nodes.reserve(nodes.size_hint().0);
-    for (node, pod_cidrs) in nodes {
-        let start = actions.len();
-        let valid = pod_cidrs.all_valid();
-        for (text, entry) in node.pod_cidr_texts().zip(pod_cidrs.entries()) {
+    // Step 2: an action per node and pod CIDR.
+    let nodes = NodesByName::new(nodes.into_iter().collect());
+    plan.nodes.reserve(nodes.len());
+    for &node in nodes.in_order() {
+        let mut creates = 0;
+        let mut valid = true;
+        for (k, entry) in node.pod_cidrs().enumerate() {
             let cidr = match entry {
-                Ok(c) => *c,
+                Ok(c) => c,
                 Err(problem) => {
+                    valid = false;
+                    let text = node.pod_cidr_texts().nth(k).unwrap_or_default();
                     plan.problems.push(Problem::InvalidPodCidr {
                         node: node.name().to_string(),
                         cidr: text.to_string(),
@@ -411,58 +413,39 @@ pub fn plan_with_unrouted<'a, N: NodeFacts + 'a, R: RouteFacts>(
                     continue;
                 }
             };
-            if actions[start..].iter().any(|(c, _)| *c == cidr) {
+            if node.pod_cidrs().take(k).any(|c| c == Ok(cidr)) {
                 continue; // a duplicated pod CIDR is one route
             }
-            let existing = routes_by_node
-                .get(node.name())
-                .iter()
-                .map(|&i| (i, &routes[i]))
-                .find(|(i, _)| parsed[*i] == Some(cidr));
-            let action = match existing {
-                None => Action::Add,
-                Some((_, r)) if !r.enable_node_addresses() => Action::Keep,
-                Some((_, r)) if same_address_set(node.addresses(), r.target_node_addresses()) => {
-                    Action::Keep
-                }
-                Some(_) => Action::Update,
-            };
-            actions.push((cidr, action));
-        }
-        let node_actions = &actions[start..];
-        let creates = node_actions
-            .iter()
-            .filter(|(_, a)| *a != Action::Keep)
-            .count();
-        plan.kept += node_actions.len() - creates;
-        for (cidr, action) in node_actions {
-            if *action == Action::Keep {
+            let action = routes_by_node.action(node, cidr);
+            if action == Action::Keep {
+                plan.kept += 1;
                 continue;
             }
+            creates += 1;
             plan.creates.push(Create {
                 node: node.name().to_string(),
-                cidr: *cidr,
-                replaces: *action == Action::Update,
+                cidr,
+                replaces: action == Action::Update,
             });
         }
+        let has_cidrs = node.pod_cidrs().next().is_some();
         // Upstream writes the condition for nodes with pod CIDRs and for nodes some
         // cloud route targets; it leaves every other node alone.
-        if !pod_cidrs.entries().is_empty() || !routes_by_node.get(node.name()).is_empty() {
+        if has_cidrs || !routes_by_node.of_node(node.name()).is_empty() {
             plan.nodes.push(NodeRouting {
-                node: node.name().to_string(),
-                uid: node.uid().to_string(),
-                routable: valid,
+                node: node.name(),
+                routable: valid && has_cidrs,
                 creates,
-                current: node.network_unavailable(),
+                shows_routed: shows_routed(node.network_unavailable().as_ref()),
             });
         }
-        spans.push((node.name(), start, actions.len()));
     }
-    let known = ByNode::new(spans, |&(name, _, _)| name);
 
     // Step 3: deletions, in list order, only inside the cluster CIDRs.
-    for (route, cidr) in routes.iter().zip(&parsed) {
-        let Some(cidr) = *cidr else { continue };
+    for route in routes {
+        let Ok(cidr) = route.destination() else {
+            continue;
+        };
         if !is_responsible(&cidr, cluster_cidrs) {
             continue;
         }
@@ -471,11 +454,7 @@ pub fn plan_with_unrouted<'a, N: NodeFacts + 'a, R: RouteFacts>(
         } else if route.target_node().is_empty() {
             Some(DeleteReason::NoTarget)
         } else {
-            let node_actions = known
-                .get(route.target_node())
-                .last()
-                .map(|&(_, start, end)| &actions[start..end]);
-            match node_actions {
+            match nodes.last_named(route.target_node()) {
                 None if (unrouted.contains)(route.target_node()) => {
                     if unrouted.delete_routes {
                         Some(DeleteReason::NodeUnselected)
@@ -485,11 +464,18 @@ pub fn plan_with_unrouted<'a, N: NodeFacts + 'a, R: RouteFacts>(
                     }
                 }
                 None => Some(DeleteReason::NodeGone),
-                Some([]) => Some(DeleteReason::NodeHasNoPodCidrs),
-                Some(a) => match a.iter().find(|(c, _)| *c == cidr) {
-                    None => Some(DeleteReason::CidrNotAssigned),
-                    Some((_, Action::Update)) => Some(DeleteReason::AddressesChanged),
-                    Some(_) => None,
+                Some(node) if !node.pod_cidrs().any(|c| c.is_ok()) => {
+                    Some(DeleteReason::NodeHasNoPodCidrs)
+                }
+                Some(node) if !node.pod_cidrs().any(|c| c == Ok(cidr)) => {
+                    Some(DeleteReason::CidrNotAssigned)
+                }
+                // The node keeps this CIDR: the action planned for it (from the first
+                // route to the node with this destination) says whether this route
+                // stays.
+                Some(node) => match routes_by_node.action(node, cidr) {
+                    Action::Update => Some(DeleteReason::AddressesChanged),
+                    Action::Add | Action::Keep => None,
                 },
             }
         };
@@ -504,30 +490,120 @@ pub fn plan_with_unrouted<'a, N: NodeFacts + 'a, R: RouteFacts>(
     plan
 }
 
-/// Items sorted by node name (stably: input order among one node's items), found by
-/// binary search.
-struct ByNode<T, F> {
-    items: Vec<T>,
-    name: F,
+/// The nodes given to the planner, found by name. The controller gives them sorted
+/// (its view is), so usually no index is built.
+struct NodesByName<'a, N> {
+    /// In the order given.
+    nodes: Vec<&'a N>,
+    /// Positions in `nodes` sorted by name (then position), when `nodes` is not
+    /// sorted by name.
+    index: Option<Vec<u32>>,
 }
 
-impl<'a, T, F: Fn(&T) -> &'a str> ByNode<T, F> {
-    fn new(items: impl IntoIterator<Item = T>, name: F) -> ByNode<T, F> {
-        let mut items: Vec<T> = items.into_iter().collect();
-        items.sort_by(|a, b| name(a).cmp(name(b)));
-        ByNode { items, name }
+impl<'a, N: NodeFacts> NodesByName<'a, N> {
+    fn new(nodes: Vec<&'a N>) -> NodesByName<'a, N> {
+        let sorted = nodes.is_sorted_by(|a, b| a.name() <= b.name());
+        let index = (!sorted).then(|| {
+            let mut index: Vec<u32> = (0..position(nodes.len())).collect();
+            // Unstable, in place: the position breaks ties, so the order is the
+            // stable one.
+            index.sort_unstable_by(|&a, &b| {
+                let (x, y) = (nodes[a as usize], nodes[b as usize]);
+                x.name().cmp(y.name()).then(a.cmp(&b))
+            });
+            index
+        });
+        NodesByName { nodes, index }
     }
 
-    /// The items of `node`, in input order.
-    fn get(&self, node: &str) -> &[T] {
-        let start = self.items.partition_point(|x| (self.name)(x) < node);
-        // A node has one or two items: walking them beats a second search.
-        let len = self.items[start..]
-            .iter()
-            .take_while(|x| (self.name)(x) == node)
-            .count();
-        &self.items[start..start + len]
+    fn len(&self) -> usize {
+        self.nodes.len()
     }
+
+    fn in_order(&self) -> &[&'a N] {
+        &self.nodes
+    }
+
+    /// The last node given of this name (several of one name: the last counts).
+    fn last_named(&self, name: &str) -> Option<&'a N> {
+        let node = |i: usize| match &self.index {
+            Some(index) => self.nodes[index[i] as usize],
+            None => self.nodes[i],
+        };
+        let end = partition_point(self.nodes.len(), |i| node(i).name() <= name);
+        let last = node(end.checked_sub(1)?);
+        (last.name() == name).then_some(last)
+    }
+}
+
+/// The first `i` in `0..len` for which `before(i)` is false (it is true for a prefix).
+fn partition_point(len: usize, before: impl Fn(usize) -> bool) -> usize {
+    let (mut low, mut high) = (0, len);
+    while low < high {
+        let mid = low + (high - low) / 2;
+        if before(mid) {
+            low = mid + 1;
+        } else {
+            high = mid;
+        }
+    }
+    low
+}
+
+/// The listed routes that have a target node, by node: positions in the list,
+/// sorted by target node and then position (list order among one node's routes).
+struct RoutesByNode<'r, R> {
+    routes: &'r [R],
+    positions: Vec<u32>,
+}
+
+impl<'r, R: RouteFacts> RoutesByNode<'r, R> {
+    fn new(routes: &'r [R]) -> RoutesByNode<'r, R> {
+        let mut positions: Vec<u32> = (0..position(routes.len()))
+            .filter(|&i| !routes[i as usize].target_node().is_empty())
+            .collect();
+        let target = |i: u32| routes[i as usize].target_node();
+        if !positions.is_sorted_by(|&a, &b| target(a) <= target(b)) {
+            positions.sort_unstable_by(|&a, &b| target(a).cmp(target(b)).then(a.cmp(&b)));
+        }
+        RoutesByNode { routes, positions }
+    }
+
+    /// The positions of the routes to `node`, in list order.
+    fn of_node(&self, node: &str) -> &[u32] {
+        let target = |i: u32| self.routes[i as usize].target_node();
+        let start = self.positions.partition_point(|&i| target(i) < node);
+        // A node has one or two routes: walking them beats a second search.
+        let len = self.positions[start..]
+            .iter()
+            .take_while(|&&i| target(i) == node)
+            .count();
+        &self.positions[start..start + len]
+    }
+
+    /// What the plan does for `node`'s pod CIDR `cidr`, from the first route to the
+    /// node with that destination.
+    fn action(&self, node: &impl NodeFacts, cidr: Cidr) -> Action {
+        let existing = self
+            .of_node(node.name())
+            .iter()
+            .map(|&i| &self.routes[i as usize])
+            .find(|r| r.destination().ok() == Some(cidr));
+        match existing {
+            None => Action::Add,
+            Some(r) if !r.enable_node_addresses() => Action::Keep,
+            Some(r) if same_address_set(node.addresses(), r.target_node_addresses()) => {
+                Action::Keep
+            }
+            Some(_) => Action::Update,
+        }
+    }
+}
+
+/// A position in a list the planner indexes: no cluster has four billion nodes or
+/// routes.
+fn position(len: usize) -> u32 {
+    u32::try_from(len).unwrap_or(u32::MAX)
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -586,7 +662,7 @@ pub fn network_condition_because(
 /// The create requests of a plan, in plan order, built from `nodes` (the nodes the
 /// plan was made from).
 pub fn requests<'a, N: NodeFacts + 'a>(
-    plan: &Plan,
+    plan: &Plan<'_>,
     nodes: impl IntoIterator<Item = &'a N>,
 ) -> Vec<CreateRequest> {
     let by_name: HashMap<&str, &N> = nodes.into_iter().map(|n| (n.name(), n)).collect();
@@ -598,7 +674,7 @@ pub fn requests<'a, N: NodeFacts + 'a>(
 
 /// The conditions a pass writes if every create and delete succeeds, in node order,
 /// without those the skip rule skips. This is what `route-controller plan` prints.
-pub fn conditions_on_success(plan: &Plan) -> Vec<(&NodeRouting, Condition)> {
+pub fn conditions_on_success<'p, 'a>(plan: &'p Plan<'a>) -> Vec<(&'p NodeRouting<'a>, Condition)> {
     plan.nodes
         .iter()
         .filter_map(|n| n.condition_write(false).map(|c| (n, c)))
@@ -682,17 +758,15 @@ mod tests {
         r.enable_node_addresses = true;
         r.target_node_addresses = vec![NodeAddress::internal_ip("10.1.0.1")];
         let cc = cidrs(&["10.0.0.0/16"]);
-        let same = plan(
-            &[node("n1", &["10.0.1.0/24"], "10.1.0.1")],
-            &[r.clone()],
-            &cc,
-        );
+        let n1 = [node("n1", &["10.0.1.0/24"], "10.1.0.1")];
+        let same = plan(&n1, &[r.clone()], &cc);
         assert!(
             same.deletes.is_empty() && same.creates.is_empty(),
             "{same:?}"
         );
         assert_eq!(same.kept, 1);
-        let moved = plan(&[node("n1", &["10.0.1.0/24"], "10.1.0.9")], &[r], &cc);
+        let n1_moved = [node("n1", &["10.0.1.0/24"], "10.1.0.9")];
+        let moved = plan(&n1_moved, &[r], &cc);
         assert_eq!(moved.deletes.len(), 1, "{moved:?}");
         assert_eq!(moved.deletes[0].reason, DeleteReason::AddressesChanged);
         assert_eq!(moved.creates.len(), 1);
@@ -703,8 +777,9 @@ mod tests {
     /// would read "CIDR not assigned to the node").
     #[test]
     fn a_route_to_a_node_without_pod_cidrs_is_deleted_for_that_reason() {
+        let n1 = [node("n1", &[], "10.1.0.1")];
         let p = plan(
-            &[node("n1", &[], "10.1.0.1")],
+            &n1,
             &[route("r", "n1", "10.0.1.0/24")],
             &cidrs(&["10.0.0.0/16"]),
         );
@@ -715,7 +790,8 @@ mod tests {
 
     #[test]
     fn node_without_pod_cidr_gets_no_route_and_no_condition() {
-        let p = plan(&[node("n", &[], "10.0.0.1")], &[], &cidrs(&["10.0.0.0/8"]));
+        let n = [node("n", &[], "10.0.0.1")];
+        let p = plan(&n, &[], &cidrs(&["10.0.0.0/8"]));
         assert!(p.creates.is_empty() && p.nodes.is_empty());
     }
 }

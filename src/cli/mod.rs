@@ -742,20 +742,11 @@ pub fn run_plan(args: &PlanArgs) -> Result<String, UsageError> {
             ));
         }
     };
-    let parsed: Vec<(&Node, crate::model::PodCidrs)> = nodes
-        .iter()
-        .map(|n| (n, crate::model::PodCidrs::parse(&n.pod_cidrs)))
-        .collect();
     let unrouted = plan::UnroutedNodes {
         contains: &|name| unselected.contains_key(name),
         delete_routes: args.delete_routes_of_unselected_nodes,
     };
-    let plan = plan::plan_with_unrouted(
-        parsed.iter().map(|(n, p)| (*n, p)),
-        &routes,
-        &cluster_cidrs,
-        unrouted,
-    );
+    let plan = plan::plan_with_unrouted(&nodes, &routes, &cluster_cidrs, unrouted);
     for p in &plan.problems {
         eprintln!("warning: {p}");
     }
@@ -1198,7 +1189,7 @@ pub fn plan_json_checked(
         conditions: plan::conditions_on_success(plan)
             .into_iter()
             .map(|(n, c)| JsonCondition {
-                node: &n.node,
+                node: n.node,
                 status: c.status.into_owned(),
                 reason: c.reason.into_owned(),
                 message: c.message.into_owned(),

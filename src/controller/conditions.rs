@@ -211,12 +211,10 @@ impl Controller {
         // A pod CIDR this cloud can never route (IPv6 on Hetzner) does not hold back a
         // node whose other CIDRs are routed; it was reported once when refused.
         let unroutable: Vec<Cidr> = self.refusals.lasting_for(node).collect();
-        let entries = known.pod_cidrs.entries();
-        let all_routed = entries
-            .iter()
+        let all_routed = known
+            .pod_cidrs()
             .all(|c| c.is_ok_and(|c| routes.contains(&c) || unroutable.contains(&c)))
-            && (unroutable.is_empty()
-                || entries.iter().any(|c| c.is_ok_and(|c| routes.contains(&c))));
+            && (unroutable.is_empty() || known.valid_cidrs().any(|c| routes.contains(&c)));
         let created = routable && all_routed;
         let current = self
             .conditions

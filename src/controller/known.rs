@@ -3,92 +3,174 @@
 //!
 //! A decoded [`Node`] is about a dozen allocations: each string, the vectors of pod
 //! CIDRs and addresses, the condition's words. Kept as is, with malloc's overhead on
-//! each and its B-tree entry, a node cost about 560 bytes in the view. Here its
-//! strings share one allocation, their ends another, and its pod CIDRs are parsed
-//! once; the view's set ([`NodeSet`]) orders the nodes by the name inside them instead
-//! of a copy: about 330 bytes a node with malloc's overhead (README, Benchmarks).
+//! each and its B-tree entry, a node cost about 560 bytes in the view; with its strings
+//! in one allocation, their ends in a second and its parsed pod CIDRs in a third, about
+//! 330. Here a node is one allocation: its facts encoded end to end in a byte string
+//! (the layout is [`Known`]'s), the well-known words (address types, condition status
+//! and reason) as a byte each, the pod CIDRs parsed once; and the view's [`NodeSet`] is
+//! a sorted vector of such nodes, 24 bytes each. About 150 bytes a node with malloc's
+//! overhead for a node of the benchmarks (README, Benchmarks).
+//!
 //! Nothing of the node's JSON outlives its decoding, and nothing here is kept that no
 //! decision reads: the condition's message is dropped (the skip rule reads status and
 //! reason only).
 
-use std::borrow::{Borrow, Cow};
-use std::cmp::Ordering;
-use std::collections::BTreeSet;
-
-use crate::model::{Condition, Label, Node, NodeAddress, PodCidrs};
+use crate::model::{ADDRESS_TYPES, CONDITION_WORDS, Cidr, Condition, Node, NodeAddress, label};
 use crate::plan::NodeFacts;
 
 /// A node of the view. See the module documentation.
+///
+/// The layout of `data`:
+/// - a flags byte (bit 0: the node has a providerID; bit 1: it has `NetworkUnavailable`),
+///   then the condition's status and reason as a byte each: the word's place in
+///   [`CONDITION_WORDS`] plus one, or 0 when the word is another, kept as text at the end;
+/// - the number of pod CIDRs and of addresses, each a varint;
+/// - fields, each a varint length and that many bytes: the name, the UID, the
+///   resourceVersion and the providerID (empty when there is none); for each pod CIDR its
+///   text as written, then its network as [`Cidr::encode`] writes it (empty when the
+///   text does not parse); for each address a byte (its type's place in
+///   [`ADDRESS_TYPES`] plus one, or 0 for another type, whose text field follows) and
+///   the address; then the condition's words that are not well known, status first.
+///
+/// Every text field is a `&str` written whole, so it reads back as one.
 #[derive(Debug)]
 pub(super) struct Known {
-    /// The node's strings, end to end: name, UID, resourceVersion, providerID, each pod
-    /// CIDR as written, then each address's type and address.
-    text: Box<str>,
-    /// Where each part of `text` ends.
-    ends: Box<[u32]>,
-    /// `spec.podCIDRs`, parsed, in order (as many as there are pod CIDR texts).
-    pub pod_cidrs: PodCidrs,
-    /// `spec.providerID` is set (an empty part in `text` is also an empty providerID).
-    has_provider_id: bool,
-    /// `NetworkUnavailable`'s status and reason.
-    network_unavailable: Option<(Label, Label)>,
+    data: Box<[u8]>,
     /// The relist that last listed this node unchanged (its number), 0 for none: a
     /// relist marks the view's nodes instead of holding a second map of them.
     pub listed: u32,
+    /// Its pod CIDRs have waited for their routes since the last complete list, which
+    /// brought the node new or changed (the node-to-route clock, `nodes.rs`): a mark
+    /// here instead of an entry per CIDR in the clock's map for every listed node.
+    pub waits_since_list: bool,
 }
 
-/// Parts before the pod CIDRs: name, UID, resourceVersion, providerID.
-const FIXED_PARTS: usize = 4;
+const HAS_PROVIDER_ID: u8 = 1;
+const HAS_CONDITION: u8 = 2;
+/// A word that is not well known: its text is kept.
+const OTHER: u8 = 0;
 
 impl Known {
-    pub(super) fn new(node: &Node) -> Box<Known> {
-        let mut text = String::new();
-        let mut ends =
-            Vec::with_capacity(FIXED_PARTS + node.pod_cidrs.len() + 2 * node.addresses.len());
-        let mut push = |part: &str| {
-            text.push_str(part);
-            // A node's strings are a few hundred bytes; 4 GiB of them is not a node.
-            ends.push(u32::try_from(text.len()).unwrap_or(u32::MAX));
-        };
-        push(&node.name);
-        push(&node.uid);
-        push(&node.resource_version);
-        push(node.provider_id.as_deref().unwrap_or(""));
-        for cidr in &node.pod_cidrs {
-            push(cidr);
+    pub(super) fn new(node: &Node) -> Known {
+        let condition = node.network_unavailable.as_ref();
+        let status = condition.map_or(OTHER, |c| code(&c.status, CONDITION_WORDS));
+        let reason = condition.map_or(OTHER, |c| code(&c.reason, CONDITION_WORDS));
+        let mut flags = 0;
+        if node.provider_id.is_some() {
+            flags |= HAS_PROVIDER_ID;
+        }
+        if condition.is_some() {
+            flags |= HAS_CONDITION;
+        }
+        let mut data = vec![flags, status, reason];
+        push_varint(&mut data, node.pod_cidrs.len());
+        push_varint(&mut data, node.addresses.len());
+        push_field(&mut data, node.name.as_bytes());
+        push_field(&mut data, node.uid.as_bytes());
+        push_field(&mut data, node.resource_version.as_bytes());
+        push_field(
+            &mut data,
+            node.provider_id.as_deref().unwrap_or("").as_bytes(),
+        );
+        let mut network = Vec::with_capacity(17);
+        for text in &node.pod_cidrs {
+            push_field(&mut data, text.as_bytes());
+            network.clear();
+            if let Ok(cidr) = Cidr::parse(text) {
+                cidr.encode(&mut network);
+            }
+            push_field(&mut data, &network);
         }
         for address in &node.addresses {
-            push(&address.kind);
-            push(&address.address);
+            let kind = code(&address.kind, ADDRESS_TYPES);
+            data.push(kind);
+            if kind == OTHER {
+                push_field(&mut data, address.kind.as_bytes());
+            }
+            push_field(&mut data, address.address.as_bytes());
         }
-        Box::new(Known {
-            text: text.into_boxed_str(),
-            ends: ends.into_boxed_slice(),
-            pod_cidrs: PodCidrs::parse(&node.pod_cidrs),
-            has_provider_id: node.provider_id.is_some(),
-            network_unavailable: node
-                .network_unavailable
-                .as_ref()
-                .map(|c| (c.status.clone(), c.reason.clone())),
+        if let Some(c) = condition {
+            for (code, word) in [(status, &c.status), (reason, &c.reason)] {
+                if code == OTHER {
+                    push_field(&mut data, word.as_bytes());
+                }
+            }
+        }
+        Known {
+            data: data.into_boxed_slice(),
             listed: 0,
-        })
+            waits_since_list: false,
+        }
     }
 
-    /// Part `i` of `text`.
-    fn part(&self, i: usize) -> &str {
-        let start = match i {
-            0 => 0,
-            _ => self.ends[i - 1] as usize,
+    /// The flags, the condition's codes, the counts, and a reader at the first field.
+    fn header(&self) -> (Header, Reader<'_>) {
+        let mut r = Reader {
+            data: &self.data,
+            at: 3,
         };
-        &self.text[start..self.ends[i] as usize]
+        let header = Header {
+            flags: self.data.first().copied().unwrap_or(0),
+            status: self.data.get(1).copied().unwrap_or(0),
+            reason: self.data.get(2).copied().unwrap_or(0),
+            cidrs: r.varint(),
+            addresses: r.varint(),
+        };
+        (header, r)
     }
 
-    fn cidr_count(&self) -> usize {
-        self.pod_cidrs.entries().len()
+    /// A reader at the fixed field `i` (0: name, 1: UID, 2: resourceVersion,
+    /// 3: providerID).
+    fn fixed(&self, i: usize) -> &str {
+        let (_, mut r) = self.header();
+        for _ in 0..i {
+            r.field();
+        }
+        r.text()
+    }
+
+    /// A reader at the first pod CIDR, and the counts.
+    fn after_fixed(&self) -> (Header, Reader<'_>) {
+        let (header, mut r) = self.header();
+        for _ in 0..4 {
+            r.field();
+        }
+        (header, r)
+    }
+
+    /// The name's bytes, for ordering the view without checking them as text again.
+    fn name_bytes(&self) -> &[u8] {
+        let (_, mut r) = self.header();
+        r.field()
     }
 
     pub fn resource_version(&self) -> &str {
-        self.part(2)
+        self.fixed(2)
+    }
+
+    /// `spec.podCIDRs` in order, each its text and its network (`None`: it does not
+    /// parse).
+    fn cidr_entries(&self) -> impl Iterator<Item = (&str, Option<Cidr>)> + Clone {
+        let (header, mut r) = self.after_fixed();
+        (0..header.cidrs).map(move |_| {
+            let text = r.text();
+            (text, Cidr::decode(r.field()))
+        })
+    }
+
+    /// The networks of the pod CIDRs that parse, in order.
+    pub fn valid_cidrs(&self) -> impl Iterator<Item = Cidr> + Clone + '_ {
+        self.cidr_entries().filter_map(|(_, c)| c)
+    }
+
+    /// The number of pod CIDRs, valid or not.
+    pub fn cidr_count(&self) -> usize {
+        self.header().0.cidrs
+    }
+
+    /// Whether `cidr` is one of the node's pod CIDRs.
+    pub fn has_cidr(&self, cidr: Cidr) -> bool {
+        self.valid_cidrs().any(|c| c == cidr)
     }
 
     /// Whether the node has pod CIDRs at all.
@@ -98,7 +180,7 @@ impl Known {
 
     /// Whether all of the node's pod CIDRs can be routed (it has some, all parse).
     pub fn is_routable(&self) -> bool {
-        self.pod_cidrs.all_valid()
+        self.has_pod_cidrs() && self.cidr_entries().all(|(_, c)| c.is_some())
     }
 
     /// Whether `node` is this node as it was decoded (the condition's message aside,
@@ -115,7 +197,7 @@ impl Known {
                 .addresses
                 .iter()
                 .map(|a| (&*a.kind, a.address.as_str())))
-            && self.network_unavailable.as_ref().map(|(s, r)| (&**s, &**r))
+            && self.condition_words()
                 == node
                     .network_unavailable
                     .as_ref()
@@ -125,7 +207,52 @@ impl Known {
     /// A condition write succeeded: until the watch confirms it, the view shows what
     /// was written, so the skip rule does not write it again.
     pub fn condition_written(&mut self, condition: Condition) {
-        self.network_unavailable = Some((condition.status, condition.reason));
+        let status = code(&condition.status, CONDITION_WORDS);
+        let reason = code(&condition.reason, CONDITION_WORDS);
+        let (header, _) = self.header();
+        let words_kept_as_text =
+            header.flags & HAS_CONDITION != 0 && (header.status == OTHER || header.reason == OTHER);
+        if status != OTHER && reason != OTHER && !words_kept_as_text {
+            // The usual case, both words well known: the codes change in place.
+            self.data[0] |= HAS_CONDITION;
+            self.data[1] = status;
+            self.data[2] = reason;
+            return;
+        }
+        let mut node = self.to_node();
+        node.network_unavailable = Some(condition);
+        let (listed, waits) = (self.listed, self.waits_since_list);
+        *self = Known::new(&node);
+        self.listed = listed;
+        self.waits_since_list = waits;
+    }
+
+    /// `NetworkUnavailable`'s status and reason, if the node has it.
+    fn condition_words(&self) -> Option<(&str, &str)> {
+        let (header, mut r) = self.after_fixed();
+        if header.flags & HAS_CONDITION == 0 {
+            return None;
+        }
+        for _ in 0..header.cidrs {
+            r.field();
+            r.field();
+        }
+        for _ in 0..header.addresses {
+            if r.byte() == OTHER {
+                r.field();
+            }
+            r.field();
+        }
+        let mut word = |code: u8| match code {
+            OTHER => r.text(),
+            known => CONDITION_WORDS
+                .get(usize::from(known) - 1)
+                .copied()
+                .unwrap_or(""),
+        };
+        let status = word(header.status);
+        let reason = word(header.reason);
+        Some((status, reason))
     }
 
     /// The node as a [`Node`] again (its condition without a message).
@@ -147,126 +274,229 @@ impl Known {
 
 impl NodeFacts for Known {
     fn name(&self) -> &str {
-        self.part(0)
+        self.fixed(0)
     }
 
     fn uid(&self) -> &str {
-        self.part(1)
+        self.fixed(1)
     }
 
     fn provider_id(&self) -> Option<&str> {
-        self.has_provider_id.then(|| self.part(3))
+        (self.header().0.flags & HAS_PROVIDER_ID != 0).then(|| self.fixed(3))
     }
 
     fn pod_cidr_texts(&self) -> impl Iterator<Item = &str> + Clone {
-        (FIXED_PARTS..FIXED_PARTS + self.cidr_count()).map(|i| self.part(i))
+        self.cidr_entries().map(|(text, _)| text)
+    }
+
+    fn pod_cidrs(&self) -> impl Iterator<Item = Result<Cidr, &'static str>> + Clone {
+        self.cidr_entries().map(|(text, cidr)| match cidr {
+            Some(c) => Ok(c),
+            // Parsed again only to say why not: an invalid pod CIDR is rare.
+            None => Err(Cidr::parse(text)
+                .err()
+                .map_or("does not parse", |e| e.problem)),
+        })
     }
 
     fn addresses(&self) -> impl Iterator<Item = (&str, &str)> + Clone {
-        let first = FIXED_PARTS + self.cidr_count();
-        (first..self.ends.len())
-            .step_by(2)
-            .map(|i| (self.part(i), self.part(i + 1)))
+        let (header, mut r) = self.after_fixed();
+        for _ in 0..header.cidrs {
+            r.field();
+            r.field();
+        }
+        (0..header.addresses).map(move |_| {
+            let kind = match r.byte() {
+                OTHER => r.text(),
+                known => ADDRESS_TYPES
+                    .get(usize::from(known) - 1)
+                    .copied()
+                    .unwrap_or(""),
+            };
+            (kind, r.text())
+        })
     }
 
     fn network_unavailable(&self) -> Option<Condition> {
-        self.network_unavailable
-            .as_ref()
-            .map(|(status, reason)| Condition {
-                status: status.clone(),
-                reason: reason.clone(),
-                message: Cow::Borrowed(""),
-            })
+        self.condition_words().map(|(status, reason)| Condition {
+            status: label(status, CONDITION_WORDS),
+            reason: label(reason, CONDITION_WORDS),
+            message: "".into(),
+        })
     }
 }
 
-/// Nodes by name, each name kept once: the set orders the nodes by the name inside
-/// them, where a map by name would copy every name into its key (24 bytes and an
-/// allocation a node, 2.7 MiB at 50 000 nodes). Boxed: a B-tree keeps several times
-/// the size of its values in half-empty leaves, and a node is large.
+struct Header {
+    flags: u8,
+    status: u8,
+    reason: u8,
+    cidrs: usize,
+    addresses: usize,
+}
+
+/// `word`'s code: its place in `known` plus one, or [`OTHER`].
+fn code(word: &str, known: &[&str]) -> u8 {
+    known
+        .iter()
+        .position(|k| *k == word)
+        .and_then(|i| u8::try_from(i + 1).ok())
+        .unwrap_or(OTHER)
+}
+
+fn push_varint(data: &mut Vec<u8>, mut n: usize) {
+    while n >= 0x80 {
+        data.push((n as u8 & 0x7f) | 0x80);
+        n >>= 7;
+    }
+    data.push(n as u8);
+}
+
+fn push_field(data: &mut Vec<u8>, bytes: &[u8]) {
+    push_varint(data, bytes.len());
+    data.extend_from_slice(bytes);
+}
+
+/// Walks the fields of a node's `data`. Reads past the end give empty fields and
+/// zeros: `data` is only ever written by [`Known::new`], so they do not happen.
+#[derive(Clone, Copy)]
+struct Reader<'a> {
+    data: &'a [u8],
+    at: usize,
+}
+
+impl<'a> Reader<'a> {
+    fn byte(&mut self) -> u8 {
+        let b = self.data.get(self.at).copied().unwrap_or(0);
+        self.at += 1;
+        b
+    }
+
+    fn varint(&mut self) -> usize {
+        let mut n = 0usize;
+        for shift in (0..usize::BITS).step_by(7) {
+            let b = self.byte();
+            n |= usize::from(b & 0x7f) << shift;
+            if b & 0x80 == 0 {
+                break;
+            }
+        }
+        n
+    }
+
+    fn field(&mut self) -> &'a [u8] {
+        let len = self.varint();
+        let start = self.at.min(self.data.len());
+        let end = start.saturating_add(len).min(self.data.len());
+        self.at = start + len;
+        &self.data[start..end]
+    }
+
+    fn text(&mut self) -> &'a str {
+        std::str::from_utf8(self.field()).unwrap_or("")
+    }
+}
+
+/// The view's nodes, sorted by name, each name once: found by binary search. A
+/// node's entry is 24 bytes, where a B-tree keyed by a copy of the name cost 24 bytes
+/// and an allocation a node more, and half-empty leaves besides. Adding or removing
+/// a node moves the entries after it (50 000 × 24 bytes, well under a millisecond);
+/// the events that do it are rare, the lookups many.
 #[derive(Debug, Default)]
-pub(super) struct NodeSet(BTreeSet<ByName>);
-
-/// A node ordered and found by its name.
-#[derive(Debug)]
-struct ByName(Box<Known>);
-
-impl Borrow<str> for ByName {
-    fn borrow(&self) -> &str {
-        self.0.name()
-    }
-}
-
-impl Ord for ByName {
-    fn cmp(&self, other: &ByName) -> Ordering {
-        self.0.name().cmp(other.0.name())
-    }
-}
-
-impl PartialOrd for ByName {
-    fn partial_cmp(&self, other: &ByName) -> Option<Ordering> {
-        Some(self.cmp(other))
-    }
-}
-
-impl PartialEq for ByName {
-    fn eq(&self, other: &ByName) -> bool {
-        self.0.name() == other.0.name()
-    }
-}
-
-impl Eq for ByName {}
+pub(super) struct NodeSet(Vec<Known>);
 
 impl NodeSet {
+    /// Where the node `name` is, or would go.
+    fn find(&self, name: &str) -> Result<usize, usize> {
+        self.0
+            .binary_search_by(|k| k.name_bytes().cmp(name.as_bytes()))
+    }
+
     pub fn get(&self, name: &str) -> Option<&Known> {
-        self.0.get(name).map(|k| &*k.0)
+        self.find(name).ok().map(|i| &self.0[i])
     }
 
     pub fn contains(&self, name: &str) -> bool {
-        self.0.contains(name)
+        self.find(name).is_ok()
+    }
+
+    /// The place of node `name` in name order.
+    pub fn position(&self, name: &str) -> Option<usize> {
+        self.find(name).ok()
+    }
+
+    /// The node at `position` of name order.
+    pub fn at(&self, position: usize) -> Option<&Known> {
+        self.0.get(position)
     }
 
     /// Puts `known` in, in place of the node of its name if there is one.
-    pub fn insert(&mut self, known: Box<Known>) {
-        self.0.replace(ByName(known));
+    pub fn insert(&mut self, known: Known) {
+        match self.find(known.name()) {
+            Ok(i) => self.0[i] = known,
+            Err(i) => self.0.insert(i, known),
+        }
     }
 
-    pub fn remove(&mut self, name: &str) -> Option<Box<Known>> {
-        self.0.take(name).map(|k| k.0)
+    pub fn remove(&mut self, name: &str) -> Option<Known> {
+        let i = self.find(name).ok()?;
+        let known = self.0.remove(i);
+        self.shrink_when_sparse();
+        Some(known)
     }
 
     /// Changes the node `name` by `change` (which cannot change its name: `Known`
     /// has no way to), if it is here.
     pub fn update(&mut self, name: &str, change: impl FnOnce(&mut Known)) {
-        if let Some(mut known) = self.remove(name) {
-            change(&mut known);
-            self.insert(known);
+        if let Ok(i) = self.find(name) {
+            change(&mut self.0[i]);
         }
     }
 
     /// The nodes in name order.
     pub fn iter(&self) -> impl Iterator<Item = &Known> {
-        self.0.iter().map(|k| &*k.0)
+        self.0.iter()
+    }
+
+    pub fn iter_mut(&mut self) -> impl Iterator<Item = &mut Known> {
+        self.0.iter_mut()
     }
 
     pub fn names(&self) -> impl Iterator<Item = &str> {
         self.iter().map(NodeFacts::name)
     }
 
-    pub fn retain(&mut self, mut keep: impl FnMut(&Known) -> bool) {
-        self.0.retain(|k| keep(&k.0));
+    pub fn retain(&mut self, keep: impl FnMut(&Known) -> bool) {
+        self.0.retain(keep);
+        self.shrink_when_sparse();
     }
 
     /// Moves every node of `other` here; the caller has removed those of the same
     /// names first.
     pub fn append(&mut self, other: &mut NodeSet) {
+        if other.0.is_empty() {
+            return;
+        }
         self.0.append(&mut other.0);
+        // Two sorted runs; names are unique, so an unstable sort (in place, no
+        // scratch buffer of the whole vector) orders them as a stable one would.
+        self.0
+            .sort_unstable_by(|a, b| a.name_bytes().cmp(b.name_bytes()));
+        other.0 = Vec::new();
+    }
+
+    /// Gives back room once a quarter or less of it is used: a relist or a scale-down
+    /// would otherwise keep the vector's largest size.
+    fn shrink_when_sparse(&mut self) {
+        if self.0.len() * 4 <= self.0.capacity() && self.0.capacity() > 64 {
+            self.0.shrink_to_fit();
+        }
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::borrow::Cow;
 
     fn node() -> Node {
         Node {
@@ -285,7 +515,8 @@ mod tests {
     }
 
     /// Guards the layout: every field comes back as it went in, for each shape of
-    /// node (the message aside, which is not kept).
+    /// node (the message aside, which is not kept), and the pod CIDRs come back parsed
+    /// as the model parses them.
     #[test]
     fn a_node_comes_back_as_it_went_in() {
         let mut shapes = vec![node(), Node::default()];
@@ -298,6 +529,13 @@ mod tests {
         empty_id.provider_id = Some(String::new());
         empty_id.addresses.clear();
         shapes.push(empty_id);
+        let mut odd_words = node();
+        odd_words.network_unavailable = Some(Condition::new("Maybe", "", "m"));
+        shapes.push(odd_words);
+        let mut long = node();
+        long.name = "n".repeat(300);
+        long.provider_id = Some("ünïcode://".repeat(40));
+        shapes.push(long);
         for n in shapes {
             let known = Known::new(&n);
             let mut expected = n.clone();
@@ -306,7 +544,17 @@ mod tests {
             }
             assert_eq!(known.to_node(), expected);
             assert!(known.is(&n), "{n:?}");
-            assert_eq!(known.pod_cidrs, PodCidrs::parse(&n.pod_cidrs));
+            let parsed: Vec<_> = n
+                .pod_cidrs
+                .iter()
+                .map(|t| Cidr::parse(t).map_err(|e| e.problem))
+                .collect();
+            assert_eq!(known.pod_cidrs().collect::<Vec<_>>(), parsed);
+            assert_eq!(known.cidr_count(), n.pod_cidrs.len());
+            assert_eq!(
+                known.is_routable(),
+                !parsed.is_empty() && parsed.iter().all(Result::is_ok)
+            );
         }
     }
 
@@ -323,8 +571,10 @@ mod tests {
             |n| n.pod_cidrs.swap(0, 1),
             |n| n.addresses[0].address.push('1'),
             |n| n.addresses[1].kind = Cow::Borrowed("InternalDNS"),
+            |n| n.addresses[2].kind = Cow::Borrowed("MadeUpToo"),
             |n| n.network_unavailable = None,
             |n| n.network_unavailable = Some(Condition::new("True", "NoRouteCreated", "")),
+            |n| n.network_unavailable = Some(Condition::new("False", "Other", "")),
         ];
         for (i, change) in changes.iter().enumerate() {
             let mut other = node();
@@ -336,18 +586,32 @@ mod tests {
         assert!(known.is(&message), "the message is not kept");
     }
 
-    /// Guards `condition_written`: the view shows the condition written.
+    /// Guards `condition_written`: the view shows the condition written, in place or
+    /// by encoding the node again, and keeps its marks.
     #[test]
     fn a_written_condition_replaces_the_one_listed() {
-        let mut known = Known::new(&node());
-        known.condition_written(Condition::new("True", "NoRouteCreated", "m"));
-        let c = known.network_unavailable().unwrap();
-        assert_eq!((&*c.status, &*c.reason), ("True", "NoRouteCreated"));
+        for (before, written) in [
+            (Some(("False", "RouteCreated")), ("True", "NoRouteCreated")),
+            (None, ("True", "NoRouteCreated")),
+            (Some(("Maybe", "Odd")), ("False", "RouteCreated")),
+            (Some(("False", "RouteCreated")), ("True", "RouteTableFull")),
+        ] {
+            let mut n = node();
+            n.network_unavailable = before.map(|(s, r)| Condition::new(s, r, ""));
+            let mut known = Known::new(&n);
+            known.listed = 3;
+            known.condition_written(Condition::new(written.0, written.1, "m"));
+            let c = known.network_unavailable().unwrap();
+            assert_eq!((&*c.status, &*c.reason), written, "{before:?}");
+            assert_eq!(known.listed, 3);
+            n.network_unavailable = Some(Condition::new(written.0, written.1, ""));
+            assert!(known.is(&n), "the rest is kept: {before:?}");
+        }
     }
 
     /// Guards `NodeSet`: found by name, in name order, a node of a name already there
-    /// replaces it (a set's plain insert would keep the old one), and an update
-    /// changes the node in place.
+    /// replaces it, an update changes the node in place, and an append merges two
+    /// sorted sets.
     #[test]
     fn a_node_set_keeps_one_node_a_name_in_name_order() {
         let named = |name: &str, rv: &str| {
@@ -373,9 +637,11 @@ mod tests {
         assert!(!set.contains("c") && set.get("c").is_none());
         let mut other = NodeSet::default();
         other.insert(named("d", "1"));
+        other.insert(named("aa", "1"));
         set.append(&mut other);
+        assert_eq!(set.names().collect::<Vec<_>>(), ["a", "aa", "b", "d"]);
         set.retain(|k| k.name() != "a");
-        assert_eq!(set.names().collect::<Vec<_>>(), ["b", "d"]);
+        assert_eq!(set.names().collect::<Vec<_>>(), ["aa", "b", "d"]);
         assert!(other.iter().next().is_none());
     }
 }

@@ -353,7 +353,7 @@ impl Controller {
             delete_routes: self.config.delete_routes_of_unselected_nodes,
         };
         let plan = plan::plan_with_unrouted(
-            self.nodes.planned(),
+            self.nodes.nodes(),
             &view.routes,
             &self.config.cluster_cidrs,
             unrouted,
@@ -366,6 +366,14 @@ impl Controller {
             problems,
             unselected: _,
         } = plan;
+        // The plan borrows the nodes' names from the view; the conditions below are
+        // written by name through `&mut self`, so each name is found again by its
+        // place in the view (which the pass does not reorder).
+        let routings: Vec<(u32, bool)> = nodes
+            .iter()
+            .filter_map(|r| Some((self.nodes.position(r.node)?, r.routable)))
+            .collect();
+        drop(nodes);
         for p in &problems {
             log::warn!("{p} (pass {pass})");
         }
@@ -422,9 +430,12 @@ impl Controller {
             r.deferred += deferred;
             r.problems = problems.iter().map(ToString::to_string).collect();
         }
-        for routing in nodes {
-            if self.ops.pending_creates(&routing.node) == 0 {
-                self.write_condition_for(&routing.node, Some(routing.routable), pass, out);
+        for (at, routable) in routings {
+            let Some(node) = self.nodes.name_at(at).map(str::to_string) else {
+                continue;
+            };
+            if self.ops.pending_creates(&node) == 0 {
+                self.write_condition_for(&node, Some(routable), pass, out);
             }
         }
         self.maybe_finish(pass, now, out);
@@ -628,7 +639,7 @@ impl Controller {
             Planned::Delete(d) => Some(OpKind::Delete((**d).clone())),
             Planned::Create(c) => {
                 let known = self.nodes.get(&c.node)?;
-                if !known.pod_cidrs.contains(c.cidr) {
+                if !known.has_cidr(c.cidr) {
                     return None;
                 }
                 Some(OpKind::Create(c.request(known)))
@@ -879,10 +890,7 @@ impl Controller {
         // in poll mode).
         if deleted
             && !pass_due
-            && self
-                .nodes
-                .get(op.node())
-                .is_some_and(|k| k.pod_cidrs.contains(cidr))
+            && self.nodes.get(op.node()).is_some_and(|k| k.has_cidr(cidr))
             && !self.ops.create_queued(op.node(), cidr)
         {
             self.followups.insert(cidr);

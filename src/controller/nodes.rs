@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 
 use super::known::{Known, NodeSet};
 use super::{Command, Controller, Mode, NodeEvent, Trigger};
-use crate::model::{Cidr, Condition, Node, PodCidrs, same_address_set};
+use crate::model::{Cidr, Condition, Node, same_address_set};
 use crate::plan::NodeFacts;
 use crate::provider::NodeDirectory;
 
@@ -77,9 +77,14 @@ impl NodeView {
         self.nodes.iter()
     }
 
-    /// The nodes with their parsed pod CIDRs, for the planner.
-    pub fn planned(&self) -> impl Iterator<Item = (&Known, &PodCidrs)> {
-        self.nodes.iter().map(|k| (k, &k.pod_cidrs))
+    /// The place of node `name` in the view's name order.
+    pub fn position(&self, name: &str) -> Option<u32> {
+        u32::try_from(self.nodes.position(name)?).ok()
+    }
+
+    /// The name of the node at `position` of the view's name order.
+    pub fn name_at(&self, position: u32) -> Option<&str> {
+        self.nodes.at(position as usize).map(NodeFacts::name)
     }
 
     pub fn names(&self) -> Vec<String> {
@@ -93,7 +98,7 @@ impl NodeView {
 
     /// Routes the nodes want: one per pod CIDR.
     pub fn wanted_routes(&self) -> usize {
-        self.nodes.iter().map(|k| k.pod_cidrs.entries().len()).sum()
+        self.nodes.iter().map(Known::cidr_count).sum()
     }
 
     /// Node names by provider ID, for a list. Built per list and dropped after it
@@ -175,15 +180,18 @@ impl NodeView {
             return None;
         }
         let new = Known::new(&node);
-        self.note_cidrs(&new, now);
         let name = node.name;
         if let Some(old) = self.nodes.get(&name) {
-            // CIDRs the node no longer has wait for no route.
-            let dropped = old
-                .pod_cidrs
-                .valid()
-                .filter(|c| !new.pod_cidrs.contains(*c));
+            // The CIDRs it keeps wait since they did; those it no longer has wait for
+            // no route.
+            if old.waits_since_list {
+                self.cidr_seen.note_since_list(old, |c| new.has_cidr(c));
+            }
+            let dropped = old.valid_cidrs().filter(|c| !new.has_cidr(*c));
             self.cidr_seen.stop(&name, dropped);
+        }
+        for cidr in new.valid_cidrs() {
+            self.cidr_seen.note(&name, cidr, now);
         }
         let trigger = match self.nodes.get(&name) {
             None if self.unselected.remove(&name).is_some() => {
@@ -206,7 +214,7 @@ impl NodeView {
         let removed = self.nodes.remove(&name);
         let was_routed = removed.is_some();
         if let Some(known) = removed {
-            self.cidr_seen.stop(&name, known.pod_cidrs.valid());
+            self.cidr_seen.stop(&name, known.valid_cidrs());
         }
         self.unselected.insert(name.clone(), provider_id);
         was_routed.then_some(Trigger::NodeUnselected(name))
@@ -225,7 +233,7 @@ impl NodeView {
         let removed = self.nodes.remove(name);
         let known = removed.is_some();
         if let Some(k) = removed {
-            self.cidr_seen.stop(name, k.pod_cidrs.valid());
+            self.cidr_seen.stop(name, k.valid_cidrs());
         }
         known | self.unselected.remove(name).is_some()
     }
@@ -288,31 +296,48 @@ impl NodeView {
             }
         }
         drop(listed);
-        // The view keeps its unchanged nodes in place; the listed ones replace theirs.
+        // Nodes still waiting since the previous list go on waiting since then, as
+        // entries of their own: the mark is about to mean this list.
+        let clock = &mut self.cidr_seen;
+        for known in self.nodes.iter_mut().filter(|k| k.waits_since_list) {
+            clock.note_since_list(known, |_| true);
+            known.waits_since_list = false;
+        }
+        // The view keeps its unchanged nodes in place; the listed ones replace theirs
+        // and wait for their routes since this list (the first pass clears those that
+        // have them).
         self.nodes
             .retain(|k| marked(k) && !buffered.contains(k.name()));
+        for known in buffered.iter_mut() {
+            known.waits_since_list = true;
+        }
         self.nodes.append(&mut buffered);
-        // Only the CIDRs the listed nodes have wait for routes, each since it was
-        // first seen.
-        self.cidr_seen.relisted(
-            self.nodes.iter().map(|k| (k.name(), k.pod_cidrs.valid())),
-            now,
-        );
+        self.cidr_seen.relisted(&self.nodes, now);
         self.unselected = unselected;
         self.synced = true;
         self.ever_synced = true;
         Listed { first, changes }
     }
 
-    fn note_cidrs(&mut self, known: &Known, now: Instant) {
-        for cidr in known.pod_cidrs.valid() {
-            self.cidr_seen.note(known.name(), cidr, now);
-        }
-    }
-
     /// The route to `node`'s `cidr` exists: how long since the node showed it.
     pub fn route_created(&mut self, node: &str, cidr: Cidr, now: Instant) -> Option<Duration> {
-        let seen = self.cidr_seen.take(node, cidr)?;
+        let seen = match self.cidr_seen.take(node, cidr) {
+            Some(seen) => seen,
+            None => {
+                // Marked as waiting since the last list: this CIDR's wait ends, its
+                // other CIDRs (a dual-stack node's) go on waiting since then.
+                let clock = &mut self.cidr_seen;
+                let mut seen = None;
+                self.nodes.update(node, |known| {
+                    if known.waits_since_list {
+                        clock.note_since_list(known, |c| c != cidr);
+                        known.waits_since_list = false;
+                        seen = clock.listed_at;
+                    }
+                });
+                seen?
+            }
+        };
         Some(now.saturating_duration_since(seen))
     }
 
@@ -320,9 +345,11 @@ impl NodeView {
     /// Called for every node a pass plans, so it looks up the node's own CIDRs: a
     /// sweep of the whole map here made a pass at 50 000 nodes take 27 s of the actor.
     pub fn all_routed(&mut self, node: &str) {
-        if let Some(known) = self.nodes.get(node) {
-            self.cidr_seen.stop(node, known.pod_cidrs.valid());
-        }
+        let clock = &mut self.cidr_seen;
+        self.nodes.update(node, |known| {
+            clock.stop(node, known.valid_cidrs());
+            known.waits_since_list = false;
+        });
     }
 
     /// A condition write succeeded: until the watch confirms it, the view shows what
@@ -441,9 +468,16 @@ impl Controller {
 }
 
 /// The node-to-route clock: when each (node, pod CIDR) without its route was first
-/// seen. After a start or a relist every node's CIDRs wait here until the first pass
-/// finds their routes, so at 50 000 nodes this is the largest thing the first pass
-/// holds besides the nodes.
+/// seen.
+///
+/// A node that a complete list brought new or changed is only marked
+/// (`Known::waits_since_list`): its CIDRs wait since the list, whose time is kept
+/// here once. The map holds the CIDRs that wait since a watch event, and those of a
+/// marked node once its mark no longer tells (one of its routes is created, the node
+/// changes, another list comes). So after a start or a relist the map does not hold
+/// every node's CIDRs until the first pass (at 50 000 nodes, 3 MiB the first pass
+/// held besides the nodes); the pass clears the marks of the nodes whose routes
+/// exist.
 ///
 /// Keyed by a hash of the node's name, not a copy of it: the copies cost 1.6 MiB more
 /// at 50 000 nodes. Two names that hash alike (64 bits: about one chance in 10^10
@@ -452,6 +486,8 @@ impl Controller {
 struct RouteClock {
     since: HashMap<(u64, Cidr), Instant>,
     names: RandomState,
+    /// When the last complete list was: what marked nodes wait since.
+    listed_at: Option<Instant>,
 }
 
 impl RouteClock {
@@ -465,7 +501,19 @@ impl RouteClock {
         self.since.entry(key).or_insert(now);
     }
 
-    /// The route to `node`'s `cidr` exists: since when it waited, if it did.
+    /// The CIDRs of marked node `known` for which `keep` holds wait since the last
+    /// list, as entries of their own.
+    fn note_since_list(&mut self, known: &Known, keep: impl Fn(Cidr) -> bool) {
+        let Some(listed_at) = self.listed_at else {
+            return;
+        };
+        for cidr in known.valid_cidrs().filter(|&c| keep(c)) {
+            self.note(known.name(), cidr, listed_at);
+        }
+    }
+
+    /// The route to `node`'s `cidr` exists: since when it waited, if it did as an
+    /// entry of its own.
     fn take(&mut self, node: &str, cidr: Cidr) -> Option<Instant> {
         let key = self.key(node, cidr);
         let seen = self.since.remove(&key);
@@ -483,19 +531,20 @@ impl RouteClock {
         shrink_when_sparse(&mut self.since);
     }
 
-    /// A complete list of `nodes` (each with its valid CIDRs): exactly their CIDRs
-    /// wait, those that waited before still since then, the others since `now`.
-    fn relisted<'a, C: Iterator<Item = Cidr>>(
-        &mut self,
-        nodes: impl Iterator<Item = (&'a str, C)>,
-        now: Instant,
-    ) {
+    /// A complete list at `now`, of `nodes` (marks set): of the entries, only those
+    /// of CIDRs the listed nodes have still wait, each since it did.
+    fn relisted(&mut self, nodes: &NodeSet, now: Instant) {
+        self.listed_at = Some(now);
+        if self.since.is_empty() {
+            return;
+        }
         let mut before = std::mem::take(&mut self.since);
-        for (node, cidrs) in nodes {
-            for cidr in cidrs {
-                let key = self.key(node, cidr);
-                let seen = before.remove(&key).unwrap_or(now);
-                self.since.insert(key, seen);
+        for known in nodes.iter() {
+            for cidr in known.valid_cidrs() {
+                let key = self.key(known.name(), cidr);
+                if let Some(seen) = before.remove(&key) {
+                    self.since.insert(key, seen);
+                }
             }
         }
     }
@@ -553,7 +602,7 @@ fn same_cidrs(a: &Known, b: &Known) -> bool {
     fn set(k: &Known) -> Vec<Result<Cidr, &str>> {
         let mut out: Vec<Result<Cidr, &str>> = k
             .pod_cidr_texts()
-            .zip(k.pod_cidrs.entries())
+            .zip(k.pod_cidrs())
             .map(|(text, parsed)| parsed.map_err(|_| text))
             .collect();
         out.sort();
@@ -692,36 +741,81 @@ mod tests {
         assert!(view.cidr_seen.is_empty());
     }
 
-    /// Guards `RouteClock::relisted`: after a relist exactly the listed nodes' CIDRs
-    /// wait, those that waited before since then and the new ones since the relist.
+    /// Guards the clock through lists: after a relist exactly the listed nodes' CIDRs
+    /// wait, those that waited before since then (as marks of the previous list or as
+    /// entries), the new and changed ones since the relist, and an unchanged node
+    /// whose route existed not at all; a dual-stack node's two CIDRs each count once.
+    /// Skipping the marks' entries at a relist times `a` from the relist; marking
+    /// unchanged nodes gives `d` a sample; not keeping the other CIDR's wait in
+    /// `route_created` loses `h`'s second.
     #[test]
     fn a_relist_keeps_when_each_cidr_was_first_seen() {
         let t0 = Instant::now();
-        let t1 = t0 + Duration::from_secs(5);
+        let at = |s: u64| t0 + Duration::from_secs(s);
         let cidr = |c: &str| Cidr::parse(c).unwrap();
-        let mut clock = RouteClock::default();
-        clock.note("a", cidr("10.0.0.0/24"), t0);
-        clock.note("b", cidr("10.0.1.0/24"), t0);
-        clock.note("gone", cidr("10.0.2.0/24"), t0);
-        clock.note("a", cidr("10.0.0.0/24"), t1);
-        let listed = [
-            ("a", vec![cidr("10.0.0.0/24"), cidr("10.0.3.0/24")]),
-            ("b", vec![cidr("10.0.9.0/24")]),
-        ];
-        clock.relisted(listed.iter().map(|(n, c)| (*n, c.iter().copied())), t1);
+        let mut view = NodeView::default();
+        view.begin_relist();
+        view.list_apply(node("a", "1", "10.0.0.0/24"));
+        view.list_apply(node("b", "1", "10.0.1.0/24"));
+        view.list_apply(node("c", "1", "10.0.2.0/24"));
+        view.list_apply(node("d", "1", "10.0.4.0/24"));
+        let mut g = node("g", "1", "10.0.6.0/24");
+        g.pod_cidrs.push("fd00:6::/64".into());
+        view.list_apply(g.clone());
+        view.complete_list(Mode::Watch, t0);
+        assert!(view.cidr_seen.is_empty(), "a list only marks");
+        view.all_routed("d");
+        view.apply(node("e", "1", "10.0.5.0/24"), Mode::Watch, at(1));
+
+        view.begin_relist();
+        view.list_apply(node("a", "1", "10.0.0.0/24"));
+        view.list_apply(node("b", "2", "10.0.9.0/24"));
+        view.list_apply(node("d", "1", "10.0.4.0/24"));
+        view.list_apply(node("e", "1", "10.0.5.0/24"));
+        view.list_apply(node("f", "1", "10.0.7.0/24"));
+        let mut h = node("h", "1", "10.0.8.0/24");
+        h.pod_cidrs.push("fd00:8::/64".into());
+        view.list_apply(h);
+        view.list_apply(g);
+        view.complete_list(Mode::Watch, at(10));
+
+        let waited = |view: &mut NodeView, n: &str, c: &str, now: u64| {
+            view.route_created(n, cidr(c), at(now)).map(|d| d.as_secs())
+        };
         assert_eq!(
-            clock.take("a", cidr("10.0.0.0/24")),
-            Some(t0),
-            "waited before"
+            waited(&mut view, "a", "10.0.0.0/24", 20),
+            Some(20),
+            "since t0"
         );
-        assert_eq!(clock.take("a", cidr("10.0.3.0/24")), Some(t1), "new");
-        assert_eq!(clock.take("b", cidr("10.0.9.0/24")), Some(t1), "new");
         assert_eq!(
-            clock.take("b", cidr("10.0.1.0/24")),
-            None,
-            "no longer the node's"
+            waited(&mut view, "b", "10.0.9.0/24", 20),
+            Some(10),
+            "changed"
         );
-        assert_eq!(clock.take("gone", cidr("10.0.2.0/24")), None, "node gone");
-        assert!(clock.is_empty());
+        assert_eq!(waited(&mut view, "b", "10.0.1.0/24", 20), None, "dropped");
+        assert_eq!(waited(&mut view, "c", "10.0.2.0/24", 20), None, "gone");
+        assert_eq!(waited(&mut view, "d", "10.0.4.0/24", 20), None, "routed");
+        assert_eq!(waited(&mut view, "e", "10.0.5.0/24", 20), Some(19), "event");
+        assert_eq!(waited(&mut view, "f", "10.0.7.0/24", 20), Some(10), "new");
+        assert_eq!(waited(&mut view, "g", "10.0.6.0/24", 20), Some(20), "first");
+        assert_eq!(
+            waited(&mut view, "g", "fd00:6::/64", 30),
+            Some(30),
+            "second"
+        );
+        assert_eq!(waited(&mut view, "g", "10.0.6.0/24", 40), None, "once");
+        assert_eq!(
+            waited(&mut view, "h", "fd00:8::/64", 20),
+            Some(10),
+            "marked"
+        );
+        assert_eq!(
+            waited(&mut view, "h", "10.0.8.0/24", 30),
+            Some(20),
+            "the other"
+        );
+        assert_eq!(waited(&mut view, "h", "fd00:8::/64", 40), None, "once");
+        assert!(view.cidr_seen.is_empty());
+        assert!(view.nodes().all(|k| !k.waits_since_list));
     }
 }
