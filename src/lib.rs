@@ -118,7 +118,7 @@ pub mod workers;
 pub use actor::Exit;
 pub use controller::{
     Cause, CloudJob, CloudOp, CloudReply, Command, Config, Controller, Input, Mode, NodeEvent,
-    NodeEventRecord, OpId, PassReport, StatusRequest, Trigger, WriteError,
+    NodeEventRecord, OpId, PassReport, RouteList, StatusRequest, Trigger, WriteError,
 };
 pub use fence::Fence;
 pub use metrics::{CloudOperation, CloudOutcome, Metrics, SyncOutcome, TriggerKind};

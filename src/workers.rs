@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, Sender};
 
-use crate::controller::{CloudJob, CloudOp, CloudReply, OpId};
+use crate::controller::{CloudJob, CloudOp, CloudReply, OpId, RouteList};
 use crate::fence::Fence;
 use crate::metrics::{CloudOutcome, Metrics};
 use crate::provider::{CloudError, CloudErrorKind, Meter, Routes};
@@ -44,7 +44,15 @@ fn call(provider: &dyn Routes, cluster_name: &str, op: &CloudOp, metrics: &Metri
     let start = Instant::now();
     let (reply, outcome) = match op {
         CloudOp::List { nodes } => {
-            let r = provider.list_routes(cluster_name, nodes);
+            // Each route is stored compactly as the provider reads it; a list that
+            // fails part way is dropped.
+            let mut list = RouteList::new();
+            let r = provider
+                .list_routes_each(cluster_name, nodes, &mut |route| list.push(&route))
+                .map(|()| {
+                    list.shrink_to_fit();
+                    list
+                });
             let outcome = outcome_of(&r);
             (CloudReply::Listed(r), outcome)
         }

@@ -947,7 +947,7 @@ impl Run {
 
     fn carry_out(&mut self, op: &CloudOp) -> CloudReply {
         match op {
-            CloudOp::List { nodes } => CloudReply::Listed(Ok(self.cloud.list(nodes))),
+            CloudOp::List { nodes } => CloudReply::Listed(Ok(self.cloud.list(nodes).into())),
             CloudOp::Create { route, .. } => CloudReply::Done(self.cloud.create(route)),
             CloudOp::Delete { route, .. } => CloudReply::Done(self.cloud.delete(route)),
             other => panic!("an operation this test does not know: {other:?}"),

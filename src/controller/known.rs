@@ -15,24 +15,23 @@
 //! decision reads: the condition's message is dropped (the skip rule reads status and
 //! reason only).
 
+use super::compact::{OTHER, Reader, code, push_field, push_varint, push_word};
 use crate::model::{ADDRESS_TYPES, CONDITION_WORDS, Cidr, Condition, Node, NodeAddress, label};
 use crate::plan::NodeFacts;
 
 /// A node of the view. See the module documentation.
 ///
-/// The layout of `data`:
+/// The layout of `data`, in the encoding of [`super::compact`]:
 /// - a flags byte (bit 0: the node has a providerID; bit 1: it has `NetworkUnavailable`),
-///   then the condition's status and reason as a byte each: the word's place in
-///   [`CONDITION_WORDS`] plus one, or 0 when the word is another, kept as text at the end;
+///   then the condition's status and reason codes ([`CONDITION_WORDS`]; the text of a
+///   word that is not well known is the last field), here rather than with the words'
+///   text so that a condition written changes them in place;
 /// - the number of pod CIDRs and of addresses, each a varint;
-/// - fields, each a varint length and that many bytes: the name, the UID, the
-///   resourceVersion and the providerID (empty when there is none); for each pod CIDR its
-///   text as written, then its network as [`Cidr::encode`] writes it (empty when the
-///   text does not parse); for each address a byte (its type's place in
-///   [`ADDRESS_TYPES`] plus one, or 0 for another type, whose text field follows) and
-///   the address; then the condition's words that are not well known, status first.
-///
-/// Every text field is a `&str` written whole, so it reads back as one.
+/// - the name, the UID, the resourceVersion and the providerID (empty when there is
+///   none); for each pod CIDR its text as written, then its network as
+///   [`Cidr::encode`] writes it (empty when the text does not parse); for each address
+///   its type (a word of [`ADDRESS_TYPES`]) and the address; then the condition's words
+///   that are not well known, status first.
 #[derive(Debug)]
 pub(super) struct Known {
     data: Box<[u8]>,
@@ -47,8 +46,6 @@ pub(super) struct Known {
 
 const HAS_PROVIDER_ID: u8 = 1;
 const HAS_CONDITION: u8 = 2;
-/// A word that is not well known: its text is kept.
-const OTHER: u8 = 0;
 
 impl Known {
     pub(super) fn new(node: &Node) -> Known {
@@ -82,11 +79,7 @@ impl Known {
             push_field(&mut data, &network);
         }
         for address in &node.addresses {
-            let kind = code(&address.kind, ADDRESS_TYPES);
-            data.push(kind);
-            if kind == OTHER {
-                push_field(&mut data, address.kind.as_bytes());
-            }
+            push_word(&mut data, &address.kind, ADDRESS_TYPES);
             push_field(&mut data, address.address.as_bytes());
         }
         if let Some(c) = condition {
@@ -105,36 +98,35 @@ impl Known {
 
     /// The flags, the condition's codes, the counts, and a reader at the first field.
     fn header(&self) -> (Header, Reader<'_>) {
-        let mut r = Reader {
-            data: &self.data,
-            at: 3,
-        };
+        let mut r = Reader::new(&self.data);
         let header = Header {
-            flags: self.data.first().copied().unwrap_or(0),
-            status: self.data.get(1).copied().unwrap_or(0),
-            reason: self.data.get(2).copied().unwrap_or(0),
+            flags: r.byte(),
+            status: r.byte(),
+            reason: r.byte(),
             cidrs: r.varint(),
             addresses: r.varint(),
         };
         (header, r)
     }
 
-    /// A reader at the fixed field `i` (0: name, 1: UID, 2: resourceVersion,
-    /// 3: providerID).
+    /// The fixed field `i` (0: name, 1: UID, 2: resourceVersion, 3: providerID).
     fn fixed(&self, i: usize) -> &str {
         let (_, mut r) = self.header();
-        for _ in 0..i {
-            r.field();
-        }
+        r.skip(i);
         r.text()
     }
 
     /// A reader at the first pod CIDR, and the counts.
     fn after_fixed(&self) -> (Header, Reader<'_>) {
         let (header, mut r) = self.header();
-        for _ in 0..4 {
-            r.field();
-        }
+        r.skip(4);
+        (header, r)
+    }
+
+    /// A reader at the first address, and the counts.
+    fn after_cidrs(&self) -> (Header, Reader<'_>) {
+        let (header, mut r) = self.after_fixed();
+        r.skip(2 * header.cidrs);
         (header, r)
     }
 
@@ -229,18 +221,12 @@ impl Known {
 
     /// `NetworkUnavailable`'s status and reason, if the node has it.
     fn condition_words(&self) -> Option<(&str, &str)> {
-        let (header, mut r) = self.after_fixed();
+        let (header, mut r) = self.after_cidrs();
         if header.flags & HAS_CONDITION == 0 {
             return None;
         }
-        for _ in 0..header.cidrs {
-            r.field();
-            r.field();
-        }
         for _ in 0..header.addresses {
-            if r.byte() == OTHER {
-                r.field();
-            }
+            r.word(ADDRESS_TYPES);
             r.field();
         }
         let mut word = |code: u8| match code {
@@ -300,19 +286,9 @@ impl NodeFacts for Known {
     }
 
     fn addresses(&self) -> impl Iterator<Item = (&str, &str)> + Clone {
-        let (header, mut r) = self.after_fixed();
-        for _ in 0..header.cidrs {
-            r.field();
-            r.field();
-        }
+        let (header, mut r) = self.after_cidrs();
         (0..header.addresses).map(move |_| {
-            let kind = match r.byte() {
-                OTHER => r.text(),
-                known => ADDRESS_TYPES
-                    .get(usize::from(known) - 1)
-                    .copied()
-                    .unwrap_or(""),
-            };
+            let kind = r.word(ADDRESS_TYPES);
             (kind, r.text())
         })
     }
@@ -332,68 +308,6 @@ struct Header {
     reason: u8,
     cidrs: usize,
     addresses: usize,
-}
-
-/// `word`'s code: its place in `known` plus one, or [`OTHER`].
-fn code(word: &str, known: &[&str]) -> u8 {
-    known
-        .iter()
-        .position(|k| *k == word)
-        .and_then(|i| u8::try_from(i + 1).ok())
-        .unwrap_or(OTHER)
-}
-
-fn push_varint(data: &mut Vec<u8>, mut n: usize) {
-    while n >= 0x80 {
-        data.push((n as u8 & 0x7f) | 0x80);
-        n >>= 7;
-    }
-    data.push(n as u8);
-}
-
-fn push_field(data: &mut Vec<u8>, bytes: &[u8]) {
-    push_varint(data, bytes.len());
-    data.extend_from_slice(bytes);
-}
-
-/// Walks the fields of a node's `data`. Reads past the end give empty fields and
-/// zeros: `data` is only ever written by [`Known::new`], so they do not happen.
-#[derive(Clone, Copy)]
-struct Reader<'a> {
-    data: &'a [u8],
-    at: usize,
-}
-
-impl<'a> Reader<'a> {
-    fn byte(&mut self) -> u8 {
-        let b = self.data.get(self.at).copied().unwrap_or(0);
-        self.at += 1;
-        b
-    }
-
-    fn varint(&mut self) -> usize {
-        let mut n = 0usize;
-        for shift in (0..usize::BITS).step_by(7) {
-            let b = self.byte();
-            n |= usize::from(b & 0x7f) << shift;
-            if b & 0x80 == 0 {
-                break;
-            }
-        }
-        n
-    }
-
-    fn field(&mut self) -> &'a [u8] {
-        let len = self.varint();
-        let start = self.at.min(self.data.len());
-        let end = start.saturating_add(len).min(self.data.len());
-        self.at = start + len;
-        &self.data[start..end]
-    }
-
-    fn text(&mut self) -> &'a str {
-        std::str::from_utf8(self.field()).unwrap_or("")
-    }
 }
 
 /// The view's nodes, sorted by name, each name once: found by binary search. A

@@ -86,8 +86,9 @@ pub enum Input {
 /// A cloud worker's answer.
 #[derive(Clone, Debug)]
 pub enum CloudReply {
-    /// The answer to [`CloudOp::List`].
-    Listed(Result<Vec<Route>, CloudError>),
+    /// The answer to [`CloudOp::List`]: the routes as the provider listed them, kept
+    /// compact (`RouteList::from(vec_of_routes)` makes one).
+    Listed(Result<super::RouteList, CloudError>),
     /// The answer to [`CloudOp::Create`] or [`CloudOp::Delete`].
     Done(Result<(), CloudError>),
     /// What the operation spent of the cloud's budget and what the cloud said about

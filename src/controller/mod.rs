@@ -43,6 +43,7 @@ use crate::provider::{CloudError, CloudErrorKind, RouteTarget};
 
 mod budget;
 mod cause;
+mod compact;
 mod conditions;
 mod config;
 mod known;
@@ -66,6 +67,7 @@ pub use messages::{
     StatusRequest, WriteError,
 };
 pub use report::PassReport;
+pub use view::RouteList;
 
 use budget::{Cost, Spending};
 use conditions::Conditions;
@@ -354,7 +356,7 @@ impl Controller {
         };
         let plan = plan::plan_with_unrouted(
             self.nodes.nodes(),
-            &view.routes,
+            view.kept(),
             &self.config.cluster_cidrs,
             unrouted,
         );
@@ -708,7 +710,7 @@ impl Controller {
     fn on_listed(
         &mut self,
         pass: u64,
-        result: Result<Vec<Route>, CloudError>,
+        result: Result<RouteList, CloudError>,
         sent: Instant,
         now: Instant,
         out: &mut Vec<Command>,

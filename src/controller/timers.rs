@@ -140,7 +140,7 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
-    use crate::controller::{CloudOp, CloudReply, Command, Config, Input, NodeEvent};
+    use crate::controller::{CloudOp, CloudReply, Command, Config, Input, NodeEvent, RouteList};
     use crate::metrics::Metrics;
     use crate::model::{Node, NodeAddress};
     use crate::provider::{Budget, CloudError, CloudErrorKind};
@@ -183,7 +183,7 @@ mod tests {
         let [(list, CloudOp::List { .. })] = ops.as_slice() else {
             panic!("one list first: {ops:?}");
         };
-        let reply = CloudReply::Listed(Ok(Vec::new()));
+        let reply = CloudReply::Listed(Ok(RouteList::new()));
         let ops = cloud_ops(c.handle(Input::Cloud { id: *list, reply }, t0));
         assert!(ops.is_empty(), "the list spent the only token: {ops:?}");
         let (at, wake) = c

@@ -3,12 +3,13 @@
 
 use std::time::Instant;
 
-use crate::model::{Cidr, CidrError, NodeAddress, Route};
+use super::compact::{Reader, push_field, push_varint, push_word};
+use crate::model::{ADDRESS_TYPES, Cidr, CidrError, NodeAddress, Route};
 use crate::plan::RouteFacts;
 
 /// What the cloud holds, as of the last list plus our own successful operations.
 pub(super) struct RouteView {
-    pub routes: Vec<KeptRoute>,
+    pub routes: RouteList,
     /// The usable routes (not blackholes, with a target node and a destination that
     /// parses): their positions in `routes`, sorted by target node. A map by node
     /// name would cost a second copy of every name and a vector per node: about 130
@@ -24,27 +25,22 @@ pub(super) struct RouteView {
 }
 
 impl RouteView {
-    pub(super) fn new(routes: Vec<Route>, listed_at: Instant) -> RouteView {
-        let reports_addresses = routes.iter().any(|r| r.enable_node_addresses);
-        // Made by the actor's thread, which keeps them: the cloud worker that decoded
-        // the list allocated its routes among its short-lived buffers. Sized for the
-        // list up front: grown by doubling, the vector of 50 000 routes would keep up
-        // to twice their room.
+    pub(super) fn new(routes: RouteList, listed_at: Instant) -> RouteView {
+        let reports_addresses = routes.0.iter().any(|r| r.enable_node_addresses());
         let mut view = RouteView {
-            routes: routes.iter().map(KeptRoute::new).collect(),
+            routes,
             by_node: Vec::new(),
             listed_at,
             stale: false,
             reports_addresses,
         };
-        drop(routes);
-        // Sorted once, stably (list order among the routes to one node), rather than
-        // inserted one at a time at its place.
+        // Sorted once, in place (list order among the routes to one node, which the
+        // position gives), rather than inserted one at a time at its place.
         let mut by_node: Vec<u32> = (0..view.routes.len())
-            .filter(|&i| view.routes[i].usable().is_some())
+            .filter(|&i| view.routes.0[i].usable().is_some())
             .map(position)
             .collect();
-        by_node.sort_by(|&a, &b| view.target(a).cmp(view.target(b)));
+        by_node.sort_unstable_by(|&a, &b| view.target(a).cmp(view.target(b)).then(a.cmp(&b)));
         by_node.shrink_to_fit();
         view.by_node = by_node;
         view
@@ -56,15 +52,15 @@ impl RouteView {
             let at = self.first_after(route.target_node());
             self.by_node.insert(at, position(self.routes.len()));
         }
-        self.routes.push(route);
+        self.routes.0.push(route);
     }
 
     pub(super) fn remove(&mut self, route: &Route, cidr: Cidr) {
-        let same = |r: &KeptRoute| r.target_node() == route.target_node && r.cidr == Some(cidr);
-        let Some(i) = self.routes.iter().position(same) else {
+        let same = |r: &KeptRoute| r.target_node() == route.target_node && r.cidr() == Some(cidr);
+        let Some(i) = self.routes.0.iter().position(same) else {
             return;
         };
-        self.routes.remove(i);
+        self.routes.0.remove(i);
         let removed = position(i);
         self.by_node.retain(|&p| p != removed);
         for p in &mut self.by_node {
@@ -76,7 +72,12 @@ impl RouteView {
 
     /// The routes as listed (the effect of our own operations included).
     pub(super) fn to_routes(&self) -> Vec<Route> {
-        self.routes.iter().map(KeptRoute::to_route).collect()
+        self.routes.to_routes()
+    }
+
+    /// The listed routes, for the planner.
+    pub(super) fn kept(&self) -> &[KeptRoute] {
+        &self.routes.0
     }
 
     /// The destinations of the usable routes to `node`.
@@ -85,12 +86,12 @@ impl RouteView {
         self.by_node[start..]
             .iter()
             .take_while(|&&p| self.target(p) == node)
-            .filter_map(|&p| self.routes[p as usize].cidr)
+            .filter_map(|&p| self.routes.0[p as usize].cidr())
             .collect()
     }
 
     fn target(&self, position: u32) -> &str {
-        self.routes[position as usize].target_node()
+        self.routes.0[position as usize].target_node()
     }
 
     /// Where in `by_node` a new route to `node` goes: after the routes to it, before
@@ -100,85 +101,146 @@ impl RouteView {
     }
 }
 
-/// A route as the view keeps it, for the life of the process: its three strings in
-/// one allocation and its destination parsed once. A [`Route`] is 104 bytes and three
-/// allocations (its name, target node and destination); this is 64 and one, about 90
-/// bytes a route less with malloc's overhead (README, Benchmarks).
-#[derive(Debug)]
-pub(super) struct KeptRoute {
-    /// Name, target node and destination as listed, end to end.
-    text: Box<str>,
-    /// Where the name and the target node end in `text`.
-    ends: [u32; 2],
-    /// The destination, if it parses.
-    cidr: Option<Cidr>,
-    blackhole: bool,
-    enable_node_addresses: bool,
-    /// Kept only with `enable_node_addresses`: without it they count for nothing
-    /// (an empty box allocates nothing).
-    addresses: Box<[NodeAddress]>,
+/// The routes of a list, kept compact: the provider hands them over one by one
+/// ([`crate::Routes::list_routes_each`]) and each is stored as it comes, so that a list
+/// of 50 000 routes is never held twice, as [`Route`]s and again as the view's.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RouteList(Vec<KeptRoute>);
+
+impl RouteList {
+    /// An empty list.
+    pub fn new() -> RouteList {
+        RouteList::default()
+    }
+
+    /// Adds `route` at the end.
+    pub fn push(&mut self, route: &Route) {
+        self.0.push(KeptRoute::new(route));
+    }
+
+    /// The number of routes.
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    /// Whether it holds no route.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// The routes, copied back into [`Route`]s.
+    pub fn to_routes(&self) -> Vec<Route> {
+        self.0.iter().map(KeptRoute::to_route).collect()
+    }
+
+    /// Gives back the room the list grew into beyond its routes.
+    pub fn shrink_to_fit(&mut self) {
+        self.0.shrink_to_fit();
+    }
 }
+
+impl From<Vec<Route>> for RouteList {
+    fn from(routes: Vec<Route>) -> RouteList {
+        routes.iter().collect()
+    }
+}
+
+impl<'a> FromIterator<&'a Route> for RouteList {
+    fn from_iter<I: IntoIterator<Item = &'a Route>>(routes: I) -> RouteList {
+        RouteList(routes.into_iter().map(KeptRoute::new).collect())
+    }
+}
+
+/// A route as the view keeps it, for the life of the process: one allocation, in the
+/// encoding of [`super::compact`]. A [`Route`] is 104 bytes and three allocations (its
+/// name, target node and destination); this is 16 and one.
+///
+/// The layout: a flags byte (bit 0: a blackhole; bit 1: `enable_node_addresses`), the
+/// destination's network as [`Cidr::encode`] writes it (empty when it does not parse),
+/// the name, the target node and the destination as listed; with
+/// `enable_node_addresses` the number of addresses (a varint) and each address's type
+/// (a word of [`ADDRESS_TYPES`]) and address (without it they count for nothing and
+/// are not kept).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct KeptRoute(Box<[u8]>);
+
+const BLACKHOLE: u8 = 1;
+const ENABLE_NODE_ADDRESSES: u8 = 2;
 
 impl KeptRoute {
     fn new(route: &Route) -> KeptRoute {
-        let text = [
-            route.name.as_str(),
-            &route.target_node,
-            &route.destination_cidr,
-        ]
-        .concat();
-        // A route's strings are a few dozen bytes; 4 GiB of them is not a route.
-        let end = |len: usize| u32::try_from(len).unwrap_or(u32::MAX);
-        KeptRoute {
-            ends: [
-                end(route.name.len()),
-                end(route.name.len() + route.target_node.len()),
-            ],
-            text: text.into_boxed_str(),
-            cidr: Cidr::parse(&route.destination_cidr).ok(),
-            blackhole: route.blackhole,
-            enable_node_addresses: route.enable_node_addresses,
-            addresses: if route.enable_node_addresses {
-                route.target_node_addresses.clone().into_boxed_slice()
-            } else {
-                Box::default()
-            },
+        let mut flags = 0;
+        if route.blackhole {
+            flags |= BLACKHOLE;
         }
+        if route.enable_node_addresses {
+            flags |= ENABLE_NODE_ADDRESSES;
+        }
+        let mut data = Vec::with_capacity(
+            24 + route.name.len() + route.target_node.len() + route.destination_cidr.len(),
+        );
+        data.push(flags);
+        let mut network = Vec::with_capacity(17);
+        if let Ok(cidr) = Cidr::parse(&route.destination_cidr) {
+            cidr.encode(&mut network);
+        }
+        push_field(&mut data, &network);
+        push_field(&mut data, route.name.as_bytes());
+        push_field(&mut data, route.target_node.as_bytes());
+        push_field(&mut data, route.destination_cidr.as_bytes());
+        if route.enable_node_addresses {
+            push_varint(&mut data, route.target_node_addresses.len());
+            for a in &route.target_node_addresses {
+                push_word(&mut data, &a.kind, ADDRESS_TYPES);
+                push_field(&mut data, a.address.as_bytes());
+            }
+        }
+        KeptRoute(data.into_boxed_slice())
+    }
+
+    fn flags(&self) -> u8 {
+        self.0.first().copied().unwrap_or(0)
+    }
+
+    /// A reader at the text field `i` (0: name, 1: target node, 2: destination).
+    fn at_text(&self, i: usize) -> Reader<'_> {
+        let mut r = Reader::new(&self.0);
+        r.byte();
+        r.skip(1 + i);
+        r
+    }
+
+    /// The destination, if it parses.
+    fn cidr(&self) -> Option<Cidr> {
+        let mut r = Reader::new(&self.0);
+        r.byte();
+        Cidr::decode(r.field())
     }
 
     /// The destination of a usable route: not a blackhole, to a node, and parsable.
     fn usable(&self) -> Option<Cidr> {
-        if self.blackhole || self.target_node().is_empty() {
+        if self.blackhole() || self.target_node().is_empty() {
             return None;
         }
-        self.cidr
-    }
-
-    fn part(&self, i: usize) -> &str {
-        let start = match i {
-            0 => 0,
-            _ => self.ends[i - 1] as usize,
-        };
-        let end = self.ends.get(i).map_or(self.text.len(), |&e| e as usize);
-        self.text.get(start..end).unwrap_or("")
+        self.cidr()
     }
 }
 
 impl RouteFacts for KeptRoute {
     fn name(&self) -> &str {
-        self.part(0)
+        self.at_text(0).text()
     }
 
     fn target_node(&self) -> &str {
-        self.part(1)
+        self.at_text(1).text()
     }
 
     fn destination_text(&self) -> &str {
-        self.part(2)
+        self.at_text(2).text()
     }
 
     fn destination(&self) -> Result<Cidr, CidrError> {
-        match self.cidr {
+        match self.cidr() {
             Some(cidr) => Ok(cidr),
             // Parsed again only to say why not: an unparsable route is rare.
             None => Cidr::parse(self.destination_text()),
@@ -186,27 +248,37 @@ impl RouteFacts for KeptRoute {
     }
 
     fn blackhole(&self) -> bool {
-        self.blackhole
+        self.flags() & BLACKHOLE != 0
     }
 
     fn enable_node_addresses(&self) -> bool {
-        self.enable_node_addresses
+        self.flags() & ENABLE_NODE_ADDRESSES != 0
     }
 
     fn target_node_addresses(&self) -> impl Iterator<Item = (&str, &str)> + Clone {
-        self.addresses
-            .iter()
-            .map(|a| (&*a.kind, a.address.as_str()))
+        let mut r = self.at_text(3);
+        let count = if self.enable_node_addresses() {
+            r.varint()
+        } else {
+            0
+        };
+        (0..count).map(move |_| {
+            let kind = r.word(ADDRESS_TYPES);
+            (kind, r.text())
+        })
     }
 
     fn to_route(&self) -> Route {
         Route {
             name: self.name().to_string(),
             target_node: self.target_node().to_string(),
-            target_node_addresses: self.addresses.to_vec(),
+            target_node_addresses: self
+                .target_node_addresses()
+                .map(|(kind, address)| NodeAddress::new(kind, address))
+                .collect(),
             destination_cidr: self.destination_text().to_string(),
-            blackhole: self.blackhole,
-            enable_node_addresses: self.enable_node_addresses,
+            blackhole: self.blackhole(),
+            enable_node_addresses: self.enable_node_addresses(),
         }
     }
 }
@@ -262,10 +334,10 @@ mod tests {
                 route(nodes[i % 5], &cidr, i % 7 == 0)
             })
             .collect();
-        let mut view = RouteView::new(listed, Instant::now());
+        let mut view = RouteView::new(listed.into(), Instant::now());
         for step in 0..400 {
             if next(2) == 0 && !view.routes.is_empty() {
-                let r = view.routes[next(view.routes.len())].to_route();
+                let r = view.routes.0[next(view.routes.len())].to_route();
                 if let Ok(cidr) = Cidr::parse(&r.destination_cidr) {
                     view.remove(&r, cidr);
                 }
@@ -351,12 +423,12 @@ mod tests {
         );
     }
 
-    /// Guards the size the module's figures assume (64 bytes on a 64-bit target,
+    /// Guards the size the module's figures assume (16 bytes on a 64-bit target,
     /// against a `Route`'s 104).
     #[cfg(target_pointer_width = "64")]
     #[test]
-    fn a_kept_route_is_64_bytes() {
-        assert_eq!(std::mem::size_of::<KeptRoute>(), 64);
+    fn a_kept_route_is_16_bytes() {
+        assert_eq!(std::mem::size_of::<KeptRoute>(), 16);
         assert_eq!(std::mem::size_of::<Route>(), 104);
     }
 }

@@ -34,6 +34,7 @@ mod api;
 mod config;
 mod servers;
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 use std::net::Ipv4Addr;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -52,7 +53,7 @@ use api::{
     ActionEnvelope, ApiError, Client, NetworkEnvelope, NetworkJson, NetworksEnvelope, Request,
     RouteJson, ServersEnvelope,
 };
-use servers::{Server, ServerCache, ServerSnapshot};
+use servers::{Server, ServerCache, ServerList, ServerSnapshot};
 
 use crate::fence::Fence;
 use crate::model::{Cidr, Route};
@@ -98,8 +99,9 @@ pub struct HcloudRoutes {
     actions: ActionPoller,
     /// Requests per second, burst and route changes at once, declared to the controller.
     budget: (f64, u32, usize),
-    /// The gateway of each destination, from the last list or our own changes: a
-    /// delete needs it, and a route the controller created carries no name.
+    /// The gateway of each route this provider created since the last list: a delete
+    /// needs it, and a route the controller created carries no name (a listed one
+    /// carries it in its name, `<gateway>-<destination>`).
     gateways: Mutex<HashMap<Cidr, Ipv4Addr>>,
     /// Routes in the network at the last load, for [`Routes::route_tables`].
     routes_in_network: Mutex<usize>,
@@ -132,7 +134,7 @@ impl HcloudRoutes {
         );
         let provider = HcloudRoutes {
             client,
-            servers: ServerCache::new(info.id),
+            servers: ServerCache::new(),
             network: info,
             server_cache_max_age: config.server_cache_max_age,
             server_lookup_max_age: config.server_lookup_max_age,
@@ -152,7 +154,6 @@ impl HcloudRoutes {
             routes_in_network: Mutex::new(network.routes.len()),
             route_limit: config.network_route_limit,
         };
-        provider.remember_all(&network.routes);
         Ok(provider)
     }
 
@@ -230,25 +231,37 @@ impl Routes for HcloudRoutes {
 
     fn list_routes(
         &self,
-        _cluster_name: &str,
+        cluster_name: &str,
         nodes: &NodeDirectory,
     ) -> Result<Vec<Route>, CloudError> {
+        let mut routes = Vec::new();
+        self.list_routes_each(cluster_name, nodes, &mut |r| routes.push(r))?;
+        Ok(routes)
+    }
+
+    /// The network's routes are read whole (one `GET`), kept compact while the server
+    /// list is checked, and handed over one by one as they are mapped to nodes.
+    fn list_routes_each(
+        &self,
+        _cluster_name: &str,
+        nodes: &NodeDirectory,
+        route: &mut dyn FnMut(Route),
+    ) -> Result<(), CloudError> {
         let network = self.load_network()?;
         let gateway_unknown = |s: &ServerSnapshot| {
-            network.routes.iter().any(|r| {
-                r.gateway
-                    .parse::<Ipv4Addr>()
-                    .map_or(true, |ip| s.by_gateway(ip).is_none())
-            })
+            network
+                .routes
+                .iter()
+                .any(|r| r.gateway_ip().is_none_or(|ip| s.by_gateway(ip).is_none()))
         };
         let servers = self.servers_unless_missing(self.server_cache_max_age, gateway_unknown)?;
-        self.remember_all(&network.routes);
+        // Every route listed carries its gateway in its name from now on.
+        self.gateways().clear();
         *crate::sync::lock(&self.routes_in_network) = network.routes.len();
-        Ok(network
-            .routes
-            .iter()
-            .map(|r| self.to_route(r, &servers, nodes))
-            .collect())
+        for r in &network.routes {
+            route(self.to_route(r, &servers, nodes));
+        }
+        Ok(())
     }
 
     fn create_route(
@@ -327,7 +340,8 @@ impl HcloudRoutes {
     }
 
     fn servers(&self, max_age: Duration) -> Result<Arc<ServerSnapshot>, ApiError> {
-        self.servers.get(max_age, || list_servers(&self.client))
+        self.servers
+            .get(max_age, || list_servers(&self.client, self.network.id))
     }
 
     /// The server list, refreshed once if `missing` holds for it and it is older than
@@ -348,43 +362,29 @@ impl HcloudRoutes {
         crate::sync::lock(&self.gateways)
     }
 
-    fn remember_all(&self, routes: &[RouteJson]) {
-        let mut map = self.gateways();
-        map.clear();
-        for r in routes {
-            if let (Ok(d), Ok(g)) = (Cidr::parse(&r.destination), r.gateway.parse()) {
-                map.insert(d, g);
-            }
-        }
-    }
-
     // --- mapping routes to nodes and nodes to servers ----------------------------
 
     fn to_route(&self, r: &RouteJson, servers: &ServerSnapshot, nodes: &NodeDirectory) -> Route {
-        let server = r
-            .gateway
-            .parse::<Ipv4Addr>()
-            .ok()
-            .and_then(|ip| servers.by_gateway(ip));
-        let name = format!("{}-{}", r.gateway, r.destination);
+        let server = r.gateway_ip().and_then(|ip| servers.by_gateway(ip));
+        let name = format!("{}-{}", r.gateway(), r.destination());
         match server {
             Some(server) => Route {
                 name,
-                target_node: node_of(nodes, server),
-                destination_cidr: r.destination.clone(),
+                target_node: node_of(nodes, &server),
+                destination_cidr: r.destination().into_owned(),
                 ..Route::default()
             },
             None => {
                 log::debug!(
                     "hcloud: route {} via {}: no server has that IP in network {}; \
                      reported as a blackhole",
-                    r.destination,
-                    r.gateway,
+                    r.destination(),
+                    r.gateway(),
                     self.network.name
                 );
                 Route {
                     name,
-                    destination_cidr: r.destination.clone(),
+                    destination_cidr: r.destination().into_owned(),
                     blackhole: true,
                     ..Route::default()
                 }
@@ -471,11 +471,12 @@ impl HcloudRoutes {
     /// The private IP of the node's server in the network: the gateway of its routes.
     fn gateway_for(&self, target: &RouteTarget) -> Result<Ipv4Addr, CloudError> {
         let key = ServerKey::of(target)?;
-        let find = |s: &ServerSnapshot| key.find(s, &target.node_name).cloned();
         let snapshot = self.servers_unless_missing(self.server_lookup_max_age, |s| {
-            find(s).and_then(|server| server.ip).is_none()
+            key.find(s, &target.node_name)
+                .and_then(|server| server.ip)
+                .is_none()
         })?;
-        match find(&snapshot) {
+        match key.find(&snapshot, &target.node_name) {
             Some(Server { ip: Some(ip), .. }) => Ok(ip),
             Some(server) => Err(CloudError::refused(
                 SERVER_NOT_IN_NETWORK,
@@ -553,33 +554,28 @@ impl HcloudRoutes {
         refusal: ApiError,
     ) -> Result<(), CloudError> {
         let network = self.load_network()?;
-        self.remember_all(&network.routes);
         let existing = network
             .routes
             .iter()
-            .find(|r| Cidr::parse(&r.destination).ok() == Some(destination));
+            .find(|r| r.destination_cidr() == Some(destination));
         if let Some(r) = existing {
-            if r.gateway.parse::<Ipv4Addr>().ok() == Some(gateway) {
+            if r.gateway_ip() == Some(gateway) {
                 return Ok(());
             }
             return Err(CloudError::new(
                 CloudErrorKind::AlreadyExists,
                 format!(
                     "hcloud: network {} already routes {destination} via {}, not {gateway}",
-                    self.network.name, r.gateway
+                    self.network.name,
+                    r.gateway()
                 ),
             ));
         }
         let overlapping = network
             .subnets
             .iter()
-            .map(|s| ("subnet", s.ip_range.as_str()))
-            .chain(
-                network
-                    .routes
-                    .iter()
-                    .map(|r| ("route", r.destination.as_str())),
-            )
+            .map(|s| ("subnet", Cow::Borrowed(s.ip_range.as_str())))
+            .chain(network.routes.iter().map(|r| ("route", r.destination())))
             .find(|(_, range)| Cidr::parse(range).is_ok_and(|c| overlaps(&c, &destination)));
         match overlapping {
             Some((kind, range)) => Err(CloudError::invalid(format!(
@@ -593,8 +589,9 @@ impl HcloudRoutes {
     }
 
     /// The gateway a route to delete was created with: from its name
-    /// (`<gateway>-<destination>`), from what this provider last saw, or from a reload
-    /// of the network, where it must point at the route's node. `None`: no such route.
+    /// (`<gateway>-<destination>`, every listed route's), from the routes this provider
+    /// created since the last list, or from a reload of the network, where it must
+    /// point at the route's node. `None`: no such route.
     fn gateway_of(&self, route: &Route, destination: Cidr) -> Result<Option<Ipv4Addr>, CloudError> {
         if let Some((gateway, dest)) = route.name.split_once('-')
             && let (Ok(g), Ok(d)) = (gateway.parse::<Ipv4Addr>(), Cidr::parse(dest))
@@ -606,12 +603,11 @@ impl HcloudRoutes {
             return Ok(Some(*g));
         }
         let network = self.load_network()?;
-        self.remember_all(&network.routes);
         let Some(gateway) = network
             .routes
             .iter()
-            .find(|r| Cidr::parse(&r.destination).ok() == Some(destination))
-            .and_then(|r| r.gateway.parse::<Ipv4Addr>().ok())
+            .find(|r| r.destination_cidr() == Some(destination))
+            .and_then(RouteJson::gateway_ip)
         else {
             return Ok(None);
         };
@@ -696,7 +692,7 @@ impl ServerKey {
 
     /// The server by ID, or by the node's name when it has no providerID or no server
     /// has that ID.
-    fn find<'a>(&self, servers: &'a ServerSnapshot, node_name: &str) -> Option<&'a Server> {
+    fn find<'a>(&self, servers: &'a ServerSnapshot, node_name: &str) -> Option<Server<'a>> {
         match self {
             ServerKey::Id(id) => servers.by_id(*id).or_else(|| servers.by_name(node_name)),
             ServerKey::Name => servers.by_name(node_name),
@@ -724,9 +720,9 @@ fn node_of(nodes: &NodeDirectory, server: &Server) -> String {
     if let Some(node) = nodes.node_by_provider_id(&provider_id) {
         return node.to_string();
     }
-    match nodes.provider_id_of(&server.name) {
+    match nodes.provider_id_of(server.name) {
         Some(other) if other != provider_id => String::new(),
-        _ => server.name.clone(),
+        _ => server.name.to_string(),
     }
 }
 
@@ -801,15 +797,18 @@ fn setup_error(e: ApiError) -> ConfigError {
 }
 
 /// Every server of the project, page by page.
-fn list_servers(client: &Client) -> Result<Vec<api::ServerJson>, ApiError> {
-    let mut all = Vec::new();
+/// Every server of the project, each page added to the list as it arrives.
+fn list_servers(client: &Client, network_id: u64) -> Result<ServerList, ApiError> {
+    let mut all = ServerList::default();
     let mut page = 1u64;
     loop {
         let request = Request::get("/servers".to_string(), "/servers")
             .query("page", page)
             .query("per_page", SERVERS_PER_PAGE);
         let reply = client.get::<ServersEnvelope>(&request)?;
-        all.extend(reply.servers);
+        for server in reply.servers {
+            all.push(server, network_id);
+        }
         let next = reply
             .meta
             .and_then(|m| m.pagination)
@@ -861,12 +860,8 @@ mod tests {
         }
     }
 
-    fn server(id: u64, name: &str) -> Server {
-        Server {
-            id,
-            name: name.into(),
-            ip: None,
-        }
+    fn server(id: u64, name: &str) -> Server<'_> {
+        Server { id, name, ip: None }
     }
 
     #[test]
