@@ -30,7 +30,7 @@
 //! use std::time::{Duration, Instant};
 //! use route_controller::cloud::fake::FakeCloud;
 //! use route_controller::{Cidr, CloudOp, CloudReply, Command, Config, Controller, Input};
-//! use route_controller::{Metrics, Node, NodeAddress, NodeEvent, Routes};
+//! use route_controller::{Metrics, Node, NodeAddress, NodeEvent, RouteList, Routes};
 //!
 //! let config = Config::new(vec![Cidr::parse("10.244.0.0/16").unwrap()]);
 //! let mut controller = Controller::new(config, Arc::new(Metrics::new()));
@@ -56,7 +56,10 @@
 //!     if let Command::Cloud { id, op, cause } = command {
 //!         println!("pass {} ({cause}): {op:?}", cause.pass);
 //!         let reply = match &op {
-//!             CloudOp::List { nodes } => CloudReply::Listed(cloud.list_routes("kubernetes", nodes)),
+//!             CloudOp::List { nodes } => {
+//!                 let routes = cloud.list_routes("kubernetes", nodes);
+//!                 CloudReply::Listed(routes.map(RouteList::from))
+//!             }
 //!             CloudOp::Create { route, name_hint, target } => {
 //!                 CloudReply::Done(cloud.create_route("kubernetes", name_hint, route, target))
 //!             }
