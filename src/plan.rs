@@ -788,6 +788,123 @@ mod tests {
         assert!(p.creates.is_empty() && p.nodes.len() == 1, "{p:?}");
     }
 
+    /// A random cluster: nodes with unique names (some without pod CIDRs, some with an
+    /// invalid one or a duplicate), and routes with unique (target, destination) to
+    /// nodes, to unknown names, to nobody, outside the cluster CIDR, unparsable, as
+    /// blackholes, and carrying addresses.
+    fn random_cluster(seed: &mut u64) -> (Vec<Node>, Vec<Route>) {
+        let mut next = |n: usize| {
+            *seed = seed
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            (*seed >> 33) as usize % n
+        };
+        let cidr = |k: usize| match k {
+            0 => "bogus".to_string(),
+            1 => "192.168.0.0/24".to_string(),
+            _ => format!("10.0.{k}.0/24"),
+        };
+        let mut nodes = Vec::new();
+        for i in 0..next(12) {
+            let cidrs: Vec<String> = (0..next(3)).map(|_| cidr(next(12))).collect();
+            let cidrs: Vec<&str> = cidrs.iter().map(String::as_str).collect();
+            let ip = format!("10.1.0.{}", next(3));
+            nodes.push(node(&format!("n{i}"), &cidrs, &ip));
+        }
+        let mut routes: Vec<Route> = Vec::new();
+        for k in 0..next(20) {
+            let target = match next(5) {
+                0 => String::new(),
+                1 => format!("gone{}", next(3)),
+                _ => format!("n{}", next(12)),
+            };
+            let mut r = route(&format!("r{k}"), &target, &cidr(next(12)));
+            r.blackhole = next(8) == 0;
+            if next(3) == 0 {
+                r.enable_node_addresses = true;
+                r.target_node_addresses =
+                    vec![NodeAddress::internal_ip(&format!("10.1.0.{}", next(3)))];
+            }
+            let dup = routes.iter().any(|o| {
+                o.target_node == r.target_node && o.destination_cidr == r.destination_cidr
+            });
+            if !dup {
+                routes.push(r);
+            }
+        }
+        (nodes, routes)
+    }
+
+    fn shuffled<T: Clone>(items: &[T], seed: &mut u64) -> Vec<T> {
+        let mut out = items.to_vec();
+        for i in (1..out.len()).rev() {
+            *seed = seed
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            out.swap(i, (*seed >> 33) as usize % (i + 1));
+        }
+        out
+    }
+
+    fn sorted<T: fmt::Debug>(items: &[T]) -> Vec<String> {
+        let mut out: Vec<String> = items.iter().map(|x| format!("{x:?}")).collect();
+        out.sort();
+        out
+    }
+
+    /// Guards the planner's lookups: nodes given in name order (the controller's, no
+    /// index) and shuffled (an index), routes listed in any order (sorted by target or
+    /// not), plan the same deletes, creates, conditions and problems. Looking nodes up
+    /// without the index fails the shuffled nodes; looking routes up in list order
+    /// fails the shuffled routes.
+    #[test]
+    fn the_order_of_nodes_and_routes_changes_nothing_but_order() {
+        let cc = cidrs(&["10.0.0.0/16"]);
+        let mut seed = 11u64;
+        for round in 0..500 {
+            let (nodes, routes) = random_cluster(&mut seed);
+            let base = plan(&nodes, &routes, &cc);
+            let other_nodes = shuffled(&nodes, &mut seed);
+            let other_routes = shuffled(&routes, &mut seed);
+            for (n, r) in [(&other_nodes, &routes), (&nodes, &other_routes)] {
+                let p = plan(n, r, &cc);
+                assert_eq!(sorted(&p.deletes), sorted(&base.deletes), "round {round}");
+                assert_eq!(sorted(&p.creates), sorted(&base.creates), "round {round}");
+                assert_eq!(sorted(&p.nodes), sorted(&base.nodes), "round {round}");
+                assert_eq!(sorted(&p.problems), sorted(&base.problems), "round {round}");
+                assert_eq!(sorted(&p.unselected), sorted(&base.unselected));
+                assert_eq!(p.kept, base.kept, "round {round}");
+            }
+            let p = plan(&nodes, &routes, &cc);
+            assert_eq!(p.deletes, base.deletes, "deletes in list order");
+        }
+    }
+
+    /// Guards "the last node given of a name counts": with two nodes of one name, the
+    /// routes to it are judged by the second, sorted or not.
+    #[test]
+    fn of_two_nodes_of_one_name_the_last_given_counts() {
+        let cc = cidrs(&["10.0.0.0/16"]);
+        let routes = [route("r", "a", "10.0.1.0/24")];
+        for first in ["a", "b", "c"] {
+            let nodes = [
+                node(first, &[], "10.1.0.1"),
+                node("a", &["10.0.2.0/24"], "10.1.0.1"),
+                node("a", &["10.0.1.0/24"], "10.1.0.1"),
+            ];
+            let p = plan(&nodes, &routes, &cc);
+            assert!(p.deletes.is_empty(), "{first}: {p:?}");
+            let nodes = [
+                node(first, &[], "10.1.0.1"),
+                node("a", &["10.0.1.0/24"], "10.1.0.1"),
+                node("a", &["10.0.2.0/24"], "10.1.0.1"),
+            ];
+            let p = plan(&nodes, &routes, &cc);
+            assert_eq!(p.deletes.len(), 1, "{first}: {p:?}");
+            assert_eq!(p.deletes[0].reason, DeleteReason::CidrNotAssigned);
+        }
+    }
+
     #[test]
     fn node_without_pod_cidr_gets_no_route_and_no_condition() {
         let n = [node("n", &[], "10.0.0.1")];

@@ -202,18 +202,11 @@ impl Builder {
         // From here the probes follow the controller: live while the actor runs,
         // ready once it has a complete view of the nodes.
         servers.state.started.store(true, Ordering::Relaxed);
-        // As many workers as operations can be in flight: the controller sends a list
-        // only when nothing else is out, and at most `mutations_at_once` changes (one
-        // on Hetzner, whose network takes one change at a time), so further workers
-        // would only wait, each with its stack and its allocator cache.
-        let in_flight = config.budget.map_or(config.max_in_flight, |b| {
-            config.max_in_flight.min(b.mutations_at_once)
-        });
         let workers = workers::spawn(
             cloud,
             fence.clone(),
             config.cluster_name.clone(),
-            in_flight,
+            workers::pool_size(config.max_in_flight, config.budget),
             jobs,
             cloud_replies_tx,
             metrics.clone(),

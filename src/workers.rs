@@ -1,7 +1,8 @@
 //! The cloud worker pool: threads that run the controller's cloud operations against
 //! a provider and send the replies back. A driver beside the actor: it decides
-//! nothing. The pool size bounds the calls in flight (`--concurrent-route-operations`);
-//! the controller never dispatches more than that. An operation whose turn comes after
+//! nothing. The pool has a worker for each operation the controller can have in flight
+//! ([`pool_size`]: `--concurrent-route-operations`, and the provider's changes at
+//! once); the controller never dispatches more than that. An operation whose turn comes after
 //! the [`Fence`] closed is answered as fenced without reaching the provider.
 
 use std::sync::Arc;
@@ -13,7 +14,7 @@ use crossbeam_channel::{Receiver, Sender};
 use crate::controller::{CloudJob, CloudOp, CloudReply, OpId, RouteList};
 use crate::fence::Fence;
 use crate::metrics::{CloudOutcome, Metrics};
-use crate::provider::{CloudError, CloudErrorKind, Meter, Routes};
+use crate::provider::{Budget, CloudError, CloudErrorKind, Meter, Routes};
 
 /// Runs one operation against the provider, recording it in the metrics. What it
 /// spent of the cloud's budget is dropped: the controller keeps the cost it
@@ -108,6 +109,16 @@ fn outcome_of<T>(result: &Result<T, crate::provider::CloudError>) -> CloudOutcom
     }
 }
 
+/// How many workers the controller can keep busy: it sends a list only when nothing
+/// else is out, and at most `max_in_flight` operations of which at most the budget's
+/// `mutations_at_once` change routes (one on Hetzner, whose network takes one change
+/// at a time). More workers would only wait, each with its stack and allocator cache.
+pub fn pool_size(max_in_flight: usize, budget: Option<Budget>) -> usize {
+    budget
+        .map_or(max_in_flight, |b| max_in_flight.min(b.mutations_at_once))
+        .max(1)
+}
+
 /// Starts `count` workers. They stop when `jobs` is closed and drained, or when the
 /// reply channel is gone. Each operation starts only while `fence` is open.
 pub fn spawn(
@@ -163,4 +174,24 @@ pub fn spawn(
                 })
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Guards the pool's size: the budget's changes at once bound it, `max_in_flight`
+    /// bounds it, and there is always one worker.
+    #[test]
+    fn the_pool_has_a_worker_per_operation_that_can_be_in_flight() {
+        let hetzner = Budget::new(1.0, 10).mutations_at_once(1);
+        assert_eq!(pool_size(16, Some(hetzner)), 1);
+        assert_eq!(
+            pool_size(16, Some(Budget::new(1.0, 10).mutations_at_once(4))),
+            4
+        );
+        assert_eq!(pool_size(2, Some(Budget::new(1.0, 10))), 2);
+        assert_eq!(pool_size(16, None), 16);
+        assert_eq!(pool_size(0, None), 1);
+    }
 }

@@ -759,6 +759,34 @@ pub(super) struct ActionErrorJson {
 mod tests {
     use super::*;
 
+    /// Guards the compact network route: a route reads back exactly as listed, kept
+    /// parsed only when that is exact (a masked or padded destination, a gateway that
+    /// is not one, keep their text). Parsing without the exactness check turns
+    /// `10.0.1.5/24` into `10.0.1.0/24`, which a delete would then not find.
+    #[test]
+    fn a_network_route_reads_back_as_listed() {
+        for (destination, gateway, parsed) in [
+            ("10.0.1.0/24", "10.0.0.2", true),
+            ("fd00:1::/64", "10.0.0.2", true),
+            ("10.0.1.5/24", "10.0.0.2", false),
+            ("010.0.1.0/24", "10.0.0.2", false),
+            ("10.0.1.0/24", "not-an-ip", false),
+            ("bogus", "10.0.0.2", false),
+        ] {
+            let json = format!(r#"{{"destination":"{destination}","gateway":"{gateway}"}}"#);
+            let r: RouteJson = serde_json::from_str(&json).unwrap();
+            assert_eq!(r.destination(), destination);
+            assert_eq!(r.gateway(), gateway);
+            assert_eq!(
+                matches!(r, RouteJson::Parsed { .. }),
+                parsed,
+                "{destination}"
+            );
+            assert_eq!(r.destination_cidr(), Cidr::parse(destination).ok());
+            assert_eq!(r.gateway_ip(), gateway.parse().ok());
+        }
+    }
+
     fn context() -> Context<'static> {
         Context {
             what: "POST /networks/7/actions/add_route",
