@@ -178,6 +178,97 @@ fn thread_cpu_time() -> Option<Duration> {
     Some(Duration::from_nanos(ns))
 }
 
+// --- the builds of the controller that are measured ---------------------------------
+
+/// A build of the controller. `cargo build --release` links it dynamically against the
+/// machine's glibc (the binary Cargo built for this bench); the static musl build is
+/// the one the README recommends for images (no libc to bring, and smaller in memory:
+/// no shared libraries' pages, and musl's allocator keeps less). `RC_BENCH_BUILDS`
+/// (`glibc,musl`) says which the `rss` and `scale` parts measure.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Build {
+    Glibc,
+    Musl,
+}
+
+const MUSL_TARGET: &str = "x86_64-unknown-linux-musl";
+
+impl Build {
+    fn label(self) -> &'static str {
+        match self {
+            Build::Glibc => "glibc, dynamic",
+            Build::Musl => "musl, static",
+        }
+    }
+
+    /// The binary, built first for musl; the error says what to install.
+    fn binary(self) -> Result<std::path::PathBuf, String> {
+        match self {
+            Build::Glibc => Ok(env!("CARGO_BIN_EXE_route-controller").into()),
+            Build::Musl => musl_binary(),
+        }
+    }
+}
+
+/// `RC_BENCH_BUILDS` (default `glibc,musl`).
+fn bench_builds() -> Vec<Build> {
+    std::env::var("RC_BENCH_BUILDS")
+        .unwrap_or_else(|_| "glibc,musl".into())
+        .split(',')
+        .map(|b| match b.trim() {
+            "glibc" => Build::Glibc,
+            "musl" => Build::Musl,
+            other => {
+                eprintln!("RC_BENCH_BUILDS: unknown build {other:?}; use glibc and musl");
+                std::process::exit(2);
+            }
+        })
+        .collect()
+}
+
+/// `cargo build --release --target x86_64-unknown-linux-musl`, once per bench run, into
+/// `target/musl` (a target directory of its own: the one of this `cargo bench` is
+/// locked while it runs).
+fn musl_binary() -> Result<std::path::PathBuf, String> {
+    static BUILT: std::sync::OnceLock<Result<std::path::PathBuf, String>> =
+        std::sync::OnceLock::new();
+    BUILT
+        .get_or_init(|| {
+            let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+            let target_dir = root.join("target").join("musl");
+            let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+            let started = Instant::now();
+            let out = std::process::Command::new(cargo)
+                .args(["build", "--release", "--bin", "route-controller", "--target"])
+                .arg(MUSL_TARGET)
+                .arg("--target-dir")
+                .arg(&target_dir)
+                .current_dir(root)
+                .output()
+                .map_err(|e| format!("cargo build --target {MUSL_TARGET}: {e}"))?;
+            if !out.status.success() {
+                let stderr = String::from_utf8_lossy(&out.stderr);
+                let tail: Vec<&str> = stderr.lines().rev().take(6).collect();
+                return Err(format!(
+                    "the static musl build failed; it needs the target and a musl C compiler \
+                     (ring has C code): `rustup target add {MUSL_TARGET}` and \
+                     `apt-get install musl-tools` (or RC_BENCH_BUILDS=glibc to measure the \
+                     glibc build alone). cargo said: {}",
+                    tail.into_iter().rev().collect::<Vec<_>>().join(" | ")
+                ));
+            }
+            println!(
+                "      (the static musl build is ready after {:.0} s)",
+                started.elapsed().as_secs_f64()
+            );
+            Ok(target_dir
+                .join(MUSL_TARGET)
+                .join("release")
+                .join("route-controller"))
+        })
+        .clone()
+}
+
 // --- the chaos run, longer ------------------------------------------------------------
 
 fn chaos() {
@@ -498,7 +589,6 @@ struct RssSample {
 }
 
 fn rss() {
-    let binary = env!("CARGO_BIN_EXE_route-controller");
     let runs: usize = std::env::var("RC_BENCH_RUNS")
         .ok()
         .and_then(|v| v.parse().ok())
@@ -532,32 +622,48 @@ fn rss() {
             _ => None,
         })
         .collect();
+    let builds = bench_builds();
     for cloud in clouds {
-        println!("  {}:", cloud.label());
-        for &n in &sizes {
-            let mut samples = Vec::new();
-            let mut failure = None;
-            for _ in 0..runs {
-                match measure_rss(binary, n, cloud) {
-                    Ok(s) => samples.push(s),
-                    Err(e) => failure = Some(e),
+        for &build in &builds {
+            println!("  {}, {} build:", cloud.label(), build.label());
+            let binary = match build.binary() {
+                Ok(b) => b,
+                Err(e) => {
+                    println!("         FAILED: {e}");
+                    continue;
                 }
-            }
-            if let Some(e) = failure {
-                println!("  {n:>6} nodes: FAILED: {e}");
-                continue;
-            }
-            let mib = |f: &dyn Fn(&RssSample) -> u64| {
-                min_max(samples.iter().map(|s| f(s) as f64 / 1024.0).collect(), 1)
             };
-            println!(
-                "  {n:>6} nodes: peak {:>11} MiB, steady {:>11} MiB, relist {:>11} MiB, synced in {} s",
-                mib(&|s| s.peak),
-                mib(&|s| s.synced),
-                mib(&|s| s.relist),
-                min_max(samples.iter().map(|s| s.took.as_secs_f64()).collect(), 1)
-            );
+            rss_rows(&binary, cloud, &sizes, runs);
         }
+    }
+}
+
+/// One build's rows of [`rss`]: each size `runs` times.
+fn rss_rows(binary: &std::path::Path, cloud: BenchCloud, sizes: &[usize], runs: usize) {
+    let binary = &binary.to_string_lossy();
+    for &n in sizes {
+        let mut samples = Vec::new();
+        let mut failure = None;
+        for _ in 0..runs {
+            match measure_rss(binary, n, cloud) {
+                Ok(s) => samples.push(s),
+                Err(e) => failure = Some(e),
+            }
+        }
+        if let Some(e) = failure {
+            println!("  {n:>6} nodes: FAILED: {e}");
+            continue;
+        }
+        let mib = |f: &dyn Fn(&RssSample) -> u64| {
+            min_max(samples.iter().map(|s| f(s) as f64 / 1024.0).collect(), 1)
+        };
+        println!(
+            "  {n:>6} nodes: peak {:>11} MiB, steady {:>11} MiB, relist {:>11} MiB, synced in {} s",
+            mib(&|s| s.peak),
+            mib(&|s| s.synced),
+            mib(&|s| s.relist),
+            min_max(samples.iter().map(|s| s.took.as_secs_f64()).collect(), 1)
+        );
     }
 }
 

@@ -17,7 +17,9 @@
 //! Runs: upstream with its in-memory cloud; ours with `--cloud-provider=fake` in its
 //! process, with the same latency per call; ours with `--cloud-provider=hcloud` against
 //! the Hetzner double in the bench process (the cloud out of the controller's
-//! process, every route already in place), the run whose RSS the goal is about.
+//! process, every route already in place), the run whose RSS the goal is about,
+//! once as `cargo build --release` builds it (glibc) and once as the static musl build
+//! the README recommends for images (`hcloud-musl`, which the bench builds).
 //! All in watch mode (the gate of KEP-5237 on): the status reports are then the only
 //! work, for both.
 //!
@@ -25,11 +27,12 @@
 //! `RC_SCALE_HEARTBEATS` (12 per node: one hour), `RC_SCALE_HEARTBEAT_SECONDS` (360:
 //! how long that hour is played in), `RC_SCALE_CONNECTIONS` (8: the loader's parallel
 //! connections), `RC_SCALE_ARGS` (more flags for ours, e.g. `--watch-list=false`),
-//! `RC_SCALE_RUNS` (`upstream,fake,hcloud`: which runs). More than 20 000 nodes only
-//! under `ulimit -v`.
+//! `RC_SCALE_RUNS` (`upstream,fake,hcloud,hcloud-musl`: which runs; also `fake-musl`).
+//! More than 20 000 nodes only under `ulimit -v`.
 
 use std::time::{Duration, Instant, SystemTime};
 
+use crate::Build;
 use crate::controller_process::{ControllerProcess, Spawn};
 use crate::fault_proxy::{FaultProxy, Mode};
 use crate::hcloud_double::HcloudDouble;
@@ -61,31 +64,52 @@ const HCLOUD_NETWORK: u64 = 1;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Kind {
     Upstream,
-    OursFake,
-    OursHcloud,
+    OursFake(Build),
+    OursHcloud(Build),
 }
 
 impl Kind {
     fn label(self) -> &'static str {
         match self {
             Kind::Upstream => "upstream, in-memory cloud",
-            Kind::OursFake => "ours, fake cloud in process",
-            Kind::OursHcloud => "ours, hcloud double (out of process)",
+            Kind::OursFake(Build::Glibc) => "ours, fake cloud in process",
+            Kind::OursFake(Build::Musl) => "ours (musl), fake cloud in process",
+            Kind::OursHcloud(Build::Glibc) => "ours, hcloud double (out of process)",
+            Kind::OursHcloud(Build::Musl) => "ours (musl), hcloud double",
         }
     }
 
     fn key(self) -> &'static str {
         match self {
             Kind::Upstream => "upstream",
-            Kind::OursFake => "fake",
-            Kind::OursHcloud => "hcloud",
+            Kind::OursFake(Build::Glibc) => "fake",
+            Kind::OursFake(Build::Musl) => "fake-musl",
+            Kind::OursHcloud(Build::Glibc) => "hcloud",
+            Kind::OursHcloud(Build::Musl) => "hcloud-musl",
         }
     }
 
-    /// Whether the run plays the hour of status reports (the hcloud run measures
-    /// memory; its CPU would be the fake run's plus the double's replies).
+    const ALL: [Kind; 5] = [
+        Kind::Upstream,
+        Kind::OursFake(Build::Glibc),
+        Kind::OursFake(Build::Musl),
+        Kind::OursHcloud(Build::Glibc),
+        Kind::OursHcloud(Build::Musl),
+    ];
+
+    /// Whether the run plays the hour of status reports. The glibc hcloud run
+    /// measures memory (its CPU would be the fake run's: in watch mode status reports
+    /// make no cloud call); the musl one plays them, since its allocator is what
+    /// differs.
     fn plays_heartbeats(self) -> bool {
-        self != Kind::OursHcloud
+        self != Kind::OursHcloud(Build::Glibc)
+    }
+
+    fn build(self) -> Option<Build> {
+        match self {
+            Kind::Upstream => None,
+            Kind::OursFake(b) | Kind::OursHcloud(b) => Some(b),
+        }
     }
 }
 
@@ -112,18 +136,15 @@ impl Settings {
         };
         let nodes = number("RC_SCALE_NODES", 5000);
         let kinds = std::env::var("RC_SCALE_RUNS")
-            .unwrap_or_else(|_| "upstream,fake,hcloud".into())
+            .unwrap_or_else(|_| "upstream,fake,hcloud,hcloud-musl".into())
             .split(',')
-            .map(|k| match k.trim() {
-                "upstream" => Kind::Upstream,
-                "fake" => Kind::OursFake,
-                "hcloud" => Kind::OursHcloud,
-                other => {
-                    eprintln!(
-                        "RC_SCALE_RUNS: unknown run {other:?}; use upstream, fake and hcloud"
-                    );
+            .map(|k| {
+                let k = k.trim();
+                Kind::ALL.into_iter().find(|kind| kind.key() == k).unwrap_or_else(|| {
+                    let keys: Vec<&str> = Kind::ALL.iter().map(|k| k.key()).collect();
+                    eprintln!("RC_SCALE_RUNS: unknown run {k:?}; use {}", keys.join(", "));
                     std::process::exit(2)
-                }
+                })
             })
             .collect();
         Settings {
@@ -191,8 +212,14 @@ pub fn scale() {
     let started = Instant::now();
     kube_apiserver::harness_binary();
     kube_apiserver::upstream_route_controller_binary();
+    for kind in &settings.kinds {
+        if let Some(Err(e)) = kind.build().map(Build::binary) {
+            eprintln!("[scale] {}: {e}", kind.label());
+            std::process::exit(2);
+        }
+    }
     println!(
-        "  Go programs ready in {:.1} s",
+        "  Go programs and our builds ready in {:.1} s",
         started.elapsed().as_secs_f64()
     );
     let started = Instant::now();
@@ -361,7 +388,8 @@ fn measure(
     std::fs::create_dir_all(dir).unwrap_or_else(|e| panic!("create {}: {e}", dir.display()));
     let proxy = FaultProxy::start(api_address(api));
     let kubeconfig = kubeconfig_through(api, proxy.addr(), &dir.join("kubeconfig"));
-    let hetzner = (kind == Kind::OursHcloud).then(|| hetzner_with_routes(settings.nodes));
+    let hetzner =
+        matches!(kind, Kind::OursHcloud(_)).then(|| hetzner_with_routes(settings.nodes));
     let started = Instant::now();
     let mut f = Figures::default();
     let process = match kind {
@@ -381,8 +409,10 @@ fn measure(
             f.every_route = since(started, at);
             Process::Upstream(c)
         }
-        Kind::OursFake | Kind::OursHcloud => {
+        Kind::OursFake(build) | Kind::OursHcloud(build) => {
+            let binary = build.binary().unwrap_or_else(|e| panic!("{}: {e}", kind.label()));
             let mut spawn = Spawn::new()
+                .binary(binary)
                 .args([
                     "--leader-elect=false",
                     WATCH_MODE,
@@ -413,7 +443,7 @@ fn measure(
             c.wait_ready(SYNC_TIMEOUT);
             f.sync = started.elapsed();
             let (metric, labels, want): (&str, &[(&str, &str)], f64) = match kind {
-                Kind::OursFake => (
+                Kind::OursFake(_) => (
                     "route_controller_cloud_requests_total",
                     &[("operation", "create"), ("outcome", "success")],
                     settings.nodes as f64,

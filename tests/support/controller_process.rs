@@ -58,6 +58,9 @@ pub struct ControllerProcess {
 pub struct Spawn {
     args: Vec<String>,
     env: Vec<(String, String)>,
+    /// Another build of the controller (the benchmarks' static musl build); the one
+    /// Cargo built for this run when `None`.
+    binary: Option<std::path::PathBuf>,
 }
 
 impl Spawn {
@@ -86,6 +89,12 @@ impl Spawn {
         self
     }
 
+    /// Runs `binary` instead of the build Cargo made for this run.
+    pub fn binary(mut self, binary: impl Into<std::path::PathBuf>) -> Spawn {
+        self.binary = Some(binary.into());
+        self
+    }
+
     pub fn spawn(self, label: &str) -> ControllerProcess {
         ControllerProcess::spawn(label, self)
     }
@@ -104,7 +113,11 @@ impl ControllerProcess {
             .try_clone()
             .unwrap_or_else(|e| panic!("clone {}: {e}", log.display()));
 
-        let mut command = Command::new(env!("CARGO_BIN_EXE_route-controller"));
+        let binary = spawn
+            .binary
+            .clone()
+            .unwrap_or_else(|| env!("CARGO_BIN_EXE_route-controller").into());
+        let mut command = Command::new(&binary);
         command
             .arg("run")
             .args(&spawn.args)
@@ -128,7 +141,7 @@ impl ControllerProcess {
             .stderr(stderr);
         let child = command
             .spawn()
-            .unwrap_or_else(|e| panic!("start {}: {e}", env!("CARGO_BIN_EXE_route-controller")));
+            .unwrap_or_else(|e| panic!("start {}: {e}", binary.display()));
         let mut process = ControllerProcess {
             label: label.to_string(),
             child,
