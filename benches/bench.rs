@@ -239,7 +239,13 @@ fn musl_binary() -> Result<std::path::PathBuf, String> {
             let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
             let started = Instant::now();
             let out = std::process::Command::new(cargo)
-                .args(["build", "--release", "--bin", "route-controller", "--target"])
+                .args([
+                    "build",
+                    "--release",
+                    "--bin",
+                    "route-controller",
+                    "--target",
+                ])
                 .arg(MUSL_TARGET)
                 .arg("--target-dir")
                 .arg(&target_dir)

@@ -140,11 +140,14 @@ impl Settings {
             .split(',')
             .map(|k| {
                 let k = k.trim();
-                Kind::ALL.into_iter().find(|kind| kind.key() == k).unwrap_or_else(|| {
-                    let keys: Vec<&str> = Kind::ALL.iter().map(|k| k.key()).collect();
-                    eprintln!("RC_SCALE_RUNS: unknown run {k:?}; use {}", keys.join(", "));
-                    std::process::exit(2)
-                })
+                Kind::ALL
+                    .into_iter()
+                    .find(|kind| kind.key() == k)
+                    .unwrap_or_else(|| {
+                        let keys: Vec<&str> = Kind::ALL.iter().map(|k| k.key()).collect();
+                        eprintln!("RC_SCALE_RUNS: unknown run {k:?}; use {}", keys.join(", "));
+                        std::process::exit(2)
+                    })
             })
             .collect();
         Settings {
@@ -388,8 +391,7 @@ fn measure(
     std::fs::create_dir_all(dir).unwrap_or_else(|e| panic!("create {}: {e}", dir.display()));
     let proxy = FaultProxy::start(api_address(api));
     let kubeconfig = kubeconfig_through(api, proxy.addr(), &dir.join("kubeconfig"));
-    let hetzner =
-        matches!(kind, Kind::OursHcloud(_)).then(|| hetzner_with_routes(settings.nodes));
+    let hetzner = matches!(kind, Kind::OursHcloud(_)).then(|| hetzner_with_routes(settings.nodes));
     let started = Instant::now();
     let mut f = Figures::default();
     let process = match kind {
@@ -410,7 +412,9 @@ fn measure(
             Process::Upstream(c)
         }
         Kind::OursFake(build) | Kind::OursHcloud(build) => {
-            let binary = build.binary().unwrap_or_else(|e| panic!("{}: {e}", kind.label()));
+            let binary = build
+                .binary()
+                .unwrap_or_else(|e| panic!("{}: {e}", kind.label()));
             let mut spawn = Spawn::new()
                 .binary(binary)
                 .args([

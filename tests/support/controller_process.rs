@@ -1,7 +1,8 @@
 //! The `route-controller run` binary as a child process, for end-to-end tests.
 //!
-//! [`ControllerProcess::spawn`] starts the binary Cargo built for this test run with an
-//! empty environment plus only what the test passes (and a temporary `HOME`), so that
+//! [`ControllerProcess::spawn`] starts the binary Cargo built for this test run (or
+//! the build `RC_TEST_CONTROLLER` names: `.ci/run` runs end-to-end tests on the static
+//! musl build with it) with an empty environment plus only what the test passes (and a temporary `HOME`), so that
 //! nothing from the machine (a `~/.kube/config`, `KUBECONFIG`, AWS or Hetzner
 //! variables, proxies) leaks into a test. Its log goes to a file under
 //! `target/tmp/e2e-controllers/`, kept after the test, and the tail of that log is
@@ -116,6 +117,7 @@ impl ControllerProcess {
         let binary = spawn
             .binary
             .clone()
+            .or_else(|| std::env::var_os("RC_TEST_CONTROLLER").map(Into::into))
             .unwrap_or_else(|| env!("CARGO_BIN_EXE_route-controller").into());
         let mut command = Command::new(&binary);
         command
