@@ -779,42 +779,32 @@ mod tests {
         view.list_apply(g);
         view.complete_list(Mode::Watch, at(10));
 
-        let waited = |view: &mut NodeView, n: &str, c: &str, now: u64| {
-            view.route_created(n, cidr(c), at(now)).map(|d| d.as_secs())
-        };
-        assert_eq!(
-            waited(&mut view, "a", "10.0.0.0/24", 20),
-            Some(20),
-            "since t0"
-        );
-        assert_eq!(
-            waited(&mut view, "b", "10.0.9.0/24", 20),
-            Some(10),
-            "changed"
-        );
-        assert_eq!(waited(&mut view, "b", "10.0.1.0/24", 20), None, "dropped");
-        assert_eq!(waited(&mut view, "c", "10.0.2.0/24", 20), None, "gone");
-        assert_eq!(waited(&mut view, "d", "10.0.4.0/24", 20), None, "routed");
-        assert_eq!(waited(&mut view, "e", "10.0.5.0/24", 20), Some(19), "event");
-        assert_eq!(waited(&mut view, "f", "10.0.7.0/24", 20), Some(10), "new");
-        assert_eq!(waited(&mut view, "g", "10.0.6.0/24", 20), Some(20), "first");
-        assert_eq!(
-            waited(&mut view, "g", "fd00:6::/64", 30),
-            Some(30),
-            "second"
-        );
-        assert_eq!(waited(&mut view, "g", "10.0.6.0/24", 40), None, "once");
-        assert_eq!(
-            waited(&mut view, "h", "fd00:8::/64", 20),
-            Some(10),
-            "marked"
-        );
-        assert_eq!(
-            waited(&mut view, "h", "10.0.8.0/24", 30),
-            Some(20),
-            "the other"
-        );
-        assert_eq!(waited(&mut view, "h", "fd00:8::/64", 40), None, "once");
+        // (node, CIDR, its route created at (s), waited for (s), why), in this order.
+        let expected: [(&str, &str, u64, Option<u64>, &str); 13] = [
+            (
+                "a",
+                "10.0.0.0/24",
+                20,
+                Some(20),
+                "waited since t0, across the relist",
+            ),
+            ("b", "10.0.9.0/24", 20, Some(10), "changed in the relist"),
+            ("b", "10.0.1.0/24", 20, None, "dropped"),
+            ("c", "10.0.2.0/24", 20, None, "gone"),
+            ("d", "10.0.4.0/24", 20, None, "routed before the relist"),
+            ("e", "10.0.5.0/24", 20, Some(19), "since its watch event"),
+            ("f", "10.0.7.0/24", 20, Some(10), "new in the relist"),
+            ("g", "10.0.6.0/24", 20, Some(20), "the first of two"),
+            ("g", "fd00:6::/64", 30, Some(30), "the second"),
+            ("g", "10.0.6.0/24", 40, None, "counted once"),
+            ("h", "fd00:8::/64", 20, Some(10), "marked by the relist"),
+            ("h", "10.0.8.0/24", 30, Some(20), "the other, marked too"),
+            ("h", "fd00:8::/64", 40, None, "counted once"),
+        ];
+        for (node, c, now, waited, why) in expected {
+            let got = view.route_created(node, cidr(c), at(now));
+            assert_eq!(got.map(|d| d.as_secs()), waited, "{node} {c}: {why}");
+        }
         assert!(view.cidr_seen.is_empty());
         assert!(view.nodes().all(|k| !k.waits_since_list));
     }
