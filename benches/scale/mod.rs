@@ -422,6 +422,11 @@ fn measure(
                     WATCH_MODE,
                     &format!("--cluster-cidr={}", scale_cluster::CLUSTER_CIDR),
                     &format!("--kubeconfig={}", kubeconfig.display()),
+                    // In a cluster a relist comes hours after the last list of the
+                    // cloud, so the relist's pass lists the routes again: so it does
+                    // here, in every run (the glibc hcloud run, which plays no status
+                    // reports, would otherwise relist on a view minutes old).
+                    "--route-list-max-age=1s",
                 ])
                 .args(settings.ours_args.iter().cloned());
             // As the generated Deployment runs it (`cargo bench -- rss` does too).

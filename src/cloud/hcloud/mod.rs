@@ -353,6 +353,8 @@ impl HcloudRoutes {
     ) -> Result<Arc<ServerSnapshot>, ApiError> {
         let snapshot = self.servers(max_age)?;
         if missing(&snapshot) && snapshot.age(Instant::now()) > self.refresh_on_miss_after {
+            // Let the old snapshot go before the new one is listed (see ServerCache::get).
+            drop(snapshot);
             return self.servers(self.refresh_on_miss_after);
         }
         Ok(snapshot)

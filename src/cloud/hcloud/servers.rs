@@ -237,6 +237,10 @@ impl ServerCache {
             };
         }
         state.fetching = true;
+        // The old snapshot is stale for this caller; keeping it while the new one is
+        // listed and indexed would hold two (megabytes each at 50 000 servers) at the
+        // peak. Threads that still use it keep their own `Arc`.
+        state.snapshot = None;
         drop(state);
         let started = Instant::now();
         let result = fetch();
@@ -388,6 +392,22 @@ mod tests {
         assert_eq!(calls.load(Ordering::SeqCst), 1);
         cache.get(Duration::ZERO, fetch).unwrap();
         assert_eq!(calls.load(Ordering::SeqCst), 2);
+    }
+
+    #[test]
+    fn an_old_snapshot_is_not_held_while_the_new_one_is_listed() {
+        let cache = ServerCache::new();
+        let old = Arc::downgrade(
+            &cache
+                .get(Duration::ZERO, || Ok(ServerList::default()))
+                .unwrap(),
+        );
+        cache
+            .get(Duration::ZERO, || {
+                assert!(old.upgrade().is_none(), "the old snapshot is still held");
+                Ok(ServerList::default())
+            })
+            .unwrap();
     }
 
     #[test]
