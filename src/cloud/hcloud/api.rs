@@ -132,6 +132,9 @@ impl<'a> Request<'a> {
 /// The largest reply accepted (a page of 50 servers is a few tens of kilobytes).
 const MAX_REPLY_BYTES: u64 = 16 << 20;
 
+/// The buffer a reply is decoded through.
+const READ_BUFFER: usize = 16 << 10;
+
 /// The blocking API client, shared by all threads of one provider.
 pub(super) struct Client {
     agent: ureq::Agent,
@@ -259,21 +262,30 @@ impl Client {
             .map(str::to_string);
         self.observe_rate(&headers, status, others_in_flight);
         self.record(request.endpoint, Some(status));
-        let body = response
-            .body_mut()
-            .with_config()
-            .limit(MAX_REPLY_BYTES)
-            .read_to_vec()
-            .map_err(|e| transport_error(&e, request.method, &what))?;
         let context = Context {
             what: &what,
             status,
             correlation: correlation.as_deref(),
         };
         if (200..300).contains(&status) {
-            return serde_json::from_slice(&body)
+            // Decoded as it is read: a network of 50 000 routes is megabytes of JSON,
+            // which held whole beside what it decodes to would raise the peak of every
+            // list. A reply cut short fails the decoding, as transient as a transport
+            // error after sending.
+            let body = response
+                .body_mut()
+                .with_config()
+                .limit(MAX_REPLY_BYTES)
+                .reader();
+            return serde_json::from_reader(std::io::BufReader::with_capacity(READ_BUFFER, body))
                 .map_err(|e| undecodable(request.method, &context, &e));
         }
+        let body = response
+            .body_mut()
+            .with_config()
+            .limit(MAX_REPLY_BYTES)
+            .read_to_vec()
+            .map_err(|e| transport_error(&e, request.method, &what))?;
         Err(api_error(
             request.method,
             &context,
