@@ -376,6 +376,7 @@ fn every_mapped_error_code_on_add_route_reaches_its_cloud_error_kind() {
         (Fault::BareStatus(502), CloudErrorKind::Ambiguous),
         (Fault::Garbage, CloudErrorKind::Ambiguous),
         (Fault::Close, CloudErrorKind::Ambiguous),
+        (Fault::CutShort, CloudErrorKind::Ambiguous),
     ];
     for (fault, expected) in cases {
         double.inject("POST", &add_route, 1, fault.clone());
@@ -407,6 +408,7 @@ fn errors_on_reads_are_retried_not_ambiguous() {
         Fault::BareStatus(503),
         Fault::Garbage,
         Fault::Close,
+        Fault::CutShort,
     ] {
         double.inject("GET", &network, 1, fault.clone());
         assert_eq!(

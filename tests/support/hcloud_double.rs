@@ -36,6 +36,9 @@ pub enum Fault {
     Close,
     /// Process the request, then answer 200 with a body that is not JSON.
     Garbage,
+    /// Process the request, then send the head of its answer and half of its body,
+    /// and close the connection (a reply cut short).
+    CutShort,
 }
 
 impl Fault {
@@ -523,6 +526,17 @@ fn read_request(reader: &mut BufReader<TcpStream>) -> Option<HttpRequest> {
 }
 
 fn write_reply(stream: &mut TcpStream, status: u16, headers: &[(String, String)], body: &[u8]) {
+    write_reply_part(stream, status, headers, body, body.len());
+}
+
+/// Writes a reply whose head announces all of `body` but only its first `sent` bytes.
+fn write_reply_part(
+    stream: &mut TcpStream,
+    status: u16,
+    headers: &[(String, String)],
+    body: &[u8],
+    sent: usize,
+) {
     let reason = match status {
         200 => "OK",
         201 => "Created",
@@ -550,7 +564,7 @@ fn write_reply(stream: &mut TcpStream, status: u16, headers: &[(String, String)]
     // One write: a head and a body in two small segments would meet Nagle's algorithm
     // and the peer's delayed ACK, 40 ms per reply.
     let mut message = head.into_bytes();
-    message.extend_from_slice(body);
+    message.extend_from_slice(&body[..sent.min(body.len())]);
     let _ = stream.write_all(&message);
     let _ = stream.flush();
 }
@@ -568,6 +582,10 @@ fn serve_connection(stream: TcpStream, inner: &Inner) {
         let outcome = handle(inner, &request);
         let (status, body, headers) = match outcome {
             Outcome::Close => return,
+            Outcome::CutShort { status, body } => {
+                write_reply_part(&mut stream, status, &[], &body, body.len() / 2);
+                return;
+            }
             Outcome::Reply {
                 status,
                 body,
@@ -594,6 +612,11 @@ enum Outcome {
         headers: Vec<(String, String)>,
     },
     Close,
+    /// Send the head and half the body, then close.
+    CutShort {
+        status: u16,
+        body: Vec<u8>,
+    },
 }
 
 /// Authenticates, charges the budget, applies injected faults and routes the request.
@@ -681,12 +704,18 @@ fn handle(inner: &Inner, request: &HttpRequest) -> Outcome {
             std::thread::sleep(d);
             state = inner.state.lock().unwrap_or_else(|e| e.into_inner());
         }
-        Some(Fault::Garbage) | None => {}
+        Some(Fault::Garbage | Fault::CutShort) | None => {}
     }
     let now = state.now();
     settle(&mut state, now);
     let answer = route(&mut state, request);
     record(&mut state, answer.status);
+    if matches!(fault, Some(Fault::CutShort)) {
+        return Outcome::CutShort {
+            status: answer.status,
+            body: serde_json::to_vec(&answer.body).unwrap_or_default(),
+        };
+    }
     if matches!(fault, Some(Fault::Garbage)) {
         return Outcome::Reply {
             status: 200,
