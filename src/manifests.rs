@@ -512,17 +512,17 @@ fn deployment(out: &mut String, opts: &ManifestOptions) {
             periodSeconds: 5
             timeoutSeconds: 3
             failureThreshold: 2
-          # From the measured footprint (README, `cargo bench -- rss`, Hetzner provider,
-          # one arena as set above): peak RSS 13.5 MiB at 5 000 nodes and 74.7 MiB at
-          # 50 000. The request covers 5 000 nodes; the limit leaves 50 000 nodes twice
-          # their peak, and room for them without the arena limit (90.9 MiB over a
-          # relist), so that the kernel never kills it mid-pass.
+          # From the measured footprint (README: `cargo bench -- rss` and `-- scale`,
+          # Hetzner provider, the allocator settings above): peak RSS at most 9.8 MiB
+          # at 5 000 nodes and 32.4 MiB at 50 000, over a relist too, glibc or musl
+          # build. The request covers 5 000 nodes with room; the limit is about twice
+          # the peak at 50 000 nodes, so that the kernel never kills it mid-pass.
           resources:
             requests:
               cpu: 10m
-              memory: 32Mi
+              memory: 16Mi
             limits:
-              memory: 160Mi
+              memory: 64Mi
           securityContext:
             allowPrivilegeEscalation: false
             readOnlyRootFilesystem: true

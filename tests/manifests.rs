@@ -544,9 +544,9 @@ fn the_pod_runs_unprivileged_with_small_resources() {
         |m: &Option<BTreeMap<String, k8s_openapi::apimachinery::pkg::api::resource::Quantity>>,
          k: &str| { m.as_ref().and_then(|m| m.get(k)).map(|q| q.0.clone()) };
     assert_eq!(get(&resources.requests, "cpu").as_deref(), Some("10m"));
-    assert_eq!(get(&resources.requests, "memory").as_deref(), Some("32Mi"));
+    assert_eq!(get(&resources.requests, "memory").as_deref(), Some("16Mi"));
     // Above the measured 113.9 MiB at 50 000 nodes over a relist (README, `cargo bench -- rss`).
-    assert_eq!(get(&resources.limits, "memory").as_deref(), Some("160Mi"));
+    assert_eq!(get(&resources.limits, "memory").as_deref(), Some("64Mi"));
 }
 
 /// The credential entries of `c`'s env: all of it but the allocator settings, which
