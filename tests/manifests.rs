@@ -545,7 +545,7 @@ fn the_pod_runs_unprivileged_with_small_resources() {
          k: &str| { m.as_ref().and_then(|m| m.get(k)).map(|q| q.0.clone()) };
     assert_eq!(get(&resources.requests, "cpu").as_deref(), Some("10m"));
     assert_eq!(get(&resources.requests, "memory").as_deref(), Some("16Mi"));
-    // Above the measured 113.9 MiB at 50 000 nodes over a relist (README, `cargo bench -- rss`).
+    // About twice the measured 32.4 MiB at 50 000 nodes over a relist (README, `cargo bench -- scale`).
     assert_eq!(get(&resources.limits, "memory").as_deref(), Some("64Mi"));
 }
 
