@@ -870,36 +870,20 @@ fn wait_for_relist(
 ) -> Result<(), String> {
     loop {
         check_alive(child, start)?;
-        let (_, metrics) = http_get(metrics_port, "/metrics").unwrap_or_default();
-        let relists = metric_sum(&metrics, "route_controller_watch_relists_total");
-        let relist_passes = metrics
-            .lines()
-            .filter(|l| {
-                l.starts_with("route_controller_passes_total{") && l.contains("trigger=\"relist\"")
-            })
-            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-            .sum::<f64>();
-        let cloud_lists = metrics
-            .lines()
-            .filter(|l| {
-                l.starts_with("route_controller_cloud_requests_total{")
-                    && l.contains("operation=\"list\"")
-            })
-            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-            .sum::<f64>();
+        let (_, text) = http_get(metrics_port, "/metrics").unwrap_or_default();
+        let metrics = controller_process::prometheus::parse(&text).unwrap_or_default();
+        let sum = |name, labels| controller_process::sum(&metrics, name, labels);
+        let relists = sum("route_controller_watch_relists_total", &[]);
+        let relist_passes = sum("route_controller_passes_total", &[("trigger", "relist")]);
+        let cloud_lists = sum(
+            "route_controller_cloud_requests_total",
+            &[("operation", "list")],
+        );
         if relists >= 2.0 && relist_passes >= 1.0 && cloud_lists >= 2.0 {
             return Ok(());
         }
         std::thread::sleep(Duration::from_millis(100));
     }
-}
-
-fn metric_sum(metrics: &str, name: &str) -> f64 {
-    metrics
-        .lines()
-        .filter(|l| l.starts_with(name) && !l.starts_with('#'))
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum()
 }
 
 fn check_alive(child: &mut std::process::Child, start: Instant) -> Result<(), String> {

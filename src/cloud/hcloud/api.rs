@@ -267,23 +267,17 @@ impl Client {
             status,
             correlation: correlation.as_deref(),
         };
+        let body = response.body_mut().with_config().limit(MAX_REPLY_BYTES);
         if (200..300).contains(&status) {
             // Decoded as it is read: a network of 50 000 routes is megabytes of JSON,
             // which held whole beside what it decodes to would raise the peak of every
             // list. A reply cut short fails the decoding, as transient as a transport
             // error after sending.
-            let body = response
-                .body_mut()
-                .with_config()
-                .limit(MAX_REPLY_BYTES)
-                .reader();
-            return serde_json::from_reader(std::io::BufReader::with_capacity(READ_BUFFER, body))
+            let reader = std::io::BufReader::with_capacity(READ_BUFFER, body.reader());
+            return serde_json::from_reader(reader)
                 .map_err(|e| undecodable(request.method, &context, &e));
         }
-        let body = response
-            .body_mut()
-            .with_config()
-            .limit(MAX_REPLY_BYTES)
+        let body = body
             .read_to_vec()
             .map_err(|e| transport_error(&e, request.method, &what))?;
         Err(api_error(
