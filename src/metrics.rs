@@ -220,14 +220,17 @@ pub enum CloudOperation {
     Create,
     /// A route delete.
     Delete,
+    /// Several creates and deletes in one request (a provider that batches).
+    Apply,
 }
 
 impl CloudOperation {
     /// Every operation, in the order the series are exported.
-    pub const ALL: [CloudOperation; 3] = [
+    pub const ALL: [CloudOperation; 4] = [
         CloudOperation::List,
         CloudOperation::Create,
         CloudOperation::Delete,
+        CloudOperation::Apply,
     ];
 
     /// The label value.
@@ -236,6 +239,7 @@ impl CloudOperation {
             CloudOperation::List => "list",
             CloudOperation::Create => "create",
             CloudOperation::Delete => "delete",
+            CloudOperation::Apply => "apply",
         }
     }
 }
@@ -316,8 +320,8 @@ pub struct Metrics {
     /// From a node first showing a pod CIDR to its route existing in the cloud.
     pub node_to_route: Histogram,
     provider: Mutex<&'static str>,
-    cloud_requests: [[Counter; 9]; 3],
-    cloud_duration: [Histogram; 3],
+    cloud_requests: [[Counter; 9]; CloudOperation::ALL.len()],
+    cloud_duration: [Histogram; CloudOperation::ALL.len()],
     /// HTTP requests to a provider's API by (provider, endpoint, status); status 0 is
     /// "no reply". Endpoints carry `-` for IDs, so the set stays small.
     cloud_api: Mutex<BTreeMap<(&'static str, &'static str, u16), u64>>,

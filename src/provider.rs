@@ -81,12 +81,80 @@ pub trait Routes: Send + Sync {
         Vec::new()
     }
 
+    /// How many route changes the provider applies to its route tables in one request
+    /// ([`Routes::apply_changes`]): Azure writes a route table whole (one PUT with its
+    /// ETag), Neutron takes a list of routes in one `add_extraroutes`. The controller
+    /// then sends a pass's creates and deletes as one operation of at most this many
+    /// changes, with one such write in flight at a time; changes planned meanwhile
+    /// join the next one. `None` (the default): one change a request, through
+    /// [`Routes::create_route`] and [`Routes::delete_route`].
+    fn batch_size(&self) -> Option<usize> {
+        None
+    }
+
+    /// Applies `changes` to the provider's route tables in one request, when
+    /// [`Routes::batch_size`] says it can. `Ok` carries one outcome per change, in
+    /// order, with the same meaning as the outcome of a single create or delete
+    /// (`NotFound` for a delete of a route that is gone, `Refused` from the pre-flight
+    /// check of a create, which then leaves the rest of the batch to go). `Err` means
+    /// the request as a whole failed, and stands for every change: a refused write
+    /// (`Conflict` for another writer's change of the table, `RateLimited`) changed
+    /// nothing; `Ambiguous` may have changed everything. Never report a change done
+    /// that the table does not hold. The default applies the changes one by one.
+    fn apply_changes(
+        &self,
+        cluster_name: &str,
+        changes: &[RouteChange],
+    ) -> Result<Vec<Result<(), CloudError>>, CloudError> {
+        Ok(changes
+            .iter()
+            .map(|change| match change {
+                RouteChange::Create {
+                    route,
+                    name_hint,
+                    target,
+                } => self.create_route(cluster_name, name_hint, route, target),
+                RouteChange::Delete { route } => self.delete_route(cluster_name, route),
+            })
+            .collect())
+    }
+
     /// Checks a create against what the provider already knows, sending nothing that
     /// changes anything: `Err` with [`CloudErrorKind::Refused`] (a reason and the fix)
     /// when the create cannot succeed. `create_route` runs the same check first; `plan`
     /// runs it alone. Default: no check.
     fn preflight(&self, _route: &Route, _target: &RouteTarget) -> Result<(), CloudError> {
         Ok(())
+    }
+}
+
+/// One change of a batch ([`Routes::apply_changes`]): what a single
+/// [`Routes::create_route`] or [`Routes::delete_route`] would be given.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum RouteChange {
+    /// Create `route` to `target`; `name_hint` is the node UID.
+    Create {
+        /// The route: destination and target node.
+        route: Route,
+        /// The node's UID, upstream's name hint.
+        name_hint: String,
+        /// The node the route points at, as the provider needs it.
+        target: RouteTarget,
+    },
+    /// Delete `route`, as listed (or as created, with an empty name).
+    Delete {
+        /// The route.
+        route: Route,
+    },
+}
+
+impl RouteChange {
+    /// The route the change is about.
+    pub fn route(&self) -> &Route {
+        match self {
+            RouteChange::Create { route, .. } | RouteChange::Delete { route } => route,
+        }
     }
 }
 
@@ -128,6 +196,10 @@ pub struct Budget {
     pub requests_per_create: u32,
     /// Requests a delete is charged when it is sent (default 1).
     pub requests_per_delete: u32,
+    /// Requests a batch of changes ([`Routes::apply_changes`]) is charged when it is
+    /// sent, whatever its size (default 1; Azure: the PUT and one poll of its
+    /// long-running operation).
+    pub requests_per_batch: u32,
 }
 
 impl Budget {
@@ -141,6 +213,7 @@ impl Budget {
             requests_per_list: 1,
             requests_per_create: 1,
             requests_per_delete: 1,
+            requests_per_batch: 1,
         }
     }
 
@@ -154,6 +227,12 @@ impl Budget {
     pub fn requests_per_mutation(mut self, n: u32) -> Budget {
         self.requests_per_create = n.max(1);
         self.requests_per_delete = n.max(1);
+        self
+    }
+
+    /// The same, with a batch of changes charged `n` requests (at least 1).
+    pub fn requests_per_batch(mut self, n: u32) -> Budget {
+        self.requests_per_batch = n.max(1);
         self
     }
 

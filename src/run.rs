@@ -173,6 +173,9 @@ impl Builder {
         if config.budget.is_none() {
             config.budget = cloud.budget();
         }
+        if config.batch_size.is_none() {
+            config.batch_size = cloud.batch_size();
+        }
         let identity = lease
             .as_ref()
             .map(|l| l.identity.clone())
@@ -206,7 +209,7 @@ impl Builder {
             cloud,
             fence.clone(),
             config.cluster_name.clone(),
-            workers::pool_size(config.max_in_flight, config.budget),
+            workers::pool_size(config.max_in_flight, config.budget, config.batch_size),
             jobs,
             cloud_replies_tx,
             metrics.clone(),

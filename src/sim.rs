@@ -33,7 +33,7 @@ use crate::controller::{
 };
 use crate::metrics::Metrics;
 use crate::model::{Cidr, Node, NodeAddress, Route};
-use crate::provider::{CloudErrorKind, Routes};
+use crate::provider::{CloudErrorKind, RouteChange, Routes};
 use crate::workers::run_op_metered;
 
 /// The scenarios `simulate` knows.
@@ -638,6 +638,7 @@ impl<'a> World<'a> {
         // (run::Builder); upstream has no client-side limit.
         if mode == Mode::Watch {
             config.budget = cloud.budget();
+            config.batch_size = cloud.batch_size();
         }
         // Upstream sends every create and lets the cloud refuse it.
         config.guard_table_limits = mode == Mode::Watch;
@@ -775,8 +776,16 @@ impl<'a> World<'a> {
         }
         let (mut reply, spent) =
             run_op_metered(self.cloud.as_ref(), "kubernetes", op, &self.metrics);
-        if let CloudOp::Create { route, .. } = op {
-            self.check_fulfilled(route);
+        match op {
+            CloudOp::Create { route, .. } => self.check_fulfilled(route),
+            CloudOp::Apply { changes } => {
+                for change in changes {
+                    if let RouteChange::Create { route, .. } = change {
+                        self.check_fulfilled(route);
+                    }
+                }
+            }
+            _ => {}
         }
         if let CloudReply::Done(Err(e)) | CloudReply::Listed(Err(e)) = &mut reply
             && let CloudErrorKind::RateLimited { .. } = e.kind

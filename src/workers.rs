@@ -77,6 +77,31 @@ fn call(provider: &dyn Routes, cluster_name: &str, op: &CloudOp, metrics: &Metri
             let outcome = outcome_of(&r);
             (CloudReply::Done(r), outcome)
         }
+        CloudOp::Apply { changes } => {
+            let outcomes = match provider.apply_changes(cluster_name, changes) {
+                Ok(outcomes) if outcomes.len() == changes.len() => outcomes,
+                Ok(outcomes) => {
+                    // The provider broke its contract: what happened to the changes it
+                    // did not answer for is unknown, so none of them is trusted.
+                    let e = CloudError::ambiguous(format!(
+                        "{}: {} outcomes for a batch of {} changes",
+                        provider.provider_name(),
+                        outcomes.len(),
+                        changes.len()
+                    ));
+                    vec![Err(e); changes.len()]
+                }
+                Err(e) => vec![Err(e); changes.len()],
+            };
+            // The request's outcome: the first failure of a change that was sent (a
+            // pre-flight refusal sent nothing), else success.
+            let outcome = outcomes
+                .iter()
+                .filter_map(|r| r.as_ref().err())
+                .find(|e| !matches!(e.kind, CloudErrorKind::Refused { .. }))
+                .map_or(CloudOutcome::Success, |e| e.kind.outcome());
+            (CloudReply::Applied(outcomes), outcome)
+        }
     };
     metrics.cloud_request(op.operation(), outcome, start.elapsed());
     reply
@@ -87,6 +112,7 @@ fn fenced(op: &CloudOp, error: CloudError, metrics: &Metrics) -> CloudReply {
     metrics.cloud_request(op.operation(), error.kind.outcome(), Duration::ZERO);
     match op {
         CloudOp::List { .. } => CloudReply::Listed(Err(error)),
+        CloudOp::Apply { changes } => CloudReply::Applied(vec![Err(error); changes.len()]),
         _ => CloudReply::Done(Err(error)),
     }
 }
@@ -113,7 +139,12 @@ fn outcome_of<T>(result: &Result<T, crate::provider::CloudError>) -> CloudOutcom
 /// else is out, and at most `max_in_flight` operations of which at most the budget's
 /// `mutations_at_once` change routes (one on Hetzner, whose network takes one change
 /// at a time). More workers would only wait, each with its stack and allocator cache.
-pub fn pool_size(max_in_flight: usize, budget: Option<Budget>) -> usize {
+/// A provider that batches has one write in flight at a time, and a list goes out
+/// only when nothing else is out: one worker.
+pub fn pool_size(max_in_flight: usize, budget: Option<Budget>, batch_size: Option<usize>) -> usize {
+    if batch_size.is_some() {
+        return 1;
+    }
     budget
         .map_or(max_in_flight, |b| max_in_flight.min(b.mutations_at_once))
         .max(1)
@@ -181,17 +212,18 @@ mod tests {
     use super::*;
 
     /// Guards the pool's size: the budget's changes at once bound it, `max_in_flight`
-    /// bounds it, and there is always one worker.
+    /// bounds it, a provider that batches needs one, and there is always one worker.
     #[test]
     fn the_pool_has_a_worker_per_operation_that_can_be_in_flight() {
         let hetzner = Budget::new(1.0, 10).mutations_at_once(1);
-        assert_eq!(pool_size(16, Some(hetzner)), 1);
+        assert_eq!(pool_size(16, Some(hetzner), None), 1);
         assert_eq!(
-            pool_size(16, Some(Budget::new(1.0, 10).mutations_at_once(4))),
+            pool_size(16, Some(Budget::new(1.0, 10).mutations_at_once(4)), None),
             4
         );
-        assert_eq!(pool_size(2, Some(Budget::new(1.0, 10))), 2);
-        assert_eq!(pool_size(16, None), 16);
-        assert_eq!(pool_size(0, None), 1);
+        assert_eq!(pool_size(2, Some(Budget::new(1.0, 10)), None), 2);
+        assert_eq!(pool_size(16, None, None), 16);
+        assert_eq!(pool_size(0, None, None), 1);
+        assert_eq!(pool_size(16, None, Some(100)), 1);
     }
 }

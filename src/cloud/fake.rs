@@ -16,7 +16,8 @@ use rand::{RngExt, SeedableRng};
 
 use crate::model::{Cidr, Route};
 use crate::provider::{
-    Budget, CloudError, CloudErrorKind, Meter, NodeDirectory, RouteTarget, Routes, TableUsage,
+    Budget, CloudError, CloudErrorKind, Meter, NodeDirectory, RouteChange, RouteTarget, Routes,
+    TableUsage,
 };
 
 /// Which call a counter or an injected failure applies to.
@@ -28,6 +29,8 @@ pub enum Call {
     Create,
     /// A route delete.
     Delete,
+    /// A batch of creates and deletes in one request (with a batch size set).
+    Apply,
 }
 
 /// Call counters, readable while the cloud is in use.
@@ -39,6 +42,11 @@ pub struct Counters {
     pub create: AtomicU64,
     /// Deletes made.
     pub delete: AtomicU64,
+    /// Batches applied (each one request, whatever its size).
+    pub apply: AtomicU64,
+    /// Batches refused because another was still being applied (the table takes one
+    /// write at a time, as an Azure route table does).
+    pub concurrent_applies: AtomicU64,
     /// Calls refused by the server-side rate limit.
     pub rate_limited: AtomicU64,
     /// Calls that failed through injection.
@@ -54,12 +62,16 @@ impl Counters {
             Call::List => self.list.load(Ordering::Relaxed),
             Call::Create => self.create.load(Ordering::Relaxed),
             Call::Delete => self.delete.load(Ordering::Relaxed),
+            Call::Apply => self.apply.load(Ordering::Relaxed),
         }
     }
 
     /// Calls of every kind so far.
     pub fn total(&self) -> u64 {
-        self.get(Call::List) + self.get(Call::Create) + self.get(Call::Delete)
+        self.get(Call::List)
+            + self.get(Call::Create)
+            + self.get(Call::Delete)
+            + self.get(Call::Apply)
     }
 }
 
@@ -76,6 +88,11 @@ pub struct FakeCloud {
     /// target's addresses does; the controller then replaces routes whose node
     /// addresses changed.
     report_node_addresses: std::sync::atomic::AtomicBool,
+    /// Changes applied in one request ([`Routes::apply_changes`]); 0: none, one
+    /// change a request.
+    batch_size: std::sync::atomic::AtomicUsize,
+    /// Batches being applied now.
+    applying: std::sync::atomic::AtomicUsize,
 }
 
 struct State {
@@ -133,7 +150,18 @@ impl FakeCloud {
             latency: Mutex::new(Duration::ZERO),
             clock,
             report_node_addresses: std::sync::atomic::AtomicBool::new(false),
+            batch_size: std::sync::atomic::AtomicUsize::new(0),
+            applying: std::sync::atomic::AtomicUsize::new(0),
         }
+    }
+
+    /// Applies up to `size` changes in one request, declared through
+    /// [`Routes::batch_size`]; `None` (the default): one change a request. A batch
+    /// that arrives while another is being applied is refused with
+    /// [`CloudErrorKind::Conflict`], as a route table that takes one write at a time.
+    pub fn set_batch_size(&self, size: Option<usize>) {
+        self.batch_size
+            .store(size.map_or(0, |n| n.max(1)), Ordering::Relaxed);
     }
 
     /// Limits the table to `limit` routes, reported by [`Routes::route_tables`] as
@@ -237,6 +265,7 @@ impl FakeCloud {
             Call::List => &self.counters.list,
             Call::Create => &self.counters.create,
             Call::Delete => &self.counters.delete,
+            Call::Apply => &self.counters.apply,
         };
         c.fetch_add(1, Ordering::Relaxed);
     }
@@ -407,9 +436,82 @@ impl Routes for FakeCloud {
         self.count(Call::Create);
         let mut s = self.lock();
         let lost = self.admit(&mut s, Call::Create, Some(&cidr))?;
+        let made = self.create_in(&mut s, cluster_name, route, cidr);
+        if lost && made.is_ok() {
+            return Err(lost_reply());
+        }
+        made
+    }
+
+    fn delete_route(&self, _cluster_name: &str, route: &Route) -> Result<(), CloudError> {
+        self.sleep();
+        self.count(Call::Delete);
+        let cidr =
+            Cidr::parse(&route.destination_cidr).map_err(|e| CloudError::invalid(e.to_string()))?;
+        let mut s = self.lock();
+        let lost = self.admit(&mut s, Call::Delete, Some(&cidr))?;
+        let deleted = delete_in(&mut s, route, cidr);
+        if lost && deleted.is_ok() {
+            return Err(lost_reply());
+        }
+        deleted
+    }
+
+    fn batch_size(&self) -> Option<usize> {
+        let size = self.batch_size.load(Ordering::Relaxed);
+        (size > 0).then_some(size)
+    }
+
+    /// One request for the whole batch (one call, one token of the rate limit, one
+    /// injected failure of [`Call::Apply`] for all of it), then each change as a
+    /// create or delete would make it: a pre-flight refusal or a broken destination
+    /// fails that change alone. A lost reply loses every change's outcome.
+    fn apply_changes(
+        &self,
+        cluster_name: &str,
+        changes: &[RouteChange],
+    ) -> Result<Vec<Result<(), CloudError>>, CloudError> {
+        if self.applying.fetch_add(1, Ordering::SeqCst) > 0 {
+            self.applying.fetch_sub(1, Ordering::SeqCst);
+            self.counters
+                .concurrent_applies
+                .fetch_add(1, Ordering::Relaxed);
+            return Err(CloudError::new(
+                CloudErrorKind::Conflict,
+                "fake cloud: another batch is being applied to the table",
+            ));
+        }
+        self.sleep();
+        self.count(Call::Apply);
+        let mut s = self.lock();
+        let outcomes = self.admit(&mut s, Call::Apply, None).map(|lost| {
+            let outcomes: Vec<_> = changes
+                .iter()
+                .map(|change| self.apply_in(&mut s, cluster_name, change))
+                .collect();
+            (lost, outcomes)
+        });
+        drop(s);
+        self.applying.fetch_sub(1, Ordering::SeqCst);
+        match outcomes? {
+            (true, _) => Err(lost_reply()),
+            (false, outcomes) => Ok(outcomes),
+        }
+    }
+}
+
+impl FakeCloud {
+    /// Makes a route after the call was admitted: an identical one counts as made.
+    fn create_in(
+        &self,
+        s: &mut State,
+        cluster_name: &str,
+        route: &Route,
+        cidr: Cidr,
+    ) -> Result<(), CloudError> {
         if let Some(existing) = s.routes.get(&cidr) {
             if existing.target_node == route.target_node && !existing.blackhole {
-                return if lost { Err(lost_reply()) } else { Ok(()) };
+                return Ok(());
             }
             return Err(CloudError::new(
                 CloudErrorKind::AlreadyExists,
@@ -435,26 +537,58 @@ impl Routes for FakeCloud {
             enable_node_addresses: false,
         };
         s.routes.insert(cidr, stored);
-        if lost { Err(lost_reply()) } else { Ok(()) }
+        Ok(())
     }
 
-    fn delete_route(&self, _cluster_name: &str, route: &Route) -> Result<(), CloudError> {
-        self.sleep();
-        self.count(Call::Delete);
+    /// One change of an admitted batch.
+    fn apply_in(
+        &self,
+        s: &mut State,
+        cluster_name: &str,
+        change: &RouteChange,
+    ) -> Result<(), CloudError> {
+        let route = change.route();
         let cidr =
             Cidr::parse(&route.destination_cidr).map_err(|e| CloudError::invalid(e.to_string()))?;
-        let mut s = self.lock();
-        let lost = self.admit(&mut s, Call::Delete, Some(&cidr))?;
-        match s.routes.get(&cidr) {
-            Some(existing) if existing.target_node == route.target_node => {
-                s.routes.remove(&cidr);
-                if lost { Err(lost_reply()) } else { Ok(()) }
-            }
-            _ => Err(CloudError::new(
-                CloudErrorKind::NotFound,
-                format!("fake cloud: no route for {cidr} to {:?}", route.target_node),
-            )),
+        if let RouteChange::Create { .. } = change
+            && let Some(&(reason, lasting)) = s.refused.get(&cidr)
+        {
+            return Err(CloudError::refused(
+                reason,
+                lasting,
+                format!(
+                    "fake cloud: route {cidr} for node {} refused before the call",
+                    route.target_node
+                ),
+            ));
         }
+        if let Some(kind) = s.broken.get(&cidr) {
+            self.counters
+                .injected_failures
+                .fetch_add(1, Ordering::Relaxed);
+            return Err(CloudError::new(
+                *kind,
+                format!("fake cloud: destination refused ({})", kind.outcome()),
+            ));
+        }
+        match change {
+            RouteChange::Create { .. } => self.create_in(s, cluster_name, route, cidr),
+            RouteChange::Delete { .. } => delete_in(s, route, cidr),
+        }
+    }
+}
+
+/// Removes a route after the call was admitted, if it is there to that target.
+fn delete_in(s: &mut State, route: &Route, cidr: Cidr) -> Result<(), CloudError> {
+    match s.routes.get(&cidr) {
+        Some(existing) if existing.target_node == route.target_node => {
+            s.routes.remove(&cidr);
+            Ok(())
+        }
+        _ => Err(CloudError::new(
+            CloudErrorKind::NotFound,
+            format!("fake cloud: no route for {cidr} to {:?}", route.target_node),
+        )),
     }
 }
 

@@ -32,6 +32,8 @@ pub(super) enum Cost {
     List,
     Create,
     Delete,
+    /// A batch of changes, whatever its size.
+    Batch,
 }
 
 impl Cost {
@@ -56,11 +58,14 @@ impl Cost {
 impl Controller {
     /// What an operation still in flight spent, reported just before its answer.
     pub(super) fn on_spent(&mut self, id: OpId, usage: &Usage, now: Instant) {
-        let Some(flight) = self.ops.flight(id) else {
-            log::warn!("budget report for unknown cloud operation {id} ignored");
-            return;
+        let cost = match self.ops.flight(id) {
+            _ if self.is_batch(id) => Cost::Batch,
+            Some(flight) => Cost::of(flight.kind.as_ref()),
+            None => {
+                log::warn!("budget report for unknown cloud operation {id} ignored");
+                return;
+            }
         };
-        let cost = Cost::of(flight.kind.as_ref());
         self.spending.settle(cost, usage, now);
     }
 }
@@ -85,6 +90,7 @@ impl Spending {
             Cost::List => self.budget.requests_per_list,
             Cost::Create => self.budget.requests_per_create,
             Cost::Delete => self.budget.requests_per_delete,
+            Cost::Batch => self.budget.requests_per_batch,
         }
     }
 

@@ -85,6 +85,13 @@ pub struct Config {
     /// controller. Default `None`: [`Builder`](crate::Builder) fills it from the
     /// provider; without one only the provider's refusals pace.
     pub budget: Option<Budget>,
+    /// The provider's batch size ([`Routes::batch_size`](crate::Routes::batch_size)):
+    /// with one, route changes go out as [`CloudOp::Apply`](crate::CloudOp::Apply)
+    /// operations of at most this many changes, one in flight at a time, and
+    /// `max_in_flight` and the budget's `mutations_at_once` no longer apply. Default
+    /// `None`: one operation per change; [`Builder`](crate::Builder) fills it from
+    /// the provider.
+    pub batch_size: Option<usize>,
     /// Delete the routes of nodes that exist but are not routed here (unselected by
     /// the node filter) as if they were gone (`--delete-routes-of-unselected-nodes`,
     /// default false: they are left alone, so that a selector typo cannot delete the
@@ -116,6 +123,7 @@ impl Config {
             handover_relist: None,
             seed: None,
             budget: None,
+            batch_size: None,
             drain_timeout: Duration::from_secs(10),
             delete_routes_of_unselected_nodes: false,
             guard_table_limits: true,

@@ -11,7 +11,7 @@ use super::report::PassReport;
 use crate::model::{Condition, Node, Route};
 use crate::node_filter::Unselected;
 use crate::plan::DeleteReason;
-use crate::provider::{CloudError, NodeDirectory, RouteTarget, TableUsage, Usage};
+use crate::provider::{CloudError, NodeDirectory, RouteChange, RouteTarget, TableUsage, Usage};
 
 /// An event from the node watch, with the relist markers of kube-rs's watcher.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -91,6 +91,9 @@ pub enum CloudReply {
     Listed(Result<super::RouteList, CloudError>),
     /// The answer to [`CloudOp::Create`] or [`CloudOp::Delete`].
     Done(Result<(), CloudError>),
+    /// The answer to [`CloudOp::Apply`]: one outcome per change, in the order sent (a
+    /// request that failed as a whole gives its error for every change).
+    Applied(Vec<Result<(), CloudError>>),
     /// What the operation spent of the cloud's budget and what the cloud said about
     /// it, sent with the operation's id just before its answer (optional: without it
     /// the declared cost stands). The controller corrects its budget from it.
@@ -193,6 +196,13 @@ pub enum CloudOp {
         /// Why the planner wants it gone.
         reason: DeleteReason,
     },
+    /// Apply several creates and deletes to the route tables in one request
+    /// ([`Routes::apply_changes`](crate::Routes::apply_changes)), for a provider that
+    /// declares a batch size; answer with [`CloudReply::Applied`].
+    Apply {
+        /// The changes, each for a destination of its own.
+        changes: Vec<RouteChange>,
+    },
 }
 
 impl CloudOp {
@@ -202,6 +212,7 @@ impl CloudOp {
             CloudOp::List { .. } => crate::metrics::CloudOperation::List,
             CloudOp::Create { .. } => crate::metrics::CloudOperation::Create,
             CloudOp::Delete { .. } => crate::metrics::CloudOperation::Delete,
+            CloudOp::Apply { .. } => crate::metrics::CloudOperation::Apply,
         }
     }
 }

@@ -16,7 +16,8 @@
 //! 3. The planner turns nodes and routes into deletes and creates. Operations queue per
 //!    destination CIDR, a delete before the create that replaces it, and at most one
 //!    operation per destination and `max_in_flight` in total are dispatched, each only
-//!    when the cloud's budget lets it go out at once.
+//!    when the cloud's budget lets it go out at once. A provider that batches gets
+//!    them as one operation of several changes, one such write in flight at a time.
 //! 4. As each node's creates resolve, its `NetworkUnavailable` condition is written
 //!    from what the cloud now holds. When every operation has resolved the pass ends
 //!    with a [`PassReport`].
@@ -26,10 +27,11 @@
 //! (the planner), and nothing is written unless this replica leads.
 //!
 //! This file reads top-down: construction, `handle`, starting a pass, planning and
-//! queueing, dispatch, replies. The parts own their state: `nodes` (the node view),
-//! `scheduler` (coalescing and periodic timers), `passes` (reports), `ops` (the queue),
-//! `budget`, `retries`, `conditions`, `view` (the cloud's routes); `timers` reads every
-//! timer into one table whose earliest entry is `next_deadline`; `messages` is the
+//! queueing, replies; `dispatch` sends, and `batches` sends for a provider that
+//! batches. The parts own their state: `nodes` (the node view), `scheduler`
+//! (coalescing and periodic timers), `passes` (reports), `ops` (the queue), `budget`,
+//! `retries`, `conditions`, `view` (the cloud's routes); `timers` reads every timer
+//! into one table whose earliest entry is `next_deadline`; `messages` is the
 //! vocabulary.
 
 use std::collections::{BTreeSet, HashSet};
@@ -39,13 +41,15 @@ use std::time::{Duration, Instant};
 use crate::metrics::{Metrics, SyncOutcome};
 use crate::model::{Cidr, Node, Route};
 use crate::plan::{self, Plan};
-use crate::provider::{CloudError, CloudErrorKind, RouteTarget};
+use crate::provider::{CloudError, CloudErrorKind};
 
+mod batches;
 mod budget;
 mod cause;
 mod compact;
 mod conditions;
 mod config;
+mod dispatch;
 mod known;
 mod lifecycle;
 mod messages;
@@ -69,11 +73,11 @@ pub use messages::{
 pub use report::PassReport;
 pub use view::RouteList;
 
-use budget::{Cost, Spending};
+use budget::Spending;
 use conditions::Conditions;
 use known::Known;
 use nodes::NodeView;
-use ops::{OpKind, Operations, Order, Planned, Queued};
+use ops::{OpKind, Operations, Planned, Queued};
 use passes::Passes;
 use refusals::Refusals;
 use retries::Retries;
@@ -126,6 +130,8 @@ pub struct Controller {
     tables: Tables,
     /// Creates the provider refused before sending them.
     refusals: Refusals,
+    /// The batch of changes in flight, for a provider that batches.
+    batch: Option<batches::Batch>,
 }
 
 /// A pass that needs a list before it can plan.
@@ -170,6 +176,7 @@ impl Controller {
             conditions: Conditions::default(),
             tables: Tables::default(),
             refusals: Refusals::default(),
+            batch: None,
         }
     }
 
@@ -502,153 +509,6 @@ impl Controller {
         }
     }
 
-    // --- cloud operations ---------------------------------------------------------
-
-    fn op_id(&mut self) -> OpId {
-        let id = self.next_op;
-        self.next_op += 1;
-        id
-    }
-
-    /// Sends the list a planning pass waits for, or queued operations, oldest first,
-    /// one per destination and at most `max_in_flight` in total.
-    fn dispatch(&mut self, now: Instant, out: &mut Vec<Command>) {
-        if let Some(planning) = &self.planning {
-            // Nothing else goes out while a pass waits to list.
-            if planning.list.is_none()
-                && self.ops.in_flight() == 0
-                && self.spending.can_send(Cost::List, now)
-            {
-                self.spending.spend(Cost::List, now);
-                let pass = planning.pass;
-                let id = self.op_id();
-                let nodes = self.nodes.directory();
-                self.ops.list_sent(id, pass, now);
-                if let Some(p) = &mut self.planning {
-                    p.list = Some(id);
-                }
-                let cause = self.passes.cause_of(pass);
-                if let Some(r) = self.passes.report(pass) {
-                    r.cloud_calls += 1;
-                    r.listed = true;
-                }
-                out.push(Command::Cloud {
-                    id,
-                    op: CloudOp::List { nodes },
-                    cause,
-                });
-            }
-            return;
-        }
-        while self.ops.in_flight() < self.config.max_in_flight
-            && self.ops.mutations_in_flight() < self.spending.mutations_at_once()
-        {
-            let order = self.dispatch_order();
-            let Some(cost) = self
-                .ops
-                .peek_next_of(order)
-                .map(|q| Cost::of_planned(&q.op))
-            else {
-                break;
-            };
-            if !self.spending.can_send(cost, now) {
-                break;
-            }
-            let Some(queued) = self.ops.take_next_of(order) else {
-                break;
-            };
-            let Some(kind) = self.request_for(&queued.op) else {
-                // The node is gone or no longer has this pod CIDR; the pass its
-                // change triggered plans again.
-                self.passes.resolve(queued.pass, |r| r.deferred += 1);
-                self.maybe_finish(queued.pass, now, out);
-                continue;
-            };
-            let id = self.op_id();
-            let op = match &kind {
-                OpKind::Create(c) => CloudOp::Create {
-                    route: c.route.clone(),
-                    name_hint: c.name_hint.clone(),
-                    target: RouteTarget {
-                        node_name: c.route.target_node.clone(),
-                        provider_id: c.provider_id.clone(),
-                        addresses: c.route.target_node_addresses.clone(),
-                    },
-                },
-                OpKind::Delete(d) => CloudOp::Delete {
-                    route: d.route.clone(),
-                    reason: d.reason,
-                },
-            };
-            let cause = self.passes.cause_of(queued.pass);
-            if let Some(r) = self.passes.report(queued.pass) {
-                r.cloud_calls += 1;
-            }
-            self.spending.spend(cost, now);
-            self.ops.sent(id, kind, queued.pass, now);
-            out.push(Command::Cloud { id, op, cause });
-        }
-        self.hold_what_cannot_fit(now, out);
-    }
-
-    /// Which queued operations may go next: deletes once the node view is whole; a
-    /// create only if it fits in the route tables; near their limit, deletes first.
-    fn dispatch_order(&self) -> Order {
-        let room = self.create_room();
-        Order {
-            deletes_allowed: self.nodes.is_synced(),
-            creates_allowed: room != Some(0),
-            deletes_first: room.is_some_and(|r| r < self.ops.queued_creates()),
-        }
-    }
-
-    /// With no room and nothing in flight or queued that could make some, the queued
-    /// creates are held instead of waiting (or being sent to be refused).
-    fn hold_what_cannot_fit(&mut self, now: Instant, out: &mut Vec<Command>) {
-        if self.create_room() != Some(0)
-            || self.ops.queued_creates() == 0
-            || self.ops.creates_in_flight() > 0
-            || self.ops.deletes_pending()
-        {
-            return;
-        }
-        let held = self
-            .ops
-            .retain_queued(|q| !matches!(q.op, Planned::Create(_)));
-        let mut passes = BTreeSet::new();
-        let mut nodes = BTreeSet::new();
-        for q in held {
-            if let Planned::Create(c) = &q.op {
-                self.hold_create(c.cidr, &c.node, q.pass, out);
-                nodes.insert((c.node.clone(), q.pass));
-            }
-            self.passes.resolve(q.pass, |r| r.deferred += 1);
-            passes.insert(q.pass);
-        }
-        for (node, pass) in nodes {
-            if self.ops.pending_creates(&node) == 0 {
-                self.write_condition_for(&node, None, pass, out);
-            }
-        }
-        for pass in passes {
-            self.maybe_finish(pass, now, out);
-        }
-    }
-
-    /// The request for a queued operation, from the node as it is now.
-    fn request_for(&self, op: &Planned) -> Option<OpKind> {
-        match op {
-            Planned::Delete(d) => Some(OpKind::Delete((**d).clone())),
-            Planned::Create(c) => {
-                let known = self.nodes.get(&c.node)?;
-                if !known.has_cidr(c.cidr) {
-                    return None;
-                }
-                Some(OpKind::Create(c.request(known)))
-            }
-        }
-    }
-
     fn on_cloud_reply(
         &mut self,
         id: OpId,
@@ -663,6 +523,9 @@ impl Controller {
             // Belongs to the list `id`, whose reply follows.
             self.on_tables(tables);
             return;
+        }
+        if self.is_batch(id) {
+            return self.on_applied(reply, now, out);
         }
         let Some(flight) = self.ops.complete(id) else {
             log::warn!("reply for unknown cloud operation {id} ignored");

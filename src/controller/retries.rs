@@ -83,6 +83,22 @@ impl Retries {
         );
     }
 
+    /// The routes of `cidrs` that wait for a retry are all tried again at the earliest
+    /// of their instants: they failed in one request, and are tried again in one.
+    pub fn align(&mut self, cidrs: &[Cidr]) {
+        let earliest = cidrs
+            .iter()
+            .filter_map(|c| self.routes.get(c))
+            .map(|r| r.not_before)
+            .min();
+        let Some(earliest) = earliest else { return };
+        for c in cidrs {
+            if let Some(r) = self.routes.get_mut(c) {
+                r.not_before = earliest;
+            }
+        }
+    }
+
     /// The route's operation succeeded (or is moot): no retry.
     pub fn route_done(&mut self, cidr: Cidr) {
         self.routes.remove(&cidr);

@@ -123,6 +123,13 @@ impl Controller {
         let cost = match &self.planning {
             Some(p) if p.list.is_none() && self.ops.in_flight() == 0 => Cost::List,
             Some(_) => return None,
+            None if self.config.batch_size.is_some() => {
+                if self.batch.is_some() {
+                    return None;
+                }
+                self.ops.peek_next_of(self.dispatch_order())?;
+                Cost::Batch
+            }
             None if self.ops.in_flight() < self.config.max_in_flight
                 && self.ops.mutations_in_flight() < self.spending.mutations_at_once() =>
             {

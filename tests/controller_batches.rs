@@ -1,0 +1,355 @@
+//! Batched changes (issue 25, item 1), in virtual time against the in-memory cloud set
+//! to apply several changes in one request: a pass's creates and deletes go out as one
+//! write, at most one is in flight, what is planned meanwhile joins the next one, an
+//! idle controller writes at once, and every per-route rule holds inside a batch (its
+//! own outcome, retry, room in the table, one operation per destination, deletes only
+//! with a whole node view, nothing after the lease is lost).
+
+#[path = "support/driver.rs"]
+mod driver;
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use driver::*;
+use route_controller::cloud::fake::{Call, FakeCloud};
+use route_controller::model::{Cidr, Node};
+use route_controller::{CloudErrorKind, CloudOp, Input, NodeEvent, RouteChange};
+
+fn n(i: usize) -> Node {
+    node(
+        &format!("n{i}"),
+        &[&format!("10.0.{i}.0/24")],
+        &format!("192.168.0.{i}"),
+    )
+}
+
+fn cidr(s: &str) -> Cidr {
+    Cidr::parse(s).expect("test CIDR")
+}
+
+/// A driver whose cloud applies up to `size` changes in one request.
+fn batching(size: usize) -> Driver {
+    let cloud = Arc::new(FakeCloud::new());
+    cloud.set_batch_size(Some(size));
+    let mut config = watch_config();
+    config.batch_size = Some(size);
+    Driver::with_cloud(config, cloud)
+}
+
+/// The changes of every batch sent, in order, each as `create n1` or `delete n1`.
+fn batches(d: &Driver) -> Vec<Vec<String>> {
+    d.sent
+        .iter()
+        .filter_map(|(_, op)| match op {
+            CloudOp::Apply { changes } => Some(changes.iter().map(describe).collect()),
+            _ => None,
+        })
+        .collect()
+}
+
+fn describe(change: &RouteChange) -> String {
+    match change {
+        RouteChange::Create { route, .. } => format!("create {}", route.destination_cidr),
+        RouteChange::Delete { route } => format!("delete {}", route.destination_cidr),
+        other => format!("{other:?}"),
+    }
+}
+
+fn batches_pending(d: &Driver) -> usize {
+    d.pending
+        .iter()
+        .filter(|(_, op)| matches!(op, CloudOp::Apply { .. }))
+        .count()
+}
+
+fn answer_list(d: &mut Driver) {
+    assert!(
+        matches!(d.pending.front(), Some((_, CloudOp::List { .. }))),
+        "a list is pending: {:?}",
+        d.pending
+    );
+    d.answer_one();
+}
+
+/// Guards "one write for the pass": with the batching off in the controller, each
+/// route would be its own create.
+#[test]
+fn a_pass_sends_its_creates_as_one_write() {
+    let mut d = batching(100);
+    d.start((1..=5).map(n).collect());
+    assert_eq!(
+        batches(&d),
+        vec![
+            (1..=5)
+                .map(|i| format!("create 10.0.{i}.0/24"))
+                .collect::<Vec<_>>()
+        ]
+    );
+    assert_eq!(d.count("create"), 0);
+    assert_eq!(d.cloud.counters().get(Call::Apply), 1);
+    assert_eq!(d.cloud_routes().len(), 5);
+    for i in 1..=5 {
+        let c = &d.conditions[&format!("n{i}")];
+        assert_eq!(c.status, "False", "n{i}: {c:?}");
+    }
+}
+
+/// Guards "no window": the write goes out in the same step as the list's answer, and
+/// a node added to an idle controller is routed by its first pass's one write.
+#[test]
+fn an_idle_controller_writes_a_new_nodes_route_at_once() {
+    let mut d = batching(100);
+    d.start(vec![n(1)]);
+    d.advance(secs(60.0));
+    let before = d.sent.len();
+    d.node_event(NodeEvent::Added(n(2)));
+    // The first trigger after a quiet period starts its pass at once; the view is
+    // fresh, so the write is the only call.
+    assert_eq!(batches_pending(&d), 1, "{:?}", d.pending);
+    assert_eq!(d.sent.len(), before + 1);
+    assert_eq!(d.sent.last().map(|(at, _)| *at), Some(d.elapsed()));
+    d.settle();
+    assert_eq!(d.cloud_routes().len(), 2);
+}
+
+/// Guards "at most one write in flight" and "planned meanwhile joins the next": with
+/// the in-flight check gone, the second batch would go out beside the first.
+#[test]
+fn changes_planned_during_a_write_join_the_next_one() {
+    let mut d = batching(100);
+    d.list((1..=3).map(n).collect());
+    answer_list(&mut d);
+    assert_eq!(batches_pending(&d), 1);
+    for i in 4..=6 {
+        d.node_event(NodeEvent::Added(n(i)));
+        d.now += secs(2.0);
+        d.feed(Input::Tick);
+        assert_eq!(
+            batches_pending(&d),
+            1,
+            "one write in flight: {:?}",
+            d.pending
+        );
+    }
+    d.answer_one();
+    assert_eq!(batches_pending(&d), 1);
+    d.settle();
+    assert_eq!(
+        batches(&d),
+        vec![
+            (1..=3)
+                .map(|i| format!("create 10.0.{i}.0/24"))
+                .collect::<Vec<_>>(),
+            (4..=6).map(|i| format!("create 10.0.{i}.0/24")).collect(),
+        ]
+    );
+    assert_eq!(d.cloud_routes().len(), 6);
+}
+
+/// Guards the batch size: a batch never holds more changes than the provider takes.
+#[test]
+fn a_batch_holds_at_most_the_providers_batch_size() {
+    let mut d = batching(2);
+    d.list((1..=5).map(n).collect());
+    answer_list(&mut d);
+    while !d.pending.is_empty() {
+        assert!(batches_pending(&d) <= 1);
+        d.answer_one();
+    }
+    let sizes: Vec<usize> = batches(&d).iter().map(Vec::len).collect();
+    assert_eq!(sizes, vec![2, 2, 1]);
+    assert_eq!(d.cloud_routes().len(), 5);
+}
+
+/// Guards "each change keeps its own outcome": one destination the cloud refuses
+/// fails alone, is retried alone after its backoff, and its node's condition says so
+/// while the others are routed.
+#[test]
+fn a_failed_change_is_retried_alone_after_its_backoff() {
+    let mut d = batching(100);
+    d.cloud
+        .break_destination(cidr("10.0.2.0/24"), CloudErrorKind::Retry { after: None });
+    d.start((1..=3).map(n).collect());
+    assert_eq!(d.cloud_routes().len(), 2);
+    assert_eq!(d.conditions["n1"].status, "False");
+    assert_eq!(d.conditions["n3"].status, "False");
+    assert!(d.conditions.get("n2").is_none_or(|c| c.status != "False"));
+    d.cloud.heal_destination(cidr("10.0.2.0/24"));
+    d.advance(secs(10.0));
+    assert_eq!(d.cloud_routes().len(), 3);
+    let all = batches(&d);
+    assert_eq!(all.last(), Some(&vec!["create 10.0.2.0/24".to_string()]));
+    assert_eq!(d.conditions["n2"].status, "False");
+}
+
+/// Guards a refusal of the whole write (another writer's change, a busy table): it
+/// stands for every change, each is retried, and nothing is reported done before.
+#[test]
+fn a_write_refused_as_a_whole_is_retried_for_every_route() {
+    let mut d = batching(100);
+    d.cloud.fail_next(Call::Apply, [CloudErrorKind::Conflict]);
+    d.start((1..=3).map(n).collect());
+    assert!(d.cloud_routes().is_empty());
+    for i in 1..=3 {
+        assert!(
+            d.conditions
+                .get(&format!("n{i}"))
+                .is_none_or(|c| c.status != "False"),
+            "n{i} reported routed with no route"
+        );
+    }
+    d.advance(secs(10.0));
+    assert_eq!(d.cloud_routes().len(), 3);
+    assert_eq!(batches(&d).len(), 2);
+    assert!(d.conditions.values().all(|c| c.status == "False"));
+}
+
+/// Guards the lost reply: the changes may have been made, so the view is not trusted
+/// and the next pass lists before it writes again.
+#[test]
+fn a_lost_reply_makes_the_next_pass_list_first() {
+    let mut d = batching(100);
+    d.cloud.fail_next(Call::Apply, [CloudErrorKind::Ambiguous]);
+    d.start((1..=2).map(n).collect());
+    assert_eq!(d.count("list"), 1);
+    d.advance(secs(10.0));
+    assert!(d.count("list") >= 2, "listed again: {:?}", d.sent);
+    assert_eq!(d.cloud_routes().len(), 2);
+    // Both routes were made by the lost write: the list shows it, nothing is sent
+    // again.
+    assert_eq!(batches(&d).len(), 1);
+}
+
+/// Guards "one operation per destination": a replacement (the node's address changed)
+/// deletes the old route in one write and creates the new one in the next.
+#[test]
+fn a_replacement_takes_two_writes() {
+    let mut d = batching(100);
+    d.cloud.set_report_node_addresses(true);
+    d.cloud.seed([route_controller::model::Route {
+        target_node_addresses: n(1).addresses,
+        ..route("r1", "n1", "10.0.1.0/24")
+    }]);
+    d.start(vec![n(1)]);
+    assert!(batches(&d).is_empty(), "{:?}", d.sent);
+    let moved = Node {
+        addresses: vec![route_controller::model::NodeAddress::internal_ip(
+            "192.168.0.99",
+        )],
+        ..bumped(n(1), 2)
+    };
+    d.node_event(NodeEvent::Modified(moved));
+    d.settle();
+    assert_eq!(
+        batches(&d),
+        [
+            vec!["delete 10.0.1.0/24".to_string()],
+            vec!["create 10.0.1.0/24".to_string()]
+        ]
+    );
+    let route = d.cloud.route(&cidr("10.0.1.0/24")).expect("route");
+    assert_eq!(
+        route.target_node_addresses,
+        vec![route_controller::model::NodeAddress::internal_ip(
+            "192.168.0.99"
+        )]
+    );
+}
+
+/// Guards invariant 1 inside a batch: while the node view relists, a write carries
+/// creates only; the delete waits for the whole view.
+#[test]
+fn deletes_wait_for_a_whole_node_view() {
+    let mut d = batching(100);
+    d.cloud.seed([route("old", "gone", "10.0.9.0/24")]);
+    d.feed(Input::Node(NodeEvent::Init));
+    d.feed(Input::Node(NodeEvent::InitApply(n(1))));
+    d.feed(Input::Node(NodeEvent::InitDone));
+    answer_list(&mut d);
+    assert_eq!(
+        batches(&d),
+        vec![vec![
+            "delete 10.0.9.0/24".to_string(),
+            "create 10.0.1.0/24".to_string()
+        ]]
+    );
+    d.settle();
+    // A relist begins while a new node's write is being planned: nothing goes out
+    // until it is whole again.
+    d.cloud.seed([route("old2", "gone2", "10.0.8.0/24")]);
+    d.advance(secs(400.0));
+    d.feed(Input::Node(NodeEvent::Init));
+    d.feed(Input::Node(NodeEvent::InitApply(n(1))));
+    d.feed(Input::Node(NodeEvent::InitApply(n(2))));
+    assert!(d.pending.is_empty(), "{:?}", d.pending);
+    d.feed(Input::Node(NodeEvent::InitDone));
+    d.settle();
+    assert_eq!(
+        batches(&d).last(),
+        Some(&vec![
+            "delete 10.0.8.0/24".to_string(),
+            "create 10.0.2.0/24".to_string()
+        ])
+    );
+}
+
+/// Guards room in the table: a write carries no more creates than the table can take;
+/// the rest are held with `RouteTableFull`.
+#[test]
+fn a_write_carries_no_more_creates_than_fit() {
+    let mut d = batching(100);
+    d.cloud.set_route_limit(Some(3));
+    d.start((1..=5).map(n).collect());
+    assert_eq!(
+        batches(&d).iter().map(Vec::len).collect::<Vec<_>>(),
+        vec![3]
+    );
+    assert_eq!(d.cloud.counters().table_full.load(Ordering::Relaxed), 0);
+    assert_eq!(d.cloud_routes().len(), 3);
+    let held: Vec<_> = d
+        .conditions
+        .iter()
+        .filter(|(_, c)| c.reason == "RouteTableFull")
+        .map(|(n, _)| n.clone())
+        .collect();
+    assert_eq!(held.len(), 2, "{:?}", d.conditions);
+}
+
+/// Guards the budget: a write is charged once, whatever it carries, so a cloud that
+/// takes one request a second routes 50 nodes in two requests, not fifty seconds.
+#[test]
+fn a_write_is_charged_once_whatever_it_carries() {
+    let cloud = Arc::new(FakeCloud::new());
+    cloud.set_batch_size(Some(100));
+    cloud.set_rate_limit(1.0, 2);
+    let mut config = watch_config();
+    config.batch_size = Some(100);
+    config.budget = route_controller::Routes::budget(cloud.as_ref());
+    let mut d = Driver::with_cloud(config, cloud);
+    d.list((1..=50).map(n).collect());
+    d.advance(secs(3.0));
+    assert_eq!(d.cloud_routes().len(), 50);
+    assert_eq!(d.cloud.counters().rate_limited.load(Ordering::Relaxed), 0);
+    assert_eq!(d.cloud.counters().total(), 2);
+}
+
+/// Guards fencing: once the lease is lost nothing more is written, and what was
+/// queued behind the write in flight is dropped.
+#[test]
+fn no_write_goes_out_after_the_lease_is_lost() {
+    let mut config = watch_config();
+    config.batch_size = Some(2);
+    config.leader_election = true;
+    let cloud = Arc::new(FakeCloud::new());
+    cloud.set_batch_size(Some(2));
+    let mut d = Driver::with_cloud(config, cloud);
+    d.feed(Input::Leadership(true));
+    d.list((1..=5).map(n).collect());
+    answer_list(&mut d);
+    assert_eq!(batches_pending(&d), 1);
+    d.feed(Input::Leadership(false));
+    d.settle();
+    d.advance(secs(30.0));
+    assert_eq!(batches(&d).len(), 1, "{:?}", d.sent);
+}
