@@ -40,7 +40,7 @@ use route_controller::plan;
 use route_controller::{
     Cidr, CloudError, CloudErrorKind, CloudOp, CloudReply, Command, Condition, Config, Controller,
     Exit, Input, Metrics, Mode, Node, NodeAddress, NodeDirectory, NodeEvent, OpId, Route,
-    WriteError,
+    RouteChange, RouteTarget, WriteError,
 };
 
 const NODES: u8 = 4;
@@ -160,6 +160,9 @@ struct Case {
     /// address change replaces the route.
     reports_addresses: bool,
     seed: u64,
+    /// The provider applies up to this many changes in one request (not in upstream's
+    /// mode, which has no such thing).
+    batch_size: Option<usize>,
     /// The cluster before the controller starts: (node, cidrs, address) per node.
     initial_nodes: Vec<(u8, u8, u8)>,
     /// Routes in the cloud before the controller starts: for the initial nodes (some
@@ -238,6 +241,7 @@ fn case() -> impl Strategy<Value = Case> {
         proptest::collection::vec(step(), 1..60),
         // Shutdown is rare, or little would converge; an index shrinks well.
         prop::option::weighted(0.05, any::<prop::sample::Index>()),
+        prop_oneof![2 => Just(None), 1 => Just(Some(1usize)), 1 => Just(Some(3))],
     )
         .prop_map(
             |(
@@ -251,6 +255,7 @@ fn case() -> impl Strategy<Value = Case> {
                 first_list_delivered,
                 mut steps,
                 shutdown,
+                batch_size,
             )| {
                 if let Some(at) = shutdown {
                     steps.insert(at.index(steps.len() + 1), Step::Shutdown);
@@ -261,6 +266,7 @@ fn case() -> impl Strategy<Value = Case> {
                     max_in_flight,
                     reports_addresses,
                     seed,
+                    batch_size: batch_size.filter(|_| mode != Mode::UpstreamWatch),
                     initial_nodes,
                     initial_routes,
                     first_list_delivered,
@@ -465,6 +471,7 @@ impl Run {
         config.max_in_flight = case.max_in_flight;
         config.min_resync_period = Duration::from_secs(3600);
         config.seed = Some(case.seed);
+        config.batch_size = case.batch_size;
         let metrics = Arc::new(Metrics::new());
         let mut run = Run {
             ctrl: Controller::new(config.clone(), metrics.clone()),
@@ -622,6 +629,7 @@ impl Run {
                         CloudOp::List { .. } => "list",
                         CloudOp::Create { .. } => "create",
                         CloudOp::Delete { .. } => "delete",
+                        CloudOp::Apply { .. } => "batch",
                         other => {
                             return Err(format!("an operation this test does not know: {other:?}"));
                         }
@@ -753,51 +761,42 @@ impl Run {
                     CloudOp::List { .. } => Ok(()),
                     CloudOp::Delete { route, .. } => {
                         writer("delete")?;
-                        if !self.complete {
-                            return Err(format!(
-                                "delete of {} before the node view is complete (invariant 1)",
-                                route.destination_cidr
-                            ));
-                        }
-                        let cidr = Cidr::parse(&route.destination_cidr)
-                            .map_err(|e| format!("delete of an unparsable route: {e}"))?;
-                        // Upstream's rule, restated here rather than called, so that
-                        // a broken planner cannot excuse itself.
-                        let cluster = cluster_cidrs()[0];
-                        let responsible =
-                            cluster.contains(cidr.network()) || cluster.contains(cidr.last());
-                        if !responsible || self.foreign.contains(&route.destination_cidr) {
-                            return Err(format!(
-                                "delete of {cidr}, outside the cluster CIDRs (invariant 2)"
-                            ));
-                        }
-                        self.one_per_destination(&cidr)
+                        self.check_delete(route)
                     }
                     CloudOp::Create { route, target, .. } => {
                         writer("create")?;
-                        let cidr = Cidr::parse(&route.destination_cidr)
-                            .map_err(|e| format!("create of an unparsable route: {e}"))?;
-                        let Some(node) = self.told.get(&route.target_node) else {
-                            return Err(format!(
-                                "create of {cidr} for node {} which is gone",
-                                route.target_node
-                            ));
-                        };
-                        if !node.pod_cidrs.iter().any(|c| Cidr::parse(c) == Ok(cidr)) {
-                            return Err(format!(
-                                "create of {cidr} for node {} which no longer has that pod CIDR",
-                                node.name
-                            ));
-                        }
-                        if route.target_node_addresses != node.addresses
-                            || target.addresses != node.addresses
+                        self.check_create(route, target)
+                    }
+                    CloudOp::Apply { changes } => {
+                        writer("batch")?;
+                        if self
+                            .pending
+                            .iter()
+                            .any(|(_, op)| matches!(op, CloudOp::Apply { .. }))
                         {
-                            return Err(format!(
-                                "create of {cidr} with addresses {:?}, the node has {:?}",
-                                route.target_node_addresses, node.addresses
-                            ));
+                            return Err("a second batch while one is in flight".into());
                         }
-                        self.one_per_destination(&cidr)
+                        let mut destinations = BTreeSet::new();
+                        for change in changes {
+                            match change {
+                                RouteChange::Create { route, target, .. } => {
+                                    self.check_create(route, target)?
+                                }
+                                RouteChange::Delete { route } => self.check_delete(route)?,
+                                other => {
+                                    return Err(format!(
+                                        "a change this test does not know: {other:?}"
+                                    ));
+                                }
+                            }
+                            if !destinations.insert(change.route().destination_cidr.clone()) {
+                                return Err(format!(
+                                    "two changes of {} in one batch (invariant 3)",
+                                    change.route().destination_cidr
+                                ));
+                            }
+                        }
+                        Ok(())
                     }
                     other => Err(format!("an operation this test does not know: {other:?}")),
                 }
@@ -820,12 +819,60 @@ impl Run {
         }
     }
 
+    /// Invariants 1 and 2 for a delete, alone or in a batch.
+    fn check_delete(&self, route: &Route) -> Result<(), String> {
+        if !self.complete {
+            return Err(format!(
+                "delete of {} before the node view is complete (invariant 1)",
+                route.destination_cidr
+            ));
+        }
+        let cidr = Cidr::parse(&route.destination_cidr)
+            .map_err(|e| format!("delete of an unparsable route: {e}"))?;
+        // Upstream's rule, restated here rather than called, so that a broken planner
+        // cannot excuse itself.
+        let cluster = cluster_cidrs()[0];
+        let responsible = cluster.contains(cidr.network()) || cluster.contains(cidr.last());
+        if !responsible || self.foreign.contains(&route.destination_cidr) {
+            return Err(format!(
+                "delete of {cidr}, outside the cluster CIDRs (invariant 2)"
+            ));
+        }
+        self.one_per_destination(&cidr)
+    }
+
+    /// A create, alone or in a batch, is for a node that exists and has the pod CIDR,
+    /// built from the node as it is now.
+    fn check_create(&self, route: &Route, target: &RouteTarget) -> Result<(), String> {
+        let cidr = Cidr::parse(&route.destination_cidr)
+            .map_err(|e| format!("create of an unparsable route: {e}"))?;
+        let Some(node) = self.told.get(&route.target_node) else {
+            return Err(format!(
+                "create of {cidr} for node {} which is gone",
+                route.target_node
+            ));
+        };
+        if !node.pod_cidrs.iter().any(|c| Cidr::parse(c) == Ok(cidr)) {
+            return Err(format!(
+                "create of {cidr} for node {} which no longer has that pod CIDR",
+                node.name
+            ));
+        }
+        if route.target_node_addresses != node.addresses || target.addresses != node.addresses {
+            return Err(format!(
+                "create of {cidr} with addresses {:?}, the node has {:?}",
+                route.target_node_addresses, node.addresses
+            ));
+        }
+        self.one_per_destination(&cidr)
+    }
+
     /// Invariant 3: at most one operation per destination in flight.
     fn one_per_destination(&self, cidr: &Cidr) -> Result<(), String> {
+        let is = |route: &Route| Cidr::parse(&route.destination_cidr).ok() == Some(*cidr);
         let busy = self.pending.iter().any(|(_, op)| match op {
-            CloudOp::Create { route, .. } | CloudOp::Delete { route, .. } => {
-                Cidr::parse(&route.destination_cidr).ok() == Some(*cidr)
-            }
+            CloudOp::Create { route, .. } | CloudOp::Delete { route, .. } => is(route),
+            CloudOp::Apply { changes } => changes.iter().any(|c| is(c.route())),
             _ => false,
         });
         if busy {
@@ -898,6 +945,23 @@ impl Run {
         }
         let (id, op) = self.pending.remove(pick as usize % self.pending.len());
         let reply = match (&op, fault) {
+            (CloudOp::Apply { changes }, Fault::Refused(r)) => {
+                // A refusal of the whole request (NotFound and AlreadyExists are a
+                // change's own, and come from the cloud's state).
+                match r.kind() {
+                    CloudErrorKind::NotFound | CloudErrorKind::AlreadyExists => self.carry_out(&op),
+                    kind => CloudReply::Applied(vec![
+                        Err(CloudError::new(kind, "refused"));
+                        changes.len()
+                    ]),
+                }
+            }
+            (CloudOp::Apply { changes }, Fault::Lost { applied }) => {
+                if applied {
+                    let _ = self.carry_out(&op);
+                }
+                CloudReply::Applied(vec![Err(CloudError::ambiguous("timed out")); changes.len()])
+            }
             (_, Fault::Refused(r)) if self.cloud.would(&op, r.kind()) => {
                 let kind = r.kind();
                 match op {
@@ -921,11 +985,19 @@ impl Run {
         let outcome = match &reply {
             CloudReply::Listed(Ok(_)) | CloudReply::Done(Ok(())) => "ok",
             CloudReply::Listed(Err(e)) | CloudReply::Done(Err(e)) => e.kind.outcome().as_str(),
+            CloudReply::Applied(outcomes) => match outcomes.iter().find_map(|o| o.as_ref().err()) {
+                Some(e) => e.kind.outcome().as_str(),
+                None => "ok",
+            },
             // run_op's reply is never a budget report nor the tables.
             CloudReply::Spent(_) => "budget report",
             CloudReply::Tables(_) => "tables",
+            other => panic!("a reply this test does not know: {other:?}"),
         };
         self.seen.insert(format!("reply {outcome}"));
+        if let CloudReply::Applied(_) = &reply {
+            self.seen.insert(format!("batch reply {outcome}"));
+        }
         if let Fault::Lost { applied: true } = fault {
             self.seen.insert("lost after taking effect".into());
         }
@@ -950,6 +1022,16 @@ impl Run {
             CloudOp::List { nodes } => CloudReply::Listed(Ok(self.cloud.list(nodes).into())),
             CloudOp::Create { route, .. } => CloudReply::Done(self.cloud.create(route)),
             CloudOp::Delete { route, .. } => CloudReply::Done(self.cloud.delete(route)),
+            CloudOp::Apply { changes } => CloudReply::Applied(
+                changes
+                    .iter()
+                    .map(|change| match change {
+                        RouteChange::Create { route, .. } => self.cloud.create(route),
+                        RouteChange::Delete { route } => self.cloud.delete(route),
+                        other => panic!("a change this test does not know: {other:?}"),
+                    })
+                    .collect(),
+            ),
             other => panic!("an operation this test does not know: {other:?}"),
         }
     }
@@ -1292,6 +1374,10 @@ fn random_runs_reach_every_fault() {
         "sent list",
         "sent create",
         "sent delete",
+        "sent batch",
+        "batch reply ok",
+        "batch reply conflict",
+        "batch reply ambiguous",
         "reply ok",
         "lost after taking effect",
         // A lost lease ends the process (Exit), so no reply reaches a replica that is
@@ -1339,6 +1425,7 @@ fn scenario(
         max_in_flight: 16,
         reports_addresses,
         seed: 1,
+        batch_size: None,
         initial_nodes,
         initial_routes,
         first_list_delivered: NODES,
@@ -1436,6 +1523,7 @@ fn a_replacement_in_flight_is_not_planned_again_as_another_create() {
         max_in_flight: 16,
         reports_addresses: true,
         seed: 0,
+        batch_size: None,
         initial_nodes: vec![(2, 13, 0)],
         initial_routes: vec![Step::Apply {
             node: 3,

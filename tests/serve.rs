@@ -141,7 +141,7 @@ fn the_scrape_parses_back_with_every_family_issue_5_asks_for() {
     );
     assert_eq!(
         exposition.label_values("route_controller_cloud_requests_total", "operation"),
-        BTreeSet::from(["list", "create", "delete"].map(String::from))
+        BTreeSet::from(["list", "create", "delete", "apply"].map(String::from))
     );
 
     // What was recorded comes back.

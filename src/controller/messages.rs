@@ -85,6 +85,7 @@ pub enum Input {
 
 /// A cloud worker's answer.
 #[derive(Clone, Debug)]
+#[non_exhaustive]
 pub enum CloudReply {
     /// The answer to [`CloudOp::List`]: the routes as the provider listed them, kept
     /// compact (`RouteList::from(vec_of_routes)` makes one).
