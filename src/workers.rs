@@ -210,6 +210,79 @@ pub fn spawn(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::model::Route;
+    use crate::provider::{NodeDirectory, RouteChange, RouteTarget};
+
+    /// A provider whose batches answer `answer`.
+    struct Answers(Result<Vec<Result<(), CloudError>>, CloudError>);
+
+    impl Routes for Answers {
+        fn provider_name(&self) -> &'static str {
+            "answers"
+        }
+        fn list_routes(&self, _: &str, _: &NodeDirectory) -> Result<Vec<Route>, CloudError> {
+            Ok(Vec::new())
+        }
+        fn create_route(
+            &self,
+            _: &str,
+            _: &str,
+            _: &Route,
+            _: &RouteTarget,
+        ) -> Result<(), CloudError> {
+            Ok(())
+        }
+        fn delete_route(&self, _: &str, _: &Route) -> Result<(), CloudError> {
+            Ok(())
+        }
+        fn apply_changes(
+            &self,
+            _: &str,
+            _: &[RouteChange],
+        ) -> Result<Vec<Result<(), CloudError>>, CloudError> {
+            self.0.clone()
+        }
+    }
+
+    fn kinds(provider: &dyn Routes, changes: usize) -> Vec<Option<CloudErrorKind>> {
+        let change = RouteChange::Delete {
+            route: Route::default(),
+        };
+        let op = CloudOp::Apply {
+            changes: vec![change; changes],
+        };
+        match run_op(provider, "kubernetes", &op, &Metrics::new()) {
+            CloudReply::Applied(outcomes) => outcomes
+                .into_iter()
+                .map(|o| o.err().map(|e| e.kind))
+                .collect(),
+            other => panic!("not a batch's answer: {other:?}"),
+        }
+    }
+
+    /// Guards the batch's answer: a request that failed as a whole fails every change,
+    /// and a provider that answers for fewer or more changes than it was given has
+    /// every change ambiguous, never one taken for another's outcome.
+    #[test]
+    fn a_batch_is_answered_once_for_each_change() {
+        let conflict = CloudError::new(CloudErrorKind::Conflict, "busy");
+        assert_eq!(
+            kinds(&Answers(Err(conflict)), 2),
+            vec![Some(CloudErrorKind::Conflict); 2]
+        );
+        assert_eq!(
+            kinds(&Answers(Ok(vec![Ok(())])), 2),
+            vec![Some(CloudErrorKind::Ambiguous); 2]
+        );
+        let done = Ok(vec![
+            Ok(()),
+            Err(CloudError::new(CloudErrorKind::NotFound, "gone")),
+        ]);
+        assert_eq!(
+            kinds(&Answers(done), 2),
+            vec![None, Some(CloudErrorKind::NotFound)]
+        );
+    }
 
     /// Guards the pool's size: the budget's changes at once bound it, `max_in_flight`
     /// bounds it, a provider that batches needs one, and there is always one worker.

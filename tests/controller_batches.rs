@@ -169,18 +169,18 @@ fn a_batch_holds_at_most_the_providers_batch_size() {
 fn a_failed_change_is_retried_alone_after_its_backoff() {
     let mut d = batching(100);
     d.cloud
-        .break_destination(cidr("10.0.2.0/24"), CloudErrorKind::Retry { after: None });
+        .break_destination(cidr("10.0.1.0/24"), CloudErrorKind::Retry { after: None });
     d.start((1..=3).map(n).collect());
     assert_eq!(d.cloud_routes().len(), 2);
-    assert_eq!(d.conditions["n1"].status, "False");
+    assert_eq!(d.conditions["n2"].status, "False");
     assert_eq!(d.conditions["n3"].status, "False");
-    assert!(d.conditions.get("n2").is_none_or(|c| c.status != "False"));
-    d.cloud.heal_destination(cidr("10.0.2.0/24"));
+    assert!(d.conditions.get("n1").is_none_or(|c| c.status != "False"));
+    d.cloud.heal_destination(cidr("10.0.1.0/24"));
     d.advance(secs(10.0));
     assert_eq!(d.cloud_routes().len(), 3);
     let all = batches(&d);
-    assert_eq!(all.last(), Some(&vec!["create 10.0.2.0/24".to_string()]));
-    assert_eq!(d.conditions["n2"].status, "False");
+    assert_eq!(all.last(), Some(&vec!["create 10.0.1.0/24".to_string()]));
+    assert_eq!(d.conditions["n1"].status, "False");
 }
 
 /// Guards a refusal of the whole write (another writer's change, a busy table): it
@@ -316,22 +316,54 @@ fn a_write_carries_no_more_creates_than_fit() {
     assert_eq!(held.len(), 2, "{:?}", d.conditions);
 }
 
-/// Guards the budget: a write is charged once, whatever it carries, so a cloud that
-/// takes one request a second routes 50 nodes in two requests, not fifty seconds.
-#[test]
-fn a_write_is_charged_once_whatever_it_carries() {
+/// A driver whose cloud batches up to 100 changes and takes `per_second` requests a
+/// second with a bucket of `burst`, the controller spending the budget it declares.
+fn batching_limited(per_second: f64, burst: u32) -> Driver {
     let cloud = Arc::new(FakeCloud::new());
     cloud.set_batch_size(Some(100));
-    cloud.set_rate_limit(1.0, 2);
+    cloud.set_rate_limit(per_second, burst);
     let mut config = watch_config();
     config.batch_size = Some(100);
     config.budget = route_controller::Routes::budget(cloud.as_ref());
-    let mut d = Driver::with_cloud(config, cloud);
+    Driver::with_cloud(config, cloud)
+}
+
+/// When the batch of 50 changes was sent, in seconds from the start.
+fn batch_sent_at(d: &Driver) -> Option<f64> {
+    d.sent
+        .iter()
+        .find(|(_, op)| matches!(op, CloudOp::Apply { .. }))
+        .map(|(at, _)| at.as_secs_f64())
+}
+
+/// Guards the charge: a write costs one request, whatever it carries, so with two
+/// requests in the bucket the list and the write of 50 routes both go at once.
+#[test]
+fn a_write_is_charged_once_whatever_it_carries() {
+    let mut d = batching_limited(1.0, 3);
     d.list((1..=50).map(n).collect());
-    d.advance(secs(3.0));
+    d.settle();
+    assert_eq!(batch_sent_at(&d), Some(0.0));
     assert_eq!(d.cloud_routes().len(), 50);
     assert_eq!(d.cloud.counters().rate_limited.load(Ordering::Relaxed), 0);
     assert_eq!(d.cloud.counters().total(), 2);
+}
+
+/// Guards the budget's wake-up: a write that waits for the bucket is sent as soon as
+/// it has refilled (about a second at one request a second), not at the next input.
+#[test]
+fn a_write_waiting_for_the_budget_goes_when_it_refills() {
+    let mut d = batching_limited(1.0, 2);
+    d.list((1..=50).map(n).collect());
+    d.settle();
+    assert_eq!(batch_sent_at(&d), None, "the list took the only request");
+    let wake = d.ctrl.next_deadline().map(|at| (at - d.t0).as_secs_f64());
+    assert!(wake.is_some_and(|w| (0.9..1.2).contains(&w)), "{wake:?}");
+    d.advance(secs(5.0));
+    let sent = batch_sent_at(&d);
+    assert!(sent.is_some_and(|s| (0.9..1.2).contains(&s)), "{sent:?}");
+    assert_eq!(d.cloud_routes().len(), 50);
+    assert_eq!(d.cloud.counters().rate_limited.load(Ordering::Relaxed), 0);
 }
 
 /// Guards fencing: once the lease is lost nothing more is written, and what was
