@@ -36,6 +36,8 @@ use crate::model::{Cidr, Node, NodeAddress, Route};
 use crate::provider::{CloudErrorKind, RouteChange, Routes};
 use crate::workers::run_op_metered;
 
+pub mod azure;
+
 /// The scenarios `simulate` knows.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Scenario {

@@ -358,10 +358,20 @@ static SIMULATE: Spec = Spec {
         "Flags",
         &[
             Flag::new(
+                "cloud",
+                Kind::String,
+                "fake: each mode (poll, upstream-style watch, ours) against an in-memory \
+                 cloud; azure: ours beside a model of cloud-provider-azure's route updater, \
+                 on one Azure route table (scenarios idle-add, scale-out, rolling-upgrade, \
+                 second-writer; --nodes, --duration, --latency and --chart do not apply)",
+            )
+            .default("fake"),
+            Flag::new(
                 "scenario",
                 Kind::String,
                 "scenario: steady, rolling-upgrade, scale-out, flaky-cloud, address-churn, \
-                 full-table, or all",
+                 full-table, or all (with --cloud azure: idle-add, scale-out, \
+                 rolling-upgrade, second-writer, or all)",
             )
             .default("all"),
             Flag::new(
@@ -401,6 +411,7 @@ static SIMULATE: Spec = Spec {
 /// The flags of `simulate`.
 #[derive(Debug)]
 pub struct SimulateArgs {
+    pub cloud: String,
     pub scenario: String,
     pub nodes: Option<usize>,
     pub duration: Option<String>,
@@ -413,6 +424,7 @@ pub struct SimulateArgs {
 impl SimulateArgs {
     fn from_parsed(p: &Parsed) -> Result<SimulateArgs, UsageError> {
         Ok(SimulateArgs {
+            cloud: p.string("cloud"),
             scenario: p.string("scenario"),
             nodes: match p.last("nodes") {
                 Some(_) => Some(p.number("nodes")?),
@@ -442,6 +454,15 @@ impl std::fmt::Display for UsageError {
 /// Runs `simulate`: prints progress on stderr and returns what to print on stdout.
 pub fn run_simulate(args: &SimulateArgs) -> Result<String, UsageError> {
     use crate::sim::{self, Scenario, SimOptions};
+    match args.cloud.as_str() {
+        "fake" => {}
+        "azure" => return run_simulate_azure(args),
+        other => {
+            return Err(UsageError(format!(
+                "--cloud: {other:?} is not a simulated cloud; use fake or azure"
+            )));
+        }
+    }
     let scenarios: Vec<Scenario> = if args.scenario == "all" {
         Scenario::ALL.to_vec()
     } else {
@@ -555,6 +576,47 @@ pub fn run_simulate(args: &SimulateArgs) -> Result<String, UsageError> {
             .collect::<Vec<_>>()
             .join("\n"),
     })
+}
+
+/// `simulate --cloud azure`: ours beside the model of cloud-provider-azure's updater.
+fn run_simulate_azure(args: &SimulateArgs) -> Result<String, UsageError> {
+    use crate::sim::azure::{self, AzureScenario, Latencies};
+    for (flag, given) in [
+        ("nodes", args.nodes.is_some()),
+        ("duration", args.duration.is_some()),
+        ("chart", args.chart.is_some()),
+        ("latency", args.latency != "100ms"),
+    ] {
+        if given {
+            return Err(UsageError(format!(
+                "--{flag} does not apply with --cloud azure: its scenarios are fixed \
+                 (see --help); leave it out"
+            )));
+        }
+    }
+    let scenarios: Vec<AzureScenario> = match args.scenario.as_str() {
+        "all" => AzureScenario::ALL.to_vec(),
+        name => vec![AzureScenario::parse(name).ok_or_else(|| {
+            UsageError(format!(
+                "--scenario: {name:?} is not an Azure scenario; use one of idle-add, \
+                 scale-out, rolling-upgrade, second-writer, all"
+            ))
+        })?],
+    };
+    let reports: Vec<azure::AzureReport> = scenarios
+        .iter()
+        .map(|s| {
+            eprintln!("simulating azure {}", s.name());
+            azure::run(*s, Latencies::default())
+        })
+        .collect();
+    match args.output.as_str() {
+        "json" => Ok(serde_json::to_string_pretty(&reports).unwrap_or_default() + "\n"),
+        "table" => Ok(azure::table(&reports)),
+        other => Err(UsageError(format!(
+            "--output: {other:?} is not a format; use table or json"
+        ))),
+    }
 }
 
 fn chart_path(path: &str, scenario: &str) -> String {
