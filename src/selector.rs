@@ -18,7 +18,11 @@
 //! most 63 characters (alphanumerics, `-`, `_`, `.`, starting and ending with an
 //! alphanumeric). VALUE follows the label-value rule: empty, or such a name. As in
 //! apimachinery, `in`, `notin` and an operator's missing value mean the empty value
-//! (`key=` selects `key` set to ""), and `in`/`notin` may be a value.
+//! (`key=` selects `key` set to ""), and `in`/`notin` may be a value. So `zone in ()`
+//! and `zone notin ()` parse, as the set holding the empty value: apimachinery's
+//! `parseValues` returns `{""}` for `()`, so `NewRequirement`'s "values set can't be
+//! empty" never fires from a parsed string (its own tests parse `x notin ( )`), and
+//! refusing here would refuse a selector that kubectl accepts.
 //!
 //! This module parses text from the command line: it must never panic, whatever the
 //! bytes (`label_selectors` in `src/fuzz.rs` holds it to that).
@@ -747,6 +751,29 @@ mod tests {
         assert!(!selects("a=in", &[("a", "x")]));
         // A key named like a keyword is still a key at the start of a requirement.
         assert!(selects("in", &[("in", "x")]));
+    }
+
+    #[test]
+    fn an_empty_set_is_the_empty_value_and_parses_as_kubectl_parses_it() {
+        // What k8s.io/apimachinery v0.37.2 labels.Parse says of each (run with Go):
+        // in () matches only zone="", notin () matches all but zone="".
+        for (selector, canonical, unset, empty, fsn1) in [
+            ("zone in ()", "zone in ()", false, true, false),
+            ("zone in ( )", "zone in ()", false, true, false),
+            ("zone notin ()", "zone notin ()", true, false, true),
+            ("zone notin (  )", "zone notin ()", true, false, true),
+        ] {
+            let s = Selector::parse(selector).unwrap_or_else(|e| panic!("{e}"));
+            assert_eq!(s.to_string(), canonical, "{selector:?}");
+            assert_eq!(s.requirements()[0].values(), [""], "{selector:?}");
+            assert_eq!(selects(selector, &[]), unset, "{selector:?}, zone unset");
+            assert_eq!(
+                selects(selector, &[("zone", "")]),
+                empty,
+                "{selector:?}, zone=\"\""
+            );
+            assert_eq!(selects(selector, &[("zone", "fsn1")]), fsn1, "{selector:?}");
+        }
     }
 
     #[test]
