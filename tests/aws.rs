@@ -17,6 +17,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use route_controller::cloud::aws::credentials::AwsEnv;
 use route_controller::cloud::aws::query::Params;
+use route_controller::cloud::aws::quotas::DEFAULT_ROUTE_TABLE_LIMIT;
 use route_controller::cloud::aws::sigv4::{self, RequestParts, SigningKey};
 use route_controller::cloud::aws::{AwsConfig, AwsProvider};
 use route_controller::cloud::{CloudErrorKind, NodeDirectory, RouteTarget, Routes};
@@ -38,10 +39,17 @@ fn test_env() -> AwsEnv {
 }
 
 fn provider_at(url: &str, config: AwsConfig, env: &AwsEnv) -> AwsProvider {
+    // No test reaches the public Service Quotas endpoint: a test of the quota read
+    // names its endpoint, every other one has the default limit set.
+    let route_table_limit = match config.service_quotas_endpoint {
+        Some(_) => config.route_table_limit,
+        None => config.route_table_limit.or(Some(DEFAULT_ROUTE_TABLE_LIMIT)),
+    };
     AwsProvider::new(
         AwsConfig {
             region: Some(moto::REGION.into()),
             endpoint: Some(url.into()),
+            route_table_limit,
             ..config
         },
         env,
@@ -650,6 +658,9 @@ const README_POLICY_ACTIONS: &[&str] = &[
     "ec2:ModifyInstanceAttribute",
 ];
 
+/// What the README's policy marks optional: the account's route-table quota.
+const README_OPTIONAL_ACTION: &str = "servicequotas:GetServiceQuota";
+
 struct AuthMoto {
     moto: moto::Moto,
     /// ec2:* for test setup.
@@ -658,6 +669,8 @@ struct AuthMoto {
     controller: (String, String),
     /// The README policy without ec2:CreateRoute.
     no_create: (String, String),
+    /// The README policy with its optional servicequotas:GetServiceQuota.
+    with_quotas: (String, String),
 }
 
 /// One server with signature checking for all tests of this section; each test works
@@ -666,7 +679,7 @@ fn auth_moto() -> &'static AuthMoto {
     static SERVER: std::sync::OnceLock<AuthMoto> = std::sync::OnceLock::new();
     SERVER.get_or_init(|| {
         // Three IAM actions per user run before the checks start.
-        let moto = moto::Moto::start_with_auth(9);
+        let moto = moto::Moto::start_with_auth(12);
         let admin = moto::create_iam_user(&moto, "admin", &moto::allow_policy(&["ec2:*"]));
         let controller = moto::create_iam_user(
             &moto,
@@ -679,11 +692,16 @@ fn auth_moto() -> &'static AuthMoto {
             .filter(|a| *a != "ec2:CreateRoute")
             .collect();
         let no_create = moto::create_iam_user(&moto, "no-create", &moto::allow_policy(&without));
+        let mut optional = README_POLICY_ACTIONS.to_vec();
+        optional.push(README_OPTIONAL_ACTION);
+        let with_quotas =
+            moto::create_iam_user(&moto, "with-quotas", &moto::allow_policy(&optional));
         AuthMoto {
             moto,
             admin,
             controller,
             no_create,
+            with_quotas,
         }
     })
 }
@@ -700,6 +718,7 @@ fn auth_provider(server: &AuthMoto, keys: &(String, String), region: &str) -> Aw
         AwsConfig {
             region: Some(region.into()),
             endpoint: Some(server.moto.url().into()),
+            service_quotas_endpoint: Some(server.moto.url().into()),
             ..AwsConfig::default()
         },
         &env_with_keys(keys),
@@ -741,6 +760,30 @@ fn signed_requests_pass_moto_signature_checks_with_the_readme_iam_policy() {
             .iter()
             .all(|(d, _, _)| d != "10.244.1.0/24")
     );
+}
+
+/// Guards the README's optional permission under moto's IAM checks: the README policy
+/// alone may not read the quota, so the limit is AWS's default of 500 and the list
+/// succeeds; with servicequotas:GetServiceQuota the account's value (moto's 50) is
+/// read.
+#[test]
+fn the_quota_is_read_only_with_the_optional_permission_and_the_list_works_either_way() {
+    let server = auth_moto();
+    let region = "ca-central-1";
+    let ec2 = server.moto.ec2_as(&server.admin.0, &server.admin.1, region);
+    let vpc = ec2.create_vpc("10.3.0.0/16");
+    let (key, value) = owned_tag();
+    ec2.create_route_table(&vpc, &[(&key, value)]);
+    for (keys, limit) in [(&server.controller, 500), (&server.with_quotas, 50)] {
+        let provider = auth_provider(server, keys, region);
+        provider
+            .list_routes(CLUSTER, &NodeDirectory::default())
+            .expect("list");
+        let tables = provider.route_tables();
+        assert_eq!(tables.len(), 1, "{tables:?}");
+        assert_eq!(tables[0].limit, limit, "{}", keys.0);
+        assert_eq!(provider.api_calls().get("GetServiceQuota"), Some(&1));
+    }
 }
 
 #[test]
@@ -2074,7 +2117,7 @@ fn each_table_reports_its_routes_and_the_configured_limit() {
     let provider = provider_at(
         moto.url(),
         AwsConfig {
-            route_table_limit: 7,
+            route_table_limit: Some(7),
             ..AwsConfig::default()
         },
         &test_env(),
@@ -2101,11 +2144,100 @@ fn each_table_reports_its_routes_and_the_configured_limit() {
         )
         .expect("create");
     assert_eq!(provider.route_tables()[0].routes, in_table + 1);
+    let calls = provider.api_calls();
+    assert_eq!(calls.get("GetServiceQuota"), None, "configured: {calls:?}");
     assert_eq!(
         AwsConfig::default().route_table_limit,
-        50,
-        "the Service Quotas default"
+        None,
+        "read from Service Quotas"
     );
+    assert_eq!(
+        DEFAULT_ROUTE_TABLE_LIMIT, 500,
+        "AWS's default since June 2025"
+    );
+}
+
+/// Guards the quota read against moto: without `RouteTableRouteLimit` the limit is
+/// the account's "Routes per route table" from one `GetServiceQuota` before the first
+/// list. moto's account holds that quota at 50 (its data predates AWS's new default
+/// of 500), so the value used is the account's, not the default.
+#[test]
+fn without_a_configured_limit_the_accounts_routes_per_route_table_is_read_once() {
+    let (moto, ec2, _net, table) = tagged_table();
+    let provider = provider_at(
+        moto.url(),
+        AwsConfig {
+            service_quotas_endpoint: Some(moto.url().into()),
+            ..AwsConfig::default()
+        },
+        &test_env(),
+    );
+    for _ in 0..2 {
+        provider
+            .list_routes(CLUSTER, &NodeDirectory::default())
+            .expect("list");
+    }
+    let reported = provider.route_tables();
+    assert_eq!(
+        (
+            reported[0].table.as_str(),
+            reported[0].routes,
+            reported[0].limit
+        ),
+        (table.as_str(), ec2.routes(&table).len(), 50),
+        "{reported:?}"
+    );
+    let calls = provider.api_calls();
+    assert_eq!(calls.get("GetServiceQuota"), Some(&1), "{calls:?}");
+    assert_eq!(calls.get("DescribeRouteTables"), Some(&2), "{calls:?}");
+}
+
+/// Guards the request's wire form (JSON 1.1, signed for `servicequotas`) and the
+/// fallback: a Service Quotas that says AccessDenied leaves the limit at AWS's
+/// default of 500, and the list goes on.
+#[test]
+fn a_quota_read_that_is_denied_leaves_the_default_of_500() {
+    let stub = StubServer::start(|req| match req.header("X-Amz-Target") {
+        Some(_) => Reply::text(
+            400,
+            r#"{"__type":"com.amazonaws.servicequotas#AccessDeniedException","Message":"User is not authorized to perform: servicequotas:GetServiceQuota"}"#,
+        ),
+        None => Reply::xml(200, route_tables_xml(&[("rtb-1", &[])], None)),
+    });
+    let provider = provider_at(
+        &stub.url(),
+        AwsConfig {
+            service_quotas_endpoint: Some(stub.url()),
+            ..AwsConfig::default()
+        },
+        &test_env(),
+    );
+    provider
+        .list_routes(CLUSTER, &NodeDirectory::default())
+        .expect("the list goes on");
+    assert_eq!(provider.route_tables()[0].limit, 500);
+    let requests = stub.requests();
+    let quota = &requests[0];
+    assert_eq!(
+        quota.header("X-Amz-Target"),
+        Some("ServiceQuotasV20190624.GetServiceQuota")
+    );
+    assert_eq!(
+        quota.header("Content-Type"),
+        Some("application/x-amz-json-1.1")
+    );
+    let body: serde_json::Value = serde_json::from_str(&quota.body).expect("JSON body");
+    assert_eq!(
+        body,
+        serde_json::json!({"ServiceCode": "vpc", "QuotaCode": "L-93826ACB"})
+    );
+    let credential = verify_signature(quota, moto::TEST_SECRET);
+    assert!(
+        credential.ends_with(&format!("/{}/servicequotas/aws4_request", moto::REGION)),
+        "{credential}"
+    );
+    assert_eq!(requests[1].action(), "DescribeRouteTables");
+    assert_eq!(requests.len(), 2, "one quota read, one list");
 }
 
 /// Guards the VPC pre-flight check: an instance of another VPC is refused with the

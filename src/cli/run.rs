@@ -195,7 +195,10 @@ pub static SPEC: super::flags::Spec = super::flags::Spec {
         (
             "AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN, AWS_REGION, AWS_PROFILE, ...",
             "--cloud-provider=aws: the usual AWS credential chain (environment, shared files, \
-             web identity, instance metadata)",
+             web identity, instance metadata); the routes a route table may hold are the \
+             account's \"Routes per route table\" from Service Quotas (needs \
+             servicequotas:GetServiceQuota; else AWS's default, 500), unless \
+             RouteTableRouteLimit in --cloud-config sets them",
         ),
         (
             WATCH_LIST_CLIENT_VAR,
@@ -815,12 +818,15 @@ pub fn connect_provider(
             let defaults = AwsConfig::default();
             let route_table_limit = match from_file("RouteTableRouteLimit") {
                 None => defaults.route_table_limit,
-                Some(v) => v.trim().parse::<usize>().ok().filter(|n| *n > 0).ok_or_else(|| {
-                    UsageError(format!(
-                        "--cloud-config: RouteTableRouteLimit={v:?} is not a positive number of \
-                         routes (the default is 50, the Service Quotas default)"
-                    ))
-                })?,
+                Some(v) => Some(v.trim().parse::<usize>().ok().filter(|n| *n > 0).ok_or_else(
+                    || {
+                        UsageError(format!(
+                            "--cloud-config: RouteTableRouteLimit={v:?} is not a positive number \
+                             of routes (leave it out to use the account's \"Routes per route \
+                             table\" from Service Quotas, or AWS's default of 500)"
+                        ))
+                    },
+                )?),
             };
             let disable_source_dest_check = match from_file("DisableSourceDestCheck") {
                 None => defaults.disable_source_dest_check,

@@ -2,7 +2,7 @@
 //! listed them, kept current by the controller's own creates and deletes, and the
 //! creates held back because they would not fit.
 //!
-//! A Hetzner network holds 100 routes, an AWS route table 50 by default; stale routes
+//! A Hetzner network holds 100 routes, an AWS route table 500 by default; stale routes
 //! after a scale-down fill them. Upstream sends every create and lets the cloud refuse
 //! it, again at every pass. Here a create goes out only when every table has room for
 //! it (counting the creates in flight); when the tables are near full, deletes go

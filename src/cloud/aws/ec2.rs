@@ -304,8 +304,9 @@ impl CallError {
                     (K::AlreadyExists, String::new())
                 } else if code == "RouteLimitExceeded" {
                     let hint = "; the route table holds its maximum of routes (raise \
-                                \"Routes per route table\" in Service Quotas and \
-                                RouteTableRouteLimit in --cloud-config)";
+                                \"Routes per route table\" in Service Quotas; the controller \
+                                reads it at start when allowed servicequotas:GetServiceQuota, \
+                                else set RouteTableRouteLimit in --cloud-config)";
                     (K::TableFull, hint.to_string())
                 } else if PERMISSION_CODES.contains(&code) {
                     let hint = format!(

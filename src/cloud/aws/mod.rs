@@ -38,13 +38,15 @@ pub mod ec2;
 #[doc(hidden)]
 pub mod query;
 #[doc(hidden)]
+pub mod quotas;
+#[doc(hidden)]
 pub mod sigv4;
 #[doc(hidden)]
 pub mod xml;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fmt;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use rand::RngExt;
@@ -100,10 +102,17 @@ pub struct AwsConfig {
     pub burst: u32,
     /// Timeout of one request (default 20 s); connecting times out after 5 s.
     pub timeout: Duration,
-    /// Routes each route table may hold (`RouteTableRouteLimit` in `--cloud-config`;
-    /// default 50, the Service Quotas default of "Routes per route table", which an
-    /// account may have raised to up to 1000): no create is sent beyond it.
-    pub route_table_limit: usize,
+    /// Routes each route table may hold (`RouteTableRouteLimit` in `--cloud-config`):
+    /// no create is sent beyond it. Default (`None`): the account's "Routes per route
+    /// table" from Service Quotas, read once before the first list; when that may not
+    /// be read (it needs `servicequotas:GetServiceQuota`) or fails, AWS's default of
+    /// 500 ([`quotas::DEFAULT_ROUTE_TABLE_LIMIT`]; it was 50 until June 2025, and may
+    /// be raised to 1000).
+    pub route_table_limit: Option<usize>,
+    /// The Service Quotas endpoint URL, for that one read. Default:
+    /// `AWS_ENDPOINT_URL_SERVICE_QUOTAS`, `AWS_ENDPOINT_URL`, then
+    /// `https://servicequotas.<region>.amazonaws.com/`. Tests point it at moto.
+    pub service_quotas_endpoint: Option<String>,
     /// Turn off each node instance's source/destination check before its first route
     /// (`DisableSourceDestCheck` in `--cloud-config`; default true, as upstream's AWS
     /// provider does). False: the controller never modifies an instance; a node whose
@@ -128,7 +137,8 @@ impl Default for AwsConfig {
             requests_per_second: 5.0,
             burst: 20,
             timeout: Duration::from_secs(20),
-            route_table_limit: 50,
+            route_table_limit: None,
+            service_quotas_endpoint: None,
             disable_source_dest_check: true,
         }
     }
@@ -163,7 +173,11 @@ pub struct AwsProvider {
     /// the pre-flight check; one describe per instance and process, except while its
     /// check is on and the controller may not turn it off.
     facts: Mutex<HashMap<String, Instance>>,
-    route_table_limit: usize,
+    /// Routes each table may hold: configured, or decided once by the Service Quotas
+    /// read before the first list.
+    route_table_limit: OnceLock<usize>,
+    /// Where that read goes; `None` when the limit is configured (no read is made).
+    service_quotas: Option<Endpoint>,
     disable_source_dest_check: bool,
 }
 
@@ -193,6 +207,18 @@ impl AwsProvider {
         let imds = Imds::from_env(env, config.imds_endpoint.as_deref());
         let region = resolve_region(config.region.as_deref(), env, imds.as_ref())?;
         let endpoint = resolve_endpoint(config.endpoint.as_deref(), env, &region)?;
+        let route_table_limit = OnceLock::new();
+        let service_quotas = match config.route_table_limit {
+            Some(limit) => {
+                let _ = route_table_limit.set(limit.max(1));
+                None
+            }
+            None => Some(resolve_service_quotas_endpoint(
+                config.service_quotas_endpoint.as_deref(),
+                env,
+                &region,
+            )?),
+        };
         let credentials = CredentialSource::resolve(env, imds)?;
         if let CredentialSource::Instance(_) = &credentials {
             credentials.current(env.now())?;
@@ -210,13 +236,19 @@ impl AwsProvider {
             tables.push(t.to_string());
         }
         log::info!(
-            "AWS provider: region {region}, endpoint {}, credentials from {}, route tables {}",
+            "AWS provider: region {region}, endpoint {}, credentials from {}, route tables {}, \
+             route-table limit {}",
             endpoint.url,
             credentials.origin(),
             if tables.is_empty() {
                 "found by cluster tag".to_string()
             } else {
                 tables.join(", ")
+            },
+            match (route_table_limit.get(), &service_quotas) {
+                (Some(limit), _) => format!("{limit} (RouteTableRouteLimit)"),
+                (None, Some(quotas)) => format!("from Service Quotas at {}", quotas.url),
+                (None, None) => "unknown".to_string(),
             }
         );
         Ok(AwsProvider {
@@ -240,7 +272,8 @@ impl AwsProvider {
             fence: Fence::open(),
             request_timeout: config.timeout,
             facts: Mutex::new(HashMap::new()),
-            route_table_limit: config.route_table_limit.max(1),
+            route_table_limit,
+            service_quotas,
             disable_source_dest_check: config.disable_source_dest_check,
         })
     }
@@ -264,7 +297,8 @@ impl AwsProvider {
         &self.ec2.endpoint().url
     }
 
-    /// EC2 calls made so far, by action (`CreateRoute`, …), failed ones included.
+    /// AWS calls made so far, by action (`CreateRoute`, …, and Service Quotas'
+    /// `GetServiceQuota`), failed ones included.
     pub fn api_calls(&self) -> BTreeMap<&'static str, u64> {
         lock(&self.calls).clone()
     }
@@ -325,6 +359,50 @@ impl AwsProvider {
                 })
             }
         }
+    }
+
+    /// The routes each table may hold; before the first list decides it, AWS's
+    /// default.
+    fn route_table_limit(&self) -> usize {
+        self.route_table_limit
+            .get()
+            .copied()
+            .unwrap_or(quotas::DEFAULT_ROUTE_TABLE_LIMIT)
+    }
+
+    /// Decides the route-table limit once, before the first list: the configured one,
+    /// else one `GetServiceQuota` (passing the fence like every request; not drawn
+    /// from EC2's budget, which it does not spend), else AWS's default, with one log
+    /// line either way. Never fails: EC2's `RouteLimitExceeded` is the backstop.
+    fn settle_route_table_limit(&self) -> Result<(), CloudError> {
+        let Some(endpoint) = &self.service_quotas else {
+            return Ok(());
+        };
+        if self.route_table_limit.get().is_some() {
+            return Ok(());
+        }
+        // A closed fence is this list's error; the read waits for the next one.
+        self.fence.check()?;
+        // Concurrent first lists would each read: one wins, the other waits here.
+        self.route_table_limit.get_or_init(|| {
+            *lock(&self.calls)
+                .entry(quotas::GET_SERVICE_QUOTA)
+                .or_default() += 1;
+            let reply = self.ec2.call_json(
+                endpoint,
+                quotas::SIGNING_NAME,
+                quotas::GET_SERVICE_QUOTA_TARGET,
+                &quotas::request_body(),
+            );
+            let decision = quotas::decide(reply, self.ec2.region());
+            if decision.from_account {
+                log::info!("{}", decision.message);
+            } else {
+                log::warn!("{}", decision.message);
+            }
+            decision.limit
+        });
+        Ok(())
     }
 
     fn describe_route_tables(&self, params: Params) -> Result<Vec<RouteTable>, CallError> {
@@ -1052,6 +1130,34 @@ fn resolve_endpoint(
     }
 }
 
+/// As the AWS SDKs resolve a service's endpoint: configured, the service's variable,
+/// the generic one, then the public endpoint of the region.
+fn resolve_service_quotas_endpoint(
+    configured: Option<&str>,
+    env: &AwsEnv,
+    region: &str,
+) -> Result<Endpoint, CloudError> {
+    let chosen = [
+        (
+            "the configured Service Quotas endpoint",
+            configured.filter(|e| !e.trim().is_empty()),
+        ),
+        (
+            "AWS_ENDPOINT_URL_SERVICE_QUOTAS",
+            env.var("AWS_ENDPOINT_URL_SERVICE_QUOTAS"),
+        ),
+        ("AWS_ENDPOINT_URL", env.var("AWS_ENDPOINT_URL")),
+    ]
+    .into_iter()
+    .find_map(|(origin, url)| url.map(|u| (origin, u)));
+    match chosen {
+        Some((origin, url)) => {
+            Endpoint::parse(url).map_err(|e| CloudError::invalid(format!("{origin}: {e}")))
+        }
+        None => Ok(Endpoint::for_region(quotas::SIGNING_NAME, region)),
+    }
+}
+
 /// Routes are IPv4 only (`DestinationCidrBlock`), like upstream's AWS provider.
 fn ipv4_destination(text: &str) -> Result<Cidr, CloudError> {
     crate::provider::ipv4_destination(text, "aws", "the AWS provider routes IPv4 pod CIDRs only")
@@ -1205,6 +1311,7 @@ impl Routes for AwsProvider {
         cluster_name: &str,
         nodes: &NodeDirectory,
     ) -> Result<Vec<Route>, CloudError> {
+        self.settle_route_table_limit()?;
         let tables = self.fetch_tables(cluster_name)?;
         let known = instance_index(nodes);
         let mut unknown: Vec<&str> = tables
@@ -1221,7 +1328,8 @@ impl Routes for AwsProvider {
     }
 
     /// Every managed table as of the last list (with our changes since) and the
-    /// limit from `RouteTableRouteLimit` (default 50).
+    /// limit: `RouteTableRouteLimit`, else the account's from Service Quotas, else
+    /// AWS's default of 500.
     fn route_tables(&self) -> Vec<TableUsage> {
         lock(&self.managed)
             .as_ref()
@@ -1232,7 +1340,7 @@ impl Routes for AwsProvider {
                     .map(|t| TableUsage {
                         table: t.id.clone(),
                         routes: t.total,
-                        limit: self.route_table_limit,
+                        limit: self.route_table_limit(),
                     })
                     .collect()
             })

@@ -1,5 +1,6 @@
 //! One signed call of an AWS Query API (EC2; IAM in the tests): a form-encoded POST
-//! to the endpoint, signed with SigV4, answered with XML.
+//! to the endpoint, signed with SigV4, answered with XML; or of a JSON 1.1 API
+//! (Service Quotas' one read): a JSON POST naming its action in `X-Amz-Target`.
 //!
 //! This layer knows HTTP, signing and the XML error shape, but not what an error
 //! means for the controller; the provider decides that. It never logs credentials or
@@ -14,6 +15,8 @@ use super::xml::{Element, ErrorReply};
 use crate::provider::CloudError;
 
 const CONTENT_TYPE: &str = "application/x-www-form-urlencoded; charset=utf-8";
+/// What the JSON 1.1 APIs (Service Quotas) take.
+const JSON_CONTENT_TYPE: &str = "application/x-amz-json-1.1";
 /// Error bodies are quoted in messages only this far.
 const BODY_SNIPPET: usize = 300;
 
@@ -251,68 +254,10 @@ impl QueryClient {
 
     /// Sends `action` with `params` and returns the reply's root element.
     pub fn call(&self, action: &str, params: &Params) -> Result<Element, QueryError> {
-        let now = (self.clock)();
-        let credentials = self
-            .credentials
-            .current(now)
-            .map_err(QueryError::Credentials)?;
         let body = params.encode(action, self.version);
-        let amz_date = sigv4::amz_date(now);
-        let mut headers: Vec<(&str, &str)> = vec![
-            ("Content-Type", CONTENT_TYPE),
-            ("Host", &self.endpoint.host),
-            ("X-Amz-Date", &amz_date),
-        ];
-        if let Some(token) = credentials.session_token() {
-            headers.push(("X-Amz-Security-Token", token));
-        }
-        let signature = sigv4::sign(
-            SigningKey {
-                access_key_id: credentials.access_key_id(),
-                secret_access_key: credentials.secret_access_key(),
-                region: &self.region,
-                service: self.service,
-            },
-            RequestParts {
-                method: "POST",
-                path: &self.endpoint.path,
-                query: &[],
-                headers: &headers,
-                payload: body.as_bytes(),
-            },
-            &amz_date,
-        );
-        let mut request = self.agent.post(&self.endpoint.url);
-        for (name, value) in &headers {
-            request = request.header(*name, *value);
-        }
-        let result = request
-            .header("Authorization", &signature.authorization)
-            .send(body.as_bytes());
-        let mut response = result.map_err(|e| transport_error(&e))?;
-        let status = response.status().as_u16();
-        let text = response
-            .body_mut()
-            .read_to_string()
-            .map_err(|e| QueryError::Transport {
-                maybe_sent: true,
-                message: format!("reading the reply: {e}"),
-            })?;
+        let (status, text) = self.send(&self.endpoint, self.service, CONTENT_TYPE, None, &body)?;
         if !(200..300).contains(&status) {
-            return Err(match ErrorReply::parse(&text) {
-                Some(reply) => QueryError::Service {
-                    status,
-                    code: reply.code,
-                    message: reply.message,
-                    request_id: reply.request_id,
-                },
-                None => QueryError::Service {
-                    status,
-                    code: String::new(),
-                    message: snippet(&text),
-                    request_id: None,
-                },
-            });
+            return Err(service_error(status, &text));
         }
         let root = Element::parse(&text).map_err(|e| QueryError::Unreadable {
             status,
@@ -329,6 +274,128 @@ impl QueryClient {
         }
         Ok(root)
     }
+
+    /// Sends one call of an AWS JSON 1.1 API (Service Quotas) to another service's
+    /// `endpoint`, signed for `service` with this client's credentials and HTTP agent:
+    /// `body` with `X-Amz-Target: target`; returns the reply's body. An error reply is
+    /// read as JSON (`__type`, `message`) or, as moto's IAM checks answer, as the XML
+    /// error document.
+    pub fn call_json(
+        &self,
+        endpoint: &Endpoint,
+        service: &str,
+        target: &str,
+        body: &str,
+    ) -> Result<String, QueryError> {
+        let (status, text) = self.send(endpoint, service, JSON_CONTENT_TYPE, Some(target), body)?;
+        if !(200..300).contains(&status) {
+            return Err(match json_error(&text) {
+                Some((code, message)) => QueryError::Service {
+                    status,
+                    code,
+                    message,
+                    request_id: None,
+                },
+                None => service_error(status, &text),
+            });
+        }
+        Ok(text)
+    }
+
+    /// Signs and sends one POST; the status and body of whatever answered.
+    fn send(
+        &self,
+        endpoint: &Endpoint,
+        service: &str,
+        content_type: &str,
+        target: Option<&str>,
+        body: &str,
+    ) -> Result<(u16, String), QueryError> {
+        let now = (self.clock)();
+        let credentials = self
+            .credentials
+            .current(now)
+            .map_err(QueryError::Credentials)?;
+        let amz_date = sigv4::amz_date(now);
+        let mut headers: Vec<(&str, &str)> = vec![
+            ("Content-Type", content_type),
+            ("Host", &endpoint.host),
+            ("X-Amz-Date", &amz_date),
+        ];
+        if let Some(token) = credentials.session_token() {
+            headers.push(("X-Amz-Security-Token", token));
+        }
+        if let Some(target) = target {
+            headers.push(("X-Amz-Target", target));
+        }
+        let signature = sigv4::sign(
+            SigningKey {
+                access_key_id: credentials.access_key_id(),
+                secret_access_key: credentials.secret_access_key(),
+                region: &self.region,
+                service,
+            },
+            RequestParts {
+                method: "POST",
+                path: &endpoint.path,
+                query: &[],
+                headers: &headers,
+                payload: body.as_bytes(),
+            },
+            &amz_date,
+        );
+        let mut request = self.agent.post(&endpoint.url);
+        for (name, value) in &headers {
+            request = request.header(*name, *value);
+        }
+        let result = request
+            .header("Authorization", &signature.authorization)
+            .send(body.as_bytes());
+        let mut response = result.map_err(|e| transport_error(&e))?;
+        let status = response.status().as_u16();
+        let text = response
+            .body_mut()
+            .read_to_string()
+            .map_err(|e| QueryError::Transport {
+                maybe_sent: true,
+                message: format!("reading the reply: {e}"),
+            })?;
+        Ok((status, text))
+    }
+}
+
+/// An error status's body as the XML error document, or quoted when it is none.
+fn service_error(status: u16, text: &str) -> QueryError {
+    match ErrorReply::parse(text) {
+        Some(reply) => QueryError::Service {
+            status,
+            code: reply.code,
+            message: reply.message,
+            request_id: reply.request_id,
+        },
+        None => QueryError::Service {
+            status,
+            code: String::new(),
+            message: snippet(text),
+            request_id: None,
+        },
+    }
+}
+
+/// A JSON 1.1 error body: the code from `__type` (without the `namespace#` prefix
+/// real AWS puts before it) and the message (`message` or `Message`).
+pub fn json_error(text: &str) -> Option<(String, String)> {
+    let value: serde_json::Value = serde_json::from_str(text).ok()?;
+    let kind = value.get("__type")?.as_str()?;
+    let code = kind.rsplit('#').next().unwrap_or(kind).trim();
+    if code.is_empty() {
+        return None;
+    }
+    let message = ["message", "Message"]
+        .iter()
+        .find_map(|k| value.get(k).and_then(|m| m.as_str()))
+        .unwrap_or("");
+    Some((code.to_string(), snippet(message)))
 }
 
 fn snippet(text: &str) -> String {
@@ -383,6 +450,23 @@ mod tests {
             Endpoint::for_region("ec2", "eu-west-1").host,
             "ec2.eu-west-1.amazonaws.com"
         );
+    }
+
+    #[test]
+    fn json_errors_give_the_code_without_its_namespace_and_the_message() {
+        assert_eq!(
+            json_error(
+                r#"{"__type":"com.amazonaws.servicequotas#AccessDeniedException","Message":"no"}"#
+            ),
+            Some(("AccessDeniedException".into(), "no".into()))
+        );
+        // moto's JsonRESTError.
+        assert_eq!(
+            json_error(r#"{"__type": "NoSuchResourceException", "message": "gone"}"#),
+            Some(("NoSuchResourceException".into(), "gone".into()))
+        );
+        assert_eq!(json_error("<ErrorResponse/>"), None);
+        assert_eq!(json_error(r#"{"message": "no type"}"#), None);
     }
 
     #[test]
