@@ -50,6 +50,8 @@ fn aws_node_gets_a_route_to_its_instance_in_both_tagged_tables_and_loses_it_when
         .env("AWS_SECRET_ACCESS_KEY", moto::TEST_SECRET)
         .env("AWS_REGION", moto::REGION)
         .env("AWS_ENDPOINT_URL_EC2", moto.url())
+        // The route-table limit is read from moto's Service Quotas.
+        .env("AWS_ENDPOINT_URL_SERVICE_QUOTAS", moto.url())
         .env("AWS_EC2_METADATA_DISABLED", "true")
         .spawn("aws");
     ctl.wait_ready(PATIENCE);
@@ -121,5 +123,14 @@ fn aws_node_gets_a_route_to_its_instance_in_both_tagged_tables_and_loses_it_when
     // One create and one delete from the controller's side, each covering both tables.
     assert_eq!(calls("create"), 1.0);
     assert_eq!(calls("delete"), 1.0);
+    // With no RouteTableRouteLimit, the account's "Routes per route table": moto holds
+    // it at 50 (AWS's default before June 2025), not the fallback of 500.
+    assert_eq!(
+        m.value(
+            "route_controller_route_table_limit",
+            &[("table", tables[0].as_str())]
+        ),
+        50.0
+    );
     ctl.terminate();
 }

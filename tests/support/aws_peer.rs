@@ -761,10 +761,12 @@ fn start_ours(
     dir: &Path,
 ) -> Controller {
     let log = dir.join("route-controller.log");
-    // The script's 50 nodes and the VPC's local route do not fit in a table of AWS's
-    // default quota (50 routes), which ours honours and upstream does not know of (on
-    // EC2 its 50th create would fail with RouteLimitExceeded; moto has no limit): this
-    // is an account whose quota was raised, told to ours as an operator would.
+    // Kept although AWS's default is now 500 routes a table: without it ours reads the
+    // quota from Service Quotas, which moto reports at 50 (the default before June
+    // 2025; the script's 50 nodes and the VPC's local route do not fit) and which
+    // outside moto would be a call to the public endpoint. The limit, set as an
+    // operator would, makes no call and keeps the runs comparable; upstream does not
+    // know of the limit (moto's EC2 has none).
     let config = dir.join("cloud-config.ini");
     fs::write(&config, "[Global]\nRouteTableRouteLimit = 100\n")
         .unwrap_or_else(|e| panic!("write {}: {e}", config.display()));

@@ -1630,6 +1630,37 @@ mod tests {
     }
 
     #[test]
+    fn service_quotas_endpoint_precedence_is_config_then_its_variable_then_generic() {
+        let env = AwsEnv::new()
+            .with_var("AWS_ENDPOINT_URL", "http://generic:1")
+            .with_var("AWS_ENDPOINT_URL_EC2", "http://ec2-only:2")
+            .with_var("AWS_ENDPOINT_URL_SERVICE_QUOTAS", "http://quotas-only:4");
+        let pick = |c: Option<&str>, env: &AwsEnv| {
+            resolve_service_quotas_endpoint(c, env, "eu-west-1").map(|e| e.host)
+        };
+        assert_eq!(pick(Some("http://cfg:3"), &env), Ok("cfg:3".to_string()));
+        assert_eq!(pick(None, &env), Ok("quotas-only:4".to_string()));
+        let generic = AwsEnv::new()
+            .with_var("AWS_ENDPOINT_URL", "http://generic:1")
+            .with_var("AWS_ENDPOINT_URL_EC2", "http://ec2-only:2");
+        assert_eq!(pick(None, &generic), Ok("generic:1".to_string()));
+        assert_eq!(
+            pick(None, &AwsEnv::new()),
+            Ok("servicequotas.eu-west-1.amazonaws.com".to_string())
+        );
+        let bad = pick(
+            None,
+            &AwsEnv::new().with_var("AWS_ENDPOINT_URL_SERVICE_QUOTAS", "x"),
+        )
+        .expect_err("bad scheme");
+        assert!(
+            bad.message.contains("AWS_ENDPOINT_URL_SERVICE_QUOTAS"),
+            "{}",
+            bad.message
+        );
+    }
+
+    #[test]
     fn debug_output_of_the_provider_shows_no_secret() {
         let env = AwsEnv::new()
             .with_var("AWS_ACCESS_KEY_ID", "AKIDDEBUGTEST")
