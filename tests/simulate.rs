@@ -209,6 +209,12 @@ fn bad_flags_exit_2_with_one_line() {
         (vec!["--duration", "721h"], "--duration"),
         (vec!["--nodes", "60001"], "--nodes"),
         (vec!["--latency", "2m"], "--latency"),
+        (vec!["--cloud", "gcp"], "--cloud"),
+        (vec!["--cloud", "azure", "--nodes", "10"], "--nodes"),
+        (
+            vec!["--cloud", "azure", "--scenario", "steady"],
+            "--scenario",
+        ),
         (
             vec![
                 "--scenario",
@@ -348,4 +354,28 @@ fn full_table_upstream_creates_are_refused_and_retried_ours_are_never_sent() {
             "{upstream} retried its refused creates: {m}"
         );
     }
+}
+
+/// Guards `simulate --cloud azure`: its JSON names both sides of each scenario, the model
+/// labelled as one, and ours never has two writes of the table in flight.
+#[test]
+fn the_azure_comparison_sets_ours_beside_the_model_of_the_updater() {
+    let r = json(&["--cloud", "azure", "--output", "json"]);
+    let scenarios = r.as_array().expect("a list of scenarios");
+    let names: Vec<&str> = scenarios
+        .iter()
+        .filter_map(|s| s["scenario"].as_str())
+        .collect();
+    assert_eq!(
+        names,
+        ["idle-add", "scale-out", "rolling-upgrade", "second-writer"]
+    );
+    for s in scenarios {
+        assert_eq!(s["ours"]["maxWritesInFlight"], 1, "{s}");
+        assert_eq!(s["ours"]["reportedDoneNotInTable"], 0, "{s}");
+        assert_eq!(s["ours"]["unserved"], 0, "{s}");
+        assert_eq!(s["theirsModel"]["side"], "cloud-provider-azure (model)");
+    }
+    let table = String::from_utf8_lossy(&simulate(&["--cloud", "azure"]).stdout).to_string();
+    assert!(table.contains("MODEL of cloud-provider-azure"), "{table}");
 }
