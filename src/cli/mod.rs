@@ -29,7 +29,7 @@ pub const EXIT_USAGE: i32 = 2;
 pub(crate) const CLOUD_PROVIDER: Flag = Flag::new(
     "cloud-provider",
     Kind::String,
-    "the cloud: hcloud, aws or fake",
+    "the cloud: hcloud, aws, exec (a plugin, see --cloud-config) or fake",
 );
 pub(crate) const CLOUD_CONFIG: Flag = Flag::new(
     "cloud-config",
@@ -37,7 +37,9 @@ pub(crate) const CLOUD_CONFIG: Flag = Flag::new(
     "provider settings file: for hcloud, HCLOUD_*=value lines (instead of environment \
      variables); for aws, the AWS cloud config (its [Global] RouteTableID applies, \
      repeated or comma-separated for several tables; without it every table tagged for \
-     the cluster is used)",
+     the cluster is used); for exec, the plugin: Command=PATH, then Arg=VALUE and \
+     Env=NAME=VALUE lines (repeated, in order), Timeout=DURATION (default 10s), Name=, \
+     MaxOutputBytes= (see route-controller plugin-check --help)",
 );
 pub(crate) const CLUSTER_NAME: Flag = Flag::new(
     "cluster-name",
@@ -691,7 +693,7 @@ static PLAN: Spec = Spec {
                 ..MASTER
             },
             Flag {
-                help: "without --routes: the cloud to list routes from: hcloud, aws or fake",
+                help: "without --routes: the cloud to list routes from: hcloud, aws, exec or fake",
                 ..CLOUD_PROVIDER
             },
             Flag {

@@ -469,9 +469,9 @@ impl RunArgs {
     pub fn settings(&self) -> Result<RunSettings, UsageError> {
         let p = &self.0;
         let provider = p.string("cloud-provider");
-        if !["hcloud", "aws", "fake"].contains(&provider.as_str()) {
+        if !["hcloud", "aws", "exec", "fake"].contains(&provider.as_str()) {
             return Err(UsageError(format!(
-                "--cloud-provider: {provider:?} is not supported; use hcloud, aws or fake"
+                "--cloud-provider: {provider:?} is not supported; use hcloud, aws, exec or fake"
             )));
         }
         let cluster_cidrs = parse_cluster_cidrs(&p.string("cluster-cidr")).map_err(UsageError)?;
@@ -700,6 +700,7 @@ fn check_cloud_config_keys(
     let (applies, others): (&[&str], &[&str]) = match provider {
         "hcloud" => (HCLOUD_KEYS, &[]),
         "aws" => (AWS_KEYS, AWS_OTHER_KEYS),
+        "exec" => (crate::cloud::exec::config::KEYS, &[]),
         _ => (&[], &[]),
     };
     let is = |list: &[&str], key: &str| list.iter().any(|k| k.eq_ignore_ascii_case(key));
@@ -857,10 +858,36 @@ pub fn connect_provider(
             })?;
             Ok(Arc::new(provider.with_fence(fence.clone())))
         }
+        "exec" => Ok(Arc::new(exec_provider(&file)?.with_fence(fence.clone()))),
         other => Err(ProviderError::Config(UsageError(format!(
-            "--cloud-provider: {other:?} is not supported; use hcloud, aws or fake"
+            "--cloud-provider: {other:?} is not supported; use hcloud, aws, exec or fake"
         )))),
     }
+}
+
+/// The exec provider of `--cloud-config`'s pairs, after the plugin's `describe`: a
+/// plugin that cannot start or speaks wrongly is a setting to fix; one that failed
+/// this once (a timeout, a crash) is an outage that `run` waits out.
+pub fn exec_provider(
+    file: &[(String, String)],
+) -> Result<crate::cloud::exec::ExecRoutes, ProviderError> {
+    use crate::cloud::exec::{Config, ExecRoutes};
+    let config = Config::from_pairs(file).map_err(UsageError)?;
+    let provider = ExecRoutes::connect(config).map_err(|e| match e.kind {
+        crate::cloud::CloudErrorKind::Invalid => ProviderError::Config(UsageError(e.message)),
+        _ => ProviderError::Outage(e.message),
+    })?;
+    let d = provider.description();
+    log::info!(
+        "--cloud-provider=exec: plugin {} ({}describe; budget {:?}, batch size {} (used once the \
+         core batches), tables {:?})",
+        provider.plugin_name(),
+        if d.implemented { "" } else { "no " },
+        d.budget,
+        d.batch_size,
+        d.tables
+    );
+    Ok(provider)
 }
 
 /// How long each call of `--cloud-provider=fake` takes (a Go duration; default 0).
@@ -1172,7 +1199,7 @@ mod tests {
             no_cidr.0.starts_with("--cluster-cidr is required"),
             "{no_cidr}"
         );
-        assert!(error(&["--cloud-provider=gce"]).contains("use hcloud, aws or fake"));
+        assert!(error(&["--cloud-provider=gce"]).contains("use hcloud, aws, exec or fake"));
     }
 
     #[test]
@@ -1232,7 +1259,9 @@ mod tests {
             );
         }
         assert!(
-            text.contains("the cloud: hcloud, aws or fake (required)"),
+            text.contains(
+                "the cloud: hcloud, aws, exec (a plugin, see --cloud-config) or fake (required)"
+            ),
             "{text}"
         );
         assert!(text.contains("(default: 10s)"), "{text}");

@@ -8,5 +8,6 @@
 pub use crate::provider::{CloudError, CloudErrorKind, NodeDirectory, RouteTarget, Routes};
 
 pub mod aws;
+pub mod exec;
 pub mod fake;
 pub mod hcloud;
