@@ -24,6 +24,14 @@ fn main() {
         Command::Plan(args) => finish(cli::run_plan(&args)),
         Command::Simulate(args) => finish(cli::run_simulate(&args)),
         Command::Manifests(args) => finish(cli::run_manifests(&args)),
+        Command::PluginCheck(args) => match cli::run_plugin_check(&args) {
+            // Exit 1 when a check fails, so scripts and CI can gate on it.
+            Ok(report) => {
+                print!("{}", report.text);
+                std::process::exit(if report.passed { 0 } else { 1 });
+            }
+            Err(e) => usage_error(&e),
+        },
     }
 }
 

@@ -16,9 +16,11 @@ use crate::plan::{self, Plan};
 
 pub mod ccm;
 pub mod flags;
+pub mod plugin_check;
 pub mod run;
 
 use flags::{Flag, Kind, Outcome, Parsed, Spec};
+pub use plugin_check::{PluginCheckArgs, Report as PluginCheckReport, run_plugin_check};
 pub use run::RunArgs;
 
 /// Exit status for invalid configuration or input.
@@ -127,6 +129,7 @@ pub enum Command {
     Plan(PlanArgs),
     Simulate(SimulateArgs),
     Manifests(ManifestsArgs),
+    PluginCheck(PluginCheckArgs),
 }
 
 /// What the command line asks for.
@@ -160,6 +163,11 @@ const COMMANDS: &[(&str, &Spec, &str)] = &[
         &MANIFESTS,
         "print the RBAC and Deployment YAML that run the controller",
     ),
+    (
+        "plugin-check",
+        &plugin_check::SPEC,
+        "check an exec plugin against the protocol's contract",
+    ),
 ];
 
 fn top_help() -> String {
@@ -180,7 +188,7 @@ fn top_help() -> String {
 pub fn parse_args(args: &[String]) -> Result<Invocation, UsageError> {
     let Some(first) = args.first() else {
         return Err(UsageError(
-            "no command given: use run, plan, simulate or manifests (see route-controller --help)"
+            "no command given: use run, plan, simulate, manifests or plugin-check (see route-controller --help)"
                 .into(),
         ));
     };
@@ -200,7 +208,7 @@ pub fn parse_args(args: &[String]) -> Result<Invocation, UsageError> {
         .map(|(_, spec, _)| *spec)
         .ok_or_else(|| {
             UsageError(format!(
-                "{first:?} is not a command: use run, plan, simulate or manifests (see route-controller --help)"
+                "{first:?} is not a command: use run, plan, simulate, manifests or plugin-check (see route-controller --help)"
             ))
         })?;
     let parsed = match flags::parse(spec, &args[1..])? {
@@ -213,6 +221,7 @@ pub fn parse_args(args: &[String]) -> Result<Invocation, UsageError> {
         "run" => Command::Run(RunArgs::from_parsed(parsed)),
         "plan" => Command::Plan(PlanArgs::from_parsed(&parsed)?),
         "simulate" => Command::Simulate(SimulateArgs::from_parsed(&parsed)?),
+        "plugin-check" => Command::PluginCheck(PluginCheckArgs::from_parsed(&parsed)?),
         _ => Command::Manifests(ManifestsArgs::from_parsed(&parsed)?),
     };
     Ok(Invocation::Command(Box::new(command), warnings))
@@ -1450,7 +1459,7 @@ mod tests {
             let Err(e) = parse(args) else {
                 panic!("{args:?} parsed")
             };
-            assert!(e.0.contains("use run, plan, simulate or manifests"), "{e}");
+            assert!(e.0.contains("use run, plan, simulate, manifests or plugin-check"), "{e}");
         }
     }
 

@@ -156,15 +156,21 @@ impl ExecRoutes {
     /// Runs one call: the fence, the backoff, the process, and the reply read into a
     /// [`Reply`] with no `error` (a reply's error is returned as `Err`).
     pub fn call(&self, request: &Request<'_>) -> Result<Reply, CloudError> {
+        self.call_json(request.verb().as_str(), request.to_json())
+    }
+
+    /// [`ExecRoutes::call`] with a request as JSON text, for `plugin-check`, which also
+    /// sends requests the protocol does not allow (an unknown verb, another version).
+    /// `verb` names the call in errors.
+    pub fn call_json(&self, verb: &str, request: String) -> Result<Reply, CloudError> {
         self.fence.check()?;
         self.backing_off()?;
         Meter::request();
-        let verb = request.verb();
         let finished = process::run(process::Invocation {
             command: &self.config.command,
             args: &self.config.args,
             env: &self.config.env,
-            stdin: request.to_json().into_bytes(),
+            stdin: request.into_bytes(),
             timeout: self.config.timeout,
             max_output: self.config.max_output_bytes,
         });
@@ -217,7 +223,7 @@ impl ExecRoutes {
     }
 
     /// What a finished process means.
-    fn outcome(&self, verb: Verb, f: process::Finished) -> Result<Reply, Failure> {
+    fn outcome(&self, verb: &str, f: process::Finished) -> Result<Reply, Failure> {
         let name = &self.config.name;
         self.log_stderr(verb, &f);
         let (code, how) = match f.ended {
@@ -225,7 +231,7 @@ impl ExecRoutes {
                 return Err(crash(format!(
                     "plugin {name}: {} did not finish within {}; killed it and every process it \
                      started. Make the plugin answer sooner or raise {}= in --cloud-config",
-                    verb.as_str(),
+                    verb,
                     crate::duration::format(self.config.timeout),
                     config::KEY_TIMEOUT
                 )));
@@ -234,7 +240,7 @@ impl ExecRoutes {
                 return Err(crash(format!(
                     "plugin {name}: {} printed more than {} bytes on stdout; killed it. Print one \
                      JSON reply on stdout (logs go to stderr), or raise {}= in --cloud-config",
-                    verb.as_str(),
+                    verb,
                     self.config.max_output_bytes,
                     config::KEY_MAX_OUTPUT
                 )));
@@ -243,7 +249,7 @@ impl ExecRoutes {
                 return Err(crash(format!(
                     "plugin {name}: {} was killed by signal {signal} (it crashed or was killed); \
                      its stderr is in the log",
-                    verb.as_str()
+                    verb
                 )));
             }
             process::Ended::Exited(code) => (code, format!("exit status {code}")),
@@ -254,7 +260,7 @@ impl ExecRoutes {
             let last = stderr.lines().rev().find(|l| !l.trim().is_empty());
             let message = format!(
                 "plugin {name}: {} failed with {how} and no reply{}",
-                verb.as_str(),
+                verb,
                 last.map(|l| format!(": {}", protocol::excerpt(l.trim(), 200)))
                     .unwrap_or_default()
             );
@@ -274,7 +280,7 @@ impl ExecRoutes {
                 format!(
                     "plugin {name}: {} printed a reply without \"error\" but failed with {how}; \
                      exit 0 with a reply, or put the failure in the reply's \"error\"",
-                    verb.as_str()
+                    verb
                 ),
             )));
         }
@@ -283,7 +289,7 @@ impl ExecRoutes {
 
     /// The plugin's stderr, into the log, bounded and marked as the plugin's: a warning
     /// when the call failed, debug output otherwise.
-    fn log_stderr(&self, verb: Verb, f: &process::Finished) {
+    fn log_stderr(&self, verb: &str, f: &process::Finished) {
         if f.stderr.is_empty() {
             return;
         }
@@ -296,11 +302,11 @@ impl ExecRoutes {
         let text = String::from_utf8_lossy(&f.stderr);
         let mut lines = text.lines().filter(|l| !l.trim().is_empty());
         for line in lines.by_ref().take(STDERR_LINES_LOGGED) {
-            log::log!(target: "plugin", level, "plugin {} {}: stderr: {}", self.config.name, verb.as_str(), protocol::excerpt(line, 500));
+            log::log!(target: "plugin", level, "plugin {} {}: stderr: {}", self.config.name, verb, protocol::excerpt(line, 500));
         }
         let more = lines.count();
         if more > 0 || f.stderr_cut {
-            log::log!(target: "plugin", level, "plugin {} {}: stderr: … cut (kept {} lines, at most {} bytes)", self.config.name, verb.as_str(), STDERR_LINES_LOGGED, process::STDERR_KEPT);
+            log::log!(target: "plugin", level, "plugin {} {}: stderr: … cut (kept {} lines, at most {} bytes)", self.config.name, verb, STDERR_LINES_LOGGED, process::STDERR_KEPT);
         }
     }
 }

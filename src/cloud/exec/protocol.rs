@@ -320,21 +320,21 @@ pub const EXIT_CODES: &[(i32, &str)] = &[
 ];
 
 /// Reads a reply: JSON, of this version. `plugin` names the plugin in errors.
-pub fn parse_reply(plugin: &str, verb: Verb, stdout: &[u8]) -> Result<Reply, CloudError> {
+pub fn parse_reply(plugin: &str, verb: &str, stdout: &[u8]) -> Result<Reply, CloudError> {
     let text = String::from_utf8_lossy(stdout);
     let text = text.trim();
     if text.is_empty() {
         return Err(CloudError::ambiguous(format!(
             "plugin {plugin}: {} printed nothing on stdout; a plugin must print one JSON reply \
              ({{\"apiVersion\":\"{API_VERSION}\"}} at least) and exit 0",
-            verb.as_str()
+            verb
         )));
     }
     let reply: Reply = serde_json::from_str(text).map_err(|e| {
         CloudError::ambiguous(format!(
             "plugin {plugin}: {} printed something that is not one JSON object ({e}): {:?}; \
              print exactly one JSON reply on stdout and anything else (logs, progress) on stderr",
-            verb.as_str(),
+            verb,
             excerpt(text, 120)
         ))
     })?;
@@ -343,25 +343,25 @@ pub fn parse_reply(plugin: &str, verb: Verb, stdout: &[u8]) -> Result<Reply, Clo
         Some(other) => Err(CloudError::invalid(format!(
             "plugin {plugin}: {} replied with apiVersion {other:?}, but this controller speaks \
              {API_VERSION:?}; use a plugin version that speaks {API_VERSION}",
-            verb.as_str()
+            verb
         ))),
         None => Err(CloudError::invalid(format!(
             "plugin {plugin}: {}'s reply has no apiVersion; add \"apiVersion\": \"{API_VERSION}\" \
              to every reply",
-            verb.as_str()
+            verb
         ))),
     }
 }
 
 /// The reply's error as a [`CloudError`], if it has one.
-pub fn reply_error(plugin: &str, verb: Verb, reply: &Reply) -> Option<CloudError> {
+pub fn reply_error(plugin: &str, verb: &str, reply: &Reply) -> Option<CloudError> {
     let error = reply.error.as_ref()?;
     let message = if error.message.is_empty() {
-        format!("plugin {plugin}: {} failed: {}", verb.as_str(), error.kind)
+        format!("plugin {plugin}: {} failed: {}", verb, error.kind)
     } else {
         format!(
             "plugin {plugin}: {} failed: {}: {}",
-            verb.as_str(),
+            verb,
             error.kind,
             error.message
         )
@@ -455,21 +455,21 @@ mod tests {
 
     #[test]
     fn garbage_a_wrong_version_or_no_version_are_errors_naming_the_plugin_and_the_fix() {
-        let e = parse_reply("p", Verb::List, b"hello").unwrap_err();
+        let e = parse_reply("p", "list", b"hello").unwrap_err();
         assert_eq!(e.kind, CloudErrorKind::Ambiguous);
         assert!(
             e.message.contains("plugin p") && e.message.contains("stderr"),
             "{e}"
         );
-        let e = parse_reply("p", Verb::List, b"").unwrap_err();
+        let e = parse_reply("p", "list", b"").unwrap_err();
         assert!(e.message.contains("printed nothing"), "{e}");
-        let e = parse_reply("p", Verb::List, br#"{"apiVersion":"x/v9"}"#).unwrap_err();
+        let e = parse_reply("p", "list", br#"{"apiVersion":"x/v9"}"#).unwrap_err();
         assert_eq!(e.kind, CloudErrorKind::Invalid);
         assert!(
             e.message.contains("x/v9") && e.message.contains(API_VERSION),
             "{e}"
         );
-        let e = parse_reply("p", Verb::List, br#"{"routes":[]}"#).unwrap_err();
+        let e = parse_reply("p", "list", br#"{"routes":[]}"#).unwrap_err();
         assert!(e.message.contains("no apiVersion"), "{e}");
     }
 
@@ -477,11 +477,11 @@ mod tests {
     fn error_kinds_and_exit_codes_map_to_cloud_error_kinds() {
         let reply = parse_reply(
             "p",
-            Verb::Delete,
+            "delete",
             br#"{"apiVersion":"route-controller.plugin/v1","error":{"kind":"NotFound","message":"gone"}}"#,
         )
         .unwrap();
-        let e = reply_error("p", Verb::Delete, &reply).unwrap();
+        let e = reply_error("p", "delete", &reply).unwrap();
         assert_eq!(e.kind, CloudErrorKind::NotFound);
         assert!(e.message.contains("gone"));
         let retry = WireError {
@@ -502,7 +502,7 @@ mod tests {
             }),
             ..Reply::default()
         };
-        let e = reply_error("p", Verb::Create, &odd).unwrap();
+        let e = reply_error("p", "create", &odd).unwrap();
         assert_eq!(e.kind, CloudErrorKind::Ambiguous);
         assert!(
             e.message.contains("Oops") && e.message.contains("NotFound"),

@@ -1,0 +1,516 @@
+//! `route-controller plugin-check`: drives an exec plugin through the protocol's
+//! contract and prints what passes and what fails, with the fix for each.
+//!
+//! The contract, in order: `describe` (optional) is well formed; `list` on an empty
+//! table returns no route; `create` works and the route is listed; `create` again is
+//! a success (idempotent); `delete` works and the route is gone; `delete` again is
+//! `NotFound`; a route of others (`--foreign-destination`) is neither listed, replaced
+//! nor deleted; and requests the plugin must refuse (an unknown verb, another
+//! version, a destination that is no CIDR) are refused in time, in the protocol.
+//!
+//! Every check starts the plugin afresh (no crash backoff between checks), so one
+//! hanging call does not hide the others' verdicts; each call is bounded by the
+//! timeout of `--cloud-config`, so the check itself never hangs.
+
+use std::fmt::Write as _;
+use std::time::{Duration, Instant};
+
+use super::UsageError;
+use super::flags::{Flag, Kind, Parsed, Spec};
+use crate::cloud::exec::protocol::{self, API_VERSION, Reply, Request};
+use crate::cloud::exec::{Config, ExecRoutes};
+use crate::model::{Cidr, NodeAddress, Route};
+use crate::provider::{CloudError, CloudErrorKind, NodeDirectory, RouteTarget, Routes};
+
+pub(super) static SPEC: Spec = Spec {
+    name: "plugin-check",
+    about: "Check an exec plugin (--cloud-provider=exec) against the protocol's contract: \
+            list on an empty table, create, create again (idempotent), delete, delete of a \
+            route that is gone (NotFound), a route of others left alone, and refusals of \
+            bad requests in time. Prints PASS or FAIL for each, with the fix; exits 1 if \
+            any fails. It creates and deletes one route: point the plugin at an empty \
+            table (or a test namespace) first.",
+    env: &[],
+    groups: &[(
+        "Flags",
+        &[
+            Flag::new(
+                "cloud-config",
+                Kind::String,
+                "the plugin's settings, as for run: Command=PATH, Arg=, Env=NAME=VALUE, \
+                 Timeout= (default 10s)",
+            )
+            .required(),
+            Flag::new(
+                "destination",
+                Kind::String,
+                "the CIDR of the route the check creates and deletes",
+            )
+            .default("10.255.0.0/24"),
+            Flag::new(
+                "node",
+                Kind::String,
+                "the node name the check's route targets",
+            )
+            .default("plugin-check-node"),
+            Flag::new(
+                "node-address",
+                Kind::String,
+                "the node's InternalIP: an address the router can route via (on a Linux \
+                 gateway, one on a connected network)",
+            )
+            .default("10.255.255.2"),
+            Flag::new(
+                "foreign-destination",
+                Kind::String,
+                "the CIDR of a route that someone else put in the plugin's table before the \
+                 check: the plugin must not list, replace or delete it (without this flag \
+                 that check is skipped)",
+            ),
+            Flag::new(
+                "cluster-name",
+                Kind::String,
+                "the cluster name sent with each call",
+            )
+            .default("kubernetes"),
+        ],
+    )],
+};
+
+/// The flags of `plugin-check`.
+#[derive(Debug)]
+pub struct PluginCheckArgs {
+    pub cloud_config: String,
+    pub destination: String,
+    pub node: String,
+    pub node_address: String,
+    pub foreign_destination: Option<String>,
+    pub cluster_name: String,
+}
+
+impl PluginCheckArgs {
+    pub(super) fn from_parsed(p: &Parsed) -> Result<PluginCheckArgs, UsageError> {
+        let cidr = |flag: &str, v: String| {
+            Cidr::parse(&v)
+                .map(|c| c.to_string())
+                .map_err(|e| UsageError(format!("--{flag}: {e}")))
+        };
+        Ok(PluginCheckArgs {
+            cloud_config: p.string("cloud-config"),
+            destination: cidr("destination", p.string("destination"))?,
+            node: p.string("node"),
+            node_address: p.string("node-address"),
+            foreign_destination: p
+                .optional("foreign-destination")
+                .map(|v| cidr("foreign-destination", v))
+                .transpose()?,
+            cluster_name: p.string("cluster-name"),
+        })
+    }
+}
+
+/// One check's verdict.
+#[derive(Debug, PartialEq, Eq)]
+enum Verdict {
+    Pass(String),
+    Fail { what: String, fix: String },
+    Skip(String),
+}
+
+fn fail(what: impl Into<String>, fix: impl Into<String>) -> Verdict {
+    Verdict::Fail {
+        what: what.into(),
+        fix: fix.into(),
+    }
+}
+
+/// The report and whether every check passed.
+pub struct Report {
+    /// What to print.
+    pub text: String,
+    /// No check failed.
+    pub passed: bool,
+}
+
+/// Runs `plugin-check`.
+pub fn run_plugin_check(args: &PluginCheckArgs) -> Result<Report, UsageError> {
+    let path = std::path::PathBuf::from(&args.cloud_config);
+    let pairs = super::run::read_cloud_config(&path)?;
+    let config = Config::from_pairs(&pairs).map_err(UsageError)?;
+    let checker = Checker { config, args };
+    Ok(checker.run())
+}
+
+struct Checker<'a> {
+    config: Config,
+    args: &'a PluginCheckArgs,
+}
+
+impl Checker<'_> {
+    /// A fresh provider for each call: no backoff carried from one check to the next.
+    fn plugin(&self) -> ExecRoutes {
+        ExecRoutes::new(self.config.clone())
+    }
+
+    fn route(&self, destination: &str) -> Route {
+        Route {
+            destination_cidr: destination.to_string(),
+            target_node: self.args.node.clone(),
+            target_node_addresses: vec![NodeAddress::internal_ip(&self.args.node_address)],
+            ..Route::default()
+        }
+    }
+
+    fn target(&self) -> RouteTarget {
+        RouteTarget {
+            node_name: self.args.node.clone(),
+            provider_id: None,
+            addresses: vec![NodeAddress::internal_ip(&self.args.node_address)],
+        }
+    }
+
+    fn create(&self, destination: &str) -> Result<(), CloudError> {
+        self.plugin().create_route(
+            &self.args.cluster_name,
+            "plugin-check-uid",
+            &self.route(destination),
+            &self.target(),
+        )
+    }
+
+    fn delete(&self, destination: &str) -> Result<(), CloudError> {
+        self.plugin()
+            .delete_route(&self.args.cluster_name, &self.route(destination))
+    }
+
+    fn list(&self) -> Result<Vec<Route>, CloudError> {
+        self.plugin()
+            .list_routes(&self.args.cluster_name, &NodeDirectory::default())
+    }
+
+    fn listed(&self, destination: &str) -> Result<Option<Route>, CloudError> {
+        let want = Cidr::parse(destination).ok();
+        Ok(self
+            .list()?
+            .into_iter()
+            .find(|r| Cidr::parse(&r.destination_cidr).ok() == want))
+    }
+
+    fn run(&self) -> Report {
+        let mut text = String::new();
+        let _ = writeln!(
+            text,
+            "plugin-check: plugin {} ({} {}), protocol {API_VERSION}, timeout {}\n",
+            self.config.name,
+            self.config.command,
+            self.config.args.join(" "),
+            crate::duration::format(self.config.timeout)
+        );
+        let d = &self.args.destination;
+        let checks: Vec<(&str, Box<dyn Fn() -> Verdict + '_>)> = vec![
+            ("describe", Box::new(|| self.check_describe())),
+            ("list on an empty table", Box::new(|| self.check_empty_list())),
+            ("create", Box::new(|| self.check_create(d))),
+            ("create again (idempotent)", Box::new(|| self.check_create_again(d))),
+            ("delete", Box::new(|| self.check_delete(d))),
+            ("delete of a route that is gone", Box::new(|| self.check_delete_gone(d))),
+            ("a route of others is left alone", Box::new(|| self.check_foreign())),
+            ("an unknown verb is refused", Box::new(|| self.check_unknown_verb())),
+            ("another protocol version is refused", Box::new(|| self.check_version())),
+            ("a bad destination is refused", Box::new(|| self.check_bad_request())),
+        ];
+        let (mut passed, mut failed, mut skipped) = (0, 0, 0);
+        for (name, check) in checks {
+            let started = Instant::now();
+            let verdict = check();
+            let took = ms(started.elapsed());
+            match verdict {
+                Verdict::Pass(detail) => {
+                    passed += 1;
+                    let _ = writeln!(text, "PASS  {name}: {detail} ({took})");
+                }
+                Verdict::Fail { what, fix } => {
+                    failed += 1;
+                    let _ = writeln!(text, "FAIL  {name}: {what} ({took})\n      fix: {fix}");
+                }
+                Verdict::Skip(why) => {
+                    skipped += 1;
+                    let _ = writeln!(text, "SKIP  {name}: {why}");
+                }
+            }
+        }
+        // Leave the table as found, whatever failed.
+        let _ = self.delete(d);
+        let _ = writeln!(
+            text,
+            "\n{passed} passed, {failed} failed, {skipped} skipped"
+        );
+        Report {
+            text,
+            passed: failed == 0,
+        }
+    }
+
+    fn check_describe(&self) -> Verdict {
+        let plugin = self.plugin();
+        match plugin.describe() {
+            Ok(d) if !d.implemented => Verdict::Pass(
+                "not implemented (UnknownVerb): no budget, one change per call".into(),
+            ),
+            Ok(d) => Verdict::Pass(format!(
+                "budget {}, batch size {} (used once the core batches), tables {}",
+                d.budget.map_or("none".to_string(), |b| format!(
+                    "{}/s, burst {}, {} change(s) at once",
+                    b.requests_per_second,
+                    b.burst,
+                    if b.mutations_at_once == usize::MAX {
+                        "any".to_string()
+                    } else {
+                        b.mutations_at_once.to_string()
+                    }
+                )),
+                d.batch_size,
+                if d.tables.is_empty() {
+                    "none".to_string()
+                } else {
+                    d.tables
+                        .iter()
+                        .map(|(n, l)| match l {
+                            Some(l) => format!("{n} (limit {l})"),
+                            None => n.clone(),
+                        })
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                }
+            )),
+            Err(e) => fail(
+                e.message,
+                "describe is optional: reply {\"apiVersion\": \"route-controller.plugin/v1\", \
+                 \"error\": {\"kind\": \"UnknownVerb\"}} if you do not implement it, or a \
+                 budget, batchSize and tables as the README shows",
+            ),
+        }
+    }
+
+    fn check_empty_list(&self) -> Verdict {
+        match self.list() {
+            Ok(routes) if routes.is_empty() => Verdict::Pass("no routes".into()),
+            Ok(routes) => {
+                let foreign = self.args.foreign_destination.as_deref().and_then(|f| {
+                    routes
+                        .iter()
+                        .find(|r| Cidr::parse(&r.destination_cidr).ok() == Cidr::parse(f).ok())
+                });
+                match foreign {
+                    Some(r) => fail(
+                        format!("list returned {}, the route of others", r.destination_cidr),
+                        "list only the routes this plugin made (mark them, as linux-router \
+                         marks its routes with a proto number of its own)",
+                    ),
+                    None => fail(
+                        format!(
+                            "list returned {} route(s) on a table that should be empty: {}",
+                            routes.len(),
+                            routes
+                                .iter()
+                                .map(|r| r.destination_cidr.as_str())
+                                .collect::<Vec<_>>()
+                                .join(", ")
+                        ),
+                        "run the check against an empty table (delete the plugin's routes, or \
+                         point it at a table or namespace of its own), or fix list to return \
+                         only routes that exist",
+                    ),
+                }
+            }
+            Err(e) => fail(
+                e.message,
+                "list must reply {\"apiVersion\": \"route-controller.plugin/v1\", \"routes\": \
+                 []} on an empty table, within the timeout",
+            ),
+        }
+    }
+
+    fn check_create(&self, d: &str) -> Verdict {
+        if let Err(e) = self.create(d) {
+            return fail(
+                e.message,
+                "create must add the route and reply {\"apiVersion\": \"route-controller.plugin/v1\"}",
+            );
+        }
+        match self.listed(d) {
+            Ok(Some(r)) if r.target_node == self.args.node => {
+                Verdict::Pass(format!("{d} via {} is listed", self.args.node))
+            }
+            Ok(Some(r)) => fail(
+                format!(
+                    "{d} is listed with targetNode {:?}, not {:?}",
+                    r.target_node, self.args.node
+                ),
+                "list must report each route's targetNode as create gave it (keep the name \
+                 with the route, or in a state file as linux-router does)",
+            ),
+            Ok(None) => fail(
+                format!("create succeeded but list does not return {d}"),
+                "create must add the route so that the next list returns it",
+            ),
+            Err(e) => fail(e.message, "list must succeed after a create"),
+        }
+    }
+
+    fn check_create_again(&self, d: &str) -> Verdict {
+        match self.create(d) {
+            Ok(()) => Verdict::Pass("an identical create is a success".into()),
+            Err(e) => fail(
+                e.message,
+                "an identical route that already exists counts as created: reply without \
+                 \"error\" (AlreadyExists is only for a route to another target)",
+            ),
+        }
+    }
+
+    fn check_delete(&self, d: &str) -> Verdict {
+        if let Err(e) = self.delete(d) {
+            return fail(
+                e.message,
+                "delete must remove the route and reply {\"apiVersion\": \"route-controller.plugin/v1\"}",
+            );
+        }
+        match self.listed(d) {
+            Ok(None) => Verdict::Pass(format!("{d} is gone from the list")),
+            Ok(Some(_)) => fail(
+                format!("delete succeeded but list still returns {d}"),
+                "delete must remove the route before it replies",
+            ),
+            Err(e) => fail(e.message, "list must succeed after a delete"),
+        }
+    }
+
+    fn check_delete_gone(&self, d: &str) -> Verdict {
+        match self.delete(d) {
+            Err(e) if e.kind == CloudErrorKind::NotFound => {
+                Verdict::Pass("NotFound, as the controller counts it done".into())
+            }
+            Ok(()) => fail(
+                "a delete of a route that is gone succeeded",
+                "reply \"error\": {\"kind\": \"NotFound\"} (or exit 3) for a route that is not \
+                 there, so the controller can tell it from a delete that happened",
+            ),
+            Err(e) => fail(
+                e.message,
+                "reply \"error\": {\"kind\": \"NotFound\"} (or exit 3) for a route that is not there",
+            ),
+        }
+    }
+
+    fn check_foreign(&self) -> Verdict {
+        let Some(f) = self.args.foreign_destination.as_deref() else {
+            return Verdict::Skip(
+                "no --foreign-destination: put a route of your own in the plugin's table and \
+                 name its CIDR"
+                    .into(),
+            );
+        };
+        match self.listed(f) {
+            Ok(None) => {}
+            Ok(Some(_)) => {
+                return fail(
+                    format!("list returns {f}, a route the plugin did not make"),
+                    "list only the routes this plugin made (mark them, as linux-router does \
+                     with its proto number)",
+                );
+            }
+            Err(e) => return fail(e.message, "list must succeed"),
+        }
+        match self.create(f) {
+            Err(e) if e.kind == CloudErrorKind::AlreadyExists => {}
+            Ok(()) => {
+                return fail(
+                    format!("create of {f} succeeded over a route of others"),
+                    "a create whose destination holds a route of others must leave it and \
+                     reply \"error\": {\"kind\": \"AlreadyExists\"}",
+                );
+            }
+            Err(e) => {
+                return fail(
+                    e.message,
+                    "a create whose destination holds a route of others must leave it and \
+                     reply \"error\": {\"kind\": \"AlreadyExists\"}",
+                );
+            }
+        }
+        match self.delete(f) {
+            Err(e) if e.kind == CloudErrorKind::NotFound => Verdict::Pass(format!(
+                "{f} is not listed, create says AlreadyExists, delete says NotFound"
+            )),
+            Ok(()) => fail(
+                format!("delete of {f} succeeded: the plugin deleted a route of others"),
+                "delete only routes this plugin made; reply NotFound for any other",
+            ),
+            Err(e) => fail(
+                e.message,
+                "delete only routes this plugin made; reply NotFound for any other",
+            ),
+        }
+    }
+
+    /// A request the plugin must refuse, in the protocol and in time.
+    fn refused(&self, verb: &str, request: String, fix: &str) -> Verdict {
+        match self.plugin().call_json(verb, request) {
+            Ok(reply) => fail(
+                format!("the plugin replied {}", summary(&reply)),
+                fix.to_string(),
+            ),
+            Err(e) if e.kind == CloudErrorKind::Ambiguous => fail(e.message, fix.to_string()),
+            Err(e) => Verdict::Pass(format!("refused: {}", protocol::excerpt(&e.message, 120))),
+        }
+    }
+
+    fn check_unknown_verb(&self) -> Verdict {
+        let request = format!(
+            "{{\"apiVersion\":\"{API_VERSION}\",\"verb\":\"plugin-check-unknown\",\"clusterName\":\"{}\"}}",
+            self.args.cluster_name
+        );
+        self.refused(
+            "plugin-check-unknown",
+            request,
+            "reply \"error\": {\"kind\": \"UnknownVerb\"} to a verb you do not know (newer \
+             controllers may add verbs), within the timeout",
+        )
+    }
+
+    fn check_version(&self) -> Verdict {
+        let request = format!(
+            "{{\"apiVersion\":\"route-controller.plugin/v0\",\"verb\":\"list\",\"clusterName\":\"{}\"}}",
+            self.args.cluster_name
+        );
+        self.refused(
+            "list (apiVersion v0)",
+            request,
+            "check the request's apiVersion; reply \"error\": {\"kind\": \"Invalid\"} naming \
+             the version you speak",
+        )
+    }
+
+    fn check_bad_request(&self) -> Verdict {
+        let route = self.route("not-a-cidr");
+        let request = Request::create(&self.args.cluster_name, "uid", &route, &self.target());
+        self.refused(
+            "create (destinationCIDR not-a-cidr)",
+            request.to_json(),
+            "refuse a request you cannot carry out with \"error\": {\"kind\": \"Invalid\"}, \
+             not a crash or a success",
+        )
+    }
+}
+
+fn summary(reply: &Reply) -> String {
+    match &reply.routes {
+        Some(r) => format!("success, with {} route(s)", r.len()),
+        None => "success".into(),
+    }
+}
+
+fn ms(d: Duration) -> String {
+    format!("{} ms", d.as_millis())
+}
