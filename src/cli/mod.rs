@@ -1459,7 +1459,10 @@ mod tests {
             let Err(e) = parse(args) else {
                 panic!("{args:?} parsed")
             };
-            assert!(e.0.contains("use run, plan, simulate, manifests or plugin-check"), "{e}");
+            assert!(
+                e.0.contains("use run, plan, simulate, manifests or plugin-check"),
+                "{e}"
+            );
         }
     }
 

@@ -200,24 +200,48 @@ impl Checker<'_> {
         let mut text = String::new();
         let _ = writeln!(
             text,
-            "plugin-check: plugin {} ({} {}), protocol {API_VERSION}, timeout {}\n",
+            "plugin-check: plugin {} ({}), protocol {API_VERSION}, timeout {}\n",
             self.config.name,
-            self.config.command,
-            self.config.args.join(" "),
+            std::iter::once(&self.config.command)
+                .chain(&self.config.args)
+                .map(String::as_str)
+                .collect::<Vec<_>>()
+                .join(" "),
             crate::duration::format(self.config.timeout)
         );
         let d = &self.args.destination;
         let checks: Vec<(&str, Box<dyn Fn() -> Verdict + '_>)> = vec![
             ("describe", Box::new(|| self.check_describe())),
-            ("list on an empty table", Box::new(|| self.check_empty_list())),
+            (
+                "list on an empty table",
+                Box::new(|| self.check_empty_list()),
+            ),
             ("create", Box::new(|| self.check_create(d))),
-            ("create again (idempotent)", Box::new(|| self.check_create_again(d))),
+            (
+                "create again (idempotent)",
+                Box::new(|| self.check_create_again(d)),
+            ),
             ("delete", Box::new(|| self.check_delete(d))),
-            ("delete of a route that is gone", Box::new(|| self.check_delete_gone(d))),
-            ("a route of others is left alone", Box::new(|| self.check_foreign())),
-            ("an unknown verb is refused", Box::new(|| self.check_unknown_verb())),
-            ("another protocol version is refused", Box::new(|| self.check_version())),
-            ("a bad destination is refused", Box::new(|| self.check_bad_request())),
+            (
+                "delete of a route that is gone",
+                Box::new(|| self.check_delete_gone(d)),
+            ),
+            (
+                "a route of others is left alone",
+                Box::new(|| self.check_foreign()),
+            ),
+            (
+                "an unknown verb is refused",
+                Box::new(|| self.check_unknown_verb()),
+            ),
+            (
+                "another protocol version is refused",
+                Box::new(|| self.check_version()),
+            ),
+            (
+                "a bad destination is refused",
+                Box::new(|| self.check_bad_request()),
+            ),
         ];
         let (mut passed, mut failed, mut skipped) = (0, 0, 0);
         for (name, check) in checks {

@@ -361,9 +361,7 @@ pub fn reply_error(plugin: &str, verb: &str, reply: &Reply) -> Option<CloudError
     } else {
         format!(
             "plugin {plugin}: {} failed: {}: {}",
-            verb,
-            error.kind,
-            error.message
+            verb, error.kind, error.message
         )
     };
     Some(match kind_of(error) {

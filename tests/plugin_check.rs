@@ -1,0 +1,183 @@
+//! `route-controller plugin-check` against real plugins: it passes the reference Linux
+//! router (in a network namespace of the test's own, with a route of others in the
+//! same table) and the README's example plugin, and it fails, with the fix, a plugin
+//! that is not idempotent, one that prints garbage and one that hangs.
+//!
+//! The Linux router test needs root, `ip` and python3; without them it fails saying
+//! what to install or how to run it. The others need sh and jq.
+
+#[path = "support/netns.rs"]
+mod netns;
+#[path = "support/tempdir.rs"]
+mod tempdir;
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use tempdir::TempDir;
+
+/// Runs plugin-check; returns its exit code and stdout.
+fn plugin_check(config: &Path, extra: &[&str]) -> (i32, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_route-controller"))
+        .arg("plugin-check")
+        .arg("--cloud-config")
+        .arg(config)
+        .args(extra)
+        .output()
+        .expect("run route-controller");
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    eprintln!("{stdout}{}", String::from_utf8_lossy(&out.stderr));
+    (out.status.code().unwrap_or(-1), stdout)
+}
+
+fn executable(dir: &TempDir, name: &str, script: &str) -> PathBuf {
+    let path = dir.write(name, script);
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+    path
+}
+
+fn example() -> String {
+    std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("testdata/plugins/example-file-router"),
+    )
+    .unwrap()
+}
+
+fn require_jq() {
+    if Command::new("jq").arg("--version").output().is_err() {
+        panic!(
+            "jq is not installed: the example plugin is sh and jq; install jq (apt-get install jq)"
+        );
+    }
+}
+
+#[test]
+fn the_reference_linux_router_passes_every_check_and_leaves_the_route_of_others() {
+    let ns = netns::Netns::new("check", "10.255.255.1/24");
+    // Someone else's route, in the plugin's own table, with another proto.
+    ns.ip(&[
+        "route",
+        "add",
+        "10.254.0.0/24",
+        "via",
+        "10.255.255.9",
+        "table",
+        "100",
+        "proto",
+        "static",
+    ]);
+    let dir = TempDir::new("plugin-check-linux");
+    let config = dir.write(
+        "plugin.conf",
+        ns.plugin_config(&dir.path().join("state.json"), "Timeout=5s\n"),
+    );
+    let (code, out) = plugin_check(&config, &["--foreign-destination", "10.254.0.0/24"]);
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("10 passed, 0 failed, 0 skipped"), "{out}");
+    assert_eq!(
+        ns.routes("100"),
+        [(
+            "10.254.0.0/24".to_string(),
+            "10.255.255.9".to_string(),
+            "static".to_string()
+        )],
+        "the route of others is still there, untouched, and the check's route is gone"
+    );
+}
+
+#[test]
+fn the_example_plugin_of_the_readme_passes() {
+    require_jq();
+    let dir = TempDir::new("plugin-check-example");
+    let plugin = executable(&dir, "example-file-router", &example());
+    let config = dir.write(
+        "plugin.conf",
+        format!(
+            "Command={}\nEnv=ROUTES_FILE={}\nTimeout=5s\n",
+            plugin.display(),
+            dir.path().join("routes.json").display()
+        ),
+    );
+    let (code, out) = plugin_check(&config, &[]);
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("9 passed, 0 failed, 1 skipped"), "{out}");
+}
+
+#[test]
+fn a_plugin_that_is_not_idempotent_fails_create_again_with_the_fix() {
+    require_jq();
+    let dir = TempDir::new("plugin-check-not-idempotent");
+    let idempotent = "if has \"$node\"; then ok '{}'; exit 0; fi";
+    let script = example();
+    assert!(
+        script.contains(idempotent),
+        "the example changed; update this test"
+    );
+    // The same plugin, but an existing route makes create fail.
+    let script = script.replace(idempotent, "has \"\" && err AlreadyExists \"$dst exists\"");
+    let plugin = executable(&dir, "not-idempotent", &script);
+    let config = dir.write(
+        "plugin.conf",
+        format!(
+            "Command={}\nEnv=ROUTES_FILE={}\nTimeout=5s\n",
+            plugin.display(),
+            dir.path().join("routes.json").display()
+        ),
+    );
+    let (code, out) = plugin_check(&config, &[]);
+    assert_eq!(code, 1, "{out}");
+    assert!(out.contains("PASS  create: "), "{out}");
+    assert!(out.contains("FAIL  create again (idempotent): "), "{out}");
+    assert!(
+        out.contains("an identical route that already exists counts as created"),
+        "{out}"
+    );
+    assert!(out.contains("1 failed"), "{out}");
+}
+
+#[test]
+fn a_plugin_that_prints_garbage_fails_with_the_fix() {
+    let dir = TempDir::new("plugin-check-garbage");
+    // A log line on stdout before the reply: the most common way to break a plugin.
+    let plugin = executable(
+        &dir,
+        "chatty",
+        "#!/bin/sh\ncat >/dev/null\necho 'talking to the router...'\necho '{\"apiVersion\":\"route-controller.plugin/v1\",\"routes\":[]}'\n",
+    );
+    let config = dir.write(
+        "plugin.conf",
+        format!("Command={}\nTimeout=5s\n", plugin.display()),
+    );
+    let (code, out) = plugin_check(&config, &[]);
+    assert_eq!(code, 1, "{out}");
+    assert!(out.contains("FAIL  list on an empty table: plugin chatty: list printed something that is not one JSON object"), "{out}");
+    assert!(
+        out.contains("anything else (logs, progress) on stderr"),
+        "{out}"
+    );
+    assert!(out.contains("0 passed"), "{out}");
+}
+
+#[test]
+fn a_plugin_that_hangs_is_killed_at_its_timeout_and_fails_every_check() {
+    let dir = TempDir::new("plugin-check-hang");
+    let plugin = executable(&dir, "hangs", "#!/bin/sh\nsleep 600\n");
+    let config = dir.write(
+        "plugin.conf",
+        format!("Command={}\nTimeout=500ms\n", plugin.display()),
+    );
+    let started = Instant::now();
+    let (code, out) = plugin_check(&config, &[]);
+    assert_eq!(code, 1, "{out}");
+    assert!(out.contains("FAIL  list on an empty table: plugin hangs: list did not finish within 500ms; killed it"), "{out}");
+    assert!(out.contains("raise Timeout= in --cloud-config"), "{out}");
+    assert!(out.contains("0 passed"), "{out}");
+    // Ten checks of one call each (and a cleanup), each bounded by the timeout.
+    assert!(
+        started.elapsed() < Duration::from_secs(15),
+        "{:?}",
+        started.elapsed()
+    );
+}
