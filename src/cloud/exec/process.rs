@@ -176,9 +176,15 @@ fn kill(child: &mut Child) {
 
 /// `kill -KILL -- -PGID`: std has no killpg, and calling libc would need unsafe code.
 /// The group's ID is the plugin's PID (`process_group(0)`); it cannot be reused while
-/// a process of the group lives.
+/// a process of the group lives. Found at its usual paths first, since the controller
+/// may run without PATH; where there is no `kill` at all (a distroless image), only
+/// the plugin itself is killed, and the reply is still bounded by the deadline.
 fn kill_group(pid: u32) {
-    let _ = Command::new("kill")
+    let kill = ["/bin/kill", "/usr/bin/kill"]
+        .into_iter()
+        .find(|p| std::path::Path::new(p).exists())
+        .unwrap_or("kill");
+    let _ = Command::new(kill)
         .args(["-KILL", "--", &format!("-{pid}")])
         .stdin(Stdio::null())
         .stdout(Stdio::null())
