@@ -141,6 +141,9 @@ pub fn run_plugin_check(args: &PluginCheckArgs) -> Result<Report, UsageError> {
     Ok(checker.run())
 }
 
+/// One step of the contract, run once.
+type Check<'a> = Box<dyn Fn() -> Verdict + 'a>;
+
 struct Checker<'a> {
     config: Config,
     args: &'a PluginCheckArgs,
@@ -210,7 +213,7 @@ impl Checker<'_> {
             crate::duration::format(self.config.timeout)
         );
         let d = &self.args.destination;
-        let checks: Vec<(&str, Box<dyn Fn() -> Verdict + '_>)> = vec![
+        let checks: Vec<(&str, Check<'_>)> = vec![
             ("describe", Box::new(|| self.check_describe())),
             (
                 "list on an empty table",

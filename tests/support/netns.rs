@@ -55,7 +55,7 @@ pub fn require_netns_tools() {
     if uid.trim() != "0" {
         panic!(
             "not root (uid {}): {hint}, and `ip netns add` needs root; run it as root, e.g. \
-             `sudo -E cargo test --test exec_plugin`",
+             `sudo -E cargo test --test e2e_exec_router --test plugin_check`",
             uid.trim()
         );
     }

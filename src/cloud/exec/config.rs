@@ -4,10 +4,13 @@
 //!
 //! ```text
 //! Command=/usr/local/lib/route-controller/linux-router
-//! Arg=--verbose            # repeated, in order
-//! Env=LINUX_ROUTER_TABLE=100   # repeated; NAME=VALUE, added to the inherited environment
-//! Timeout=10s              # a Go duration
+//! Arg=--verbose
+//! Env=LINUX_ROUTER_TABLE=100
+//! Timeout=10s
 //! ```
+//!
+//! `Arg=` and `Env=NAME=VALUE` repeat, in order; `Env=` adds to the environment the
+//! plugin inherits. A value runs to the end of its line (no trailing comments).
 
 use std::time::Duration;
 
@@ -85,7 +88,7 @@ impl Config {
                 .filter(move |(k, _)| k.eq_ignore_ascii_case(key))
                 .map(|(_, v)| v.clone())
         };
-        let last = |key: &'static str| all(key).last();
+        let last = |key: &'static str| all(key).next_back();
         let command = last(KEY_COMMAND)
             .filter(|c| !c.trim().is_empty())
             .ok_or_else(|| {

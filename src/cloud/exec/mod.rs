@@ -137,18 +137,16 @@ impl ExecRoutes {
 
     /// Asks the plugin's `describe` and maps it.
     pub fn describe(&self) -> Result<Description, CloudError> {
-        let reply = match self.call(&Request::new(Verb::Describe, "")) {
+        let request = Request::new(Verb::Describe, "").to_json();
+        let reply = match self.exchange(Verb::Describe.as_str(), request) {
             Ok(reply) => reply,
-            Err(e)
-                if e.message
-                    .contains(&format!("failed: {}", protocol::UNKNOWN_VERB)) =>
-            {
+            Err(f) if f.wire_kind.as_deref() == Some(protocol::UNKNOWN_VERB) => {
                 return Ok(Description {
                     batch_size: 1,
                     ..Description::default()
                 });
             }
-            Err(e) => return Err(e),
+            Err(f) => return Err(f.error),
         };
         describe_reply(&self.config.name, reply)
     }
@@ -163,8 +161,13 @@ impl ExecRoutes {
     /// sends requests the protocol does not allow (an unknown verb, another version).
     /// `verb` names the call in errors.
     pub fn call_json(&self, verb: &str, request: String) -> Result<Reply, CloudError> {
-        self.fence.check()?;
-        self.backing_off()?;
+        self.exchange(verb, request).map_err(|f| f.error)
+    }
+
+    /// [`ExecRoutes::call_json`], keeping the kind the plugin wrote in its error.
+    fn exchange(&self, verb: &str, request: String) -> Result<Reply, Failure> {
+        self.fence.check().map_err(Failure::reply)?;
+        self.backing_off().map_err(Failure::reply)?;
         Meter::request();
         let finished = process::run(process::Invocation {
             command: &self.config.command,
@@ -185,7 +188,7 @@ impl ExecRoutes {
             )))),
         };
         self.record(&result);
-        result.map_err(|f| f.error)
+        result
     }
 
     /// Refuses a call at once while the plugin is backing off after a crash.
@@ -214,7 +217,9 @@ impl ExecRoutes {
     fn record(&self, result: &Result<Reply, Failure>) {
         let mut health = lock(&self.health);
         match result {
-            Err(Failure { error, crash: true }) => {
+            Err(Failure {
+                error, crash: true, ..
+            }) => {
                 health.failures = health.failures.saturating_add(1);
                 health.last_failure = Some((Instant::now(), error.message.clone()));
             }
@@ -271,7 +276,10 @@ impl ExecRoutes {
         }
         let reply = protocol::parse_reply(name, verb, &f.stdout).map_err(Failure::crash)?;
         if let Some(error) = protocol::reply_error(name, verb, &reply) {
-            return Err(Failure::reply(error));
+            return Err(Failure {
+                wire_kind: reply.error.map(|e| e.kind),
+                ..Failure::reply(error)
+            });
         }
         if code != 0 {
             // A reply without an error but a failing exit: the exit code decides.
@@ -316,18 +324,25 @@ impl ExecRoutes {
 struct Failure {
     error: CloudError,
     crash: bool,
+    /// The error's kind as the plugin wrote it, if it replied with one.
+    wire_kind: Option<String>,
 }
 
 impl Failure {
     fn crash(error: CloudError) -> Failure {
-        Failure { error, crash: true }
+        Failure {
+            error,
+            crash: true,
+            wire_kind: None,
+        }
     }
 
-    /// The plugin answered, with an error: it works.
+    /// The plugin answered, with an error (or was not started): not a crash.
     fn reply(error: CloudError) -> Failure {
         Failure {
             error,
             crash: false,
+            wire_kind: None,
         }
     }
 }
