@@ -1308,6 +1308,26 @@ mod tests {
     }
 
     #[test]
+    fn exec_without_a_command_is_a_setting_to_fix_and_its_keys_are_checked() {
+        let Err(ProviderError::Config(e)) = exec_provider(&[]) else {
+            panic!("no Command= must be a configuration error");
+        };
+        assert!(e.0.contains("Command=/path/to/plugin"), "{e}");
+        let pairs = vec![("Comand".to_string(), "x".to_string())];
+        let e =
+            check_cloud_config_keys("exec", std::path::Path::new("p.conf"), &pairs).unwrap_err();
+        assert!(e.0.contains("did you mean Command?"), "{e}");
+        let missing = vec![("Command".to_string(), "/nonexistent/plugin".to_string())];
+        let Err(ProviderError::Config(e)) = exec_provider(&missing) else {
+            panic!("a plugin that cannot start must be a configuration error");
+        };
+        assert!(
+            e.0.contains("cannot start") && e.0.contains("Command="),
+            "{e}"
+        );
+    }
+
+    #[test]
     fn cloud_config_keys_that_nobody_reads_are_errors_naming_the_closest() {
         let path = std::path::Path::new("cloud.conf");
         let pairs = |k: &str| vec![(k.to_string(), "x".to_string())];

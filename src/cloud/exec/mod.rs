@@ -296,7 +296,8 @@ impl ExecRoutes {
     }
 
     /// The plugin's stderr, into the log, bounded and marked as the plugin's: a warning
-    /// when the call failed, debug output otherwise.
+    /// when the call failed, info otherwise (a plugin that talks on success is rare,
+    /// and what it says should be seen at the default level).
     fn log_stderr(&self, verb: &str, f: &process::Finished) {
         if f.stderr.is_empty() {
             return;
@@ -305,7 +306,7 @@ impl ExecRoutes {
         let level = if failed {
             log::Level::Warn
         } else {
-            log::Level::Debug
+            log::Level::Info
         };
         let text = String::from_utf8_lossy(&f.stderr);
         let mut lines = text.lines().filter(|l| !l.trim().is_empty());
@@ -536,6 +537,44 @@ mod tests {
         assert_eq!(backoff(3), Duration::from_secs(2));
         assert_eq!(backoff(100), Duration::from_secs(30));
         let _ = std::fs::remove_dir_all(dir);
+    }
+
+    #[test]
+    fn garbage_or_a_timeout_is_ambiguous_names_the_fix_and_backs_off() {
+        let (p, dir) = plugin("garbage", "echo 'hello there'");
+        let e = p.list_routes("c", &NodeDirectory::default()).unwrap_err();
+        assert_eq!(e.kind, CloudErrorKind::Ambiguous);
+        assert!(
+            e.message.contains("plugin garbage: list") && e.message.contains("stderr"),
+            "{e}"
+        );
+        assert!(p.backing_off().is_err(), "garbage counts as a crash");
+        let (p, dir2) = plugin("slow", "sleep 5");
+        let started = Instant::now();
+        let e = p
+            .create_route(
+                "c",
+                "uid",
+                &Route::default(),
+                &RouteTarget {
+                    node_name: "a".into(),
+                    provider_id: None,
+                    addresses: Vec::new(),
+                },
+            )
+            .unwrap_err();
+        assert!(
+            started.elapsed() < Duration::from_secs(3),
+            "{:?}",
+            started.elapsed()
+        );
+        assert_eq!(e.kind, CloudErrorKind::Ambiguous);
+        assert!(
+            e.message.contains("did not finish within 500ms") && e.message.contains("Timeout="),
+            "{e}"
+        );
+        let _ = std::fs::remove_dir_all(dir);
+        let _ = std::fs::remove_dir_all(dir2);
     }
 
     #[test]
