@@ -24,7 +24,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use controller_process::{ControllerProcess, Spawn};
-use e2e_cluster::{Identity, create_node, delete_node, poll_until};
+use e2e_cluster::{Identity, create_node, delete_node, poll_until, wait_for_network_unavailable};
 use kube_apiserver::KubeApiserver;
 use netns::Netns;
 
@@ -134,6 +134,11 @@ fn the_kernel_table_follows_the_nodes_through_start_deletion_cidr_change_and_res
         ],
         "start-up",
     );
+    // Conditions work as with a built-in provider.
+    let names = ["n1".to_string(), "n2".to_string(), "n3".to_string()];
+    if let Err(e) = wait_for_network_unavailable(&api, &names, "False", "RouteCreated", PATIENCE) {
+        ctl.fail(&e);
+    }
 
     delete_node(&api, "n3");
     wait_for_table(

@@ -365,6 +365,13 @@ pub fn reply_error(plugin: &str, verb: &str, reply: &Reply) -> Option<CloudError
         )
     };
     Some(match kind_of(error) {
+        Some(kind) if error.kind == UNKNOWN_VERB => CloudError::new(
+            kind,
+            format!(
+                "{message} (the plugin does not implement {verb}; a plugin must implement list, \
+                 create and delete of {API_VERSION})"
+            ),
+        ),
         Some(kind) => CloudError::new(kind, message),
         None => {
             let known: Vec<&str> = ERROR_KINDS.iter().map(|(k, _)| *k).collect();
@@ -504,6 +511,19 @@ mod tests {
         assert_eq!(e.kind, CloudErrorKind::Ambiguous);
         assert!(
             e.message.contains("Oops") && e.message.contains("NotFound"),
+            "{e}"
+        );
+        let unknown = Reply {
+            error: Some(WireError {
+                kind: UNKNOWN_VERB.into(),
+                ..WireError::default()
+            }),
+            ..Reply::default()
+        };
+        let e = reply_error("p", "delete", &unknown).unwrap();
+        assert_eq!(e.kind, CloudErrorKind::Invalid);
+        assert!(
+            e.message.contains("must implement list, create and delete"),
             "{e}"
         );
         assert_eq!(kind_of_exit_code(3), CloudErrorKind::NotFound);
