@@ -181,3 +181,19 @@ fn a_plugin_that_hangs_is_killed_at_its_timeout_and_fails_every_check() {
         started.elapsed()
     );
 }
+
+#[test]
+fn a_plugin_that_cannot_start_fails_once_naming_the_setting() {
+    let dir = TempDir::new("plugin-check-missing");
+    let config = dir.write(
+        "plugin.conf",
+        format!("Command={}\n", dir.path().join("no-such-plugin").display()),
+    );
+    let (code, out) = plugin_check(&config, &[]);
+    assert_eq!(code, 1, "{out}");
+    assert!(
+        out.contains("cannot start") && out.contains("check Command= in --cloud-config"),
+        "{out}"
+    );
+    assert!(out.contains("0 passed, 1 failed, 0 skipped"), "{out}");
+}

@@ -136,6 +136,8 @@ pub struct Report {
 pub fn run_plugin_check(args: &PluginCheckArgs) -> Result<Report, UsageError> {
     let path = std::path::PathBuf::from(&args.cloud_config);
     let pairs = super::run::read_cloud_config(&path)?;
+    // A misspelt key is an error here as in run, not a setting silently left out.
+    super::run::check_cloud_config_keys("exec", &path, &pairs)?;
     let config = Config::from_pairs(&pairs).map_err(UsageError)?;
     let checker = Checker { config, args };
     Ok(checker.run())
@@ -250,6 +252,17 @@ impl Checker<'_> {
         for (name, check) in checks {
             let started = Instant::now();
             let verdict = check();
+            // A plugin that cannot be started fails every step the same way: say it once.
+            if let Verdict::Fail { what, .. } = &verdict
+                && what.contains(crate::cloud::exec::CANNOT_START)
+            {
+                failed += 1;
+                let _ = writeln!(
+                    text,
+                    "FAIL  {name}: {what}\n      the other checks need a plugin that starts"
+                );
+                break;
+            }
             let took = ms(started.elapsed());
             match verdict {
                 Verdict::Pass(detail) => {

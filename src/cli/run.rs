@@ -692,7 +692,7 @@ const AWS_OTHER_KEYS: &[&str] = &[
 /// Checks `--cloud-config`'s keys against what `provider` reads: an unknown key is an
 /// error naming the closest known one (a typo would otherwise be ignored in silence);
 /// a key of the provider's other controllers gives a warning, returned for the log.
-fn check_cloud_config_keys(
+pub(crate) fn check_cloud_config_keys(
     provider: &str,
     path: &std::path::Path,
     pairs: &[(String, String)],

@@ -40,6 +40,10 @@ use crate::provider::{
 };
 use crate::sync::lock;
 
+/// The words of the error of a plugin that could not be started at all (its command
+/// is missing or not executable), for `plugin-check`, which stops there.
+pub const CANNOT_START: &str = "cannot start";
+
 /// What a timed-out call may take beyond its timeout: the kill and the reap.
 pub const KILL_GRACE: Duration = Duration::from_secs(1);
 
@@ -180,7 +184,7 @@ impl ExecRoutes {
         let result = match finished {
             Ok(finished) => self.outcome(verb, finished),
             Err(e) => Err(Failure::crash(CloudError::invalid(format!(
-                "plugin {}: cannot start {:?}: {e}; check {}= in --cloud-config (a path to an \
+                "plugin {}: {CANNOT_START} {:?}: {e}; check {}= in --cloud-config (a path to an \
                  executable file, or a name found in PATH)",
                 self.config.name,
                 self.config.command,
