@@ -396,10 +396,15 @@ pub fn plan_with_unrouted<'a, N: NodeFacts + 'a, R: RouteFacts>(
     // Step 2: an action per node and pod CIDR.
     let nodes = NodesByName::new(nodes.into_iter().collect());
     plan.nodes.reserve(nodes.len());
+    // A node's pod CIDRs, parsed once for all the questions below (a plain `Node`
+    // parses its strings each time it is asked).
+    let mut pod_cidrs = Vec::new();
     for &node in nodes.in_order() {
         let mut creates = 0;
         let mut valid = true;
-        for (k, entry) in node.pod_cidrs().enumerate() {
+        pod_cidrs.clear();
+        pod_cidrs.extend(node.pod_cidrs());
+        for (k, &entry) in pod_cidrs.iter().enumerate() {
             let cidr = match entry {
                 Ok(c) => c,
                 Err(problem) => {
@@ -413,7 +418,7 @@ pub fn plan_with_unrouted<'a, N: NodeFacts + 'a, R: RouteFacts>(
                     continue;
                 }
             };
-            if node.pod_cidrs().take(k).any(|c| c == Ok(cidr)) {
+            if pod_cidrs[..k].contains(&Ok(cidr)) {
                 continue; // a duplicated pod CIDR is one route
             }
             let action = routes_by_node.action(node, cidr);
@@ -428,7 +433,7 @@ pub fn plan_with_unrouted<'a, N: NodeFacts + 'a, R: RouteFacts>(
                 replaces: action == Action::Update,
             });
         }
-        let has_cidrs = node.pod_cidrs().next().is_some();
+        let has_cidrs = !pod_cidrs.is_empty();
         // Upstream writes the condition for nodes with pod CIDRs and for nodes some
         // cloud route targets; it leaves every other node alone.
         if has_cidrs || !routes_by_node.of_node(node.name()).is_empty() {
@@ -464,19 +469,26 @@ pub fn plan_with_unrouted<'a, N: NodeFacts + 'a, R: RouteFacts>(
                     }
                 }
                 None => Some(DeleteReason::NodeGone),
-                Some(node) if !node.pod_cidrs().any(|c| c.is_ok()) => {
-                    Some(DeleteReason::NodeHasNoPodCidrs)
+                Some(node) => {
+                    // One look at the node's pod CIDRs: any valid one, and this one.
+                    let (any_valid, has_this) =
+                        node.pod_cidrs().fold((false, false), |(v, h), c| {
+                            (v || c.is_ok(), h || c == Ok(cidr))
+                        });
+                    if !any_valid {
+                        Some(DeleteReason::NodeHasNoPodCidrs)
+                    } else if !has_this {
+                        Some(DeleteReason::CidrNotAssigned)
+                    } else {
+                        // The node keeps this CIDR: the action planned for it (from
+                        // the first route to the node with this destination) says
+                        // whether this route stays.
+                        match routes_by_node.action(node, cidr) {
+                            Action::Update => Some(DeleteReason::AddressesChanged),
+                            Action::Add | Action::Keep => None,
+                        }
+                    }
                 }
-                Some(node) if !node.pod_cidrs().any(|c| c == Ok(cidr)) => {
-                    Some(DeleteReason::CidrNotAssigned)
-                }
-                // The node keeps this CIDR: the action planned for it (from the first
-                // route to the node with this destination) says whether this route
-                // stays.
-                Some(node) => match routes_by_node.action(node, cidr) {
-                    Action::Update => Some(DeleteReason::AddressesChanged),
-                    Action::Add | Action::Keep => None,
-                },
             }
         };
         if let Some(reason) = reason {
