@@ -879,12 +879,17 @@ pub fn exec_provider(
     })?;
     let d = provider.description();
     log::info!(
-        "--cloud-provider=exec: plugin {} ({}describe; budget {:?}, batch size {} (used once the \
-         core batches), tables {:?})",
+        "--cloud-provider=exec: plugin {} ({}describe; budget {:?}, batch size {} ({}), tables \
+         {:?})",
         provider.plugin_name(),
         if d.implemented { "" } else { "no " },
         d.budget,
         d.batch_size,
+        if d.batch_size > 1 {
+            "changes go out in apply calls"
+        } else {
+            "one create or delete per call"
+        },
         d.tables
     );
     Ok(provider)

@@ -36,7 +36,8 @@ use protocol::{Reply, Request, Verb};
 use crate::fence::Fence;
 use crate::model::Route;
 use crate::provider::{
-    Budget, CloudError, CloudErrorKind, Meter, NodeDirectory, RouteTarget, Routes, TableUsage,
+    Budget, CloudError, CloudErrorKind, Meter, NodeDirectory, RouteChange, RouteTarget, Routes,
+    TableUsage,
 };
 use crate::sync::lock;
 
@@ -65,8 +66,9 @@ pub fn backoff(failures: u32) -> Duration {
 pub struct Description {
     /// The budget the controller spends (`None`: the plugin declared none).
     pub budget: Option<Budget>,
-    /// Changes one call can carry (default 1). Parsed now, used once the core
-    /// batches changes to one table (DESIGN, invariant 11).
+    /// Changes one call can carry (default 1). Above 1, the controller sends a pass's
+    /// creates and deletes as `apply` calls of at most this many changes, one at a
+    /// time ([`Routes::batch_size`], DESIGN, invariant 11).
     pub batch_size: u32,
     /// The tables the plugin writes and the routes each may hold, if it said.
     pub tables: Vec<(String, Option<usize>)>,
@@ -132,11 +134,6 @@ impl ExecRoutes {
     /// What `describe` declared (the defaults if the plugin does not implement it).
     pub fn description(&self) -> &Description {
         &self.description
-    }
-
-    /// Changes one call can carry, as declared (used once the core batches).
-    pub fn batch_size(&self) -> u32 {
-        self.description.batch_size
     }
 
     /// Asks the plugin's `describe` and maps it.
@@ -437,6 +434,27 @@ impl Routes for ExecRoutes {
         self.description.budget
     }
 
+    /// The `batchSize` that `describe` declared (at [`ExecRoutes::connect`]), when it
+    /// is above 1: the plugin then gets `apply`. Otherwise `None`: one change per call.
+    fn batch_size(&self) -> Option<usize> {
+        let n = self.description.batch_size;
+        (n > 1).then(|| usize::try_from(n).unwrap_or(usize::MAX))
+    }
+
+    /// One `apply` call for every change (through the same fence, backoff and timeout
+    /// as any call), its outcomes mapped one by one.
+    fn apply_changes(
+        &self,
+        cluster_name: &str,
+        changes: &[RouteChange],
+    ) -> Result<Vec<Result<(), CloudError>>, CloudError> {
+        if changes.is_empty() {
+            return Ok(Vec::new());
+        }
+        let reply = self.call(&Request::apply(cluster_name, changes))?;
+        protocol::outcomes_of(&self.config.name, changes, reply)
+    }
+
     fn route_tables(&self) -> Vec<TableUsage> {
         lock(&self.tables).clone()
     }
@@ -620,5 +638,101 @@ mod tests {
         assert!(!d.implemented && d.budget.is_none() && d.batch_size == 1);
         let _ = std::fs::remove_dir_all(dir);
         let _ = std::fs::remove_dir_all(dir2);
+    }
+
+    fn two_changes() -> Vec<RouteChange> {
+        let route = |cidr: &str| Route {
+            destination_cidr: cidr.into(),
+            target_node: "a".into(),
+            ..Route::default()
+        };
+        vec![
+            RouteChange::Create {
+                route: route("10.244.1.0/24"),
+                name_hint: "uid".into(),
+                target: RouteTarget {
+                    node_name: "a".into(),
+                    provider_id: None,
+                    addresses: Vec::new(),
+                },
+            },
+            RouteChange::Delete {
+                route: route("10.244.2.0/24"),
+            },
+        ]
+    }
+
+    #[test]
+    fn apply_sends_one_call_with_every_change_and_maps_each_outcome() {
+        // The plugin keeps the request, and answers only an apply of two changes.
+        let (p, dir) = plugin(
+            "batcher",
+            &format!(
+                r#"cat > "$(dirname $0)/request"; echo '{{"apiVersion":"{V}","outcomes":[{{}},{{"error":{{"kind":"NotFound","message":"no such route"}}}}]}}'"#
+            ),
+        );
+        let outcomes = p.apply_changes("c", &two_changes()).unwrap();
+        assert!(outcomes[0].is_ok(), "{outcomes:?}");
+        let e = outcomes[1].as_ref().unwrap_err();
+        assert_eq!(e.kind, CloudErrorKind::NotFound);
+        assert!(e.message.contains("plugin batcher: apply, change 2 of 2"), "{e}");
+        let sent: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(dir.join("request")).unwrap()).unwrap();
+        assert_eq!(sent["verb"], "apply");
+        assert_eq!(sent["changes"][0]["action"], "create");
+        assert_eq!(sent["changes"][0]["route"]["destinationCIDR"], "10.244.1.0/24");
+        assert_eq!(sent["changes"][1]["action"], "delete");
+        assert_eq!(sent["changes"][1]["route"]["destinationCIDR"], "10.244.2.0/24");
+        let _ = std::fs::remove_dir_all(dir);
+    }
+
+    #[test]
+    fn apply_with_too_few_outcomes_is_an_ambiguous_error_naming_the_plugin_and_the_fix() {
+        let (p, dir) = plugin(
+            "short",
+            &format!(r#"cat >/dev/null; echo '{{"apiVersion":"{V}","outcomes":[{{}}]}}'"#),
+        );
+        let e = p.apply_changes("c", &two_changes()).unwrap_err();
+        assert_eq!(e.kind, CloudErrorKind::Ambiguous);
+        assert!(
+            e.message.contains("plugin short: apply of 2 change(s) replied 1 outcome(s)")
+                && e.message.contains("reply one outcome per change"),
+            "{e}"
+        );
+        // A whole-call error stands for every change.
+        let (p, dir2) = plugin(
+            "busy",
+            &format!(
+                r#"cat >/dev/null; echo '{{"apiVersion":"{V}","error":{{"kind":"Conflict","message":"locked"}}}}'"#
+            ),
+        );
+        let e = p.apply_changes("c", &two_changes()).unwrap_err();
+        assert_eq!(e.kind, CloudErrorKind::Conflict);
+        assert!(e.message.contains("plugin busy: apply failed: Conflict: locked"), "{e}");
+        let _ = std::fs::remove_dir_all(dir);
+        let _ = std::fs::remove_dir_all(dir2);
+    }
+
+    #[test]
+    fn batching_is_declared_only_for_a_batch_size_above_one_and_apply_is_fenced() {
+        let (p, dir) = plugin(
+            "declares",
+            &format!(
+                r#"touch "$(dirname $0)/ran"; echo '{{"apiVersion":"{V}","batchSize":100}}'"#
+            ),
+        );
+        let mut p = p;
+        p.description = p.describe().unwrap();
+        assert_eq!(Routes::batch_size(&p), Some(100));
+        p.description.batch_size = 1;
+        assert_eq!(Routes::batch_size(&p), None, "batchSize 1: one change per call");
+        let _ = std::fs::remove_file(dir.join("ran"));
+        let fence = Fence::open();
+        let p = p.with_fence(fence.clone());
+        fence.close();
+        let e = p.apply_changes("c", &two_changes()).unwrap_err();
+        assert_eq!(e.kind, CloudErrorKind::Fenced);
+        assert!(!dir.join("ran").exists(), "apply ran after the fence closed");
+        let _ = std::fs::remove_dir_all(dir);
     }
 }

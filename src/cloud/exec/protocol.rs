@@ -1,11 +1,18 @@
 //! The plugin protocol, version [`API_VERSION`]: one JSON request on the plugin's
 //! stdin, one JSON reply on its stdout, then the plugin exits.
 //!
-//! Requests carry `apiVersion`, `verb` (`describe`, `list`, `create`, `delete`),
-//! `clusterName` and, for `create` and `delete`, the `route`. Replies carry the same
-//! `apiVersion` and either what was asked (`routes`, `tables`; `budget`, `batchSize`)
-//! or an `error` whose `kind` is one of [`ERROR_KINDS`]. A plugin that cannot write
-//! JSON may exit with one of the codes in [`kind_of_exit_code`] instead.
+//! Requests carry `apiVersion`, `verb` (`describe`, `list`, `create`, `delete`,
+//! `apply`), `clusterName` and, for `create` and `delete`, the `route`; for `apply`,
+//! the `changes`. Replies carry the same `apiVersion` and either what was asked
+//! (`routes`, `tables`; `budget`, `batchSize`; `outcomes`) or an `error` whose `kind`
+//! is one of [`ERROR_KINDS`]. A plugin that cannot write JSON may exit with one of the
+//! codes in [`kind_of_exit_code`] instead.
+//!
+//! `apply` is sent only to a plugin whose `describe` declares `batchSize` above 1: it
+//! carries up to that many changes, each `{"action": "create", "route": …}` or
+//! `{"action": "delete", "route": …}` with the route exactly as `create` or `delete`
+//! would carry it, and its reply holds one outcome per change, in order: `{}` for done,
+//! `{"error": …}` as that change's own `create` or `delete` would have failed.
 //!
 //! This module only builds requests and reads replies; it never runs anything, so it
 //! is tested without processes. Unknown fields in a reply are ignored (a newer plugin
@@ -17,7 +24,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use crate::model::{Cidr, NodeAddress, Route};
-use crate::provider::{CloudError, CloudErrorKind, RouteTarget};
+use crate::provider::{CloudError, CloudErrorKind, RouteChange, RouteTarget};
 
 /// The protocol's version, sent in every request and expected in every reply.
 pub const API_VERSION: &str = "route-controller.plugin/v1";
@@ -34,6 +41,8 @@ pub enum Verb {
     Create,
     /// Delete one route.
     Delete,
+    /// Apply several creates and deletes in one call (only with `batchSize` > 1).
+    Apply,
 }
 
 impl Verb {
@@ -44,6 +53,7 @@ impl Verb {
             Verb::List => "list",
             Verb::Create => "create",
             Verb::Delete => "delete",
+            Verb::Apply => "apply",
         }
     }
 }
@@ -57,6 +67,17 @@ pub struct Request<'a> {
     cluster_name: &'a str,
     #[serde(skip_serializing_if = "Option::is_none")]
     route: Option<WireRoute>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    changes: Option<Vec<WireChange>>,
+}
+
+/// One change of an `apply`: the action and the route as `create` or `delete` sends it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct WireChange {
+    /// `create` or `delete`.
+    pub action: Verb,
+    /// The route, as the single verb carries it (`nameHint` and target for a create).
+    pub route: WireRoute,
 }
 
 /// A route as the protocol spells it, both ways.
@@ -117,6 +138,7 @@ impl<'a> Request<'a> {
             verb,
             cluster_name,
             route: None,
+            changes: None,
         }
     }
 
@@ -128,14 +150,7 @@ impl<'a> Request<'a> {
         target: &RouteTarget,
     ) -> Request<'a> {
         Request {
-            route: Some(WireRoute {
-                name: String::new(),
-                name_hint: name_hint.to_string(),
-                destination_cidr: route.destination_cidr.clone(),
-                target_node: target.node_name.clone(),
-                target_addresses: wire_addresses(&target.addresses),
-                blackhole: false,
-            }),
+            route: Some(created(name_hint, route, target)),
             ..Request::new(Verb::Create, cluster_name)
         }
     }
@@ -143,15 +158,33 @@ impl<'a> Request<'a> {
     /// `delete` of `route`, as `list` returned it or as it was created.
     pub fn delete(cluster_name: &'a str, route: &Route) -> Request<'a> {
         Request {
-            route: Some(WireRoute {
-                name: route.name.clone(),
-                name_hint: String::new(),
-                destination_cidr: route.destination_cidr.clone(),
-                target_node: route.target_node.clone(),
-                target_addresses: wire_addresses(&route.target_node_addresses),
-                blackhole: false,
-            }),
+            route: Some(deleted(route)),
             ..Request::new(Verb::Delete, cluster_name)
+        }
+    }
+
+    /// `apply` of `changes`, in order, each as its `create` or `delete` would carry it.
+    pub fn apply(cluster_name: &'a str, changes: &[RouteChange]) -> Request<'a> {
+        let changes = changes
+            .iter()
+            .map(|change| match change {
+                RouteChange::Create {
+                    route,
+                    name_hint,
+                    target,
+                } => WireChange {
+                    action: Verb::Create,
+                    route: created(name_hint, route, target),
+                },
+                RouteChange::Delete { route } => WireChange {
+                    action: Verb::Delete,
+                    route: deleted(route),
+                },
+            })
+            .collect();
+        Request {
+            changes: Some(changes),
+            ..Request::new(Verb::Apply, cluster_name)
         }
     }
 
@@ -164,6 +197,30 @@ impl<'a> Request<'a> {
     /// The verb asked.
     pub fn verb(&self) -> Verb {
         self.verb
+    }
+}
+
+/// The route of a `create`.
+fn created(name_hint: &str, route: &Route, target: &RouteTarget) -> WireRoute {
+    WireRoute {
+        name: String::new(),
+        name_hint: name_hint.to_string(),
+        destination_cidr: route.destination_cidr.clone(),
+        target_node: target.node_name.clone(),
+        target_addresses: wire_addresses(&target.addresses),
+        blackhole: false,
+    }
+}
+
+/// The route of a `delete`.
+fn deleted(route: &Route) -> WireRoute {
+    WireRoute {
+        name: route.name.clone(),
+        name_hint: String::new(),
+        destination_cidr: route.destination_cidr.clone(),
+        target_node: route.target_node.clone(),
+        target_addresses: wire_addresses(&route.target_node_addresses),
+        blackhole: false,
     }
 }
 
@@ -181,9 +238,20 @@ pub struct Reply {
     pub tables: Vec<WireTable>,
     /// `describe`: the budget.
     pub budget: Option<WireBudget>,
-    /// `describe`: changes one request can carry (used once the core batches).
+    /// `describe`: changes one `apply` can carry (above 1: the plugin implements
+    /// `apply`).
     pub batch_size: Option<u32>,
+    /// `apply`: one outcome per change, in the request's order.
+    pub outcomes: Option<Vec<WireOutcome>>,
     /// Any verb: the call failed.
+    pub error: Option<WireError>,
+}
+
+/// What became of one change of an `apply`: `{}` for done, else its error.
+#[derive(Clone, Debug, Default, PartialEq, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct WireOutcome {
+    /// The change failed, as its own `create` or `delete` would have.
     pub error: Option<WireError>,
 }
 
@@ -356,15 +424,26 @@ pub fn parse_reply(plugin: &str, verb: &str, stdout: &[u8]) -> Result<Reply, Clo
 /// The reply's error as a [`CloudError`], if it has one.
 pub fn reply_error(plugin: &str, verb: &str, reply: &Reply) -> Option<CloudError> {
     let error = reply.error.as_ref()?;
+    Some(wire_error(&format!("plugin {plugin}: {verb}"), verb, error))
+}
+
+/// A plugin's error as a [`CloudError`]; `call` names the plugin and the call
+/// (`plugin p: apply, change 2 of 5 (create 10.244.1.0/24)`) for the message.
+fn wire_error(call: &str, verb: &str, error: &WireError) -> CloudError {
     let message = if error.message.is_empty() {
-        format!("plugin {plugin}: {} failed: {}", verb, error.kind)
+        format!("{call} failed: {}", error.kind)
     } else {
-        format!(
-            "plugin {plugin}: {} failed: {}: {}",
-            verb, error.kind, error.message
-        )
+        format!("{call} failed: {}: {}", error.kind, error.message)
     };
-    Some(match kind_of(error) {
+    match kind_of(error) {
+        Some(kind) if error.kind == UNKNOWN_VERB && verb == Verb::Apply.as_str() => {
+            CloudError::new(
+                kind,
+                format!(
+                    "{message} (the plugin does not implement apply, but its describe declares a                      batchSize above 1; implement apply, or declare batchSize 1 (or leave it                      out) for one create or delete per call)"
+                ),
+            )
+        }
         Some(kind) if error.kind == UNKNOWN_VERB => CloudError::new(
             kind,
             format!(
@@ -382,7 +461,55 @@ pub fn reply_error(plugin: &str, verb: &str, reply: &Reply) -> Option<CloudError
                 known.join(", ")
             ))
         }
-    })
+    }
+}
+
+/// The outcomes of an `apply` reply for `changes`, one per change in order, each
+/// mapped as the change's own `create` or `delete` reply would be. A reply without
+/// exactly one outcome per change is an error for the whole call: which changes took
+/// effect is then unknown, so it is ambiguous.
+pub fn outcomes_of(
+    plugin: &str,
+    changes: &[RouteChange],
+    reply: Reply,
+) -> Result<Vec<Result<(), CloudError>>, CloudError> {
+    let fix = "reply one outcome per change, in the order of the request's changes: {} for a \
+               change done, {\"error\": {\"kind\": …, \"message\": …}} for one that failed";
+    let Some(outcomes) = reply.outcomes else {
+        return Err(CloudError::ambiguous(format!(
+            "plugin {plugin}: apply's reply has no \"outcomes\"; {fix}"
+        )));
+    };
+    if outcomes.len() != changes.len() {
+        return Err(CloudError::ambiguous(format!(
+            "plugin {plugin}: apply of {} change(s) replied {} outcome(s), so which changes \
+             took effect is unknown; {fix}",
+            changes.len(),
+            outcomes.len()
+        )));
+    }
+    let total = changes.len();
+    Ok(changes
+        .iter()
+        .zip(outcomes)
+        .enumerate()
+        .map(|(i, (change, outcome))| match outcome.error {
+            None => Ok(()),
+            Some(error) => {
+                let action = match change {
+                    RouteChange::Create { .. } => Verb::Create,
+                    RouteChange::Delete { .. } => Verb::Delete,
+                };
+                let call = format!(
+                    "plugin {plugin}: apply, change {} of {total} ({} {})",
+                    i + 1,
+                    action.as_str(),
+                    change.route().destination_cidr
+                );
+                Err(wire_error(&call, action.as_str(), &error))
+            }
+        })
+        .collect())
 }
 
 /// The routes of a `list` reply, each checked: a route whose destination is not a
@@ -546,5 +673,135 @@ mod tests {
         .unwrap();
         let routes = routes_of("p", reply).unwrap();
         assert_eq!(routes[0].target_node, "a");
+    }
+
+    fn changes() -> Vec<RouteChange> {
+        vec![
+            RouteChange::Create {
+                route: Route {
+                    destination_cidr: "10.244.1.0/24".into(),
+                    ..Route::default()
+                },
+                name_hint: "uid-1".into(),
+                target: RouteTarget {
+                    node_name: "node-a".into(),
+                    provider_id: None,
+                    addresses: vec![NodeAddress::internal_ip("10.0.0.2")],
+                },
+            },
+            RouteChange::Delete {
+                route: Route {
+                    name: "table 100 10.244.2.0/24".into(),
+                    destination_cidr: "10.244.2.0/24".into(),
+                    target_node: "node-b".into(),
+                    target_node_addresses: vec![NodeAddress::internal_ip("10.0.0.3")],
+                    ..Route::default()
+                },
+            },
+        ]
+    }
+
+    #[test]
+    fn an_apply_carries_each_change_as_its_create_or_delete_would_in_order() {
+        let changes = changes();
+        let json = Request::apply("kubernetes", &changes).to_json();
+        let v: serde_json::Value = serde_json::from_str(&json).unwrap();
+        assert_eq!(v["apiVersion"], API_VERSION);
+        assert_eq!(v["verb"], "apply");
+        assert_eq!(v["clusterName"], "kubernetes");
+        assert!(v.get("route").is_none(), "{json}");
+        let RouteChange::Create {
+            route,
+            name_hint,
+            target,
+        } = &changes[0]
+        else {
+            panic!("the first change is a create")
+        };
+        let create: serde_json::Value =
+            serde_json::from_str(&Request::create("kubernetes", name_hint, route, target).to_json())
+                .unwrap();
+        let delete: serde_json::Value =
+            serde_json::from_str(&Request::delete("kubernetes", changes[1].route()).to_json())
+                .unwrap();
+        assert_eq!(v["changes"][0]["action"], "create");
+        assert_eq!(v["changes"][0]["route"], create["route"]);
+        assert_eq!(v["changes"][0]["route"]["nameHint"], "uid-1");
+        assert_eq!(v["changes"][0]["route"]["targetNode"], "node-a");
+        assert_eq!(v["changes"][1]["action"], "delete");
+        assert_eq!(v["changes"][1]["route"], delete["route"]);
+        assert_eq!(v["changes"][1]["route"]["name"], "table 100 10.244.2.0/24");
+        assert_eq!(v["changes"].as_array().map(Vec::len), Some(2));
+        let list = Request::new(Verb::List, "c").to_json();
+        assert!(!list.contains("changes"), "{list}");
+    }
+
+    #[test]
+    fn apply_outcomes_map_in_order_with_the_kinds_of_single_calls() {
+        let reply = parse_reply(
+            "p",
+            "apply",
+            br#"{"apiVersion":"route-controller.plugin/v1","outcomes":[{},{"error":{"kind":"NotFound","message":"gone"}}]}"#,
+        )
+        .unwrap();
+        let outcomes = outcomes_of("p", &changes(), reply).unwrap();
+        assert_eq!(outcomes.len(), 2);
+        assert!(outcomes[0].is_ok(), "{outcomes:?}");
+        let e = outcomes[1].as_ref().unwrap_err();
+        assert_eq!(e.kind, CloudErrorKind::NotFound);
+        assert!(
+            e.message.contains("plugin p: apply, change 2 of 2 (delete 10.244.2.0/24)")
+                && e.message.contains("gone"),
+            "{e}"
+        );
+        let reply = parse_reply(
+            "p",
+            "apply",
+            br#"{"apiVersion":"route-controller.plugin/v1","outcomes":[{"error":{"kind":"Oops"}},{}]}"#,
+        )
+        .unwrap();
+        let outcomes = outcomes_of("p", &changes(), reply).unwrap();
+        let e = outcomes[0].as_ref().unwrap_err();
+        assert_eq!(e.kind, CloudErrorKind::Ambiguous, "an unknown kind");
+        assert!(outcomes[1].is_ok());
+    }
+
+    #[test]
+    fn an_apply_reply_with_the_wrong_number_of_outcomes_is_ambiguous_naming_the_fix() {
+        for body in [
+            &br#"{"apiVersion":"route-controller.plugin/v1","outcomes":[{}]}"#[..],
+            br#"{"apiVersion":"route-controller.plugin/v1","outcomes":[{},{},{}]}"#,
+        ] {
+            let reply = parse_reply("p", "apply", body).unwrap();
+            let e = outcomes_of("p", &changes(), reply).unwrap_err();
+            assert_eq!(e.kind, CloudErrorKind::Ambiguous);
+            assert!(
+                e.message.contains("plugin p: apply of 2 change(s) replied")
+                    && e.message.contains("one outcome per change, in the order"),
+                "{e}"
+            );
+        }
+        let reply = parse_reply("p", "apply", br#"{"apiVersion":"route-controller.plugin/v1"}"#)
+            .unwrap();
+        let e = outcomes_of("p", &changes(), reply).unwrap_err();
+        assert_eq!(e.kind, CloudErrorKind::Ambiguous);
+        assert!(e.message.contains("no \"outcomes\""), "{e}");
+    }
+
+    #[test]
+    fn apply_refused_as_an_unknown_verb_names_batch_size_as_the_fix() {
+        let reply = Reply {
+            error: Some(WireError {
+                kind: UNKNOWN_VERB.into(),
+                ..WireError::default()
+            }),
+            ..Reply::default()
+        };
+        let e = reply_error("p", "apply", &reply).unwrap();
+        assert_eq!(e.kind, CloudErrorKind::Invalid);
+        assert!(
+            e.message.contains("implement apply, or declare batchSize 1"),
+            "{e}"
+        );
     }
 }
