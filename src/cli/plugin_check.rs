@@ -4,15 +4,20 @@
 //! The contract, in order: `describe` (optional) is well formed; `list` on an empty
 //! table returns no route; `create` works and the route is listed; `create` again is
 //! a success (idempotent); `delete` works and the route is gone; `delete` again is
-//! `NotFound`; a route of others (`--foreign-destination`) is neither listed, replaced
-//! nor deleted; and requests the plugin must refuse (an unknown verb, another
-//! version, a destination that is no CIDR) are refused in time, in the protocol.
+//! `NotFound`; for a plugin whose `describe` declares a `batchSize` above 1, `apply`
+//! of two creates works, `apply` of a create again and a delete of a route that is
+//! gone gives `{}` and `NotFound` in that order, and `apply` of a delete works; a
+//! route of others (`--foreign-destination`) is neither listed, replaced nor deleted;
+//! and requests the plugin must refuse (an unknown verb, another version, a
+//! destination that is no CIDR) are refused in time, in the protocol.
 //!
 //! Every check starts the plugin afresh (no crash backoff between checks), so one
 //! hanging call does not hide the others' verdicts; each call is bounded by the
 //! timeout of `--cloud-config`, so the check itself never hangs.
 
+use std::cell::Cell;
 use std::fmt::Write as _;
+use std::net::IpAddr;
 use std::time::{Duration, Instant};
 
 use super::UsageError;
@@ -20,16 +25,20 @@ use super::flags::{Flag, Kind, Parsed, Spec};
 use crate::cloud::exec::protocol::{self, API_VERSION, Reply, Request};
 use crate::cloud::exec::{Config, ExecRoutes};
 use crate::model::{Cidr, NodeAddress, Route};
-use crate::provider::{CloudError, CloudErrorKind, NodeDirectory, RouteTarget, Routes};
+use crate::provider::{
+    CloudError, CloudErrorKind, NodeDirectory, RouteChange, RouteTarget, Routes,
+};
 
 pub(super) static SPEC: Spec = Spec {
     name: "plugin-check",
     about: "Check an exec plugin (--cloud-provider=exec) against the protocol's contract: \
             list on an empty table, create, create again (idempotent), delete, delete of a \
-            route that is gone (NotFound), a route of others left alone, and refusals of \
-            bad requests in time. Prints PASS or FAIL for each, with the fix; exits 1 if \
-            any fails. It creates and deletes one route: point the plugin at an empty \
-            table (or a test namespace) first.",
+            route that is gone (NotFound), apply (when describe declares a batchSize above \
+            1: two creates, a create again with a delete of a route that is gone, a \
+            delete), a route of others left alone, and refusals of bad requests in time. \
+            Prints PASS or FAIL for each, with the fix; exits 1 if any fails. It creates \
+            and deletes one route (two with apply: --destination and the block after it): \
+            point the plugin at an empty table (or a test namespace) first.",
     env: &[],
     groups: &[(
         "Flags",
@@ -44,7 +53,8 @@ pub(super) static SPEC: Spec = Spec {
             Flag::new(
                 "destination",
                 Kind::String,
-                "the CIDR of the route the check creates and deletes",
+                "the CIDR of the route the check creates and deletes (apply's checks also \
+                 use the block of the same size after it)",
             )
             .default("10.255.0.0/24"),
             Flag::new(
@@ -139,7 +149,11 @@ pub fn run_plugin_check(args: &PluginCheckArgs) -> Result<Report, UsageError> {
     // A misspelt key is an error here as in run, not a setting silently left out.
     super::run::check_cloud_config_keys("exec", &path, &pairs)?;
     let config = Config::from_pairs(&pairs).map_err(UsageError)?;
-    let checker = Checker { config, args };
+    let checker = Checker {
+        config,
+        args,
+        batch_size: Cell::new(1),
+    };
     Ok(checker.run())
 }
 
@@ -149,6 +163,17 @@ type Check<'a> = Box<dyn Fn() -> Verdict + 'a>;
 struct Checker<'a> {
     config: Config,
     args: &'a PluginCheckArgs,
+    /// What `describe` declared (1 until it has, or if it failed).
+    batch_size: Cell<u32>,
+}
+
+/// The verdicts so far.
+#[derive(Default)]
+struct Tally {
+    text: String,
+    passed: usize,
+    failed: usize,
+    skipped: usize,
 }
 
 impl Checker<'_> {
@@ -202,9 +227,9 @@ impl Checker<'_> {
     }
 
     fn run(&self) -> Report {
-        let mut text = String::new();
+        let mut tally = Tally::default();
         let _ = writeln!(
-            text,
+            tally.text,
             "plugin-check: plugin {} ({}), protocol {API_VERSION}, timeout {}\n",
             self.config.name,
             std::iter::once(&self.config.command)
@@ -215,40 +240,68 @@ impl Checker<'_> {
             crate::duration::format(self.config.timeout)
         );
         let d = &self.args.destination;
-        let checks: Vec<(&str, Check<'_>)> = vec![
-            ("describe", Box::new(|| self.check_describe())),
-            (
-                "list on an empty table",
-                Box::new(|| self.check_empty_list()),
-            ),
-            ("create", Box::new(|| self.check_create(d))),
-            (
-                "create again (idempotent)",
-                Box::new(|| self.check_create_again(d)),
-            ),
-            ("delete", Box::new(|| self.check_delete(d))),
-            (
-                "delete of a route that is gone",
-                Box::new(|| self.check_delete_gone(d)),
-            ),
-            (
-                "a route of others is left alone",
-                Box::new(|| self.check_foreign()),
-            ),
-            (
-                "an unknown verb is refused",
-                Box::new(|| self.check_unknown_verb()),
-            ),
-            (
-                "another protocol version is refused",
-                Box::new(|| self.check_version()),
-            ),
-            (
-                "a bad destination is refused",
-                Box::new(|| self.check_bad_request()),
-            ),
-        ];
-        let (mut passed, mut failed, mut skipped) = (0, 0, 0);
+        let second = self.second_destination();
+        let describe: Vec<(&str, Check<'_>)> =
+            vec![("describe", Box::new(|| self.check_describe()))];
+        // What describe declares decides whether apply is checked.
+        if self.run_checks(describe, &mut tally) {
+            let mut checks: Vec<(&str, Check<'_>)> = vec![
+                (
+                    "list on an empty table",
+                    Box::new(|| self.check_empty_list()),
+                ),
+                ("create", Box::new(|| self.check_create(d))),
+                (
+                    "create again (idempotent)",
+                    Box::new(|| self.check_create_again(d)),
+                ),
+                ("delete", Box::new(|| self.check_delete(d))),
+                (
+                    "delete of a route that is gone",
+                    Box::new(|| self.check_delete_gone(d)),
+                ),
+            ];
+            checks.extend(self.apply_checks(d, second.as_deref()));
+            checks.extend::<Vec<(&str, Check<'_>)>>(vec![
+                (
+                    "a route of others is left alone",
+                    Box::new(|| self.check_foreign()),
+                ),
+                (
+                    "an unknown verb is refused",
+                    Box::new(|| self.check_unknown_verb()),
+                ),
+                (
+                    "another protocol version is refused",
+                    Box::new(|| self.check_version()),
+                ),
+                (
+                    "a bad destination is refused",
+                    Box::new(|| self.check_bad_request()),
+                ),
+            ]);
+            self.run_checks(checks, &mut tally);
+        }
+        // Leave the table as found, whatever failed.
+        let _ = self.delete(d);
+        if let Some(second) = second.as_deref().filter(|_| self.batching()) {
+            let _ = self.delete(second);
+        }
+        let _ = writeln!(
+            tally.text,
+            "\n{} passed, {} failed, {} skipped",
+            tally.passed, tally.failed, tally.skipped
+        );
+        Report {
+            text: tally.text,
+            passed: tally.failed == 0,
+        }
+    }
+
+    /// Runs `checks` in order into `tally`; `false` if it stopped because the plugin
+    /// cannot be started.
+    fn run_checks(&self, checks: Vec<(&str, Check<'_>)>, tally: &mut Tally) -> bool {
+        let text = &mut tally.text;
         for (name, check) in checks {
             let started = Instant::now();
             let verdict = check();
@@ -256,39 +309,30 @@ impl Checker<'_> {
             if let Verdict::Fail { what, .. } = &verdict
                 && what.contains(crate::cloud::exec::CANNOT_START)
             {
-                failed += 1;
+                tally.failed += 1;
                 let _ = writeln!(
                     text,
                     "FAIL  {name}: {what}\n      the other checks need a plugin that starts"
                 );
-                break;
+                return false;
             }
             let took = ms(started.elapsed());
             match verdict {
                 Verdict::Pass(detail) => {
-                    passed += 1;
+                    tally.passed += 1;
                     let _ = writeln!(text, "PASS  {name}: {detail} ({took})");
                 }
                 Verdict::Fail { what, fix } => {
-                    failed += 1;
+                    tally.failed += 1;
                     let _ = writeln!(text, "FAIL  {name}: {what} ({took})\n      fix: {fix}");
                 }
                 Verdict::Skip(why) => {
-                    skipped += 1;
+                    tally.skipped += 1;
                     let _ = writeln!(text, "SKIP  {name}: {why}");
                 }
             }
         }
-        // Leave the table as found, whatever failed.
-        let _ = self.delete(d);
-        let _ = writeln!(
-            text,
-            "\n{passed} passed, {failed} failed, {skipped} skipped"
-        );
-        Report {
-            text,
-            passed: failed == 0,
-        }
+        true
     }
 
     fn check_describe(&self) -> Verdict {
@@ -297,8 +341,10 @@ impl Checker<'_> {
             Ok(d) if !d.implemented => Verdict::Pass(
                 "not implemented (UnknownVerb): no budget, one change per call".into(),
             ),
-            Ok(d) => Verdict::Pass(format!(
-                "budget {}, batch size {} (used once the core batches), tables {}",
+            Ok(d) => {
+                self.batch_size.set(d.batch_size);
+                Verdict::Pass(format!(
+                "budget {}, batch size {} ({}), tables {}",
                 d.budget.map_or("none".to_string(), |b| format!(
                     "{}/s, burst {}, {} change(s) at once",
                     b.requests_per_second,
@@ -310,6 +356,11 @@ impl Checker<'_> {
                     }
                 )),
                 d.batch_size,
+                if d.batch_size > 1 {
+                    "changes go out in apply calls; apply is checked below"
+                } else {
+                    "one create or delete per call"
+                },
                 if d.tables.is_empty() {
                     "none".to_string()
                 } else {
@@ -322,7 +373,8 @@ impl Checker<'_> {
                         .collect::<Vec<_>>()
                         .join(", ")
                 }
-            )),
+            ))
+            }
             Err(e) => fail(
                 e.message,
                 "describe is optional: reply {\"apiVersion\": \"route-controller.plugin/v1\", \
@@ -440,6 +492,205 @@ impl Checker<'_> {
                 e.message,
                 "reply \"error\": {\"kind\": \"NotFound\"} (or exit 3) for a route that is not there",
             ),
+        }
+    }
+
+    /// The plugin's describe declared a batchSize above 1: it gets `apply`.
+    fn batching(&self) -> bool {
+        self.batch_size.get() > 1
+    }
+
+    /// The block of `--destination`'s size right after it (past the route of others,
+    /// if that is the one), for apply's second route; `None` at the end of the space.
+    fn second_destination(&self) -> Option<String> {
+        let foreign = self
+            .args
+            .foreign_destination
+            .as_deref()
+            .and_then(|f| Cidr::parse(f).ok());
+        let mut cidr = Cidr::parse(&self.args.destination).ok()?;
+        loop {
+            let next = match cidr.last() {
+                IpAddr::V4(a) => IpAddr::from(u32::from(a).checked_add(1)?.to_be_bytes()),
+                IpAddr::V6(a) => IpAddr::from(u128::from(a).checked_add(1)?.to_be_bytes()),
+            };
+            cidr = Cidr::parse(&format!("{next}/{}", cidr.prefix())).ok()?;
+            if Some(cidr) != foreign {
+                return Some(cidr.to_string());
+            }
+        }
+    }
+
+    fn create_change(&self, destination: &str) -> RouteChange {
+        RouteChange::Create {
+            route: self.route(destination),
+            name_hint: "plugin-check-uid".into(),
+            target: self.target(),
+        }
+    }
+
+    fn delete_change(&self, destination: &str) -> RouteChange {
+        RouteChange::Delete {
+            route: self.route(destination),
+        }
+    }
+
+    fn apply(&self, changes: &[RouteChange]) -> Result<Vec<Result<(), CloudError>>, CloudError> {
+        self.plugin()
+            .apply_changes(&self.args.cluster_name, changes)
+    }
+
+    /// apply's checks for a plugin that batches, or one line saying why there are none.
+    fn apply_checks<'s>(&'s self, d: &'s str, second: Option<&'s str>) -> Vec<(&'s str, Check<'s>)> {
+        if !self.batching() {
+            return vec![(
+                "apply",
+                Box::new(|| {
+                    Verdict::Skip(
+                        "describe declares no batchSize above 1: the controller sends one \
+                         create or delete per call, never apply"
+                            .into(),
+                    )
+                }),
+            )];
+        }
+        let Some(second) = second else {
+            return vec![(
+                "apply",
+                Box::new(move || {
+                    fail(
+                        format!("--destination {d} leaves no block after it for apply's second route"),
+                        "choose a --destination with room after it, such as 10.255.0.0/24",
+                    )
+                }),
+            )];
+        };
+        vec![
+            (
+                "apply of two creates",
+                Box::new(move || self.check_apply_creates(d, second)),
+            ),
+            (
+                "apply of a create again and a delete of a route that is gone",
+                Box::new(move || self.check_apply_again_and_gone(d, second)),
+            ),
+            (
+                "apply of a delete",
+                Box::new(move || self.check_apply_delete(d)),
+            ),
+        ]
+    }
+
+    fn check_apply_creates(&self, d: &str, second: &str) -> Verdict {
+        let fix = "apply must carry out each change as create would and reply one outcome per \
+                   change, in order: {\"outcomes\": [{}, {}]}";
+        let outcomes = match self.apply(&[self.create_change(d), self.create_change(second)]) {
+            Ok(outcomes) => outcomes,
+            Err(e) => return fail(e.message, fix),
+        };
+        if let Some(e) = outcomes.iter().find_map(|o| o.as_ref().err()) {
+            return fail(e.message.clone(), fix);
+        }
+        for destination in [d, second] {
+            match self.listed(destination) {
+                Ok(Some(r)) if r.target_node == self.args.node => {}
+                Ok(Some(r)) => {
+                    return fail(
+                        format!(
+                            "{destination} is listed with targetNode {:?}, not {:?}",
+                            r.target_node, self.args.node
+                        ),
+                        "list must report each route's targetNode as apply's create gave it",
+                    );
+                }
+                Ok(None) => {
+                    return fail(
+                        format!("apply's create succeeded but list does not return {destination}"),
+                        "apply must add each route it reports done, so that the next list \
+                         returns it",
+                    );
+                }
+                Err(e) => return fail(e.message, "list must succeed after an apply"),
+            }
+        }
+        Verdict::Pass(format!("{d} and {second} are listed"))
+    }
+
+    fn check_apply_again_and_gone(&self, d: &str, second: &str) -> Verdict {
+        match self.delete(second) {
+            Ok(()) => {}
+            Err(e) => {
+                return fail(
+                    e.message,
+                    "delete must remove a route that apply created (the step before this apply)",
+                );
+            }
+        }
+        let outcomes = match self.apply(&[self.create_change(d), self.delete_change(second)]) {
+            Ok(outcomes) => outcomes,
+            Err(e) => {
+                return fail(
+                    e.message,
+                    "a change that fails in an apply fails in its place among the outcomes, not \
+                     the whole call: reply {\"outcomes\": [{}, {\"error\": {\"kind\": \
+                     \"NotFound\"}}]}",
+                );
+            }
+        };
+        let [create, delete] = outcomes.as_slice() else {
+            return fail(
+                format!("apply of 2 changes gave {} outcome(s)", outcomes.len()),
+                "reply one outcome per change, in order",
+            );
+        };
+        match (create, delete) {
+            (Ok(()), Err(e)) if e.kind == CloudErrorKind::NotFound => Verdict::Pass(format!(
+                "{{}} for the create of {d} that exists, NotFound for the delete of {second}, in \
+                 order"
+            )),
+            (Err(e), Ok(())) if e.kind == CloudErrorKind::NotFound => fail(
+                format!(
+                    "the outcomes look swapped: NotFound for the create of {d}, {{}} for the \
+                     delete of {second} ({})",
+                    e.message
+                ),
+                "reply the outcomes in the order of the request's changes",
+            ),
+            (Err(e), _) => fail(
+                e.message.clone(),
+                "an identical route that already exists counts as created: its outcome is {} \
+                 (AlreadyExists is only for a route to another target)",
+            ),
+            (Ok(()), Ok(())) => fail(
+                format!("apply reported the delete of {second}, a route that is gone, as done"),
+                "the outcome of a delete of a route that is not there is {\"error\": {\"kind\": \
+                 \"NotFound\"}}, so the controller can tell it from a delete that happened",
+            ),
+            (Ok(()), Err(e)) => fail(
+                e.message.clone(),
+                "the outcome of a delete of a route that is not there is {\"error\": {\"kind\": \
+                 \"NotFound\"}}, in the delete's place among the outcomes",
+            ),
+        }
+    }
+
+    fn check_apply_delete(&self, d: &str) -> Verdict {
+        let fix = "apply must carry out each change as delete would and reply {\"outcomes\": [{}]}";
+        match self.apply(&[self.delete_change(d)]) {
+            Ok(outcomes) => {
+                if let Some(e) = outcomes.iter().find_map(|o| o.as_ref().err()) {
+                    return fail(e.message.clone(), fix);
+                }
+            }
+            Err(e) => return fail(e.message, fix),
+        }
+        match self.listed(d) {
+            Ok(None) => Verdict::Pass(format!("{d} is gone from the list")),
+            Ok(Some(_)) => fail(
+                format!("apply's delete succeeded but list still returns {d}"),
+                "apply must remove each route it reports deleted before it replies",
+            ),
+            Err(e) => fail(e.message, "list must succeed after an apply"),
         }
     }
 
