@@ -3,7 +3,9 @@
 //! of the test's own (`ip netns exec`, as it would run on a gateway or through ssh),
 //! against a real kube-apiserver. The kernel's routing table must match the nodes'
 //! pod CIDRs after start-up, a node deletion, a CIDR change and a restart; a route of
-//! others in the same table, inside the cluster CIDR, is never touched.
+//! others in the same table, inside the cluster CIDR, is never touched. It runs twice:
+//! with the plugin's batching off (one create or delete per call) and on (describe
+//! declares batchSize 100; the changes go out in `apply` calls, as the metrics show).
 //!
 //! Needs root, `ip` (iproute2) and python3: without them the test fails saying what to
 //! install or how to run it (tests/support/netns.rs); it never skips in silence.
@@ -87,7 +89,7 @@ fn controller(identity: &Identity, config: &Path) -> Spawn {
         .args(identity.flags())
 }
 
-fn creates(ctl: &mut ControllerProcess, operation: &str) -> f64 {
+fn successes(ctl: &mut ControllerProcess, operation: &str) -> f64 {
     ctl.metric(
         "route_controller_cloud_requests_total",
         &[
@@ -100,19 +102,89 @@ fn creates(ctl: &mut ControllerProcess, operation: &str) -> f64 {
 
 #[test]
 fn the_kernel_table_follows_the_nodes_through_start_deletion_cidr_change_and_restart() {
-    let ns = Netns::new("e2e", "10.0.0.1/16");
+    follow_the_nodes(Batching::Off);
+}
+
+#[test]
+fn the_kernel_table_follows_the_nodes_in_apply_batches_through_start_deletion_cidr_change_and_restart()
+ {
+    follow_the_nodes(Batching::On);
+}
+
+/// The plugin's `LINUX_ROUTER_BATCH`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Batching {
+    /// `0`: batchSize 1, one create or delete per call.
+    Off,
+    /// `100`: the controller sends `apply`.
+    On,
+}
+
+/// The calls that made routes: `apply` with batching, `create` and `delete` without;
+/// the others are not used at all. `at` names the step for the failure message.
+fn check_calls(
+    ctl: &mut ControllerProcess,
+    batching: Batching,
+    creates: f64,
+    deletes: f64,
+    at: &str,
+) {
+    let metrics = ctl
+        .http_get("/metrics")
+        .map(|(_, body)| body)
+        .unwrap_or_default();
+    let calls: Vec<&str> = metrics
+        .lines()
+        .filter(|l| l.starts_with("route_controller_cloud_requests_total{"))
+        .filter(|l| !l.ends_with(" 0"))
+        .collect();
+    let (create, delete, apply) = (
+        successes(ctl, "create"),
+        successes(ctl, "delete"),
+        successes(ctl, "apply"),
+    );
+    match batching {
+        Batching::On => {
+            assert!(
+                apply > 0.0,
+                "{at}: the changes go out in apply calls: {calls:?}"
+            );
+            assert_eq!(
+                (create, delete),
+                (0.0, 0.0),
+                "{at}: no single create or delete: {calls:?}"
+            );
+        }
+        Batching::Off => {
+            assert_eq!(apply, 0.0, "{at}: no apply without batching: {calls:?}");
+            assert_eq!(create, creates, "{at}: creates: {calls:?}");
+            assert_eq!(delete, deletes, "{at}: deletes: {calls:?}");
+        }
+    }
+}
+
+fn follow_the_nodes(batching: Batching) {
+    let label = match batching {
+        Batching::Off => "e2e",
+        Batching::On => "e2eb",
+    };
+    let ns = Netns::new(label, "10.0.0.1/16");
     ns.ip(&[
         "route", "add", FOREIGN.0, "via", FOREIGN.1, "table", TABLE, "proto", "static",
     ]);
-    let dir = tempdir::TempDir::new("e2e-exec-router");
+    let dir = tempdir::TempDir::new(&format!("{label}-exec-router"));
     // The controller's environment is cleared by the harness: the plugin gets PATH
     // (for python3) through Env=.
     let path = std::env::var("PATH").unwrap_or_default();
+    let batch = match batching {
+        Batching::Off => 0,
+        Batching::On => 100,
+    };
     let config = dir.write(
         "plugin.conf",
         ns.plugin_config(
             &dir.path().join("state.json"),
-            &format!("Env=PATH={path}\nTimeout=10s\n"),
+            &format!("Env=PATH={path}\nEnv=LINUX_ROUTER_BATCH={batch}\nTimeout=10s\n"),
         )
         .replace("Command=ip", "Command=/usr/sbin/ip"),
     );
@@ -122,7 +194,7 @@ fn the_kernel_table_follows_the_nodes_through_start_deletion_cidr_change_and_res
     node(&api, "n2", "10.244.2.0/24", "10.0.0.12");
     node(&api, "n3", "10.244.3.0/24", "10.0.0.13");
 
-    let mut ctl = controller(&identity, &config).spawn("e2e_exec_router_first");
+    let mut ctl = controller(&identity, &config).spawn(&format!("{label}_exec_router_first"));
     ctl.wait_ready(PATIENCE);
     wait_for_table(
         &mut ctl,
@@ -139,6 +211,8 @@ fn the_kernel_table_follows_the_nodes_through_start_deletion_cidr_change_and_res
     if let Err(e) = wait_for_network_unavailable(&api, &names, "False", "RouteCreated", PATIENCE) {
         ctl.fail(&e);
     }
+    // The conditions are written once the calls' replies are in, so are their counts.
+    check_calls(&mut ctl, batching, 3.0, 0.0, "start-up");
 
     delete_node(&api, "n3");
     wait_for_table(
@@ -168,7 +242,7 @@ fn the_kernel_table_follows_the_nodes_through_start_deletion_cidr_change_and_res
     // While no controller runs: one node goes, one comes.
     delete_node(&api, "n1");
     node(&api, "n4", "10.244.4.0/24", "10.0.0.14");
-    let mut ctl = controller(&identity, &config).spawn("e2e_exec_router_restart");
+    let mut ctl = controller(&identity, &config).spawn(&format!("{label}_exec_router_restart"));
     ctl.wait_ready(PATIENCE);
     wait_for_table(
         &mut ctl,
@@ -184,29 +258,17 @@ fn the_kernel_table_follows_the_nodes_through_start_deletion_cidr_change_and_res
     // The kernel may show a route before the plugin's reply reached the controller:
     // wait for the pass to end.
     ctl.wait_for_log("routes created 1, deleted 1, kept 1,", PATIENCE);
-    let metrics = ctl
-        .http_get("/metrics")
-        .map(|(_, body)| body)
-        .unwrap_or_default();
-    let calls: Vec<&str> = metrics
-        .lines()
-        .filter(|l| l.starts_with("route_controller_cloud_requests_total{"))
-        .filter(|l| !l.ends_with(" 0"))
-        .collect();
-    assert_eq!(
-        creates(&mut ctl, "create"),
-        1.0,
-        "only n4's route is created: {calls:?}"
-    );
-    assert_eq!(
-        creates(&mut ctl, "delete"),
-        1.0,
-        "only n1's route is deleted: {calls:?}"
-    );
+    // Only n4's route is created and only n1's deleted.
+    check_calls(&mut ctl, batching, 1.0, 1.0, "restart");
     let log = ctl.log();
+    let declared = match batching {
+        Batching::Off => "batch size 1 (one create or delete per call)",
+        Batching::On => "batch size 100 (changes go out in apply calls)",
+    };
     assert!(
-        log.contains("--cloud-provider=exec: plugin linux-router (describe"),
-        "{log}"
+        log.contains("--cloud-provider=exec: plugin linux-router (describe")
+            && log.contains(declared),
+        "{declared:?} missing: {log}"
     );
     ctl.terminate();
 }
