@@ -344,36 +344,36 @@ impl Checker<'_> {
             Ok(d) => {
                 self.batch_size.set(d.batch_size);
                 Verdict::Pass(format!(
-                "budget {}, batch size {} ({}), tables {}",
-                d.budget.map_or("none".to_string(), |b| format!(
-                    "{}/s, burst {}, {} change(s) at once",
-                    b.requests_per_second,
-                    b.burst,
-                    if b.mutations_at_once == usize::MAX {
-                        "any".to_string()
+                    "budget {}, batch size {} ({}), tables {}",
+                    d.budget.map_or("none".to_string(), |b| format!(
+                        "{}/s, burst {}, {} change(s) at once",
+                        b.requests_per_second,
+                        b.burst,
+                        if b.mutations_at_once == usize::MAX {
+                            "any".to_string()
+                        } else {
+                            b.mutations_at_once.to_string()
+                        }
+                    )),
+                    d.batch_size,
+                    if d.batch_size > 1 {
+                        "changes go out in apply calls; apply is checked below"
                     } else {
-                        b.mutations_at_once.to_string()
+                        "one create or delete per call"
+                    },
+                    if d.tables.is_empty() {
+                        "none".to_string()
+                    } else {
+                        d.tables
+                            .iter()
+                            .map(|(n, l)| match l {
+                                Some(l) => format!("{n} (limit {l})"),
+                                None => n.clone(),
+                            })
+                            .collect::<Vec<_>>()
+                            .join(", ")
                     }
-                )),
-                d.batch_size,
-                if d.batch_size > 1 {
-                    "changes go out in apply calls; apply is checked below"
-                } else {
-                    "one create or delete per call"
-                },
-                if d.tables.is_empty() {
-                    "none".to_string()
-                } else {
-                    d.tables
-                        .iter()
-                        .map(|(n, l)| match l {
-                            Some(l) => format!("{n} (limit {l})"),
-                            None => n.clone(),
-                        })
-                        .collect::<Vec<_>>()
-                        .join(", ")
-                }
-            ))
+                ))
             }
             Err(e) => fail(
                 e.message,
@@ -541,7 +541,11 @@ impl Checker<'_> {
     }
 
     /// apply's checks for a plugin that batches, or one line saying why there are none.
-    fn apply_checks<'s>(&'s self, d: &'s str, second: Option<&'s str>) -> Vec<(&'s str, Check<'s>)> {
+    fn apply_checks<'s>(
+        &'s self,
+        d: &'s str,
+        second: Option<&'s str>,
+    ) -> Vec<(&'s str, Check<'s>)> {
         if !self.batching() {
             return vec![(
                 "apply",
@@ -559,7 +563,9 @@ impl Checker<'_> {
                 "apply",
                 Box::new(move || {
                     fail(
-                        format!("--destination {d} leaves no block after it for apply's second route"),
+                        format!(
+                            "--destination {d} leaves no block after it for apply's second route"
+                        ),
                         "choose a --destination with room after it, such as 10.255.0.0/24",
                     )
                 }),

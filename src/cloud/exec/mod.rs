@@ -675,14 +675,23 @@ mod tests {
         assert!(outcomes[0].is_ok(), "{outcomes:?}");
         let e = outcomes[1].as_ref().unwrap_err();
         assert_eq!(e.kind, CloudErrorKind::NotFound);
-        assert!(e.message.contains("plugin batcher: apply, change 2 of 2"), "{e}");
+        assert!(
+            e.message.contains("plugin batcher: apply, change 2 of 2"),
+            "{e}"
+        );
         let sent: serde_json::Value =
             serde_json::from_str(&std::fs::read_to_string(dir.join("request")).unwrap()).unwrap();
         assert_eq!(sent["verb"], "apply");
         assert_eq!(sent["changes"][0]["action"], "create");
-        assert_eq!(sent["changes"][0]["route"]["destinationCIDR"], "10.244.1.0/24");
+        assert_eq!(
+            sent["changes"][0]["route"]["destinationCIDR"],
+            "10.244.1.0/24"
+        );
         assert_eq!(sent["changes"][1]["action"], "delete");
-        assert_eq!(sent["changes"][1]["route"]["destinationCIDR"], "10.244.2.0/24");
+        assert_eq!(
+            sent["changes"][1]["route"]["destinationCIDR"],
+            "10.244.2.0/24"
+        );
         let _ = std::fs::remove_dir_all(dir);
     }
 
@@ -695,7 +704,8 @@ mod tests {
         let e = p.apply_changes("c", &two_changes()).unwrap_err();
         assert_eq!(e.kind, CloudErrorKind::Ambiguous);
         assert!(
-            e.message.contains("plugin short: apply of 2 change(s) replied 1 outcome(s)")
+            e.message
+                .contains("plugin short: apply of 2 change(s) replied 1 outcome(s)")
                 && e.message.contains("reply one outcome per change"),
             "{e}"
         );
@@ -708,7 +718,11 @@ mod tests {
         );
         let e = p.apply_changes("c", &two_changes()).unwrap_err();
         assert_eq!(e.kind, CloudErrorKind::Conflict);
-        assert!(e.message.contains("plugin busy: apply failed: Conflict: locked"), "{e}");
+        assert!(
+            e.message
+                .contains("plugin busy: apply failed: Conflict: locked"),
+            "{e}"
+        );
         let _ = std::fs::remove_dir_all(dir);
         let _ = std::fs::remove_dir_all(dir2);
     }
@@ -717,22 +731,27 @@ mod tests {
     fn batching_is_declared_only_for_a_batch_size_above_one_and_apply_is_fenced() {
         let (p, dir) = plugin(
             "declares",
-            &format!(
-                r#"touch "$(dirname $0)/ran"; echo '{{"apiVersion":"{V}","batchSize":100}}'"#
-            ),
+            &format!(r#"touch "$(dirname $0)/ran"; echo '{{"apiVersion":"{V}","batchSize":100}}'"#),
         );
         let mut p = p;
         p.description = p.describe().unwrap();
         assert_eq!(Routes::batch_size(&p), Some(100));
         p.description.batch_size = 1;
-        assert_eq!(Routes::batch_size(&p), None, "batchSize 1: one change per call");
+        assert_eq!(
+            Routes::batch_size(&p),
+            None,
+            "batchSize 1: one change per call"
+        );
         let _ = std::fs::remove_file(dir.join("ran"));
         let fence = Fence::open();
         let p = p.with_fence(fence.clone());
         fence.close();
         let e = p.apply_changes("c", &two_changes()).unwrap_err();
         assert_eq!(e.kind, CloudErrorKind::Fenced);
-        assert!(!dir.join("ran").exists(), "apply ran after the fence closed");
+        assert!(
+            !dir.join("ran").exists(),
+            "apply ran after the fence closed"
+        );
         let _ = std::fs::remove_dir_all(dir);
     }
 }

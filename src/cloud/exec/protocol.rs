@@ -718,9 +718,10 @@ mod tests {
         else {
             panic!("the first change is a create")
         };
-        let create: serde_json::Value =
-            serde_json::from_str(&Request::create("kubernetes", name_hint, route, target).to_json())
-                .unwrap();
+        let create: serde_json::Value = serde_json::from_str(
+            &Request::create("kubernetes", name_hint, route, target).to_json(),
+        )
+        .unwrap();
         let delete: serde_json::Value =
             serde_json::from_str(&Request::delete("kubernetes", changes[1].route()).to_json())
                 .unwrap();
@@ -750,7 +751,8 @@ mod tests {
         let e = outcomes[1].as_ref().unwrap_err();
         assert_eq!(e.kind, CloudErrorKind::NotFound);
         assert!(
-            e.message.contains("plugin p: apply, change 2 of 2 (delete 10.244.2.0/24)")
+            e.message
+                .contains("plugin p: apply, change 2 of 2 (delete 10.244.2.0/24)")
                 && e.message.contains("gone"),
             "{e}"
         );
@@ -781,8 +783,12 @@ mod tests {
                 "{e}"
             );
         }
-        let reply = parse_reply("p", "apply", br#"{"apiVersion":"route-controller.plugin/v1"}"#)
-            .unwrap();
+        let reply = parse_reply(
+            "p",
+            "apply",
+            br#"{"apiVersion":"route-controller.plugin/v1"}"#,
+        )
+        .unwrap();
         let e = outcomes_of("p", &changes(), reply).unwrap_err();
         assert_eq!(e.kind, CloudErrorKind::Ambiguous);
         assert!(e.message.contains("no \"outcomes\""), "{e}");
@@ -800,7 +806,8 @@ mod tests {
         let e = reply_error("p", "apply", &reply).unwrap();
         assert_eq!(e.kind, CloudErrorKind::Invalid);
         assert!(
-            e.message.contains("implement apply, or declare batchSize 1"),
+            e.message
+                .contains("implement apply, or declare batchSize 1"),
             "{e}"
         );
     }
