@@ -381,16 +381,8 @@ pub fn plan_with_unrouted<'a, N: NodeFacts + 'a, R: RouteFacts>(
 ) -> Plan<'a> {
     let mut plan = Plan::default();
 
-    // Step 1: what cannot be parsed, and the routes by target node.
-    for route in routes {
-        if let Err(e) = route.destination() {
-            plan.problems.push(Problem::UnparsableRoute {
-                route: route.name().to_string(),
-                destination: route.destination_text().to_string(),
-                error: e.problem.to_string(),
-            });
-        }
-    }
+    // Step 1: the routes by target node. (What cannot be parsed is found in step 3,
+    // which parses every route anyway, and reported first.)
     let routes_by_node = RoutesByNode::new(routes);
 
     // Step 2: an action per node and pod CIDR.
@@ -421,7 +413,7 @@ pub fn plan_with_unrouted<'a, N: NodeFacts + 'a, R: RouteFacts>(
             if pod_cidrs[..k].contains(&Ok(cidr)) {
                 continue; // a duplicated pod CIDR is one route
             }
-            let action = routes_by_node.action(node, cidr);
+            let action = routes_by_node.action(node, cidr, None);
             if action == Action::Keep {
                 plan.kept += 1;
                 continue;
@@ -447,9 +439,18 @@ pub fn plan_with_unrouted<'a, N: NodeFacts + 'a, R: RouteFacts>(
     }
 
     // Step 3: deletions, in list order, only inside the cluster CIDRs.
-    for route in routes {
-        let Ok(cidr) = route.destination() else {
-            continue;
+    let mut unparsable = Vec::new();
+    for (at, route) in routes.iter().enumerate() {
+        let cidr = match route.destination() {
+            Ok(cidr) => cidr,
+            Err(e) => {
+                unparsable.push(Problem::UnparsableRoute {
+                    route: route.name().to_string(),
+                    destination: route.destination_text().to_string(),
+                    error: e.problem.to_string(),
+                });
+                continue;
+            }
         };
         if !is_responsible(&cidr, cluster_cidrs) {
             continue;
@@ -483,7 +484,7 @@ pub fn plan_with_unrouted<'a, N: NodeFacts + 'a, R: RouteFacts>(
                         // The node keeps this CIDR: the action planned for it (from
                         // the first route to the node with this destination) says
                         // whether this route stays.
-                        match routes_by_node.action(node, cidr) {
+                        match routes_by_node.action(node, cidr, Some(position(at))) {
                             Action::Update => Some(DeleteReason::AddressesChanged),
                             Action::Add | Action::Keep => None,
                         }
@@ -499,6 +500,7 @@ pub fn plan_with_unrouted<'a, N: NodeFacts + 'a, R: RouteFacts>(
             });
         }
     }
+    plan.problems.splice(0..0, unparsable);
     plan
 }
 
@@ -594,13 +596,14 @@ impl<'r, R: RouteFacts> RoutesByNode<'r, R> {
     }
 
     /// What the plan does for `node`'s pod CIDR `cidr`, from the first route to the
-    /// node with that destination.
-    fn action(&self, node: &impl NodeFacts, cidr: Cidr) -> Action {
+    /// node with that destination. `at`: the position of a route to the node with that
+    /// destination, known to the caller; no route after it needs to be parsed.
+    fn action(&self, node: &impl NodeFacts, cidr: Cidr, at: Option<u32>) -> Action {
         let existing = self
             .of_node(node.name())
             .iter()
-            .map(|&i| &self.routes[i as usize])
-            .find(|r| r.destination().ok() == Some(cidr));
+            .find(|&&i| Some(i) == at || self.routes[i as usize].destination().ok() == Some(cidr))
+            .map(|&i| &self.routes[i as usize]);
         match existing {
             None => Action::Add,
             Some(r) if !r.enable_node_addresses() => Action::Keep,
