@@ -52,6 +52,8 @@ pub enum OwnProvider {
     Hcloud,
     /// EC2 instances, `aws:///<zone>/<instance id>`.
     Aws,
+    /// Compute Engine instances, `gce://<project>/<zone>/<instance>`.
+    Gce,
 }
 
 impl OwnProvider {
@@ -61,6 +63,7 @@ impl OwnProvider {
         match provider_name {
             "hcloud" => Some(OwnProvider::Hcloud),
             "aws" => Some(OwnProvider::Aws),
+            "gce" => Some(OwnProvider::Gce),
             _ => None,
         }
     }
@@ -72,6 +75,7 @@ impl OwnProvider {
                 provider_id.starts_with("hcloud://") && !provider_id.starts_with("hcloud://bm-")
             }
             OwnProvider::Aws => provider_id.starts_with("aws://"),
+            OwnProvider::Gce => provider_id.starts_with("gce://"),
         }
     }
 }
@@ -130,6 +134,7 @@ impl fmt::Display for NodeFilter {
                 f.write_str(" with providerID hcloud://<server> or none (not Robot's)")
             }
             Some(OwnProvider::Aws) => f.write_str(" with providerID aws://... or none"),
+            Some(OwnProvider::Gce) => f.write_str(" with providerID gce://... or none"),
             None => Ok(()),
         }
     }
@@ -176,6 +181,9 @@ mod tests {
         assert!(aws.owns("aws:///eu-west-1a/i-0abc"));
         assert!(aws.owns("aws://eu-west-1a/i-0abc"));
         assert!(!aws.owns("hcloud://1"));
+        let gce = OwnProvider::of("gce").unwrap();
+        assert!(gce.owns("gce://p/europe-west1-b/node-1"));
+        assert!(!gce.owns("aws:///eu-west-1a/i-0abc"));
         assert_eq!(OwnProvider::of("fake"), None);
         let off = NodeFilter::everything();
         assert!(off.is_everything());

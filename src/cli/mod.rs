@@ -31,7 +31,7 @@ pub const EXIT_USAGE: i32 = 2;
 pub(crate) const CLOUD_PROVIDER: Flag = Flag::new(
     "cloud-provider",
     Kind::String,
-    "the cloud: hcloud, aws, exec (a plugin, see --cloud-config) or fake",
+    "the cloud: hcloud, aws, gce, exec (a plugin, see --cloud-config) or fake",
 );
 pub(crate) const CLOUD_CONFIG: Flag = Flag::new(
     "cloud-config",
@@ -41,12 +41,15 @@ pub(crate) const CLOUD_CONFIG: Flag = Flag::new(
      repeated or comma-separated for several tables; without it every table tagged for \
      the cluster is used); for exec, the plugin: Command=PATH, then Arg=VALUE and \
      Env=NAME=VALUE lines (repeated, in order), Timeout=DURATION (default 10s), Name=, \
-     MaxOutputBytes= (see route-controller plugin-check --help)",
+     MaxOutputBytes= (see route-controller plugin-check --help); for gce, cloud-provider-gcp's \
+     gce.conf (gcfg: [global] project-id, network-name, network-project-id, multizone, \
+     token-url, token-body, api-endpoint, ...)",
 );
 pub(crate) const CLUSTER_NAME: Flag = Flag::new(
     "cluster-name",
     Kind::String,
-    "the cluster name: the AWS route table tag, passed to every cloud call",
+    "the cluster name: the AWS route table tag, the first 26 characters of GCE route \
+     names, passed to every cloud call",
 )
 .default("kubernetes");
 pub(crate) const NODE_SELECTOR: Flag = Flag::new(
@@ -60,9 +63,9 @@ pub(crate) const NODE_SELECTOR: Flag = Flag::new(
 pub(crate) const SKIP_NODES_OF_OTHER_PROVIDERS: Flag = Flag::new(
     "skip-nodes-of-other-providers",
     Kind::Bool,
-    "with --cloud-provider hcloud or aws, do not route nodes whose spec.providerID belongs \
-     to another provider (hcloud: anything but hcloud://<id>, so Robot servers' hrobot:// \
-     and hcloud://bm-; aws: anything but aws://); a node with no providerID yet is routed. \
+    "with --cloud-provider hcloud, aws or gce, do not route nodes whose spec.providerID \
+     belongs to another provider (hcloud: anything but hcloud://<id>, so Robot servers' \
+     hrobot:// and hcloud://bm-; aws: anything but aws://; gce: anything but gce://); a node with no providerID yet is routed. \
      Such nodes are unselected, as by --node-selector",
 )
 .default("true");
@@ -652,7 +655,7 @@ static PLAN: Spec = Spec {
     env: &[
         KUBE_ENV,
         (
-            "HCLOUD_TOKEN, HCLOUD_NETWORK, AWS_*",
+            "HCLOUD_TOKEN, HCLOUD_NETWORK, AWS_*, GOOGLE_APPLICATION_CREDENTIALS",
             "the provider's credentials and settings without --routes, as for run",
         ),
     ],
@@ -687,7 +690,7 @@ static PLAN: Spec = Spec {
                 ..NODE_SELECTOR
             },
             Flag {
-                help: "with --cloud-provider hcloud or aws, plan as run does: nodes whose \
+                help: "with --cloud-provider hcloud, aws or gce, plan as run does: nodes whose \
                        providerID belongs to another provider are unselected",
                 ..SKIP_NODES_OF_OTHER_PROVIDERS
             },
@@ -702,7 +705,7 @@ static PLAN: Spec = Spec {
                 ..MASTER
             },
             Flag {
-                help: "without --routes: the cloud to list routes from: hcloud, aws, exec or fake",
+                help: "without --routes: the cloud to list routes from: hcloud, aws, gce, exec or fake",
                 ..CLOUD_PROVIDER
             },
             Flag {

@@ -193,6 +193,11 @@ pub static SPEC: super::flags::Spec = super::flags::Spec {
              routes the network may hold (default 100); --cloud-config may set them instead",
         ),
         (
+            "GOOGLE_APPLICATION_CREDENTIALS, GCE_METADATA_HOST",
+            "--cloud-provider=gce: a service-account key file (default: the metadata server's \
+             token, unless gce.conf sets token-url), the metadata server's host",
+        ),
+        (
             "AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN, AWS_REGION, AWS_PROFILE, ...",
             "--cloud-provider=aws: the usual AWS credential chain (environment, shared files, \
              web identity, instance metadata); the routes a route table may hold are the \
@@ -469,9 +474,9 @@ impl RunArgs {
     pub fn settings(&self) -> Result<RunSettings, UsageError> {
         let p = &self.0;
         let provider = p.string("cloud-provider");
-        if !["hcloud", "aws", "exec", "fake"].contains(&provider.as_str()) {
+        if !["hcloud", "aws", "gce", "exec", "fake"].contains(&provider.as_str()) {
             return Err(UsageError(format!(
-                "--cloud-provider: {provider:?} is not supported; use hcloud, aws, exec or fake"
+                "--cloud-provider: {provider:?} is not supported; use hcloud, aws, gce, exec or fake"
             )));
         }
         let cluster_cidrs = parse_cluster_cidrs(&p.string("cluster-cidr")).map_err(UsageError)?;
@@ -774,6 +779,10 @@ pub fn connect_provider(
     metrics: Option<Arc<crate::metrics::Metrics>>,
     fence: &Fence,
 ) -> Result<Arc<dyn Routes>, ProviderError> {
+    if name == "gce" {
+        // gce.conf is gcfg (quoted values, repeated names), read by the provider.
+        return gce_provider(cloud_config, metrics, fence);
+    }
     let file = match cloud_config {
         Some(path) => {
             let pairs = read_cloud_config(path)?;
@@ -860,7 +869,7 @@ pub fn connect_provider(
         }
         "exec" => Ok(Arc::new(exec_provider(&file)?.with_fence(fence.clone()))),
         other => Err(ProviderError::Config(UsageError(format!(
-            "--cloud-provider: {other:?} is not supported; use hcloud, aws, exec or fake"
+            "--cloud-provider: {other:?} is not supported; use hcloud, aws, gce, exec or fake"
         )))),
     }
 }
@@ -893,6 +902,39 @@ pub fn exec_provider(
         d.tables
     );
     Ok(provider)
+}
+
+/// `--cloud-provider=gce`: `gce.conf` and the environment of Google's libraries.
+fn gce_provider(
+    cloud_config: Option<&PathBuf>,
+    metrics: Option<Arc<crate::metrics::Metrics>>,
+    fence: &Fence,
+) -> Result<Arc<dyn Routes>, ProviderError> {
+    use crate::cloud::gce::{Config as GceConfig, GceRoutes};
+    let text = match cloud_config {
+        Some(path) => Some(std::fs::read_to_string(path).map_err(|e| {
+            UsageError(format!(
+                "--cloud-config {}: cannot read: {e}",
+                path.display()
+            ))
+        })?),
+        None => None,
+    };
+    let shown = cloud_config.map_or(String::new(), |p| {
+        format!("--cloud-config {}: ", p.display())
+    });
+    let (mut config, warnings) =
+        GceConfig::from_gce_conf(text.as_deref(), |k| std::env::var(k).ok())
+            .map_err(|e| UsageError(format!("{shown}{e}")))?;
+    for warning in warnings {
+        log::warn!("{shown}{warning}");
+    }
+    config.metrics = metrics;
+    let provider = GceRoutes::connect(config).map_err(|e| match e.outage {
+        true => ProviderError::Outage(e.to_string()),
+        false => ProviderError::Config(UsageError(e.to_string())),
+    })?;
+    Ok(Arc::new(provider.with_fence(fence.clone())))
 }
 
 /// How long each call of `--cloud-provider=fake` takes (a Go duration; default 0).
@@ -1204,7 +1246,7 @@ mod tests {
             no_cidr.0.starts_with("--cluster-cidr is required"),
             "{no_cidr}"
         );
-        assert!(error(&["--cloud-provider=gce"]).contains("use hcloud, aws, exec or fake"));
+        assert!(error(&["--cloud-provider=azure"]).contains("use hcloud, aws, gce, exec or fake"));
     }
 
     #[test]
@@ -1265,12 +1307,13 @@ mod tests {
         }
         assert!(
             text.contains(
-                "the cloud: hcloud, aws, exec (a plugin, see --cloud-config) or fake (required)"
+                "the cloud: hcloud, aws, gce, exec (a plugin, see --cloud-config) or fake (required)"
             ),
             "{text}"
         );
         assert!(text.contains("(default: 10s)"), "{text}");
         assert!(text.contains("HCLOUD_TOKEN"), "{text}");
+        assert!(text.contains("GOOGLE_APPLICATION_CREDENTIALS"), "{text}");
         assert!(text.contains("--webhook-secure-port=10260"), "{text}");
         assert!(
             text.contains("--secure-port int"),

@@ -1,5 +1,5 @@
 //! The providers behind the [`Routes`] interface: Hetzner Cloud
-//! ([`hcloud`]), AWS EC2 ([`aws`]) and an in-memory cloud ([`fake`]) for tests,
+//! ([`hcloud`]), AWS EC2 ([`aws`]), Google Compute Engine ([`gce`]) and an in-memory cloud ([`fake`]) for tests,
 //! simulations and trying things out.
 //!
 //! The interface itself lives in the core (`crate::provider`, re-exported at the crate
@@ -10,4 +10,5 @@ pub use crate::provider::{CloudError, CloudErrorKind, NodeDirectory, RouteTarget
 pub mod aws;
 pub mod exec;
 pub mod fake;
+pub mod gce;
 pub mod hcloud;
