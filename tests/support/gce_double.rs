@@ -676,7 +676,7 @@ fn list_routes(inner: &Inner, state: &State, request: &Request) -> Outcome {
         .and_then(|m| m.parse::<usize>().ok())
         .unwrap_or(500)
         .clamp(1, 500);
-    let start = match request.query_value("pageToken") {
+    let start = match request.query_value("pageToken").filter(|t| !t.is_empty()) {
         None => 0,
         Some(t) => match t
             .strip_prefix("page-")

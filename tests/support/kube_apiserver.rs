@@ -17,9 +17,10 @@
 //! [`upstream_route_controller_binary`], run by `tests/support/upstream_controller.rs`),
 //! the same with cloud-provider-aws's real routes (`aws-route-controller`,
 //! [`aws_route_controller_binary`]), hcloud-go driving the Hetzner double
-//! (`hcloud-conformance`, [`hcloud_conformance_binary`]), and Microsoft's armnetwork
+//! (`hcloud-conformance`, [`hcloud_conformance_binary`]), Microsoft's armnetwork
 //! and armcompute driving the ARM double (`azure-conformance`,
-//! [`azure_conformance_binary`]).
+//! [`azure_conformance_binary`]), and Google's compute/v1 client driving the GCE
+//! double (`gce-conformance`, [`gce_conformance_binary`]).
 //!
 //! Needs Go (1.26 or newer) on `PATH`, or in the `GO` environment variable;
 //! without it every test that uses this module fails with a message saying so.
@@ -799,6 +800,14 @@ const AZURE_CONFORMANCE: GoProgram = GoProgram {
     what: "the Azure SDK conformance driver (tests/kube-apiserver/azure-conformance)",
 };
 
+/// Google's compute/v1 client driving the GCE double
+/// (`tests/kube-apiserver/gce-conformance`); see [`gce_conformance_binary`].
+const GCE_CONFORMANCE: GoProgram = GoProgram {
+    package: "gce-conformance",
+    binary: "gce-conformance",
+    what: "the compute/v1 conformance driver (tests/kube-apiserver/gce-conformance)",
+};
+
 /// Upstream's route controller with cloud-provider-aws's real `Routes`
 /// (`tests/kube-apiserver/aws-route-controller`); see [`aws_route_controller_binary`].
 const AWS_ROUTE_CONTROLLER: GoProgram = GoProgram {
@@ -821,6 +830,7 @@ const OTHER_PROGRAMS: &[&str] = &[
     UPSTREAM_ROUTE_CONTROLLER.package,
     HCLOUD_CONFORMANCE.package,
     AZURE_CONFORMANCE.package,
+    GCE_CONFORMANCE.package,
     AWS_ROUTE_CONTROLLER.package,
     CCM_FLAGS.package,
 ];
@@ -855,6 +865,14 @@ pub fn hcloud_conformance_binary() -> &'static Path {
 pub fn azure_conformance_binary() -> &'static Path {
     static BINARY: OnceLock<PathBuf> = OnceLock::new();
     BINARY.get_or_init(|| build_go_program(&AZURE_CONFORMANCE))
+}
+
+/// The `gce-conformance` binary: google.golang.org/api/compute/v1 (the version
+/// pinned in go.mod) answering JSON commands on stdin, used by
+/// `tests/gce_conformance.rs`. Built like the harness.
+pub fn gce_conformance_binary() -> &'static Path {
+    static BINARY: OnceLock<PathBuf> = OnceLock::new();
+    BINARY.get_or_init(|| build_go_program(&GCE_CONFORMANCE))
 }
 
 /// The `aws-route-controller` binary: upstream's route controller with
