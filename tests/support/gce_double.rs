@@ -889,10 +889,10 @@ fn route_json(inner: &Inner, r: &RouteEntry) -> Value {
         "routeType": "STATIC",
         "selfLink": format!("{}projects/{}/global/routes/{}", inner.base, inner.project, r.name),
     });
-    if r.description.is_empty() {
-        if let Some(o) = v.as_object_mut() {
-            o.remove("description");
-        }
+    if r.description.is_empty()
+        && let Some(o) = v.as_object_mut()
+    {
+        o.remove("description");
     }
     v
 }
