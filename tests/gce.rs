@@ -310,3 +310,43 @@ fn faults_become_what_the_controller_must_do() {
         CloudErrorKind::Invalid
     );
 }
+
+#[test]
+fn project_network_and_zone_come_from_the_metadata_server_and_token_url_is_honoured() {
+    let double = double();
+    double.add_instance(ZONE, "node-1", true);
+    // Nothing in gce.conf but the endpoint: the rest is the metadata server's.
+    let gce = GceRoutes::connect(Config {
+        project_id: None,
+        network_name: None,
+        ..config(&double, Credentials::Metadata)
+    })
+    .expect("the provider connects");
+    assert_eq!(gce.network(), format!("{PROJECT}/k8s"));
+    // A node without a providerID in a single-zone cluster: the local zone's instance.
+    let bare = RouteTarget {
+        provider_id: None,
+        ..target("node-1")
+    };
+    gce.create_route(CLUSTER, UID_1, &route("node-1", "10.244.1.0/24"), &bare)
+        .expect("found in the metadata server's zone");
+    assert!(double.route(&format!("{CLUSTER}-{UID_1}")).is_some());
+
+    // token-url: the body is POSTed with the instance's token, its token is used.
+    let url = double.alt_token_url("{\"audience\": \"compute\"}");
+    let alt = GceRoutes::connect(config(
+        &double,
+        Credentials::TokenUrl {
+            url,
+            body: gce::Secret::new("{\"audience\": \"compute\"}"),
+        },
+    ))
+    .expect("the provider connects with token-url");
+    alt.list_routes(CLUSTER, &nodes()).unwrap();
+    assert_eq!(
+        double.alt_tokens(),
+        1,
+        "fetched once, reused until it expires"
+    );
+    assert_eq!(double.unauthorized(), vec![]);
+}

@@ -139,6 +139,9 @@ struct State {
     issued: u64,
     log: Vec<Recorded>,
     jwt_exchanges: Vec<Value>,
+    metadata_zone: String,
+    alt_token_body: String,
+    alt_bodies: u64,
 }
 
 struct Inner {
@@ -182,6 +185,9 @@ impl GceDouble {
                 issued: 0,
                 log: Vec::new(),
                 jwt_exchanges: Vec::new(),
+                metadata_zone: "europe-west1-b".into(),
+                alt_token_body: String::new(),
+                alt_bodies: 0,
             }),
             changed: Condvar::new(),
             base: format!("http://{addr}/compute/v1/"),
@@ -235,6 +241,17 @@ impl GceDouble {
     /// Tokens issued so far (metadata server and token endpoint).
     pub fn tokens_issued(&self) -> u64 {
         self.state().issued
+    }
+
+    /// `http://127.0.0.1:PORT/alt-token`, a `token-url` that accepts `body`.
+    pub fn alt_token_url(&self, body: &str) -> String {
+        self.state().alt_token_body = body.to_string();
+        format!("http://{}/alt-token", self.addr)
+    }
+
+    /// Tokens handed out by the `token-url`.
+    pub fn alt_tokens(&self) -> u64 {
+        self.state().alt_bodies
     }
 
     /// The JWT claims of every accepted exchange at `POST /token`.
@@ -422,6 +439,8 @@ impl Request {
 
 enum Outcome {
     Reply(u16, Value),
+    /// A body that is not JSON (the metadata server's values).
+    Text(u16, String),
     Close,
 }
 
@@ -447,8 +466,14 @@ fn serve_connection(stream: TcpStream, inner: &Inner) {
                 let _ = stream.shutdown(std::net::Shutdown::Both);
                 return;
             }
-            Outcome::Reply(status, body) => {
-                let body = serde_json::to_vec(&body).unwrap_or_default();
+            reply @ (Outcome::Reply(..) | Outcome::Text(..)) => {
+                let (status, body) = match reply {
+                    Outcome::Reply(status, body) => {
+                        (status, serde_json::to_vec(&body).unwrap_or_default())
+                    }
+                    Outcome::Text(status, text) => (status, text.into_bytes()),
+                    Outcome::Close => return,
+                };
                 let head = format!(
                     "HTTP/1.1 {status} {}\r\nContent-Type: application/json; charset=UTF-8\r\nContent-Length: {}\r\n\r\n",
                     reason(status),
@@ -492,6 +517,9 @@ fn handle(inner: &Inner, request: &Request) -> Outcome {
     }
     if request.path == "/token" {
         return token_exchange(inner, request);
+    }
+    if request.path == "/alt-token" {
+        return alt_token(inner, request);
     }
     let Some(path) = request.path.strip_prefix("/compute/v1") else {
         return error(404, "notFound", "no such API");
@@ -568,7 +596,7 @@ fn handle(inner: &Inner, request: &Request) -> Outcome {
     }
     let outcome = route_request(inner, &mut state, request, &parts);
     let status = match &outcome {
-        Outcome::Reply(s, _) => *s,
+        Outcome::Reply(s, _) | Outcome::Text(s, _) => *s,
         Outcome::Close => 0,
     };
     if matches!(fault, Some(Fault::LostReply)) {
@@ -941,8 +969,42 @@ fn metadata(inner: &Inner, request: &Request) -> Outcome {
                 json!({"access_token": token, "expires_in": state.token_lifetime, "token_type": "Bearer"}),
             )
         }
+        "/computeMetadata/v1/project/project-id" => text(&inner.project),
+        "/computeMetadata/v1/instance/zone" => {
+            text(&format!("projects/4711/zones/{}", state.metadata_zone))
+        }
+        "/computeMetadata/v1/instance/network-interfaces/0/network" => {
+            text(&format!("projects/4711/networks/{}", state.networks[0].1))
+        }
         _ => Outcome::Reply(404, json!({})),
     }
+}
+
+/// A plain-text metadata value (the double sends JSON strings' text as the body).
+fn text(value: &str) -> Outcome {
+    Outcome::Text(200, value.to_string())
+}
+
+/// cloud-provider-gcp's alternate token source: `POST /alt-token` with the instance's
+/// token and the configured body, answered with `accessToken` and `expireTime`.
+fn alt_token(inner: &Inner, request: &Request) -> Outcome {
+    let mut state = inner.state.lock().unwrap_or_else(|e| e.into_inner());
+    let bearer = request
+        .header("authorization")
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .unwrap_or("");
+    if !state.tokens.iter().any(|t| t == bearer) {
+        return error(401, "authError", "the token URL needs the instance's token");
+    }
+    if request.body != state.alt_token_body.as_bytes() {
+        return error(403, "forbidden", "unexpected token body");
+    }
+    state.alt_bodies += 1;
+    let token = issue(&mut state);
+    Outcome::Reply(
+        200,
+        json!({"accessToken": token, "expireTime": "2099-01-01T00:00:00Z"}),
+    )
 }
 
 /// `POST /token` with `grant_type=urn:ietf:params:oauth:grant-type:jwt-bearer` and a

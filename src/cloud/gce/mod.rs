@@ -43,6 +43,9 @@ pub use config::{
     ENV_METADATA_HOST, OTHER_KEYS, ROUTE_KEYS,
 };
 
+/// `token-body` and the tokens are held as this, redacted in `Debug`.
+pub use crate::secret::Secret;
+
 use auth::TokenSource;
 use compute::{ApiError, Compute, Instance, Operation, Project, RouteJson, RouteList};
 
