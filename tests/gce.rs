@@ -244,6 +244,29 @@ fn faults_become_what_the_controller_must_do() {
     );
     std::thread::sleep(Duration::from_millis(100));
     assert!(double.route(&format!("{CLUSTER}-{UID_1}")).is_some());
+    // The wait for an accepted insert is throttled or refused: the end is unknown.
+    let waits = format!("/projects/{PROJECT}/global/operations/");
+    double.set_operation_duration(Duration::from_millis(300));
+    double.inject("POST", &waits, 1, Fault::error(403, "rateLimitExceeded"));
+    let (result, usage) = Meter::measure(|| create(UID_2, "10.244.2.0/24"));
+    assert_eq!(result.unwrap_err().kind, CloudErrorKind::Ambiguous);
+    assert!(
+        usage.and_then(|u| u.throttled).is_some(),
+        "the throttle reaches the budget"
+    );
+    double.inject("POST", &waits, 1, Fault::error(404, "notFound"));
+    let started = std::time::Instant::now();
+    let e = create("44444444-4444-4444-8444-444444444444", "10.244.5.0/24").unwrap_err();
+    assert_eq!(e.kind, CloudErrorKind::Ambiguous, "{e}");
+    assert!(started.elapsed() < Duration::from_secs(5), "not waited out");
+    double.set_operation_duration(Duration::from_millis(50));
+    std::thread::sleep(Duration::from_millis(400));
+    let tidy = Route {
+        name: format!("{CLUSTER}-{UID_2}"),
+        ..route("node-1", "10.244.2.0/24")
+    };
+    gce.delete_route(CLUSTER, &tidy)
+        .expect("the throttled insert's route is there");
     // An operation that ends in error.
     double.fail_next_operation(
         "INVALID_FIELD_VALUE",

@@ -327,10 +327,27 @@ impl GceRoutes {
                         ),
                     ));
                 }
-                Err(e) if matches!(e.kind, CloudErrorKind::RateLimited { .. }) => return Err(e),
-                Err(e) => {
+                // No reply, or GCE failed: the operation goes on; ask again.
+                Err(e)
+                    if matches!(
+                        e.kind,
+                        CloudErrorKind::Retry { .. } | CloudErrorKind::Ambiguous
+                    ) =>
+                {
                     log::debug!("gce: {what}: waiting for operation {}: {e}", op.name);
                     std::thread::sleep(Duration::from_secs(1));
+                }
+                // Throttled (recorded for the budget: nothing is sent for a while) or
+                // refused: the change was accepted and its end is unknown, so the
+                // controller lists before it trusts its view again.
+                Err(e) => {
+                    return Err(ApiError::new(
+                        CloudErrorKind::Ambiguous,
+                        format!(
+                            "gce: {what}: operation {} was started, and waiting for it failed: {}",
+                            op.name, e.message
+                        ),
+                    ));
                 }
             }
         }
