@@ -132,16 +132,15 @@ impl GceRoutes {
             config.request_timeout,
         )
         .map_err(|e| ConfigError::new(e.message))?;
+        // A setting error, not an outage, even when nothing answered: on GCE the
+        // metadata server always answers, so no answer means "not on GCE" (its name
+        // does not resolve), and waiting would never end.
         let metadata = |path: &str, field: &str| {
             tokens.metadata_text(path).map_err(|e| {
-                let message = format!(
+                ConfigError::new(format!(
                     "gce.conf: {field} is not set and the metadata server did not tell it: {}",
                     e.message
-                );
-                match e.kind {
-                    CloudErrorKind::Retry { .. } => ConfigError::outage(message),
-                    _ => ConfigError::new(message),
-                }
+                ))
             })
         };
         let project = match config.project_id.clone() {
