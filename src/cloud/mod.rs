@@ -1,6 +1,6 @@
-//! The providers behind the [`Routes`] interface: Hetzner Cloud
-//! ([`hcloud`]), AWS EC2 ([`aws`]), Google Compute Engine ([`gce`]) and an in-memory cloud ([`fake`]) for tests,
-//! simulations and trying things out.
+//! The providers behind the [`Routes`] interface: Hetzner Cloud ([`hcloud`]), AWS EC2
+//! ([`aws`]), Google Compute Engine ([`gce`]) and an in-memory cloud ([`fake`]) for
+//! tests, simulations and trying things out.
 //!
 //! The interface itself lives in the core (`crate::provider`, re-exported at the crate
 //! root and here); providers depend on it and on the model, never on the controller.
