@@ -11,6 +11,7 @@ use std::time::Duration;
 use route_controller::actor::Exit;
 use route_controller::cli::run::{ProviderError, RunSettings};
 use route_controller::cli::{self, Command, EXIT_USAGE, RunArgs, UsageError};
+use route_controller::kube::discovery::{self, LEASES, SUBJECT_ACCESS_REVIEWS, TOKEN_REVIEWS};
 use route_controller::kube::{Client, Env, KubeConfig, LoadOptions};
 use route_controller::metrics::Metrics;
 use route_controller::serve::{DelegatedReviewer, Reviewer};
@@ -58,6 +59,10 @@ fn run(args: &RunArgs, warnings: &[String]) -> i32 {
         .unwrap_or_else(|e| usage_error(&UsageError(format!("Kubernetes credentials: {e}"))));
     let client = Client::new(&kube, settings.client.clone())
         .unwrap_or_else(|e| usage_error(&UsageError(format!("Kubernetes client: {e}"))));
+    // An API server without the Lease API would otherwise be a 404 retried for ever.
+    if settings.configure_cloud_routes && settings.lease.is_some() {
+        discovery::check(&client, &LEASES).unwrap_or_else(|e| usage_error(&UsageError(e)));
+    }
     // Signals are handled from here on: a signal while the start waits for the cloud
     // ends the process cleanly, and later stops the controller.
     let (signal_tx, signals) = crossbeam_channel::bounded::<()>(1);
@@ -202,15 +207,21 @@ fn reviewer(settings: &RunSettings, client: &Client) -> Arc<dyn Reviewer> {
                 .unwrap_or_else(|e| usage_error(&UsageError(format!("{flag}: {e}"))))
         }
     };
+    let authentication = connect(
+        "--authentication-kubeconfig",
+        &settings.serving.authentication_kubeconfig,
+    );
+    let authorization = connect(
+        "--authorization-kubeconfig",
+        &settings.serving.authorization_kubeconfig,
+    );
+    // Without them every scrape would fail; better one clear error at start.
+    discovery::check(&authentication, &TOKEN_REVIEWS)
+        .and_then(|()| discovery::check(&authorization, &SUBJECT_ACCESS_REVIEWS))
+        .unwrap_or_else(|e| usage_error(&UsageError(e)));
     Arc::new(DelegatedReviewer {
-        authentication: connect(
-            "--authentication-kubeconfig",
-            &settings.serving.authentication_kubeconfig,
-        ),
-        authorization: connect(
-            "--authorization-kubeconfig",
-            &settings.serving.authorization_kubeconfig,
-        ),
+        authentication,
+        authorization,
     })
 }
 

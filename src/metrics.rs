@@ -343,6 +343,10 @@ pub struct Metrics {
     /// `route_controller_watch_streaming_lists_total`: complete node lists that came as
     /// a streaming list (watch-list), a subset of `watch_relists`.
     pub watch_streaming_lists: Counter,
+    /// `route_controller_watch_list_fallbacks_total`: times the node watch gave up
+    /// streaming lists for paginated ones because the API server refused or ignored
+    /// one (at most once per process: the fallback is for good).
+    pub watch_list_fallbacks: Counter,
     /// `route_controller_watch_restarts_total`: watch streams started again.
     pub watch_restarts: Counter,
     /// `route_controller_watch_events_total`: node events after the lists.
@@ -388,6 +392,7 @@ impl Metrics {
             events: Counter::default(),
             watch_relists: Counter::default(),
             watch_streaming_lists: Counter::default(),
+            watch_list_fallbacks: Counter::default(),
             watch_restarts: Counter::default(),
             watch_events: Counter::default(),
             watch_healthy: Gauge::default(),
@@ -686,6 +691,12 @@ impl Metrics {
             "route_controller_watch_streaming_lists_total",
             "Complete node lists that came as a streaming list (watch-list).",
             self.watch_streaming_lists.get(),
+        );
+        counter(
+            &mut out,
+            "route_controller_watch_list_fallbacks_total",
+            "Times the node watch fell back from streaming lists to paginated lists.",
+            self.watch_list_fallbacks.get(),
         );
         counter(
             &mut out,

@@ -206,3 +206,38 @@ fn a_repeated_failure_patches_the_count_of_one_event() {
     );
     assert_eq!(metrics.events.get(), 2);
 }
+
+/// Guards version skew on events (issue 30): a 404 on creating an event (the
+/// namespace, or the events API, is not there) turns events off after one warning
+/// instead of a 404 for every event; the next events send nothing, and conditions
+/// are still written.
+#[test]
+fn a_404_on_creating_an_event_turns_events_off_once_and_conditions_go_on() {
+    let server = FakeApiServer::start();
+    server.put_node(node_json("n1", 5, &["10.244.1.0/24"], "10.0.0.1"));
+    server.fail_next("POST", "/api/v1/namespaces/default/events", 404, None, 100);
+    let metrics = Arc::new(Metrics::new());
+    let mut writer = StatusWriter::new(
+        client(&server),
+        StatusConfig::new("cp-1_abc"),
+        metrics.clone(),
+    );
+    writer.record_event(&failure("1s"));
+    assert!(writer.events_off());
+    let mut other = failure("2s");
+    other.node = "n2".into();
+    other.reason = "FailedToDeleteRoute";
+    writer.record_event(&other);
+    writer.record_event(&failure("3s"));
+    let posts = server
+        .requests()
+        .into_iter()
+        .filter(|r| r.path.contains("/events"))
+        .count();
+    assert_eq!(posts, 1, "one POST, then none: {:?}", server.requests());
+    assert_eq!(metrics.events.get(), 0);
+    writer
+        .write_condition("n1", "uid-n1", &no_route())
+        .expect("conditions are still written");
+    assert_eq!(metrics.condition_writes.get(), 1);
+}

@@ -529,6 +529,7 @@ fn a_streaming_list_replays_the_nodes_then_goes_on_as_the_watch_without_any_list
     assert_eq!(watches[1].query("resourceVersion"), Some("15"));
     assert_eq!(count(&server, |r| r.is_list()), 0);
     assert_eq!(metrics.watch_streaming_lists.get(), 1);
+    assert_eq!(metrics.watch_list_fallbacks.get(), 0);
     assert_eq!(metrics.watch_restarts.get(), 0);
     watch.stop();
 }
@@ -557,6 +558,7 @@ fn a_refused_streaming_list_falls_back_to_paginated_lists_for_good() {
     assert_eq!(count(&server, |r| r.is_watch_list()), 1);
     assert_eq!(count(&server, |r| r.is_list()), 2);
     assert_eq!(metrics.watch_streaming_lists.get(), 0);
+    assert_eq!(metrics.watch_list_fallbacks.get(), 1, "counted once");
     watch.stop();
 }
 
@@ -580,7 +582,7 @@ fn a_server_that_never_sends_the_end_bookmark_is_listed_after_the_deadline() {
         ..streaming_config()
     };
     let started = Instant::now();
-    let (watch, rx, _) = start(&server, config);
+    let (watch, rx, metrics) = start(&server, config);
     assert_eq!(take(&rx, 3), ["Init", "InitApply n1", "InitApply n2"]);
     assert_eq!(
         take(&rx, 4),
@@ -593,6 +595,7 @@ fn a_server_that_never_sends_the_end_bookmark_is_listed_after_the_deadline() {
     assert_eq!(count(&server, |r| r.is_watch_list()), 1);
     assert_eq!(count(&server, |r| r.is_list()), 1);
     assert_eq!(watch_rvs(&server), ["", "10"]);
+    assert_eq!(metrics.watch_list_fallbacks.get(), 1);
     watch.stop();
 }
 

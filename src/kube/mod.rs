@@ -6,6 +6,7 @@
 //! - [`status`]: the thread that writes node conditions and records events.
 //! - [`lease`]: leader election on a coordination.k8s.io/v1 Lease.
 //! - [`review`]: TokenReview and SubjectAccessReview, for the secure metrics port.
+//! - [`discovery`]: the start-up check that the API server serves the APIs a run needs.
 //!
 //! The decision logic of each thread (watch states and backoff, event aggregation,
 //! leader election) is a sans-IO struct fed with the time; the threads are thin
@@ -17,6 +18,8 @@ pub mod auth;
 pub mod client;
 #[doc(hidden)]
 pub mod config;
+#[doc(hidden)]
+pub mod discovery;
 #[doc(hidden)]
 pub mod env;
 #[doc(hidden)]

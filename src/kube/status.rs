@@ -297,6 +297,9 @@ pub struct StatusWriter {
     config: StatusConfig,
     correlator: EventCorrelator,
     metrics: Arc<Metrics>,
+    /// Set when creating an event answered 404 (the namespace or the events API is
+    /// not there): events are not recorded from then on, and that was logged once.
+    events_off: bool,
 }
 
 impl StatusWriter {
@@ -306,7 +309,13 @@ impl StatusWriter {
             client,
             config,
             metrics,
+            events_off: false,
         }
+    }
+
+    /// Whether events are no longer recorded because creating one answered 404.
+    pub fn events_off(&self) -> bool {
+        self.events_off
     }
 
     /// Patches `NetworkUnavailable` on `node`, once (see the module documentation).
@@ -366,6 +375,15 @@ impl StatusWriter {
 
     /// Records `event`, aggregated with recent identical ones.
     pub fn record_event(&mut self, event: &NodeEventRecord) {
+        if self.events_off {
+            log::debug!(
+                "event {} on node {} not recorded (events are off): {}",
+                event.reason,
+                event.node,
+                event.message
+            );
+            return;
+        }
         let now = Instant::now();
         let result = match self.correlator.observe(event, now) {
             EventDecision::Drop => {
@@ -391,6 +409,20 @@ impl StatusWriter {
         };
         match result {
             Ok(()) => self.metrics.events.inc(),
+            // Only a create gets here with a 404: an update's 404 (an expired
+            // event) became a create above.
+            Err(e) if e.is(ApiErrorKind::NotFound) => {
+                // Retrying each event would log the same 404 for ever; the
+                // conditions and the metrics still say what happens.
+                self.events_off = true;
+                log::warn!(
+                    "recording events is off from now on: {e}. The API server has no \
+                     namespace {:?} or does not serve core/v1 events; create the namespace \
+                     and restart the controller to record events again (routes and \
+                     conditions go on)",
+                    self.config.event_namespace
+                );
+            }
             Err(e) => log::warn!(
                 "recording event {} on node {} failed: {e}",
                 event.reason,

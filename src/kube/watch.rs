@@ -971,6 +971,7 @@ struct Stopped;
 impl Driver {
     fn run(&mut self) {
         while !self.stop.is_stopped() {
+            let streaming = self.reflector.uses_watch_list();
             let step = match self.reflector.next_action(Instant::now()) {
                 Action::Wait(t) => {
                     if self.stop.sleep(t.saturating_duration_since(Instant::now())) {
@@ -987,6 +988,11 @@ impl Driver {
                     self.watch(&watch_list_path(timeout_seconds))
                 }
             };
+            // The reflector falls back inside a step (a refused or an ignored
+            // streaming list), for good, so this counts it once.
+            if streaming && !self.reflector.uses_watch_list() {
+                self.metrics.watch_list_fallbacks.inc();
+            }
             if step.is_err() {
                 return;
             }

@@ -154,6 +154,9 @@ struct State {
     tokens: Option<Vec<String>>,
     /// Bearer tokens whose requests fail with 500 (a replica cut off from the API).
     blocked_tokens: Vec<String>,
+    /// Group versions (`coordination.k8s.io/v1`) that are not served: every path
+    /// under `/apis/GROUP/VERSION` answers 404 as a real server's mux does.
+    absent_apis: Vec<String>,
 }
 
 struct Shared {
@@ -285,6 +288,14 @@ impl FakeApiServer {
             retry_after,
             times,
         });
+    }
+
+    /// Serves no `group_version` (e.g. `coordination.k8s.io/v1`) from now on, as an
+    /// API server of another version or with the group switched off
+    /// (`--runtime-config=GROUP/VERSION=false`): its discovery document and every
+    /// resource under it answer 404 with the mux's plain-text body.
+    pub fn remove_api(&self, group_version: &str) {
+        self.state().absent_apis.push(group_version.to_string());
     }
 
     /// Only these bearer tokens are accepted; others get 401.
@@ -514,6 +525,16 @@ fn route(shared: &Shared, request: Recorded) -> Response {
     {
         return error(401, "Unauthorized");
     }
+    if st.absent_apis.iter().any(|gv| {
+        let prefix = format!("/apis/{gv}");
+        request.path == prefix || request.path.starts_with(&format!("{prefix}/"))
+    }) {
+        return Response::Full {
+            status: 404,
+            body: b"404 page not found\n".to_vec(),
+            retry_after: None,
+        };
+    }
     if let Some(f) = st.faults.iter_mut().find(|f| {
         f.times > 0 && f.method == request.method && request.path.starts_with(&f.path_prefix)
     }) {
@@ -542,6 +563,16 @@ fn route(shared: &Shared, request: Recorded) -> Response {
             }
         }
         ("GET", ["api", "v1", "nodes"]) => list_nodes(&mut st, &request),
+        ("GET", ["api", "v1"]) => discovery("v1", &["nodes", "nodes/status", "events"]),
+        ("GET", ["apis", "coordination.k8s.io", "v1"]) => {
+            discovery("coordination.k8s.io/v1", &["leases"])
+        }
+        ("GET", ["apis", "authentication.k8s.io", "v1"]) => {
+            discovery("authentication.k8s.io/v1", &["tokenreviews"])
+        }
+        ("GET", ["apis", "authorization.k8s.io", "v1"]) => {
+            discovery("authorization.k8s.io/v1", &["subjectaccessreviews"])
+        }
         ("PATCH", ["api", "v1", "nodes", name, "status"]) => {
             patch_node_status(&mut st, name, &request)
         }
@@ -583,6 +614,18 @@ fn route(shared: &Shared, request: Recorded) -> Response {
         ) => lease(&mut st, method, ns, rest.first().copied(), &request),
         _ => error(404, "no such path in the fake API server"),
     }
+}
+
+/// The discovery document (`APIResourceList`) of `group_version`.
+fn discovery(group_version: &str, resources: &[&str]) -> Response {
+    let resources: Vec<Value> = resources
+        .iter()
+        .map(|name| json!({"name": name, "namespaced": false, "kind": "", "verbs": []}))
+        .collect();
+    full(
+        200,
+        &json!({"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": group_version, "resources": resources}),
+    )
 }
 
 fn list_nodes(st: &mut State, request: &Recorded) -> Response {
