@@ -88,7 +88,10 @@ fn exits_2_naming(server: &FakeApiServer, extra: &[String], needles: &[&str]) {
         .find(|l| l.starts_with("error: "))
         .unwrap_or_else(|| panic!("no `error:` line:\n{stderr}"));
     for needle in needles {
-        assert!(line.contains(needle), "the error does not name {needle:?}: {line}");
+        assert!(
+            line.contains(needle),
+            "the error does not name {needle:?}: {line}"
+        );
     }
 }
 
@@ -117,14 +120,22 @@ fn without_the_lease_api_leader_election_is_a_start_up_error_naming_the_api_and_
     exits_2_naming(
         &server,
         &["--secure-port=0".into()],
-        &["coordination.k8s.io/v1", "leader election", "--leader-elect=false", "404"],
+        &[
+            "coordination.k8s.io/v1",
+            "leader election",
+            "--leader-elect=false",
+            "404",
+        ],
     );
     assert_eq!(
         requests_under(&server, "/apis/coordination.k8s.io"),
         ["GET /apis/coordination.k8s.io/v1"],
         "one discovery request, no Lease request"
     );
-    assert_eq!(requests_under(&server, "/api/v1/nodes"), Vec::<String>::new());
+    assert_eq!(
+        requests_under(&server, "/api/v1/nodes"),
+        Vec::<String>::new()
+    );
 
     let mut c = controller(
         &server,

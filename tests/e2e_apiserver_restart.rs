@@ -13,12 +13,15 @@ mod e2e_hcloud;
 mod hcloud_double;
 #[path = "support/kube_apiserver.rs"]
 mod kube_apiserver;
+#[path = "support/scale_cluster.rs"]
+mod scale_cluster;
 
 use std::time::{Duration, Instant};
 
 use controller_process::ControllerProcess;
 use e2e_cluster::{delete_node, poll_until, wait_for_network_unavailable};
 use e2e_hcloud::{HcloudCluster, TestNode, WATCH_MODE};
+use kube_apiserver::Version;
 
 const PATIENCE: Duration = Duration::from_secs(60);
 
@@ -143,4 +146,65 @@ fn controller_resumes_its_watch_after_api_server_restarts_and_misses_no_change()
         grew("route_controller_watch_restarts_total"),
         grew("route_controller_watch_relists_total")
     );
+}
+
+/// Guards the relist after 410 on each server of the version matrix: the API server
+/// crashes after a write the node watch does not see and a compaction of etcd's
+/// history past the controller's resourceVersion, so the resumed watch is refused
+/// with 410 (as an ERROR event or a status). The controller lists again (one more
+/// complete list, a log line naming the 410), serves the changes made meanwhile and
+/// creates no route twice. Broken by a watch that retries its old resourceVersion for
+/// ever (no convergence) or by a relist that is not a complete list.
+fn a_watch_refused_with_410_relists_and_misses_no_change(version: Version) {
+    let mut cluster = HcloudCluster::start_on(version, "e2e-relist-410", 91..=93);
+    let n1 = cluster.node("relist-1", 91);
+    let n2 = cluster.node("relist-2", 92);
+    let mut ctl = cluster
+        .controller()
+        .args([WATCH_MODE, "--leader-elect=false"])
+        .spawn(&format!("relist-410-1.{}", version.minor()));
+    ctl.wait_ready(PATIENCE);
+    converged(&mut ctl, &cluster, &[&n1, &n2], &[]);
+    let relists = ctl.metric("route_controller_watch_relists_total", &[]);
+
+    cluster.api.ensure_namespace("relist-bump");
+    scale_cluster::compact_etcd(&cluster.api);
+    cluster.api.kill();
+    wait_disconnected(&mut ctl);
+    cluster.api.restart();
+    let n3 = cluster.node("relist-3", 93);
+    delete_node(&cluster.api, &n1.name);
+    converged(&mut ctl, &cluster, &[&n2, &n3], &[&n1]);
+    ctl.wait_for_metric(
+        "route_controller_watch_relists_total",
+        &[],
+        relists + 1.0,
+        PATIENCE,
+    );
+    let log = ctl.log();
+    if !log
+        .lines()
+        .any(|l| l.contains("410") && l.contains("relisting"))
+    {
+        ctl.fail("no log line of a 410 and the relist");
+    }
+    for node in [&n1, &n2, &n3] {
+        assert_eq!(
+            cluster.hetzner.add_route_requests(&node.cidr).len(),
+            1,
+            "one add_route for {}",
+            node.name
+        );
+    }
+    ctl.terminate();
+}
+
+#[test]
+fn a_watch_refused_with_410_relists_and_misses_no_change_on_1_37() {
+    a_watch_refused_with_410_relists_and_misses_no_change(Version::Current);
+}
+
+#[test]
+fn a_watch_refused_with_410_relists_and_misses_no_change_on_1_31() {
+    a_watch_refused_with_410_relists_and_misses_no_change(Version::V1_31);
 }

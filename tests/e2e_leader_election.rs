@@ -26,6 +26,7 @@ use std::time::{Duration, Instant, SystemTime};
 use controller_process::{ControllerProcess, sum};
 use e2e_cluster::{LEASE, poll_until};
 use e2e_hcloud::{HcloudCluster, TestNode, WATCH_MODE, token};
+use kube_apiserver::Version;
 
 const PATIENCE: Duration = Duration::from_secs(30);
 const LEASE_DURATION: Duration = Duration::from_secs(4);
@@ -53,8 +54,14 @@ struct Pair {
     token_b: String,
 }
 
-fn start_pair(namespace: &str, servers: std::ops::RangeInclusive<u64>, label: &str) -> Pair {
-    let cluster = HcloudCluster::start(namespace, servers);
+fn start_pair(
+    version: Version,
+    namespace: &str,
+    servers: std::ops::RangeInclusive<u64>,
+    label: &str,
+) -> Pair {
+    let cluster = HcloudCluster::start_on(version, namespace, servers);
+    let label = format!("{label}-1.{}", version.minor());
     let (token_a, token_b) = (token("replica-a"), token("replica-b"));
     cluster.hetzner.double.add_token(&token_a);
     cluster.hetzner.double.add_token(&token_b);
@@ -176,7 +183,18 @@ fn between(earlier: SystemTime, later: SystemTime) -> Duration {
 
 #[test]
 fn standby_takes_over_from_a_killed_leader_after_the_lease_expires_and_never_writes_alongside_it() {
-    let mut pair = start_pair("e2e-leader-kill", 61..=63, "leader_kill");
+    killed_leader(Version::Current);
+}
+
+/// The same on Kubernetes 1.31 (the version matrix).
+#[test]
+fn standby_takes_over_from_a_killed_leader_after_the_lease_expires_and_never_writes_alongside_it_on_1_31()
+ {
+    killed_leader(Version::V1_31);
+}
+
+fn killed_leader(version: Version) {
+    let mut pair = start_pair(version, "e2e-leader-kill", 61..=63, "leader_kill");
     let first = pair.cluster.node("leader-kill-1", 61);
     pair.wait_for_route(&first, "a");
     let second = pair.cluster.node("leader-kill-2", 62);
@@ -240,7 +258,17 @@ fn standby_takes_over_from_a_killed_leader_after_the_lease_expires_and_never_wri
 
 #[test]
 fn sigterm_releases_the_lease_so_the_standby_takes_over_at_once() {
-    let mut pair = start_pair("e2e-leader-term", 71..=72, "leader_term");
+    terminated_leader(Version::Current);
+}
+
+/// The same on Kubernetes 1.31 (the version matrix).
+#[test]
+fn sigterm_releases_the_lease_so_the_standby_takes_over_at_once_on_1_31() {
+    terminated_leader(Version::V1_31);
+}
+
+fn terminated_leader(version: Version) {
+    let mut pair = start_pair(version, "e2e-leader-term", 71..=72, "leader_term");
     let first = pair.cluster.node("leader-term-1", 71);
     pair.wait_for_route(&first, "a");
     assert_eq!(pair.creator(&first), "a");

@@ -31,6 +31,7 @@ use e2e_cluster::{
     list_conditions, poll_until, set_internal_ip, set_label, wait_for_network_unavailable,
 };
 use e2e_hcloud::{HcloudCluster, TestNode, WATCH_MODE, pod_cidr, server_ip};
+use kube_apiserver::Version;
 
 /// Patience for anything the controller does in reaction to a change: generous, since
 /// two cores are shared with other builds; the tests finish as soon as it happens.
@@ -69,8 +70,22 @@ fn wait_for_condition(
 
 #[test]
 fn node_with_pod_cidr_gets_its_route_and_network_unavailable_false() {
-    let cluster = HcloudCluster::start("e2e-route-created", [11]);
-    let mut ctl = cluster.controller().arg(WATCH_MODE).spawn("route_created");
+    route_created(Version::Current);
+}
+
+/// The same on Kubernetes 1.31 (the version matrix, README "Supported Kubernetes
+/// versions").
+#[test]
+fn node_with_pod_cidr_gets_its_route_and_network_unavailable_false_on_1_31() {
+    route_created(Version::V1_31);
+}
+
+fn route_created(version: Version) {
+    let cluster = HcloudCluster::start_on(version, "e2e-route-created", [11]);
+    let mut ctl = cluster
+        .controller()
+        .arg(WATCH_MODE)
+        .spawn(&format!("route_created-1.{}", version.minor()));
     ctl.wait_ready(PATIENCE);
 
     let node = cluster.node("route-created-1", 11);
@@ -115,6 +130,7 @@ fn node_with_pod_cidr_gets_its_route_and_network_unavailable_false() {
     );
     assert_eq!(m.value("route_controller_leader", &[]), 1.0);
     assert!(m.value("route_controller_condition_writes_total", &[]) >= 1.0);
+    assert_eq!(cluster.api.reported_minor(), version.minor());
     let took = ctl.terminate();
     eprintln!("route_created: SIGTERM to exit 0 in {took:.2?}");
 }
@@ -237,7 +253,18 @@ fn only_adds_deletes_and_address_changes_trigger_passes_in_watch_mode() {
 
 #[test]
 fn refused_route_gives_one_aggregated_failed_to_create_route_event_and_no_route_created() {
-    let cluster = HcloudCluster::start("e2e-refused", [31, 32]);
+    refused_route_event(Version::Current);
+}
+
+/// The same on Kubernetes 1.31 (the version matrix, README "Supported Kubernetes
+/// versions").
+#[test]
+fn refused_route_gives_one_aggregated_failed_to_create_route_event_and_no_route_created_on_1_31() {
+    refused_route_event(Version::V1_31);
+}
+
+fn refused_route_event(version: Version) {
+    let cluster = HcloudCluster::start_on(version, "e2e-refused", [31, 32]);
     let refused_cidr = pod_cidr(31);
     cluster.hetzner.double.refuse_routes_to(
         &refused_cidr,
@@ -245,7 +272,10 @@ fn refused_route_gives_one_aggregated_failed_to_create_route_event_and_no_route_
         "invalid_input",
         "invalid input in field 'destination'",
     );
-    let mut ctl = cluster.controller().arg(WATCH_MODE).spawn("refused");
+    let mut ctl = cluster
+        .controller()
+        .arg(WATCH_MODE)
+        .spawn(&format!("refused-1.{}", version.minor()));
     ctl.wait_ready(PATIENCE);
     let refused = cluster.node("refused-1", 31);
     let fine = cluster.node("refused-neighbour", 32);

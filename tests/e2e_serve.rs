@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 
 use controller_process::{Spawn, prometheus};
 use e2e_cluster::{Identity, poll_until};
-use kube_apiserver::KubeApiserver;
+use kube_apiserver::{KubeApiserver, Version};
 use route_controller::manifests::{METRICS_READER, metrics_reader_rule};
 use serde_json::json;
 use ureq::tls::{PemItem, RootCerts, TlsConfig};
@@ -120,7 +120,18 @@ fn free_port() -> u16 {
 /// probes need no token; the certificate is the one in `--cert-dir` and verifies.
 #[test]
 fn secure_metrics_need_an_authorized_token_and_probes_stay_open() {
-    let api = kube_apiserver::shared();
+    secure_metrics(Version::Current);
+}
+
+/// The same on Kubernetes 1.31 (the version matrix): its TokenReview and
+/// SubjectAccessReview answer as the current server's do.
+#[test]
+fn secure_metrics_need_an_authorized_token_and_probes_stay_open_on_1_31() {
+    secure_metrics(Version::V1_31);
+}
+
+fn secure_metrics(version: Version) {
+    let api = kube_apiserver::shared_version(version);
     let namespace = "e2e-secure-metrics";
     let identity = Identity::provision(api, namespace);
     let scraper = api.service_account_token(namespace, "prometheus");
@@ -137,7 +148,7 @@ fn secure_metrics_need_an_authorized_token_and_probes_stay_open() {
         ])
         .arg(format!("--secure-port={}", free_port()))
         .arg(format!("--cert-dir={}", cert_dir.path().display()))
-        .spawn("secure-metrics");
+        .spawn(&format!("secure-metrics-1.{}", version.minor()));
     controller.wait_ready(Duration::from_secs(30));
     let addr = controller.secure_address();
     let cert = std::fs::read_to_string(cert_dir.path().join("route-controller.crt"))

@@ -1,6 +1,7 @@
 //! End to end: the node watch's streaming list (watch-list) against the real
 //! kube-apiserver (v1.37.2: its `WatchList` gate is beta and on by default since
-//! 1.34, so the harness sets no gate), and `--watch-list=false` on the same cluster.
+//! 1.34, so the harness sets no gate), and `--watch-list=false` on the same cluster;
+//! on Kubernetes 1.31 (`WatchList` alpha, off), the fallback to a paginated list.
 //!
 //! What it guards: with the default flags the controller's initial list is a
 //! streaming list, which the API server itself counts in
@@ -21,13 +22,15 @@ mod e2e_hcloud;
 mod hcloud_double;
 #[path = "support/kube_apiserver.rs"]
 mod kube_apiserver;
+#[path = "support/scale_cluster.rs"]
+mod scale_cluster;
 
 use std::time::Duration;
 
 use controller_process::ControllerProcess;
 use e2e_cluster::{poll_until, wait_for_network_unavailable};
 use e2e_hcloud::{HcloudCluster, TestNode, WATCH_MODE};
-use kube_apiserver::KubeApiserver;
+use kube_apiserver::{KubeApiserver, Version};
 
 const PATIENCE: Duration = Duration::from_secs(60);
 
@@ -91,9 +94,11 @@ fn the_controller_syncs_by_a_streaming_list_and_with_watch_list_false_by_a_pagin
         "watch-list on: {streamed} streaming lists of {lists} lists; the API server counted \
          {by_server} streaming lists of nodes"
     );
-    if streamed != 1.0 || lists != 1.0 {
+    let fallbacks = ctl.metric("route_controller_watch_list_fallbacks_total", &[]);
+    if streamed != 1.0 || lists != 1.0 || fallbacks != 0.0 {
         ctl.fail(&format!(
-            "{streamed} streaming lists of {lists} lists; expected the one list to stream"
+            "{streamed} streaming lists of {lists} lists, {fallbacks} fallbacks; expected the \
+             one list to stream"
         ));
     }
     if by_server < 1.0 {
@@ -135,5 +140,71 @@ fn the_controller_syncs_by_a_streaming_list_and_with_watch_list_false_by_a_pagin
     {
         ctl.fail("no log line of the paginated list's completion");
     }
+    ctl.terminate();
+}
+
+/// Guards the fallback on an older server (the version matrix): Kubernetes 1.31 has the
+/// `WatchList` gate alpha and off, so it refuses `sendInitialEvents` with 422. The
+/// controller falls back once (one log line, `route_controller_watch_list_fallbacks_total`
+/// 1), syncs by a paginated list and converges; a relist later is paginated too, with
+/// no second try and no second log line. Broken by a fallback that is not counted, one
+/// logged per list, or a refusal that is retried as a streaming list.
+#[test]
+fn on_1_31_the_refused_streaming_list_falls_back_once_logged_once_and_counted() {
+    let mut cluster = HcloudCluster::start_on(Version::V1_31, "e2e-watch-list-1-31", 51..=54);
+    assert_eq!(cluster.api.reported_minor(), "31");
+    let nodes: Vec<TestNode> = (51..=53)
+        .map(|id| cluster.node(&format!("wl131-{id}"), id))
+        .collect();
+    let mut ctl = cluster
+        .controller()
+        .args([WATCH_MODE, "--leader-elect=false"])
+        .spawn("watch-list-1.31");
+    ctl.wait_ready(PATIENCE);
+    converged(&mut ctl, &cluster, &nodes.iter().collect::<Vec<_>>());
+    let fallbacks = ctl.metric("route_controller_watch_list_fallbacks_total", &[]);
+    let streamed = ctl.metric("route_controller_watch_streaming_lists_total", &[]);
+    let lists = ctl.metric("route_controller_watch_relists_total", &[]);
+    println!("1.31: {fallbacks} fallbacks, {streamed} streaming lists of {lists} lists");
+    if fallbacks != 1.0 || streamed != 0.0 || lists != 1.0 {
+        ctl.fail(&format!(
+            "{fallbacks} fallbacks, {streamed} streaming lists of {lists} lists; expected one \
+             fallback to one paginated list"
+        ));
+    }
+    let fallback_line = "streaming lists of nodes (watch-list) are off from now on";
+    let log = ctl.log();
+    if log.matches(fallback_line).count() != 1 || !log.contains("sendInitialEvents") {
+        ctl.fail("not exactly one log line of the fallback, naming the refusal");
+    }
+    if !log.contains("node list complete: 3 nodes by a paginated list") {
+        ctl.fail("no log line of the paginated list's completion");
+    }
+
+    // A relist (the API server crashes, etcd's history is compacted past the
+    // controller's resourceVersion): paginated again, no second fallback.
+    // A write the node watch does not see, so that its resourceVersion is older
+    // than the compacted revision.
+    cluster.api.ensure_namespace("wl131-bump");
+    scale_cluster::compact_etcd(&cluster.api);
+    cluster.api.kill();
+    cluster.api.restart();
+    let late = cluster.node("wl131-54", 54);
+    let mut all: Vec<&TestNode> = nodes.iter().collect();
+    all.push(&late);
+    converged(&mut ctl, &cluster, &all);
+    ctl.wait_for_metric("route_controller_watch_relists_total", &[], 2.0, PATIENCE);
+    let log = ctl.log();
+    if log.matches(fallback_line).count() != 1 {
+        ctl.fail("the fallback was logged again after the relist");
+    }
+    assert_eq!(
+        ctl.metric("route_controller_watch_list_fallbacks_total", &[]),
+        1.0
+    );
+    assert_eq!(
+        ctl.metric("route_controller_watch_streaming_lists_total", &[]),
+        0.0
+    );
     ctl.terminate();
 }

@@ -22,7 +22,7 @@ use serde_json::Value;
 use crate::controller_process::Spawn;
 use crate::e2e_cluster::{Identity, create_node};
 use crate::hcloud_double::{HcloudDouble, Recorded, RouteEntry};
-use crate::kube_apiserver::KubeApiserver;
+use crate::kube_apiserver::{KubeApiserver, Version};
 
 /// The feature gate of KEP-5237, on: watch mode.
 pub const WATCH_MODE: &str =
@@ -159,7 +159,26 @@ impl HcloudCluster {
         servers: impl IntoIterator<Item = u64>,
         edit: impl FnOnce(&mut Vec<RbacRule>),
     ) -> HcloudCluster {
-        let api = KubeApiserver::start_fresh();
+        HcloudCluster::start_on_with_rules(Version::Current, namespace, servers, edit)
+    }
+
+    /// As [`HcloudCluster::start`], on an API server of Kubernetes `version`.
+    pub fn start_on(
+        version: Version,
+        namespace: &str,
+        servers: impl IntoIterator<Item = u64>,
+    ) -> HcloudCluster {
+        HcloudCluster::start_on_with_rules(version, namespace, servers, |_| {})
+    }
+
+    /// As [`HcloudCluster::start_with_rules`], on an API server of `version`.
+    pub fn start_on_with_rules(
+        version: Version,
+        namespace: &str,
+        servers: impl IntoIterator<Item = u64>,
+        edit: impl FnOnce(&mut Vec<RbacRule>),
+    ) -> HcloudCluster {
+        let api = KubeApiserver::start_fresh_version(version);
         let identity = Identity::provision_with(&api, namespace, edit);
         let hetzner = Hetzner::start();
         for id in servers {

@@ -22,6 +22,10 @@
 //! [`azure_conformance_binary`]), and Google's compute/v1 client driving the GCE
 //! double (`gce-conformance`, [`gce_conformance_binary`]).
 //!
+//! An older Kubernetes minor is a Go module of its own beside it
+//! (`tests/kube-apiserver-1.31/`), built and cached the same way; choose it with
+//! [`Version`] ([`KubeApiserver::start_fresh_version`], [`shared_version`]).
+//!
 //! Needs Go (1.26 or newer) on `PATH`, or in the `GO` environment variable;
 //! without it every test that uses this module fails with a message saying so.
 //! The first build downloads the modules and takes a few minutes.
@@ -75,6 +79,8 @@ pub struct KubeApiserver {
     process: Option<Process>,
     info: ReadyInfo,
     agent: Agent,
+    /// The harness binary of the server's Kubernetes version.
+    binary: &'static Path,
 }
 
 struct Process {
@@ -108,9 +114,17 @@ impl KubeApiserver {
     }
 
     fn launch_in(data_dir: PathBuf, remove_on_exit: bool) -> KubeApiserver {
+        KubeApiserver::launch_binary(harness_binary(), data_dir, remove_on_exit)
+    }
+
+    fn launch_binary(
+        binary: &'static Path,
+        data_dir: PathBuf,
+        remove_on_exit: bool,
+    ) -> KubeApiserver {
         fs::create_dir_all(&data_dir)
             .unwrap_or_else(|e| panic!("create data dir {}: {e}", data_dir.display()));
-        let (process, info) = launch(&data_dir, None, remove_on_exit);
+        let (process, info) = launch(binary, &data_dir, None, remove_on_exit);
         let agent = api_agent(&info.ca_pem);
         KubeApiserver {
             data_dir,
@@ -118,6 +132,7 @@ impl KubeApiserver {
             process: Some(process),
             info,
             agent,
+            binary,
         }
     }
 
@@ -179,7 +194,7 @@ impl KubeApiserver {
         if self.process.is_some() {
             self.stop();
         }
-        let (process, info) = launch(&self.data_dir, Some(self.info.port), false);
+        let (process, info) = launch(self.binary, &self.data_dir, Some(self.info.port), false);
         assert_eq!(
             info.port, self.info.port,
             "the restarted kube-apiserver came back on another port"
@@ -532,10 +547,15 @@ impl WatchStream {
 
 // ---- starting the process ----
 
-fn launch(data_dir: &Path, port: Option<u16>, remove_on_exit: bool) -> (Process, ReadyInfo) {
+fn launch(
+    binary: &Path,
+    data_dir: &Path,
+    port: Option<u16>,
+    remove_on_exit: bool,
+) -> (Process, ReadyInfo) {
     let echo =
         std::env::var_os("KUBE_APISERVER_HARNESS_LOG").is_some_and(|v| !v.is_empty() && v != "0");
-    let mut cmd = Command::new(harness_binary());
+    let mut cmd = Command::new(binary);
     cmd.arg("--data-dir").arg(data_dir);
     if let Some(port) = port {
         cmd.arg("--port").arg(port.to_string());
@@ -551,7 +571,7 @@ fn launch(data_dir: &Path, port: Option<u16>, remove_on_exit: bool) -> (Process,
         .stderr(Stdio::piped());
     let mut child = cmd
         .spawn()
-        .unwrap_or_else(|e| panic!("start {}: {e}", harness_binary().display()));
+        .unwrap_or_else(|e| panic!("start {}: {e}", binary.display()));
     // Lets scratch-directory cleanup see that this directory is in use.
     let _ = fs::write(data_dir.join("harness.pid"), child.id().to_string());
 
@@ -898,6 +918,12 @@ fn go_command() -> PathBuf {
 }
 
 fn build_go_program(program: &GoProgram) -> PathBuf {
+    build_go_program_in(&harness_source_dir(), program)
+}
+
+/// Builds `program` of the Go module in `src` (its own go.mod and go.sum) into
+/// `target/kube-apiserver/`, unless the binary there is current.
+fn build_go_program_in(src: &Path, program: &GoProgram) -> PathBuf {
     let go = go_command();
     let go_version = match Command::new(&go).arg("version").output() {
         Ok(out) if out.status.success() => String::from_utf8_lossy(&out.stdout).trim().to_string(),
@@ -908,18 +934,18 @@ fn build_go_program(program: &GoProgram) -> PathBuf {
             String::from_utf8_lossy(&out.stderr)
         ),
         Err(e) if e.kind() == ErrorKind::NotFound => panic!(
-            "Building {} (a Go program in tests/kube-apiserver) needs Go, \
+            "Building {} (a Go program in {}) needs Go, \
              but `{}` was not found. Install Go 1.26 or newer (https://go.dev/dl/) and put `go` \
              on PATH, or set GO=/path/to/go. The Go module proxy must be reachable for the first build.",
             program.what,
+            src.display(),
             go.display()
         ),
         Err(e) => panic!("running `{} version`: {e}", go.display()),
     };
 
-    let src = harness_source_dir();
-    let ldflags = version_ldflags(&src);
-    let stamp_value = source_hash(&src, program.package, &[&go_version, &ldflags]);
+    let ldflags = version_ldflags(src);
+    let stamp_value = source_hash(src, program.package, &[&go_version, &ldflags]);
     let dir = work_dir();
     fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("create {}: {e}", dir.display()));
     let binary = dir.join(program.binary);
@@ -946,7 +972,7 @@ fn build_go_program(program: &GoProgram) -> PathBuf {
         program.what, go_version
     );
     let out = Command::new(&go)
-        .current_dir(&src)
+        .current_dir(src)
         .args([
             "build",
             "-trimpath",
@@ -995,15 +1021,18 @@ fn is_current(binary: &Path, stamp: &Path, value: &str) -> bool {
 /// Stamps the Kubernetes version from go.mod into the binary, as the
 /// upstream build does, so that `/version` reports it.
 fn version_ldflags(src: &Path) -> String {
-    let go_mod =
-        fs::read_to_string(src.join("go.mod")).unwrap_or_else(|e| panic!("read go.mod: {e}"));
+    let go_mod = fs::read_to_string(src.join("go.mod"))
+        .unwrap_or_else(|e| panic!("read {}/go.mod: {e}", src.display()));
     let version = go_mod
         .lines()
         .map(str::trim)
         .find_map(|l| l.strip_prefix("k8s.io/kubernetes v"))
         .and_then(|rest| rest.split_whitespace().next())
         .unwrap_or_else(|| {
-            panic!("tests/kube-apiserver/go.mod does not require k8s.io/kubernetes")
+            panic!(
+                "{}/go.mod does not require k8s.io/kubernetes",
+                src.display()
+            )
         });
     let mut parts = version.split('.');
     let (major, minor) = (parts.next().unwrap_or("1"), parts.next().unwrap_or("0"));
@@ -1063,6 +1092,90 @@ fn collect_go_files(dir: &Path, skip: &[PathBuf], out: &mut Vec<PathBuf>) {
         } else if path.extension().is_some_and(|e| e == "go") {
             out.push(path);
         }
+    }
+}
+
+// ---- other Kubernetes versions ----
+
+/// A Kubernetes minor the harness runs. Each is a Go module of its own
+/// (`tests/kube-apiserver/` for the current one, `tests/kube-apiserver-1.31/`),
+/// built and cached like the harness under its own binary name.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Version {
+    /// The version pinned in `tests/kube-apiserver/go.mod` (v1.37.2).
+    Current,
+    /// v1.31.14 with etcd v3.5 (`tests/kube-apiserver-1.31/`): the oldest minor the
+    /// end-to-end tests run on.
+    V1_31,
+}
+
+/// The Kubernetes 1.31 harness, `tests/kube-apiserver-1.31/`.
+const HARNESS_1_31: GoProgram = GoProgram {
+    package: ".",
+    binary: "kube-apiserver-harness-1.31",
+    what: "the Kubernetes 1.31 kube-apiserver harness (tests/kube-apiserver-1.31)",
+};
+
+impl Version {
+    /// The harness binary of this version, built on first use in this process.
+    pub fn harness_binary(self) -> &'static Path {
+        match self {
+            Version::Current => harness_binary(),
+            Version::V1_31 => {
+                static BINARY: OnceLock<PathBuf> = OnceLock::new();
+                BINARY.get_or_init(|| {
+                    let src =
+                        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/kube-apiserver-1.31");
+                    build_go_program_in(&src, &HARNESS_1_31)
+                })
+            }
+        }
+    }
+
+    /// What `/version` reports as `minor`, e.g. `"31"`.
+    pub fn minor(self) -> &'static str {
+        match self {
+            Version::Current => "37",
+            Version::V1_31 => "31",
+        }
+    }
+}
+
+/// The process-wide server of `version` for this test binary, as [`shared()`].
+pub fn shared_version(version: Version) -> &'static KubeApiserver {
+    static SHARED_1_31: OnceLock<KubeApiserver> = OnceLock::new();
+    match version {
+        Version::Current => shared(),
+        Version::V1_31 => SHARED_1_31.get_or_init(|| {
+            KubeApiserver::launch_binary(version.harness_binary(), scratch_dir("shared-1.31"), true)
+        }),
+    }
+}
+
+impl KubeApiserver {
+    /// [`KubeApiserver::start_fresh`] on a server of `version`.
+    pub fn start_fresh_version(version: Version) -> KubeApiserver {
+        let mut server = KubeApiserver::launch_binary(
+            version.harness_binary(),
+            scratch_dir(&format!("private-1.{}", version.minor())),
+            false,
+        );
+        server.remove_data_dir = true;
+        server
+    }
+
+    /// The minor version the server reports at `/version` (e.g. `"31"`).
+    pub fn reported_minor(&self) -> String {
+        let response = self.request("GET", "/version", self.admin_token(), None, None);
+        assert!(
+            response.is_success(),
+            "GET /version answered {}",
+            response.status
+        );
+        response.json()["minor"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string()
     }
 }
 
