@@ -372,7 +372,7 @@ pub fn plan<'a>(
 /// What a pass holds while it plans is a few bytes a node and route: the nodes'
 /// references (by name, sorted only when they do not come sorted), the routes'
 /// positions by target node, and a [`NodeRouting`] a node. Nothing of a node is
-/// copied, and no sort needs a scratch copy of what it sorts.
+/// copied; a sort's scratch is positions (4 bytes each), never nodes or routes.
 pub fn plan_with_unrouted<'a, N: NodeFacts + 'a, R: RouteFacts>(
     nodes: impl IntoIterator<Item = &'a N>,
     routes: &[R],
@@ -519,12 +519,11 @@ impl<'a, N: NodeFacts> NodesByName<'a, N> {
         let sorted = nodes.is_sorted_by(|a, b| a.name() <= b.name());
         let index = (!sorted).then(|| {
             let mut index: Vec<u32> = (0..position(nodes.len())).collect();
-            // Unstable, in place: the position breaks ties, so the order is the
-            // stable one.
-            index.sort_unstable_by(|&a, &b| {
-                let (x, y) = (nodes[a as usize], nodes[b as usize]);
-                x.name().cmp(y.name()).then(a.cmp(&b))
-            });
+            // Stable, so the order among nodes of one name is the order given. Its
+            // scratch is at most one position a node, and it takes a third fewer
+            // instructions than the unstable sort with the position as tie-breaker
+            // (benches/planner-instructions.sh).
+            index.sort_by(|&a, &b| nodes[a as usize].name().cmp(nodes[b as usize].name()));
             index
         });
         NodesByName { nodes, index }
@@ -578,7 +577,8 @@ impl<'r, R: RouteFacts> RoutesByNode<'r, R> {
             .collect();
         let target = |i: u32| routes[i as usize].target_node();
         if !positions.is_sorted_by(|&a, &b| target(a) <= target(b)) {
-            positions.sort_unstable_by(|&a, &b| target(a).cmp(target(b)).then(a.cmp(&b)));
+            // Stable: list order among one node's routes (see the nodes' index).
+            positions.sort_by(|&a, &b| target(a).cmp(target(b)));
         }
         RoutesByNode { routes, positions }
     }
