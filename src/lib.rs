@@ -127,8 +127,8 @@ pub use fence::Fence;
 pub use metrics::{CloudOperation, CloudOutcome, Metrics, SyncOutcome, TriggerKind};
 pub use model::{Cidr, Condition, Node, NodeAddress, Route};
 pub use provider::{
-    Budget, CloudError, CloudErrorKind, Meter, NodeDirectory, ROUTE_TABLE_FULL, RouteChange,
-    RouteTarget, Routes, TableUsage, Usage,
+    Bucket, Budget, BudgetOp, CloudError, CloudErrorKind, Meter, NodeDirectory, ROUTE_TABLE_FULL,
+    RouteChange, RouteTarget, Routes, TableUsage, Usage,
 };
 pub use run::{Builder, Handle, Servers, Serving, Stopper};
 pub use workers::{run_op, run_op_metered};

@@ -178,12 +178,20 @@ pub const ROUTE_TABLE_FULL: &str = "RouteTableFull";
 /// A provider's budget, declared through [`Routes::budget`] and spent by the
 /// controller. Declare it with a margin below the API's hard limit: requests whose
 /// latencies vary arrive closer together than they were sent.
+///
+/// Its simplest form is one bucket ([`Budget::DEFAULT_BUCKET`]) of
+/// `requests_per_second` and `burst`, from which each operation draws its
+/// `requests_per_*`. A cloud that limits each kind of request on its own (EC2 keeps a
+/// bucket per API action) declares a bucket of each ([`Budget::bucket`]) and says
+/// which an operation draws from ([`Budget::draw`]): the controller then sends an
+/// operation only when every bucket it draws from can pay at once, and a refusal in
+/// one bucket holds back only the operations that draw from it.
 #[derive(Clone, Copy, Debug, PartialEq)]
 #[non_exhaustive]
 pub struct Budget {
-    /// Requests per second, sustained.
+    /// Requests per second, sustained, of the default bucket.
     pub requests_per_second: f64,
-    /// Requests that may go out at once after a quiet period.
+    /// Requests that may go out at once after a quiet period, of the default bucket.
     pub burst: u32,
     /// Route changes (creates, deletes) that may run at the same time; Hetzner runs
     /// one action on a network at a time, EC2 many.
@@ -192,7 +200,7 @@ pub struct Budget {
     /// reported in its [`Usage`], corrects the charge when it is answered.
     pub requests_per_list: u32,
     /// Requests a create is charged when it is sent (default 1; Hetzner: the change
-    /// and one poll of its action; EC2: `ModifyInstanceAttribute` and `CreateRoute`).
+    /// and one poll of its action).
     pub requests_per_create: u32,
     /// Requests a delete is charged when it is sent (default 1).
     pub requests_per_delete: u32,
@@ -200,9 +208,50 @@ pub struct Budget {
     /// sent, whatever its size (default 1; Azure: the PUT and one poll of its
     /// long-running operation).
     pub requests_per_batch: u32,
+    /// Named buckets besides the default one, in the order declared. A fixed array
+    /// keeps `Budget` `Copy`, as embedders have it.
+    buckets: [Option<Bucket>; Budget::MAX_BUCKETS],
+    /// What an operation of each kind draws from the named buckets; a kind with no
+    /// draw here draws its `requests_per_*` from the default bucket.
+    draws: [Option<(BudgetOp, &'static str, u32)>; Budget::MAX_DRAWS],
+}
+
+/// One bucket of a [`Budget`]: a name (EC2's API action, or
+/// [`Budget::DEFAULT_BUCKET`]), its refill rate and its size.
+#[derive(Clone, Copy, Debug, PartialEq)]
+#[non_exhaustive]
+pub struct Bucket {
+    /// The name requests are recorded under ([`Meter::request_in`]).
+    pub name: &'static str,
+    /// Tokens added per second.
+    pub requests_per_second: f64,
+    /// The bucket's size: requests that may go out at once after a quiet period.
+    pub burst: u32,
+}
+
+/// The kinds of operation a [`Budget`] prices.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[non_exhaustive]
+pub enum BudgetOp {
+    /// [`Routes::list_routes`].
+    List,
+    /// [`Routes::create_route`].
+    Create,
+    /// [`Routes::delete_route`].
+    Delete,
+    /// [`Routes::apply_changes`], whatever its size.
+    Batch,
 }
 
 impl Budget {
+    /// The bucket of a budget declared with [`Budget::new`] alone, and the one a
+    /// request recorded without a bucket ([`Meter::request`]) is charged to.
+    pub const DEFAULT_BUCKET: &'static str = "requests";
+    /// Named buckets a budget holds at most, besides the default one.
+    pub const MAX_BUCKETS: usize = 16;
+    /// Draws ([`Budget::draw`]) a budget holds at most, over all kinds.
+    pub const MAX_DRAWS: usize = 16;
+
     /// `requests_per_second` with `burst`, any number of changes at once, one request
     /// per change.
     pub fn new(requests_per_second: f64, burst: u32) -> Budget {
@@ -214,6 +263,8 @@ impl Budget {
             requests_per_create: 1,
             requests_per_delete: 1,
             requests_per_batch: 1,
+            buckets: [None; Budget::MAX_BUCKETS],
+            draws: [None; Budget::MAX_DRAWS],
         }
     }
 
@@ -244,26 +295,154 @@ impl Budget {
         self.requests_per_delete = delete.max(1);
         self
     }
+
+    /// The same, with a bucket `name` of `burst` tokens refilling at
+    /// `requests_per_second` (declared again: replaced). Naming
+    /// [`Budget::DEFAULT_BUCKET`] sets the default bucket.
+    pub fn bucket(mut self, name: &'static str, requests_per_second: f64, burst: u32) -> Budget {
+        if name == Budget::DEFAULT_BUCKET {
+            self.requests_per_second = requests_per_second;
+            self.burst = burst;
+            return self;
+        }
+        let bucket = Bucket {
+            name,
+            requests_per_second,
+            burst,
+        };
+        let slot = match self.buckets.iter().position(|b| b.is_some_and(|b| b.name == name)) {
+            Some(i) => Some(i),
+            None => self.buckets.iter().position(Option::is_none),
+        };
+        match slot {
+            Some(i) => self.buckets[i] = Some(bucket),
+            None => log::warn!(
+                "budget: more than {} buckets; {name} is left out, and what draws from it \
+                 draws from the default bucket",
+                Budget::MAX_BUCKETS
+            ),
+        }
+        self
+    }
+
+    /// The same, with an operation of kind `op` drawing `n` requests from the bucket
+    /// `name` when it is sent (added to what it draws already). Once a kind draws
+    /// from a named bucket, its `requests_per_*` no longer apply.
+    pub fn draw(mut self, op: BudgetOp, name: &'static str, n: u32) -> Budget {
+        let existing = self
+            .draws
+            .iter_mut()
+            .flatten()
+            .find(|(o, b, _)| *o == op && *b == name);
+        if let Some(draw) = existing {
+            draw.2 = draw.2.saturating_add(n);
+            return self;
+        }
+        match self.draws.iter_mut().find(|d| d.is_none()) {
+            Some(slot) => *slot = Some((op, name, n)),
+            None => log::warn!(
+                "budget: more than {} draws; {op:?} from {name} is left out",
+                Budget::MAX_DRAWS
+            ),
+        }
+        self
+    }
+
+    /// Every bucket: the default one first, then the named ones as declared.
+    pub fn buckets(&self) -> Vec<Bucket> {
+        let default = Bucket {
+            name: Budget::DEFAULT_BUCKET,
+            requests_per_second: self.requests_per_second,
+            burst: self.burst,
+        };
+        std::iter::once(default)
+            .chain(self.buckets.iter().flatten().copied())
+            .collect()
+    }
+
+    /// What an operation of kind `op` draws when it is sent, by bucket: its declared
+    /// draws, or its `requests_per_*` from the default bucket. A draw from a bucket
+    /// that was never declared is charged to the default bucket.
+    pub fn draws(&self, op: BudgetOp) -> Vec<(&'static str, u32)> {
+        let named: Vec<(&'static str, u32)> = self
+            .draws
+            .iter()
+            .flatten()
+            .filter(|(o, _, _)| *o == op)
+            .map(|&(_, name, n)| (self.known(name), n))
+            .collect();
+        if !named.is_empty() {
+            return named;
+        }
+        let n = match op {
+            BudgetOp::List => self.requests_per_list,
+            BudgetOp::Create => self.requests_per_create,
+            BudgetOp::Delete => self.requests_per_delete,
+            BudgetOp::Batch => self.requests_per_batch,
+        };
+        vec![(Budget::DEFAULT_BUCKET, n)]
+    }
+
+    /// `name` if it is a declared bucket, else the default bucket.
+    pub fn known(&self, name: &'static str) -> &'static str {
+        if self.buckets.iter().flatten().any(|b| b.name == name) {
+            name
+        } else {
+            Budget::DEFAULT_BUCKET
+        }
+    }
+
+    /// How many route changes this budget lets run at once: as many creates (or
+    /// deletes, if more) as full buckets pay for at once, and no more than
+    /// `mutations_at_once`. The controller keeps no more operations in flight than
+    /// this, and never more than its ceiling (upstream's 200).
+    pub fn operations_at_once(&self) -> usize {
+        self.at_once(BudgetOp::Create)
+            .max(self.at_once(BudgetOp::Delete))
+            .min(self.mutations_at_once)
+            .max(1)
+    }
+
+    /// How many operations of kind `op` full buckets let go out at once: the
+    /// smallest bucket's burst over what the operation draws from it.
+    pub fn at_once(&self, op: BudgetOp) -> usize {
+        let buckets = self.buckets();
+        self.draws(op)
+            .iter()
+            .filter(|(_, n)| *n > 0)
+            .filter_map(|(name, n)| {
+                let b = buckets.iter().find(|b| b.name == *name)?;
+                Some((b.burst / n).max(1) as usize)
+            })
+            .min()
+            .unwrap_or(usize::MAX)
+    }
 }
 
 /// What one call of a provider spent of the cloud's budget and what the cloud said
 /// about it: the controller charges an operation its declared cost when it sends it
-/// ([`Budget`]) and corrects the charge and its bucket from this when it is answered
+/// ([`Budget`]) and corrects the charge and its buckets from this when it is answered
 /// ([`CloudReply::Spent`](crate::CloudReply::Spent)).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct Usage {
     /// HTTP requests the call sent (pages, action polls and lookups included).
     pub requests: u32,
-    /// Requests left in the cloud's budget after the last reply that said so
-    /// (Hetzner's `RateLimit-Remaining`), less this process's requests that were
-    /// still on their way then.
+    /// Of those, the ones recorded in a named bucket ([`Meter::request_in`]), by
+    /// bucket; the rest were drawn from the default bucket.
+    pub by_bucket: Vec<(&'static str, u32)>,
+    /// Requests left in the cloud's budget (the default bucket) after the last reply
+    /// that said so (Hetzner's `RateLimit-Remaining`), less this process's requests
+    /// that were still on their way then.
     pub remaining: Option<u64>,
     /// The budget's size, as the cloud reported it (Hetzner's `RateLimit-Limit`).
     pub limit: Option<u64>,
     /// A request was refused for the rate limit (HTTP 429, EC2's
     /// `RequestLimitExceeded`): nothing should be sent for this long.
     pub throttled: Option<Duration>,
+    /// The bucket the refusal was for ([`Meter::throttled_in`]); `None`: every bucket
+    /// the operation draws from.
+    pub throttled_bucket: Option<&'static str>,
 }
 
 impl Usage {
@@ -272,6 +451,20 @@ impl Usage {
         Usage {
             requests,
             ..Usage::default()
+        }
+    }
+
+    /// The same, with `n` more requests sent, recorded in the bucket `name`.
+    pub fn in_bucket(mut self, name: &'static str, n: u32) -> Usage {
+        self.requests = self.requests.saturating_add(n);
+        self.add_to(name, n);
+        self
+    }
+
+    fn add_to(&mut self, name: &'static str, n: u32) {
+        match self.by_bucket.iter_mut().find(|(b, _)| *b == name) {
+            Some(entry) => entry.1 = entry.1.saturating_add(n),
+            None => self.by_bucket.push((name, n)),
         }
     }
 
@@ -287,6 +480,28 @@ impl Usage {
         self.throttled = Some(after);
         self
     }
+
+    /// The same, with a refusal in the bucket `name` asking to wait `after`.
+    pub fn throttled_in(mut self, name: &'static str, after: Duration) -> Usage {
+        self.throttled = Some(after);
+        self.throttled_bucket = Some(name);
+        self
+    }
+
+    /// The requests sent, by bucket of `budget`: those recorded in a bucket it does
+    /// not declare, and those recorded in none, count in the default bucket.
+    pub fn spent_by_bucket(&self, budget: &Budget) -> Vec<(&'static str, u32)> {
+        let named: u32 = self.by_bucket.iter().map(|(_, n)| *n).sum();
+        let mut spent = Usage::default();
+        spent.add_to(
+            Budget::DEFAULT_BUCKET,
+            self.requests.saturating_sub(named),
+        );
+        for &(name, n) in &self.by_bucket {
+            spent.add_to(budget.known(name), n);
+        }
+        spent.by_bucket
+    }
 }
 
 /// Records, for the call running on this thread, the requests a provider sends and
@@ -298,7 +513,7 @@ impl Usage {
 pub struct Meter;
 
 thread_local! {
-    static METERED: std::cell::Cell<Option<Usage>> = const { std::cell::Cell::new(None) };
+    static METERED: std::cell::RefCell<Option<Usage>> = const { std::cell::RefCell::new(None) };
 }
 
 impl Meter {
@@ -311,14 +526,21 @@ impl Meter {
     }
 
     fn update(f: impl FnOnce(&mut Usage)) {
-        let mut usage = METERED.take().unwrap_or_default();
-        f(&mut usage);
-        METERED.set(Some(usage));
+        METERED.with_borrow_mut(|metered| f(metered.get_or_insert_with(Usage::default)));
     }
 
-    /// One HTTP request is about to be sent.
+    /// One HTTP request is about to be sent, drawn from the default bucket.
     pub fn request() {
         Meter::update(|u| u.requests = u.requests.saturating_add(1));
+    }
+
+    /// One HTTP request is about to be sent, drawn from the bucket `name` (EC2: its
+    /// action).
+    pub fn request_in(name: &'static str) {
+        Meter::update(|u| {
+            u.requests = u.requests.saturating_add(1);
+            u.add_to(name, 1);
+        });
     }
 
     /// A reply said how much of the budget is left (and, if it did, its size).
@@ -332,6 +554,15 @@ impl Meter {
     /// A request was refused for the rate limit; send nothing for `after`.
     pub fn throttled(after: Duration) {
         Meter::update(|u| u.throttled = Some(u.throttled.map_or(after, |t| t.max(after))));
+    }
+
+    /// A request was refused for the rate limit of the bucket `name`: send nothing
+    /// that draws from it for `after`.
+    pub fn throttled_in(name: &'static str, after: Duration) {
+        Meter::update(|u| {
+            u.throttled = Some(u.throttled.map_or(after, |t| t.max(after)));
+            u.throttled_bucket = Some(name);
+        });
     }
 }
 

@@ -136,17 +136,18 @@ fn outcome_of<T>(result: &Result<T, crate::provider::CloudError>) -> CloudOutcom
 }
 
 /// How many workers the controller can keep busy: it sends a list only when nothing
-/// else is out, and at most `max_in_flight` operations of which at most the budget's
-/// `mutations_at_once` change routes (one on Hetzner, whose network takes one change
-/// at a time). More workers would only wait, each with its stack and allocator cache.
-/// A provider that batches has one write in flight at a time, and a list goes out
-/// only when nothing else is out: one worker.
+/// else is out, and at most `max_in_flight` operations, no more than the budget lets
+/// run at once ([`Budget::operations_at_once`]: one on Hetzner, whose network takes
+/// one change at a time; on EC2 as many creates as its buckets pay for at once).
+/// More workers would only wait, each with its stack and allocator cache. A
+/// provider that batches has one write in flight at a time, and a list goes out only
+/// when nothing else is out: one worker.
 pub fn pool_size(max_in_flight: usize, budget: Option<Budget>, batch_size: Option<usize>) -> usize {
     if batch_size.is_some() {
         return 1;
     }
     budget
-        .map_or(max_in_flight, |b| max_in_flight.min(b.mutations_at_once))
+        .map_or(max_in_flight, |b| max_in_flight.min(b.operations_at_once()))
         .max(1)
 }
 
@@ -295,6 +296,15 @@ mod tests {
             4
         );
         assert_eq!(pool_size(2, Some(Budget::new(1.0, 10)), None), 2);
+        // Full buckets pay for ten changes at once, in EC2's form as in the default.
+        assert_eq!(pool_size(200, Some(Budget::new(1.0, 10)), None), 10);
+        let ec2 = Budget::new(1.0, 1)
+            .bucket("CreateRoute", 5.0, 100)
+            .bucket("DeleteRoute", 5.0, 40)
+            .draw(crate::provider::BudgetOp::Create, "CreateRoute", 1)
+            .draw(crate::provider::BudgetOp::Delete, "DeleteRoute", 1);
+        assert_eq!(pool_size(200, Some(ec2), None), 100);
+        assert_eq!(pool_size(16, Some(ec2), None), 16);
         assert_eq!(pool_size(16, None, None), 16);
         assert_eq!(pool_size(0, None, None), 1);
         assert_eq!(pool_size(16, None, Some(100)), 1);

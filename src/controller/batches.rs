@@ -81,6 +81,14 @@ impl Controller {
         });
     }
 
+    /// The changes of the batch `id`, if it is the one in flight.
+    pub(super) fn batch_changes(&self, id: OpId) -> Vec<OpId> {
+        match &self.batch {
+            Some(b) if b.id == id => b.changes.clone(),
+            _ => Vec::new(),
+        }
+    }
+
     /// Whether `id` is the batch in flight.
     pub(super) fn is_batch(&self, id: OpId) -> bool {
         self.batch.as_ref().is_some_and(|b| b.id == id)

@@ -58,7 +58,11 @@ pub struct Config {
     /// Watch mode: a pass lists the cloud routes again when its view is older than this
     /// (default 5 min), or whenever an ambiguous reply was seen.
     pub route_view_max_age: Duration,
-    /// Cloud operations in flight at once (`--concurrent-route-operations`, default 16).
+    /// At most this many cloud operations in flight at once, an explicit cap
+    /// (`--concurrent-route-operations`). Default 200, upstream's number, as a
+    /// ceiling: within it the budget's rules decide ([`Budget`]: what full buckets pay
+    /// for at once and its `mutations_at_once`), so a cloud that takes 100 creates at
+    /// once gets 100, and one that takes one change at a time gets one.
     pub max_in_flight: usize,
     /// First delay before a failed route operation is retried (default 1 s); it doubles
     /// up to `retry_max` (default 5 min), with jitter.
@@ -116,7 +120,7 @@ impl Config {
             debounce: Duration::from_millis(50),
             max_wait: Duration::from_secs(1),
             route_view_max_age: Duration::from_secs(300),
-            max_in_flight: 16,
+            max_in_flight: crate::controller::budget::IN_FLIGHT_CEILING,
             retry_initial: Duration::from_secs(1),
             retry_max: Duration::from_secs(300),
             leader_election: false,

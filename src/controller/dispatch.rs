@@ -3,7 +3,7 @@
 //! per destination, each only when the cloud's budget lets it go at once, and deletes
 //! only once the node view is whole. A provider that batches gets them as one
 //! operation of several changes ([`super::batches`]); any other as one operation each,
-//! at most `max_in_flight` (and the budget's changes at once) in flight.
+//! at most `max_in_flight` (and what the budget's rules allow) in flight.
 
 use std::collections::BTreeSet;
 use std::time::Instant;
@@ -64,22 +64,23 @@ impl Controller {
         });
     }
 
-    /// One operation per change, at most `max_in_flight` in total.
+    /// One operation per change, at most [`Controller::in_flight_limit`] in total.
+    /// An operation whose buckets cannot pay waits without holding back one of
+    /// another kind whose buckets can: EC2 throttling `CreateRoute` leaves the
+    /// deletes going.
     fn dispatch_each(&mut self, now: Instant, out: &mut Vec<Command>) {
-        while self.ops.in_flight() < self.config.max_in_flight
+        while self.ops.in_flight() < self.in_flight_limit()
             && self.ops.mutations_in_flight() < self.spending.mutations_at_once()
         {
+            let order = self.affordable_order(now);
             let Some(cost) = self
                 .ops
-                .peek_next_of(self.dispatch_order())
+                .peek_next_of(order)
                 .map(|q| Cost::of_planned(&q.op))
             else {
                 break;
             };
-            if !self.spending.can_send(cost, now) {
-                break;
-            }
-            let Some(next) = self.take_request(now, out) else {
+            let Some(next) = self.take_request_of(order, now, out) else {
                 break;
             };
             let Some((pass, kind)) = next else {
@@ -97,6 +98,44 @@ impl Controller {
         }
     }
 
+    /// Operations in flight at most: `--concurrent-route-operations`
+    /// ([`Config::max_in_flight`](super::Config::max_in_flight)) as a cap on what the
+    /// budget's rules allow ([`Spending::in_flight_limit`](super::budget::Spending)).
+    pub(super) fn in_flight_limit(&self) -> usize {
+        self.config
+            .max_in_flight
+            .min(self.spending.in_flight_limit())
+            .max(1)
+    }
+
+    /// [`Controller::dispatch_order`], less the kinds whose buckets cannot pay now.
+    fn affordable_order(&self, now: Instant) -> Order {
+        let order = self.dispatch_order();
+        Order {
+            creates_allowed: order.creates_allowed && self.spending.can_send(Cost::Create, now),
+            deletes_allowed: order.deletes_allowed && self.spending.can_send(Cost::Delete, now),
+            ..order
+        }
+    }
+
+    /// The kinds of route change queued that [`Controller::dispatch_order`] lets go.
+    pub(super) fn queued_kinds(&self) -> Vec<Cost> {
+        let order = self.dispatch_order();
+        let only = |creates: bool| Order {
+            creates_allowed: order.creates_allowed && creates,
+            deletes_allowed: order.deletes_allowed && !creates,
+            deletes_first: false,
+        };
+        let mut kinds = Vec::new();
+        if self.ops.peek_next_of(only(true)).is_some() {
+            kinds.push(Cost::Create);
+        }
+        if self.ops.peek_next_of(only(false)).is_some() {
+            kinds.push(Cost::Delete);
+        }
+        kinds
+    }
+
     /// Takes the next queued operation that may go (see [`Controller::dispatch_order`])
     /// and builds its request from the node as it is now: `None` when none may go,
     /// `Some(None)` when the one taken is moot (the node is gone or no longer has the
@@ -106,7 +145,17 @@ impl Controller {
         now: Instant,
         out: &mut Vec<Command>,
     ) -> Option<Option<(u64, OpKind)>> {
-        let queued = self.ops.take_next_of(self.dispatch_order())?;
+        self.take_request_of(self.dispatch_order(), now, out)
+    }
+
+    /// [`Controller::take_request`] in `order`.
+    fn take_request_of(
+        &mut self,
+        order: Order,
+        now: Instant,
+        out: &mut Vec<Command>,
+    ) -> Option<Option<(u64, OpKind)>> {
+        let queued = self.ops.take_next_of(order)?;
         let Some(kind) = self.request_for(&queued.op) else {
             self.passes.resolve(queued.pass, |r| r.deferred += 1);
             self.maybe_finish(queued.pass, now, out);

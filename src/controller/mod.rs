@@ -73,7 +73,7 @@ pub use messages::{
 pub use report::PassReport;
 pub use view::RouteList;
 
-use budget::Spending;
+use budget::{Cost, Spending};
 use conditions::Conditions;
 use known::Known;
 use nodes::NodeView;
@@ -260,6 +260,22 @@ impl Controller {
         self.config.mode == Mode::Watch
     }
 
+    /// Until when a refusal for the rate limit holds back the next pass, if it does
+    /// at `now`: a pass that lists waits while the list's buckets are blocked; one
+    /// that only plans (watch mode, a fresh view) waits only while every bucket is,
+    /// so that a throttled `DescribeRouteTables` does not hold back the creates.
+    pub(super) fn pass_paused(&self, now: Instant) -> Option<Instant> {
+        let lists = match (&self.view, self.config.mode) {
+            (Some(view), Mode::Watch) => view.stale,
+            _ => true,
+        };
+        if lists {
+            self.spending.blocked_for(Cost::List, now)
+        } else {
+            self.spending.all_blocked(now)
+        }
+    }
+
     fn may_start_pass(&self) -> bool {
         self.planning.is_none() && (self.overlapping() || self.passes.none_open())
     }
@@ -308,7 +324,7 @@ impl Controller {
             self.write_condition(&node, None, out);
         }
         self.scheduler.advance(now);
-        let paused = self.spending.blocked(now).is_some();
+        let paused = self.pass_paused(now).is_some();
         if self.may_start_pass()
             && !paused
             && self.scheduler.due(&self.config).is_some_and(|d| d <= now)
@@ -524,6 +540,7 @@ impl Controller {
             self.on_tables(tables);
             return;
         }
+        self.spending.answering(id);
         if self.is_batch(id) {
             return self.on_applied(reply, now, out);
         }
@@ -599,7 +616,7 @@ impl Controller {
             }
             Err(err) => {
                 if let CloudErrorKind::RateLimited { after } = err.kind {
-                    self.spending.throttled(after, now);
+                    self.spending.throttled_answer(Cost::List, after, now);
                 }
                 if let Some(r) = self.passes.report(pass) {
                     r.list_error = Some(err.message.clone());
@@ -695,7 +712,7 @@ impl Controller {
             (_, Err(e)) if matches!(e.kind, CloudErrorKind::RateLimited { .. }) => {
                 // Not the route's fault: wait out the limit and send it again first.
                 if let CloudErrorKind::RateLimited { after } = e.kind {
-                    self.spending.throttled(after, now);
+                    self.spending.throttled_answer(Cost::of(Some(&op)), after, now);
                 }
                 self.ops.requeue_front(Queued {
                     op: op.planned(),

@@ -86,7 +86,7 @@ impl Controller {
         if self.may_start_pass()
             && let Some(due) = self.scheduler.due(&self.config)
         {
-            match self.now.and_then(|now| self.spending.blocked(now)) {
+            match self.now.and_then(|now| self.pass_paused(now)) {
                 Some(pause) if pause > due => t.add(Some(pause), Wake::PauseEnd),
                 _ => t.add(Some(due), Wake::Pass),
             }
@@ -130,10 +130,17 @@ impl Controller {
                 self.ops.peek_next_of(self.dispatch_order())?;
                 Cost::Batch
             }
-            None if self.ops.in_flight() < self.config.max_in_flight
+            None if self.ops.in_flight() < self.in_flight_limit()
                 && self.ops.mutations_in_flight() < self.spending.mutations_at_once() =>
             {
-                Cost::of_planned(&self.ops.peek_next_of(self.dispatch_order())?.op)
+                // The first of the kinds queued that the budget lets out: a create
+                // waiting for CreateRoute's bucket does not hide a delete that could go.
+                return self
+                    .queued_kinds()
+                    .into_iter()
+                    .map(|cost| self.spending.ready_at(cost, now))
+                    .min()
+                    .filter(|at| *at > now);
             }
             None => return None,
         };
