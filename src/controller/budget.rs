@@ -19,8 +19,9 @@ use super::{Controller, OpId};
 use crate::provider::{Budget, BudgetOp, Usage};
 use crate::ratelimit::TokenBucket;
 
-/// Operations in flight at most when nothing else bounds them: upstream's
-/// `--concurrent-route-operations` default, a ceiling rather than a target.
+/// Operations in flight at most unless `--concurrent-route-operations` says otherwise
+/// ([`Config::max_in_flight`](super::Config::max_in_flight)'s default): upstream's
+/// default, a ceiling rather than a target.
 pub const IN_FLIGHT_CEILING: usize = 200;
 
 /// The budget's state. Without a declared budget only refusals pace.
@@ -116,15 +117,23 @@ impl Spending {
     }
 
     /// Operations that may be in flight at once by the budget's rules: as many route
-    /// changes as full buckets pay for at once and as may run at the same time, at
-    /// most [`IN_FLIGHT_CEILING`]. More would only wait for budget in the queue.
+    /// changes as full buckets pay for at once and as may run at the same time. More
+    /// would only wait for budget on the wire, where no new plan can drop them.
+    /// Without a budget, no bound (the controller's cap applies).
     pub fn in_flight_limit(&self) -> usize {
         if !self.limited {
-            return IN_FLIGHT_CEILING;
+            return usize::MAX;
         }
-        self.budget
-            .operations_at_once()
-            .clamp(1, IN_FLIGHT_CEILING)
+        self.budget.operations_at_once().max(1)
+    }
+
+    /// Operations of `cost` that full buckets pay for at once (no limit without a
+    /// budget).
+    pub fn at_once(&self, cost: Cost) -> usize {
+        if !self.limited {
+            return usize::MAX;
+        }
+        self.budget.at_once(cost.op())
     }
 
     fn draws(&self, cost: Cost) -> Vec<(&'static str, u32)> {
@@ -176,18 +185,25 @@ impl Spending {
 
     /// An operation of `cost` reported what it spent: each bucket is charged the
     /// requests sent from it beyond what the operation drew from it when it was sent
-    /// (action polls, pages, lookups), or given back those it did not send; then the
+    /// (action polls, pages, lookups), or given back those it did not send (a report
+    /// that names no bucket corrects only the default bucket); then the
     /// cloud's count of what is left is trusted where it is lower than ours (other
     /// clients may share the budget), and a refusal holds back its bucket.
     pub fn settle(&mut self, cost: Cost, usage: &Usage, now: Instant) {
         let charged = self.draws(cost);
         let spent = usage.spent_by_bucket(&self.budget);
         if let Some(buckets) = self.buckets(now) {
-            let names: BTreeSet<&'static str> = charged
-                .iter()
-                .chain(&spent)
-                .map(|(name, _)| *name)
-                .collect();
+            // A report that names no bucket says nothing of the named ones: they keep
+            // their charge, and only the default bucket is corrected.
+            let names: BTreeSet<&'static str> = if usage.by_bucket.is_empty() {
+                BTreeSet::from([Budget::DEFAULT_BUCKET])
+            } else {
+                charged
+                    .iter()
+                    .chain(&spent)
+                    .map(|(name, _)| *name)
+                    .collect()
+            };
             for name in names {
                 let sum = |of: &[(&'static str, u32)]| -> u32 {
                     of.iter().filter(|(b, _)| *b == name).map(|(_, n)| n).sum()

@@ -58,11 +58,12 @@ pub struct Config {
     /// Watch mode: a pass lists the cloud routes again when its view is older than this
     /// (default 5 min), or whenever an ambiguous reply was seen.
     pub route_view_max_age: Duration,
-    /// At most this many cloud operations in flight at once, an explicit cap
-    /// (`--concurrent-route-operations`). Default 200, upstream's number, as a
-    /// ceiling: within it the budget's rules decide ([`Budget`]: what full buckets pay
-    /// for at once and its `mutations_at_once`), so a cloud that takes 100 creates at
-    /// once gets 100, and one that takes one change at a time gets one.
+    /// At most this many cloud operations in flight at once
+    /// (`--concurrent-route-operations`, a cap). Default 200, upstream's number, as a
+    /// ceiling rather than a target: within it the budget's rules decide ([`Budget`]:
+    /// what full buckets pay for at once, and its `mutations_at_once`), so a cloud
+    /// whose buckets take 100 creates at once gets 100, and one that takes one change
+    /// at a time gets one.
     pub max_in_flight: usize,
     /// First delay before a failed route operation is retried (default 1 s); it doubles
     /// up to `retry_max` (default 5 min), with jitter.

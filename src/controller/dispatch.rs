@@ -108,12 +108,20 @@ impl Controller {
             .max(1)
     }
 
-    /// [`Controller::dispatch_order`], less the kinds whose buckets cannot pay now.
+    /// [`Controller::dispatch_order`], less the kinds whose buckets cannot pay now
+    /// and those with as many in flight as full buckets pay for at once (more would
+    /// only wait on the wire, where no new plan can drop them).
     fn affordable_order(&self, now: Instant) -> Order {
         let order = self.dispatch_order();
+        let creates = self.ops.creates_in_flight();
+        let deletes = self.ops.mutations_in_flight().saturating_sub(creates);
         Order {
-            creates_allowed: order.creates_allowed && self.spending.can_send(Cost::Create, now),
-            deletes_allowed: order.deletes_allowed && self.spending.can_send(Cost::Delete, now),
+            creates_allowed: order.creates_allowed
+                && creates < self.spending.at_once(Cost::Create)
+                && self.spending.can_send(Cost::Create, now),
+            deletes_allowed: order.deletes_allowed
+                && deletes < self.spending.at_once(Cost::Delete)
+                && self.spending.can_send(Cost::Delete, now),
             ..order
         }
     }
