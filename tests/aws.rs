@@ -1077,12 +1077,14 @@ fn throttling_is_rate_limited_for_the_controller_to_hold_back_and_no_worker_wait
         "{}",
         err.message
     );
-    // The reply tells the controller's budget what was sent and seen: one request,
-    // and the hold-back (its budget blocks all sending for `after`, see
-    // tests/controller.rs).
+    // The reply tells the controller's budget what was sent and seen: one request
+    // of DeleteRoute's bucket, and the hold-back of that bucket alone (EC2 throttles
+    // each action on its own; see tests/controller_budgets.rs).
     let usage = usage.expect("the provider reports what it spent");
     assert_eq!(usage.requests, 1);
+    assert_eq!(usage.by_bucket, vec![("DeleteRoute", 1)]);
     assert_eq!(usage.throttled, Some(after));
+    assert_eq!(usage.throttled_bucket, Some("DeleteRoute"));
     // No retry behind the controller's back.
     assert_eq!(stub.actions(), vec!["DeleteRoute".to_string()]);
     // Nothing in the provider waits for the hold-back: a call the controller sends

@@ -129,9 +129,10 @@ const FLAGS: &[Flag] = &[
     Flag::new(
         "concurrent-route-operations",
         Kind::Int,
-        "cloud route operations in flight at once, 1 to 1000 (upstream uses 200)",
-    )
-    .default("16"),
+        "cap on cloud route operations in flight at once, 1 to 1000; default: as many as the \
+         cloud's budget pays for at once (its buckets' bursts, changes it runs at once), at most \
+         upstream's 200",
+    ),
     Flag::new(
         "metrics-bind-address",
         Kind::String,
@@ -506,12 +507,18 @@ impl RunArgs {
         };
         let min_resync = period("min-resync-period", &p.string("min-resync-period"))?;
         let list_max_age = period("route-list-max-age", &p.string("route-list-max-age"))?;
-        let in_flight: usize = p.number("concurrent-route-operations")?;
-        if in_flight == 0 || in_flight > 1000 {
-            return Err(UsageError(
-                "--concurrent-route-operations: give between 1 and 1000".into(),
-            ));
-        }
+        // Unset: the budget decides, within upstream's 200.
+        let in_flight: Option<usize> = match p.optional("concurrent-route-operations") {
+            None => None,
+            Some(v) => match v.trim().parse::<usize>() {
+                Ok(n) if (1..=1000).contains(&n) => Some(n),
+                _ => {
+                    return Err(UsageError(format!(
+                        "--concurrent-route-operations: {v:?}: give between 1 and 1000"
+                    )));
+                }
+            },
+        };
         let qps: f64 = p.number("kube-api-qps")?;
         if !(qps > 0.0 && qps.is_finite()) {
             return Err(UsageError(
@@ -575,7 +582,9 @@ impl RunArgs {
         controller.route_reconciliation_period = reconcile_period;
         controller.min_resync_period = min_resync;
         controller.route_view_max_age = list_max_age;
-        controller.max_in_flight = in_flight;
+        if let Some(cap) = in_flight {
+            controller.max_in_flight = cap;
+        }
         controller.leader_election = lease.is_some();
         controller.delete_routes_of_unselected_nodes = p.bool("delete-routes-of-unselected-nodes");
         let client = ClientOptions {
@@ -653,6 +662,15 @@ pub fn read_cloud_config(path: &PathBuf) -> Result<Vec<(String, String)>, UsageE
     Ok(pairs)
 }
 
+/// `EC2Bucket<Action>`'s value, `<requests per second>,<burst>` (`2.5,100`), both
+/// positive.
+fn parse_ec2_bucket(value: &str) -> Option<(f64, u32)> {
+    let (rate, burst) = value.split_once(',')?;
+    let rate: f64 = rate.trim().parse().ok()?;
+    let burst: u32 = burst.trim().parse().ok()?;
+    (rate.is_finite() && rate > 0.0 && burst > 0).then_some((rate, burst))
+}
+
 /// The `--cloud-config` keys each provider reads.
 const HCLOUD_KEYS: &[&str] = &[
     crate::cloud::hcloud::ENV_TOKEN,
@@ -666,6 +684,12 @@ const AWS_KEYS: &[&str] = &[
     "RouteTableID",
     "RouteTableRouteLimit",
     "DisableSourceDestCheck",
+    "EC2BucketDescribeRouteTables",
+    "EC2BucketDescribeInstances",
+    "EC2BucketCreateRoute",
+    "EC2BucketReplaceRoute",
+    "EC2BucketDeleteRoute",
+    "EC2BucketModifyInstanceAttribute",
 ];
 /// Keys of the AWS cloud config (`[Global]` and `[ServiceOverride]`, cloud-provider-aws
 /// v1.37) that concern other controllers: accepted, so that a CCM's file works, with a
@@ -850,10 +874,27 @@ pub fn connect_provider(
                     }
                 },
             };
+            let mut buckets = defaults.buckets.clone();
+            for bucket in &mut buckets {
+                let key = format!("EC2Bucket{}", bucket.action);
+                if let Some(v) = from_file(&key) {
+                    let (per_second, burst) = parse_ec2_bucket(&v).ok_or_else(|| {
+                        UsageError(format!(
+                            "--cloud-config: {key}={v:?} is not <requests per second>,<burst> \
+                             with both positive (the default is {},{}: EC2's documented bucket \
+                             for {}, less a margin)",
+                            bucket.requests_per_second, bucket.burst, bucket.action
+                        ))
+                    })?;
+                    bucket.requests_per_second = per_second;
+                    bucket.burst = burst;
+                }
+            }
             let config = AwsConfig {
                 route_table_ids: route_table_ids(&file),
                 route_table_limit,
                 disable_source_dest_check,
+                buckets,
                 ..defaults
             };
             let provider = AwsProvider::new(config, &AwsEnv::from_process()).map_err(|e| {
@@ -1353,6 +1394,17 @@ mod tests {
         let items = vec!["WatchBasedRoutes=true".to_string()];
         let err = parse_feature_gates(&items).unwrap_err().0;
         assert!(err.contains(WATCH_GATE), "lists the known gates: {err}");
+    }
+
+    /// Guards `EC2Bucket<Action>`'s syntax: `<per second>,<burst>`, both positive;
+    /// anything else is refused rather than read as some other budget.
+    #[test]
+    fn an_ec2_bucket_is_a_rate_and_a_burst() {
+        assert_eq!(parse_ec2_bucket("2.5,100"), Some((2.5, 100)));
+        assert_eq!(parse_ec2_bucket(" 1 , 20 "), Some((1.0, 20)));
+        for bad in ["", "5", "5/200", "0,10", "1,0", "-1,5", "NaN,5", "inf,5", "1,2,3", "a,b"] {
+            assert_eq!(parse_ec2_bucket(bad), None, "{bad:?}");
+        }
     }
 
     #[test]

@@ -22,10 +22,11 @@
 //!   by a `DescribeInstances` (the pre-flight check: VPC, source/destination check;
 //!   upstream describes the instance at every create) and, when its check is on,
 //!   `ModifyInstanceAttribute SourceDestCheck=false`; delete = one `DeleteRoute` per
-//!   table holding it. The controller spends the request budget the provider declares
-//!   and corrects it from the calls each operation reports ([`Meter`]); when EC2
-//!   throttles, the provider asks it to hold back every call for a backoff that grows
-//!   while throttling lasts. No call here waits for budget.
+//!   table holding it. The controller spends the budget the provider declares, a
+//!   bucket per EC2 action as EC2 keeps them ([`ec2_buckets`]), and corrects each from
+//!   the calls each operation reports by action ([`Meter`]); when EC2 throttles an
+//!   action, the provider asks it to hold back the operations that send that action
+//!   for a backoff that grows while throttling lasts. No call here waits for budget.
 //!
 //! It never decides which routes to delete (the controller does), never deletes a
 //! route it was not asked to, never logs credentials, and never retries a mutation on
@@ -63,7 +64,8 @@ use self::xml::Element;
 use crate::fence::Fence;
 use crate::model::{Cidr, Route};
 use crate::provider::{
-    Budget, CloudError, CloudErrorKind, Meter, NodeDirectory, RouteTarget, Routes, TableUsage,
+    Budget, BudgetOp, CloudError, CloudErrorKind, Meter, NodeDirectory, RouteTarget, Routes,
+    TableUsage,
 };
 use crate::sync::lock;
 
@@ -92,14 +94,16 @@ pub struct AwsConfig {
     /// The instance metadata endpoint. Default: `AWS_EC2_METADATA_SERVICE_ENDPOINT`,
     /// then `http://169.254.169.254`.
     pub imds_endpoint: Option<String>,
-    /// Client-side limit on EC2 calls (default 5 per second): the documented refill
-    /// rate of EC2's per-account bucket for mutating calls, which this controller
-    /// shares with everything else in the account and region.
+    /// Client-side limit on EC2 calls of an action without a bucket in `buckets`
+    /// (default 5 per second; every action this provider sends has one).
     pub requests_per_second: f64,
-    /// Calls that may go out at once before the rate applies (default 20): enough for
-    /// a node's routes and a list, small enough to leave most of the account's bucket
-    /// to other tools.
+    /// Calls of such an action that may go out at once (default 20).
     pub burst: u32,
+    /// The bucket of each EC2 action this provider sends, spent by the controller:
+    /// EC2 throttles each action in a bucket of its own, per account and region.
+    /// Default: [`ec2_buckets`], EC2's documented sizes less a margin;
+    /// `EC2Bucket<Action> = <per second>,<burst>` in `--cloud-config` overrides one.
+    pub buckets: Vec<ActionBucket>,
     /// Timeout of one request (default 20 s); connecting times out after 5 s.
     pub timeout: Duration,
     /// Routes each route table may hold (`RouteTableRouteLimit` in `--cloud-config`):
@@ -121,6 +125,47 @@ pub struct AwsConfig {
     pub disable_source_dest_check: bool,
 }
 
+/// The client-side bucket of one EC2 action: its refill rate and size.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct ActionBucket {
+    /// The EC2 action (`CreateRoute`, …).
+    pub action: &'static str,
+    /// Requests per second, sustained.
+    pub requests_per_second: f64,
+    /// Requests that may go out at once after a quiet period.
+    pub burst: u32,
+}
+
+/// The part of EC2's documented bucket that this controller plans to spend: requests
+/// whose latencies vary arrive closer together than they were sent, and other
+/// clients of the account (the CCM, Karpenter, Terraform) draw from the same buckets.
+const EC2_MARGIN: f64 = 0.8;
+
+/// EC2's buckets for the actions this provider sends, each at [`EC2_MARGIN`] of its
+/// documented size and refill rate. "Request throttling for the Amazon EC2 API"
+/// (<https://docs.aws.amazon.com/ec2/latest/devguide/ec2-api-throttling.html>, "Request
+/// token limits"): each API action is evaluated in a bucket of its own; non-mutating
+/// actions (`Describe*`, with filters as all of ours have) hold 100 tokens and refill
+/// 20 a second; mutating actions (`CreateRoute`, `ReplaceRoute`, `DeleteRoute`,
+/// `ModifyInstanceAttribute`) hold 200 and refill 5 a second. An account's limits may
+/// have been raised, or be shared with other tools: `EC2Bucket<Action>` in
+/// `--cloud-config` sets one.
+pub fn ec2_buckets() -> Vec<ActionBucket> {
+    let bucket = |action, per_second: f64, burst: f64| ActionBucket {
+        action,
+        requests_per_second: per_second * EC2_MARGIN,
+        burst: (burst * EC2_MARGIN) as u32,
+    };
+    vec![
+        bucket(DESCRIBE_ROUTE_TABLES, 20.0, 100.0),
+        bucket(DESCRIBE_INSTANCES, 20.0, 100.0),
+        bucket(CREATE_ROUTE, 5.0, 200.0),
+        bucket(REPLACE_ROUTE, 5.0, 200.0),
+        bucket(DELETE_ROUTE, 5.0, 200.0),
+        bucket(MODIFY_INSTANCE_ATTRIBUTE, 5.0, 200.0),
+    ]
+}
+
 /// `NetworkUnavailable` reason: the node's instance is in another VPC than a route table.
 pub const INSTANCE_NOT_IN_VPC: &str = "InstanceNotInVPC";
 /// `NetworkUnavailable` reason: the instance's source/destination check is on and the
@@ -136,6 +181,7 @@ impl Default for AwsConfig {
             imds_endpoint: None,
             requests_per_second: 5.0,
             burst: 20,
+            buckets: ec2_buckets(),
             timeout: Duration::from_secs(20),
             route_table_limit: None,
             service_quotas_endpoint: None,
@@ -147,8 +193,11 @@ impl Default for AwsConfig {
 /// The EC2 provider. Safe to share between the cloud worker threads.
 pub struct AwsProvider {
     ec2: QueryClient,
-    /// Requests per second and burst, declared to the controller.
+    /// Requests per second and burst of an action without a bucket, declared to the
+    /// controller.
     budget: (f64, u32),
+    /// Each action's bucket, declared to the controller.
+    buckets: Vec<ActionBucket>,
     throttle: Mutex<ThrottleBackoff>,
     /// The configured route table IDs; empty: the tables tagged for the cluster.
     configured_tables: Vec<String>,
@@ -202,6 +251,14 @@ impl AwsProvider {
             return Err(CloudError::invalid(format!(
                 "AWS rate limit {} per second with burst {} is unusable: both must be positive",
                 config.requests_per_second, config.burst
+            )));
+        }
+        if let Some(b) = config.buckets.iter().find(|b| {
+            !(b.requests_per_second.is_finite() && b.requests_per_second > 0.0) || b.burst == 0
+        }) {
+            return Err(CloudError::invalid(format!(
+                "EC2 bucket of {} ({} per second, burst {}) is unusable: both must be positive",
+                b.action, b.requests_per_second, b.burst
             )));
         }
         let imds = Imds::from_env(env, config.imds_endpoint.as_deref());
@@ -262,6 +319,7 @@ impl AwsProvider {
                 timeout: config.timeout,
             }),
             budget: (config.requests_per_second, config.burst),
+            buckets: config.buckets.clone(),
             throttle: Mutex::new(ThrottleBackoff::new()),
             configured_tables: tables,
             managed: Mutex::new(None),
@@ -317,8 +375,9 @@ impl AwsProvider {
         let sent = match self.fence.check() {
             Ok(()) => {
                 *lock(&self.calls).entry(action).or_default() += 1;
-                // The controller spends the budget; this call only reports what it sent.
-                Meter::request();
+                // The controller spends the budget; this call only reports what it sent,
+                // from the action's own bucket.
+                Meter::request_in(action);
                 self.ec2.call(action, params)
             }
             Err(e) => Err(QueryError::Fenced(e)),
@@ -337,12 +396,13 @@ impl AwsProvider {
                 let backoff = match &error {
                     QueryError::Service { code, .. } if is_throttling(code) => {
                         let jitter = rand::rng().random_range(0.0..1.0);
-                        // Reported as RateLimited: the controller holds back every
-                        // call for `after`; no worker here waits for it.
+                        // Reported as RateLimited: the controller holds back the calls
+                        // of this action (EC2 throttles each action on its own) for
+                        // `after`; no worker here waits for it.
                         let after = lock(&self.throttle).on_throttled(jitter);
-                        Meter::throttled(after);
+                        Meter::throttled_in(action, after);
                         log::warn!(
-                            "EC2 throttled {action}; asking the controller to hold back every EC2 call for {}",
+                            "EC2 throttled {action}; asking the controller to hold back the operations that send {action} for {}",
                             crate::duration::format(after)
                         );
                         Some(after)
@@ -1296,12 +1356,33 @@ impl Routes for AwsProvider {
         "aws"
     }
 
-    /// The configured request rate (EC2's mutating-action bucket); changes may run
-    /// concurrently. A list costs one `DescribeRouteTables`, a create its
-    /// `ModifyInstanceAttribute` (once per instance) and one `CreateRoute`, a delete
-    /// one `DeleteRoute`; more tables, lookups and pages are charged from the reply.
+    /// A bucket per EC2 action ([`ec2_buckets`], or the configured ones); changes
+    /// may run concurrently. A list draws one `DescribeRouteTables`; a create one
+    /// `DescribeInstances` and one `ModifyInstanceAttribute` (the first create of an
+    /// instance sends them; later ones are refunded) and a `CreateRoute` per
+    /// configured table (one when the tables are found by tag); a delete a
+    /// `DeleteRoute` per configured table. More tables, lookups, pages and
+    /// `ReplaceRoute`s are charged from the reply, to the bucket of their action.
     fn budget(&self) -> Option<Budget> {
-        Some(Budget::new(self.budget.0, self.budget.1).requests_per_op(1, 2, 1))
+        let tables = u32::try_from(self.configured_tables.len())
+            .unwrap_or(u32::MAX)
+            .max(1);
+        let budget = self
+            .buckets
+            .iter()
+            .fold(Budget::new(self.budget.0, self.budget.1), |b, a| {
+                b.bucket(a.action, a.requests_per_second, a.burst)
+            });
+        let budget = budget
+            .draw(BudgetOp::List, DESCRIBE_ROUTE_TABLES, 1)
+            .draw(BudgetOp::Create, DESCRIBE_INSTANCES, 1)
+            .draw(BudgetOp::Create, CREATE_ROUTE, tables)
+            .draw(BudgetOp::Delete, DELETE_ROUTE, tables);
+        Some(if self.disable_source_dest_check {
+            budget.draw(BudgetOp::Create, MODIFY_INSTANCE_ATTRIBUTE, 1)
+        } else {
+            budget
+        })
     }
 
     /// One `DescribeRouteTables` for all tables (plus `DescribeInstances` only for
@@ -1461,6 +1542,65 @@ impl Routes for AwsProvider {
 mod tests {
     use super::*;
     use crate::cloud::aws::ec2::RouteEntry;
+
+    /// Guards the per-action budget the provider declares: a bucket per EC2 action at
+    /// 80 % of EC2's documented size and refill rate, a list drawing from
+    /// `DescribeRouteTables`, a create from `DescribeInstances`,
+    /// `ModifyInstanceAttribute` and `CreateRoute` (one per configured table), a delete
+    /// from `DeleteRoute`; overrides replace a bucket.
+    #[test]
+    fn the_budget_has_a_bucket_per_ec2_action() {
+        let env = AwsEnv::new()
+            .with_var("AWS_ACCESS_KEY_ID", "AKIDEXAMPLE")
+            .with_var("AWS_SECRET_ACCESS_KEY", "secret")
+            .with_var("AWS_REGION", "us-east-1")
+            .with_var("AWS_EC2_METADATA_DISABLED", "true");
+        let config = AwsConfig {
+            endpoint: Some("http://127.0.0.1:1/".into()),
+            route_table_ids: vec!["rtb-1".into(), "rtb-2".into()],
+            route_table_limit: Some(50),
+            ..AwsConfig::default()
+        };
+        let provider = AwsProvider::new(config.clone(), &env).expect("provider");
+        let budget = provider.budget().expect("a budget");
+        let bucket = |name| {
+            budget
+                .buckets()
+                .into_iter()
+                .find(|b| b.name == name)
+                .map(|b| (b.requests_per_second, b.burst))
+        };
+        assert_eq!(bucket(CREATE_ROUTE), Some((4.0, 160)));
+        assert_eq!(bucket(DELETE_ROUTE), Some((4.0, 160)));
+        assert_eq!(bucket(MODIFY_INSTANCE_ATTRIBUTE), Some((4.0, 160)));
+        assert_eq!(bucket(DESCRIBE_ROUTE_TABLES), Some((16.0, 80)));
+        assert_eq!(bucket(DESCRIBE_INSTANCES), Some((16.0, 80)));
+        assert_eq!(budget.draws(BudgetOp::List), vec![(DESCRIBE_ROUTE_TABLES, 1)]);
+        assert_eq!(
+            budget.draws(BudgetOp::Create),
+            vec![
+                (DESCRIBE_INSTANCES, 1),
+                (CREATE_ROUTE, 2),
+                (MODIFY_INSTANCE_ATTRIBUTE, 1)
+            ]
+        );
+        assert_eq!(budget.draws(BudgetOp::Delete), vec![(DELETE_ROUTE, 2)]);
+        // 80 creates at once (DescribeInstances' 80 tokens), not 16.
+        assert_eq!(budget.operations_at_once(), 80);
+
+        let mut shared = config;
+        for b in &mut shared.buckets {
+            if b.action == CREATE_ROUTE {
+                (b.requests_per_second, b.burst) = (1.0, 20);
+            }
+        }
+        let provider = AwsProvider::new(shared, &env).expect("provider");
+        let budget = provider.budget().expect("a budget");
+        let create = budget.buckets().into_iter().find(|b| b.name == CREATE_ROUTE);
+        assert_eq!(create.map(|b| (b.requests_per_second, b.burst)), Some((1.0, 20)));
+        // Two tables: ten creates' CreateRoutes fill the bucket of 20.
+        assert_eq!(budget.at_once(BudgetOp::Create), 10);
+    }
 
     fn entry(destination: &str, instance: Option<&str>, state: &str) -> RouteEntry {
         RouteEntry {
