@@ -213,7 +213,18 @@ pub struct Budget {
     buckets: [Option<Bucket>; Budget::MAX_BUCKETS],
     /// What an operation of each kind draws from the named buckets; a kind with no
     /// draw here draws its `requests_per_*` from the default bucket.
-    draws: [Option<(BudgetOp, &'static str, u32)>; Budget::MAX_DRAWS],
+    draws: [Option<Draw>; Budget::MAX_DRAWS],
+}
+
+/// What an operation of one kind draws from one named bucket.
+#[derive(Clone, Copy, Debug, PartialEq)]
+struct Draw {
+    op: BudgetOp,
+    bucket: &'static str,
+    n: u32,
+    /// `n` for each route table ([`Routes::route_tables`]), as EC2 takes one
+    /// `CreateRoute` per table.
+    per_table: bool,
 }
 
 /// One bucket of a [`Budget`]: a name (EC2's API action, or
@@ -328,18 +339,35 @@ impl Budget {
     /// The same, with an operation of kind `op` drawing `n` requests from the bucket
     /// `name` when it is sent (added to what it draws already). Once a kind draws
     /// from a named bucket, its `requests_per_*` no longer apply.
-    pub fn draw(mut self, op: BudgetOp, name: &'static str, n: u32) -> Budget {
+    pub fn draw(self, op: BudgetOp, name: &'static str, n: u32) -> Budget {
+        self.add_draw(op, name, n, false)
+    }
+
+    /// The same as [`Budget::draw`], with `n` requests for each route table the
+    /// provider reported at its last list ([`Routes::route_tables`]; one before the
+    /// first): EC2 takes one `CreateRoute` per table.
+    pub fn draw_per_table(self, op: BudgetOp, name: &'static str, n: u32) -> Budget {
+        self.add_draw(op, name, n, true)
+    }
+
+    fn add_draw(mut self, op: BudgetOp, name: &'static str, n: u32, per_table: bool) -> Budget {
         let existing = self
             .draws
             .iter_mut()
             .flatten()
-            .find(|(o, b, _)| *o == op && *b == name);
+            .find(|d| d.op == op && d.bucket == name && d.per_table == per_table);
         if let Some(draw) = existing {
-            draw.2 = draw.2.saturating_add(n);
+            draw.n = draw.n.saturating_add(n);
             return self;
         }
+        let draw = Draw {
+            op,
+            bucket: name,
+            n,
+            per_table,
+        };
         match self.draws.iter_mut().find(|d| d.is_none()) {
-            Some(slot) => *slot = Some((op, name, n)),
+            Some(slot) => *slot = Some(draw),
             None => log::warn!(
                 "budget: more than {} draws; {op:?} from {name} is left out",
                 Budget::MAX_DRAWS
@@ -362,15 +390,28 @@ impl Budget {
 
     /// What an operation of kind `op` draws when it is sent, by bucket: its declared
     /// draws, or its `requests_per_*` from the default bucket. A draw from a bucket
-    /// that was never declared is charged to the default bucket.
+    /// that was never declared is charged to the default bucket. With one route
+    /// table; [`Budget::draws_with_tables`] for more.
     pub fn draws(&self, op: BudgetOp) -> Vec<(&'static str, u32)> {
-        let named: Vec<(&'static str, u32)> = self
-            .draws
-            .iter()
-            .flatten()
-            .filter(|(o, _, _)| *o == op)
-            .map(|&(_, name, n)| (self.known(name), n))
-            .collect();
+        self.draws_with_tables(op, 1)
+    }
+
+    /// [`Budget::draws`] when the provider writes `tables` route tables.
+    pub fn draws_with_tables(&self, op: BudgetOp, tables: usize) -> Vec<(&'static str, u32)> {
+        let tables = u32::try_from(tables.max(1)).unwrap_or(u32::MAX);
+        let mut named: Vec<(&'static str, u32)> = Vec::new();
+        for d in self.draws.iter().flatten().filter(|d| d.op == op) {
+            let n = if d.per_table {
+                d.n.saturating_mul(tables)
+            } else {
+                d.n
+            };
+            let bucket = self.known(d.bucket);
+            match named.iter_mut().find(|(b, _)| *b == bucket) {
+                Some(entry) => entry.1 = entry.1.saturating_add(n),
+                None => named.push((bucket, n)),
+            }
+        }
         if !named.is_empty() {
             return named;
         }
@@ -406,8 +447,13 @@ impl Budget {
     /// How many operations of kind `op` full buckets let go out at once: the
     /// smallest bucket's burst over what the operation draws from it.
     pub fn at_once(&self, op: BudgetOp) -> usize {
+        self.at_once_with_tables(op, 1)
+    }
+
+    /// [`Budget::at_once`] when the provider writes `tables` route tables.
+    pub fn at_once_with_tables(&self, op: BudgetOp, tables: usize) -> usize {
         let buckets = self.buckets();
-        self.draws(op)
+        self.draws_with_tables(op, tables)
             .iter()
             .filter(|(_, n)| *n > 0)
             .filter_map(|(name, n)| {

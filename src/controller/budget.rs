@@ -38,6 +38,8 @@ pub(super) struct Spending {
     throttle_reported: BTreeSet<OpId>,
     /// Whether the reply being handled is of such an operation.
     answering_reported: bool,
+    /// Route tables the provider reported at its last list, for draws per table.
+    tables: usize,
 }
 
 /// What sending one more operation costs, by its kind.
@@ -108,6 +110,7 @@ impl Spending {
             blocked_until: None,
             throttle_reported: BTreeSet::new(),
             answering_reported: false,
+            tables: 1,
         }
     }
 
@@ -133,11 +136,16 @@ impl Spending {
         if !self.limited {
             return usize::MAX;
         }
-        self.budget.at_once(cost.op())
+        self.budget.at_once_with_tables(cost.op(), self.tables)
+    }
+
+    /// The provider's list reported `n` route tables: draws per table follow.
+    pub fn set_tables(&mut self, n: usize) {
+        self.tables = n.max(1);
     }
 
     fn draws(&self, cost: Cost) -> Vec<(&'static str, u32)> {
-        self.budget.draws(cost.op())
+        self.budget.draws_with_tables(cost.op(), self.tables)
     }
 
     /// The buckets, created full at `now` on first use.

@@ -109,6 +109,7 @@ impl Controller {
     /// The provider's tables after a list: export them, and look again at held
     /// creates if there is room now (the pass of the list plans them anyway).
     pub(super) fn on_tables(&mut self, tables: Vec<TableUsage>) {
+        self.spending.set_tables(tables.len());
         self.tables.listed(tables);
         self.update_table_gauges();
     }

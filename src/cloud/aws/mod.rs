@@ -1359,14 +1359,10 @@ impl Routes for AwsProvider {
     /// A bucket per EC2 action ([`ec2_buckets`], or the configured ones); changes
     /// may run concurrently. A list draws one `DescribeRouteTables`; a create one
     /// `DescribeInstances` and one `ModifyInstanceAttribute` (the first create of an
-    /// instance sends them; later ones are refunded) and a `CreateRoute` per
-    /// configured table (one when the tables are found by tag); a delete a
-    /// `DeleteRoute` per configured table. More tables, lookups, pages and
+    /// instance sends them; later ones get them back) and a `CreateRoute` per route
+    /// table of the last list; a delete a `DeleteRoute` per table. Lookups, pages and
     /// `ReplaceRoute`s are charged from the reply, to the bucket of their action.
     fn budget(&self) -> Option<Budget> {
-        let tables = u32::try_from(self.configured_tables.len())
-            .unwrap_or(u32::MAX)
-            .max(1);
         let budget = self
             .buckets
             .iter()
@@ -1376,8 +1372,8 @@ impl Routes for AwsProvider {
         let budget = budget
             .draw(BudgetOp::List, DESCRIBE_ROUTE_TABLES, 1)
             .draw(BudgetOp::Create, DESCRIBE_INSTANCES, 1)
-            .draw(BudgetOp::Create, CREATE_ROUTE, tables)
-            .draw(BudgetOp::Delete, DELETE_ROUTE, tables);
+            .draw_per_table(BudgetOp::Create, CREATE_ROUTE, 1)
+            .draw_per_table(BudgetOp::Delete, DELETE_ROUTE, 1);
         Some(if self.disable_source_dest_check {
             budget.draw(BudgetOp::Create, MODIFY_INSTANCE_ATTRIBUTE, 1)
         } else {
@@ -1546,8 +1542,8 @@ mod tests {
     /// Guards the per-action budget the provider declares: a bucket per EC2 action at
     /// 80 % of EC2's documented size and refill rate, a list drawing from
     /// `DescribeRouteTables`, a create from `DescribeInstances`,
-    /// `ModifyInstanceAttribute` and `CreateRoute` (one per configured table), a delete
-    /// from `DeleteRoute`; overrides replace a bucket.
+    /// `ModifyInstanceAttribute` and `CreateRoute` (one per table), a delete
+    /// from `DeleteRoute` (both per table); overrides replace a bucket.
     #[test]
     fn the_budget_has_a_bucket_per_ec2_action() {
         let env = AwsEnv::new()
@@ -1577,16 +1573,22 @@ mod tests {
         assert_eq!(bucket(DESCRIBE_INSTANCES), Some((16.0, 80)));
         assert_eq!(budget.draws(BudgetOp::List), vec![(DESCRIBE_ROUTE_TABLES, 1)]);
         assert_eq!(
-            budget.draws(BudgetOp::Create),
+            budget.draws_with_tables(BudgetOp::Create, 2),
             vec![
                 (DESCRIBE_INSTANCES, 1),
                 (CREATE_ROUTE, 2),
                 (MODIFY_INSTANCE_ATTRIBUTE, 1)
             ]
         );
-        assert_eq!(budget.draws(BudgetOp::Delete), vec![(DELETE_ROUTE, 2)]);
-        // 80 creates at once (DescribeInstances' 80 tokens), not 16.
-        assert_eq!(budget.operations_at_once(), 80);
+        assert_eq!(
+            budget.draws_with_tables(BudgetOp::Delete, 2),
+            vec![(DELETE_ROUTE, 2)]
+        );
+        assert_eq!(budget.draws(BudgetOp::Delete), vec![(DELETE_ROUTE, 1)]);
+        // 80 creates at once (DescribeInstances' 80 tokens), 160 deletes (one table),
+        // where a fixed 16 stood.
+        assert_eq!(budget.at_once(BudgetOp::Create), 80);
+        assert_eq!(budget.operations_at_once(), 160);
 
         let mut shared = config;
         for b in &mut shared.buckets {
@@ -1599,7 +1601,7 @@ mod tests {
         let create = budget.buckets().into_iter().find(|b| b.name == CREATE_ROUTE);
         assert_eq!(create.map(|b| (b.requests_per_second, b.burst)), Some((1.0, 20)));
         // Two tables: ten creates' CreateRoutes fill the bucket of 20.
-        assert_eq!(budget.at_once(BudgetOp::Create), 10);
+        assert_eq!(budget.at_once_with_tables(BudgetOp::Create, 2), 10);
     }
 
     fn entry(destination: &str, instance: Option<&str>, state: &str) -> RouteEntry {
