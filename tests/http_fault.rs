@@ -155,3 +155,26 @@ fn held_replies_reach_the_client_only_when_released() {
     c.set_read_timeout(Some(PATIENCE)).expect("timeout");
     assert_eq!(reply(&mut c).map(|r| r.0), Some(200));
 }
+
+/// Guards the layer's EC2 buckets: each action is throttled in a bucket of its own,
+/// as EC2 does. `DeleteRoute`'s bucket of 2 (refilling slowly) refuses the third
+/// request, and `CreateRoute`'s own bucket still lets a request through.
+#[test]
+fn each_action_is_throttled_in_a_bucket_of_its_own() {
+    let (stub, addr) = ec2();
+    let layer = HttpFaultLayer::start(addr);
+    layer.ec2_buckets(&[("DeleteRoute", 2.0, 0.01), ("CreateRoute", 2.0, 0.01)]);
+    let mut c = connect(&layer);
+    let mut statuses = Vec::new();
+    for _ in 0..3 {
+        send(&mut c, "DeleteRoute");
+        statuses.push(reply(&mut c).map(|r| r.0));
+    }
+    send(&mut c, "CreateRoute");
+    statuses.push(reply(&mut c).map(|r| r.0));
+    assert_eq!(statuses, [Some(200), Some(200), Some(503), Some(400)]);
+    assert_eq!(stub.actions(), ["DeleteRoute", "DeleteRoute", "CreateRoute"]);
+    let throttled = layer.throttled();
+    assert_eq!(throttled.len(), 1);
+    assert_eq!(throttled[0].action, "DeleteRoute");
+}

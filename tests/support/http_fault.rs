@@ -7,6 +7,11 @@
 //! reads: every request with the credential that signed it, when it reached moto and
 //! what moto answered, also when the client never saw that answer.
 //!
+//! With [`HttpFaultLayer::ec2_buckets`] it also throttles as EC2 does: each action in
+//! a token bucket of its own, of EC2's documented size and refill rate
+//! ([`EC2_BUCKETS`]), answering `RequestLimitExceeded` when the action's bucket is
+//! empty, so a test can show that the controller's budget never gets one.
+//!
 //! One request per connection to moto (`Connection: close`), so a reply is read to
 //! its end; clients keep their connection to the layer. Loopback only; threads end
 //! when the layer is dropped.
@@ -86,9 +91,49 @@ struct Injected {
     answer: Answer,
 }
 
+/// EC2's request buckets for the actions the AWS provider sends, as "Request
+/// throttling for the Amazon EC2 API" documents them
+/// (<https://docs.aws.amazon.com/ec2/latest/devguide/ec2-api-throttling.html>):
+/// `(action, size, refill per second)`. Non-mutating actions (with filters): 100
+/// and 20 a second; mutating actions: 200 and 5 a second. Each action has a bucket
+/// of its own.
+pub const EC2_BUCKETS: &[(&str, f64, f64)] = &[
+    ("DescribeRouteTables", 100.0, 20.0),
+    ("DescribeInstances", 100.0, 20.0),
+    ("CreateRoute", 200.0, 5.0),
+    ("ReplaceRoute", 200.0, 5.0),
+    ("DeleteRoute", 200.0, 5.0),
+    ("ModifyInstanceAttribute", 200.0, 5.0),
+];
+
+/// One action's bucket, refilled from `updated`.
+struct Bucket {
+    size: f64,
+    per_second: f64,
+    tokens: f64,
+    updated: Instant,
+}
+
+impl Bucket {
+    /// Takes a token if there is one.
+    fn take(&mut self, now: Instant) -> bool {
+        let elapsed = now.saturating_duration_since(self.updated).as_secs_f64();
+        self.tokens = (self.tokens + elapsed * self.per_second).min(self.size);
+        self.updated = now;
+        if self.tokens >= 1.0 {
+            self.tokens -= 1.0;
+            true
+        } else {
+            false
+        }
+    }
+}
+
 #[derive(Default)]
 struct Shared {
     injected: Mutex<Vec<Injected>>,
+    /// EC2's buckets by action, when on.
+    buckets: Mutex<BTreeMap<String, Bucket>>,
     hold: AtomicBool,
     stop: AtomicBool,
     log: Mutex<Vec<Exchange>>,
@@ -143,6 +188,32 @@ impl HttpFaultLayer {
             });
     }
 
+    /// From now on, throttles each action in `buckets` as EC2 does
+    /// (`(action, size, refill per second)`, e.g. [`EC2_BUCKETS`]), starting full.
+    pub fn ec2_buckets(&self, buckets: &[(&str, f64, f64)]) {
+        let now = Instant::now();
+        let mut map = self.shared.buckets.lock().expect("buckets");
+        for &(action, size, per_second) in buckets {
+            map.insert(
+                action.to_string(),
+                Bucket {
+                    size,
+                    per_second,
+                    tokens: size,
+                    updated: now,
+                },
+            );
+        }
+    }
+
+    /// Requests the layer refused for an empty bucket or an injected throttle.
+    pub fn throttled(&self) -> Vec<Exchange> {
+        self.log()
+            .into_iter()
+            .filter(|e| e.fault == Some(Answer::Throttle))
+            .collect()
+    }
+
     /// Forgets faults not yet used and releases held replies.
     pub fn clear(&self) {
         self.shared.injected.lock().expect("injected").clear();
@@ -179,7 +250,7 @@ fn serve(client: TcpStream, target: SocketAddr, s: &Shared) {
         };
         let (action, params) = form(&request);
         let key_id = key_id(&request);
-        let fault = take_fault(s, &action);
+        let fault = take_fault(s, &action).or_else(|| over_budget(s, &action));
         let mut exchange = Exchange {
             at: Instant::now(),
             key_id,
@@ -244,6 +315,13 @@ fn read_request_patiently(reader: &mut BufReader<TcpStream>, s: &Shared) -> Opti
     let request = read_request(reader);
     let _ = reader.get_ref().set_read_timeout(Some(IDLE_POLL));
     request
+}
+
+/// `Throttle` when the action's bucket (if it has one) is empty, as EC2 answers.
+fn over_budget(s: &Shared, action: &str) -> Option<Answer> {
+    let mut buckets = s.buckets.lock().expect("buckets");
+    let bucket = buckets.get_mut(action)?;
+    (!bucket.take(Instant::now())).then_some(Answer::Throttle)
 }
 
 fn take_fault(s: &Shared, action: &str) -> Option<Answer> {
