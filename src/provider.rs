@@ -904,6 +904,58 @@ mod tests {
 
     use super::*;
 
+    /// Guards the budget's vocabulary: `Budget::new` alone is one bucket that every
+    /// kind draws its `requests_per_*` from; named draws replace that for their
+    /// kind, draws per table scale with the tables, an undeclared bucket is the
+    /// default one, and `at_once` is the tightest bucket's burst over its draw.
+    #[test]
+    fn draws_name_their_buckets_and_scale_with_the_tables() {
+        let one = Budget::new(5.0, 20).requests_per_op(1, 2, 1);
+        assert_eq!(one.buckets().len(), 1);
+        assert_eq!(one.draws(BudgetOp::Create), vec![(Budget::DEFAULT_BUCKET, 2)]);
+        assert_eq!(one.at_once(BudgetOp::Create), 10);
+
+        let ec2 = Budget::new(5.0, 20)
+            .bucket("DescribeInstances", 16.0, 80)
+            .bucket("CreateRoute", 4.0, 160)
+            .draw(BudgetOp::Create, "DescribeInstances", 1)
+            .draw_per_table(BudgetOp::Create, "CreateRoute", 1)
+            .draw(BudgetOp::Delete, "NoSuchBucket", 1);
+        assert_eq!(
+            ec2.draws_with_tables(BudgetOp::Create, 3),
+            vec![("DescribeInstances", 1), ("CreateRoute", 3)]
+        );
+        assert_eq!(ec2.draws(BudgetOp::List), vec![(Budget::DEFAULT_BUCKET, 1)]);
+        assert_eq!(ec2.draws(BudgetOp::Delete), vec![(Budget::DEFAULT_BUCKET, 1)]);
+        assert_eq!(ec2.at_once_with_tables(BudgetOp::Create, 1), 80);
+        assert_eq!(ec2.at_once_with_tables(BudgetOp::Create, 4), 40);
+        // Declared again: replaced, not added.
+        let again = ec2.bucket("CreateRoute", 1.0, 10);
+        assert_eq!(again.buckets().len(), 3);
+        assert_eq!(again.at_once(BudgetOp::Create), 10);
+    }
+
+    /// Guards what a report says by bucket: requests recorded in a bucket count
+    /// there, the rest (and those of an undeclared bucket) in the default one.
+    #[test]
+    fn a_report_counts_its_requests_by_bucket() {
+        let budget = Budget::new(1.0, 1).bucket("CreateRoute", 1.0, 1);
+        let (_, usage) = Meter::measure(|| {
+            Meter::request();
+            Meter::request_in("CreateRoute");
+            Meter::request_in("CreateRoute");
+            Meter::request_in("Undeclared");
+            Meter::throttled_in("CreateRoute", Duration::from_secs(2));
+        });
+        let usage = usage.expect("recorded");
+        assert_eq!(usage.requests, 4);
+        assert_eq!(usage.throttled_bucket, Some("CreateRoute"));
+        assert_eq!(
+            usage.spent_by_bucket(&budget),
+            vec![(Budget::DEFAULT_BUCKET, 2), ("CreateRoute", 2)]
+        );
+    }
+
     #[test]
     fn directory_maps_provider_ids_and_names() {
         let dir = NodeDirectory::new([("b", Some("hcloud://2")), ("a", None)]);

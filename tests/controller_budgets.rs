@@ -256,3 +256,61 @@ fn a_budget_of_one_bucket_spends_as_before() {
     run_until(&mut d, secs(10.0));
     assert_eq!(create_times(&d), vec![secs(0.0); 3]);
 }
+
+/// Guards rule (c) for the list: a throttled `DescribeRouteTables` holds back the
+/// lists, and the creates already queued keep going. One create at a time; the first
+/// is answered ambiguously, so the next pass must list; that list is refused by
+/// `DescribeRouteTables` for 30 s, and the two creates still queued go meanwhile
+/// (the ambiguous one waits for the list). Let a refusal block every bucket
+/// (`Spending::throttle_buckets` over all of them), as the one bucket did, and they
+/// wait the 30 s.
+#[test]
+fn a_throttled_list_holds_back_the_lists_and_not_the_queued_creates() {
+    let mut config = watch_config();
+    config.max_in_flight = 1;
+    config.budget = Some(
+        Budget::new(100.0, 100)
+            .bucket("DescribeRouteTables", 100.0, 100)
+            .bucket("CreateRoute", 100.0, 100)
+            .draw(BudgetOp::List, "DescribeRouteTables", 1)
+            .draw(BudgetOp::Create, "CreateRoute", 1),
+    );
+    let mut d = Driver::new(config);
+    d.list(nodes(4));
+    assert!(d.answer_one(), "the list");
+    let (id, op) = d.pending.pop_front().expect("the first create");
+    assert_eq!(op_kind(&op), "create", "{op:?}");
+    d.feed(Input::Cloud {
+        id,
+        reply: CloudReply::Done(Err(CloudError::ambiguous("timed out"))),
+    });
+    // n0's retry starts a pass that lists before trusting its view again, once
+    // n1's create in flight is answered; n2's and n3's creates wait in the queue.
+    tick_until(&mut d, secs(2.0));
+    assert!(d.answer_one(), "n1's create, sent before the pass began");
+    let (id, op) = d.pending.pop_front().expect("the list");
+    assert!(matches!(op, CloudOp::List { .. }), "{op:?}");
+    assert_eq!(d.count("create"), 2, "n0's (ambiguous) and n1's");
+    let after = secs(30.0);
+    d.feed(Input::Cloud {
+        id,
+        reply: CloudReply::Spent(
+            Usage::default()
+                .in_bucket("DescribeRouteTables", 1)
+                .throttled_in("DescribeRouteTables", after),
+        ),
+    });
+    let refused = CloudError::new(CloudErrorKind::RateLimited { after }, "throttled");
+    d.feed(Input::Cloud {
+        id,
+        reply: CloudReply::Listed(Err(refused)),
+    });
+    let refused_at = d.elapsed();
+    run_until(&mut d, refused_at + secs(29.0));
+    let during = create_times(&d)
+        .iter()
+        .filter(|at| **at >= refused_at)
+        .count();
+    assert_eq!(during, 2, "n2's and n3's creates go while the list is refused");
+    assert_eq!(d.count("list"), 2, "and no list");
+}
