@@ -321,7 +321,11 @@ impl Budget {
             requests_per_second,
             burst,
         };
-        let slot = match self.buckets.iter().position(|b| b.is_some_and(|b| b.name == name)) {
+        let slot = match self
+            .buckets
+            .iter()
+            .position(|b| b.is_some_and(|b| b.name == name))
+        {
             Some(i) => Some(i),
             None => self.buckets.iter().position(Option::is_none),
         };
@@ -539,10 +543,7 @@ impl Usage {
     pub fn spent_by_bucket(&self, budget: &Budget) -> Vec<(&'static str, u32)> {
         let named: u32 = self.by_bucket.iter().map(|(_, n)| *n).sum();
         let mut spent = Usage::default();
-        spent.add_to(
-            Budget::DEFAULT_BUCKET,
-            self.requests.saturating_sub(named),
-        );
+        spent.add_to(Budget::DEFAULT_BUCKET, self.requests.saturating_sub(named));
         for &(name, n) in &self.by_bucket {
             spent.add_to(budget.known(name), n);
         }
@@ -912,7 +913,10 @@ mod tests {
     fn draws_name_their_buckets_and_scale_with_the_tables() {
         let one = Budget::new(5.0, 20).requests_per_op(1, 2, 1);
         assert_eq!(one.buckets().len(), 1);
-        assert_eq!(one.draws(BudgetOp::Create), vec![(Budget::DEFAULT_BUCKET, 2)]);
+        assert_eq!(
+            one.draws(BudgetOp::Create),
+            vec![(Budget::DEFAULT_BUCKET, 2)]
+        );
         assert_eq!(one.at_once(BudgetOp::Create), 10);
 
         let ec2 = Budget::new(5.0, 20)
@@ -926,7 +930,10 @@ mod tests {
             vec![("DescribeInstances", 1), ("CreateRoute", 3)]
         );
         assert_eq!(ec2.draws(BudgetOp::List), vec![(Budget::DEFAULT_BUCKET, 1)]);
-        assert_eq!(ec2.draws(BudgetOp::Delete), vec![(Budget::DEFAULT_BUCKET, 1)]);
+        assert_eq!(
+            ec2.draws(BudgetOp::Delete),
+            vec![(Budget::DEFAULT_BUCKET, 1)]
+        );
         assert_eq!(ec2.at_once_with_tables(BudgetOp::Create, 1), 80);
         assert_eq!(ec2.at_once_with_tables(BudgetOp::Create, 4), 40);
         // Declared again: replaced, not added.

@@ -209,11 +209,7 @@ impl Builder {
             cloud,
             fence.clone(),
             config.cluster_name.clone(),
-            workers::pool_size(
-                config.max_in_flight,
-                config.budget,
-                config.batch_size,
-            ),
+            workers::pool_size(config.max_in_flight, config.budget, config.batch_size),
             jobs,
             cloud_replies_tx,
             metrics.clone(),

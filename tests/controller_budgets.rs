@@ -179,7 +179,11 @@ fn a_refusal_in_one_bucket_holds_back_only_the_operations_that_draw_from_it() {
         "the deletes go while CreateRoute is refused, and no create"
     );
     run_until(&mut d, secs(31.0));
-    assert_eq!(d.count("create"), 3, "the refused create and the other, after 30 s");
+    assert_eq!(
+        d.count("create"),
+        3,
+        "the refused create and the other, after 30 s"
+    );
     assert_eq!(d.cloud.routes().len(), 2, "{:?}", d.cloud_routes());
 }
 
@@ -311,6 +315,9 @@ fn a_throttled_list_holds_back_the_lists_and_not_the_queued_creates() {
         .iter()
         .filter(|at| **at >= refused_at)
         .count();
-    assert_eq!(during, 2, "n2's and n3's creates go while the list is refused");
+    assert_eq!(
+        during, 2,
+        "n2's and n3's creates go while the list is refused"
+    );
     assert_eq!(d.count("list"), 2, "and no list");
 }

@@ -137,9 +137,7 @@ fn aws_start_up_and_scale_out_meet_no_request_limit_with_ec2s_per_action_buckets
     }
     wait_routed(&mut ctl, START..START + SCALE_OUT);
     let scale_out = scaled.elapsed();
-    if let Err(e) =
-        wait_for_network_unavailable(&api, &names, "False", "RouteCreated", PATIENCE)
-    {
+    if let Err(e) = wait_for_network_unavailable(&api, &names, "False", "RouteCreated", PATIENCE) {
         ctl.fail(&e);
     }
 

@@ -173,7 +173,10 @@ fn each_action_is_throttled_in_a_bucket_of_its_own() {
     send(&mut c, "CreateRoute");
     statuses.push(reply(&mut c).map(|r| r.0));
     assert_eq!(statuses, [Some(200), Some(200), Some(503), Some(400)]);
-    assert_eq!(stub.actions(), ["DeleteRoute", "DeleteRoute", "CreateRoute"]);
+    assert_eq!(
+        stub.actions(),
+        ["DeleteRoute", "DeleteRoute", "CreateRoute"]
+    );
     let throttled = layer.throttled();
     assert_eq!(throttled.len(), 1);
     assert_eq!(throttled[0].action, "DeleteRoute");

@@ -1402,7 +1402,9 @@ mod tests {
     fn an_ec2_bucket_is_a_rate_and_a_burst() {
         assert_eq!(parse_ec2_bucket("2.5,100"), Some((2.5, 100)));
         assert_eq!(parse_ec2_bucket(" 1 , 20 "), Some((1.0, 20)));
-        for bad in ["", "5", "5/200", "0,10", "1,0", "-1,5", "NaN,5", "inf,5", "1,2,3", "a,b"] {
+        for bad in [
+            "", "5", "5/200", "0,10", "1,0", "-1,5", "NaN,5", "inf,5", "1,2,3", "a,b",
+        ] {
             assert_eq!(parse_ec2_bucket(bad), None, "{bad:?}");
         }
     }

@@ -712,7 +712,8 @@ impl Controller {
             (_, Err(e)) if matches!(e.kind, CloudErrorKind::RateLimited { .. }) => {
                 // Not the route's fault: wait out the limit and send it again first.
                 if let CloudErrorKind::RateLimited { after } = e.kind {
-                    self.spending.throttled_answer(Cost::of(Some(&op)), after, now);
+                    self.spending
+                        .throttled_answer(Cost::of(Some(&op)), after, now);
                 }
                 self.ops.requeue_front(Queued {
                     op: op.planned(),

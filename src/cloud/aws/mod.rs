@@ -1571,7 +1571,10 @@ mod tests {
         assert_eq!(bucket(MODIFY_INSTANCE_ATTRIBUTE), Some((4.0, 160)));
         assert_eq!(bucket(DESCRIBE_ROUTE_TABLES), Some((16.0, 80)));
         assert_eq!(bucket(DESCRIBE_INSTANCES), Some((16.0, 80)));
-        assert_eq!(budget.draws(BudgetOp::List), vec![(DESCRIBE_ROUTE_TABLES, 1)]);
+        assert_eq!(
+            budget.draws(BudgetOp::List),
+            vec![(DESCRIBE_ROUTE_TABLES, 1)]
+        );
         assert_eq!(
             budget.draws_with_tables(BudgetOp::Create, 2),
             vec![
@@ -1598,8 +1601,14 @@ mod tests {
         }
         let provider = AwsProvider::new(shared, &env).expect("provider");
         let budget = provider.budget().expect("a budget");
-        let create = budget.buckets().into_iter().find(|b| b.name == CREATE_ROUTE);
-        assert_eq!(create.map(|b| (b.requests_per_second, b.burst)), Some((1.0, 20)));
+        let create = budget
+            .buckets()
+            .into_iter()
+            .find(|b| b.name == CREATE_ROUTE);
+        assert_eq!(
+            create.map(|b| (b.requests_per_second, b.burst)),
+            Some((1.0, 20))
+        );
         // Two tables: ten creates' CreateRoutes fill the bucket of 20.
         assert_eq!(budget.at_once_with_tables(BudgetOp::Create, 2), 10);
     }
