@@ -228,8 +228,8 @@ fn aws_defaults_route_sixty_nodes_when_the_quota_may_not_be_read() {
             &instance.provider_id(),
         );
     }
-    // Three EC2 calls a node (describe, source/dest check, create) at the client's
-    // 5 a second after a burst of 20: about 32 s.
+    // Three EC2 calls a node (describe, source/dest check, create), each action in a
+    // bucket of its own (80 and 160 at once): about one burst.
     if let Err(e) =
         wait_for_network_unavailable(&api, &names, "False", "RouteCreated", PATIENCE * 4)
     {
