@@ -141,14 +141,16 @@ pub struct ActionBucket {
 /// clients of the account (the CCM, Karpenter, Terraform) draw from the same buckets.
 const EC2_MARGIN: f64 = 0.8;
 
-/// EC2's buckets for the actions this provider sends, each at [`EC2_MARGIN`] of its
+/// EC2's buckets for the actions this provider sends, each at 80 % of its
 /// documented size and refill rate. "Request throttling for the Amazon EC2 API"
 /// (<https://docs.aws.amazon.com/ec2/latest/devguide/ec2-api-throttling.html>, "Request
 /// token limits"): each API action is evaluated in a bucket of its own; non-mutating
 /// actions (`Describe*`, with filters as all of ours have) hold 100 tokens and refill
 /// 20 a second; mutating actions (`CreateRoute`, `ReplaceRoute`, `DeleteRoute`,
-/// `ModifyInstanceAttribute`) hold 200 and refill 5 a second. An account's limits may
-/// have been raised, or be shared with other tools: `EC2Bucket<Action>` in
+/// `ModifyInstanceAttribute`) hold 200 and refill 5 a second. The non-mutating
+/// figures are the page's own worked example (`DescribeHosts`); the mutating ones are
+/// from its table of bucket sizes as issue 26 quotes it. An account's limits may have
+/// been raised, or be shared with other tools: `EC2Bucket<Action>` in
 /// `--cloud-config` sets one.
 pub fn ec2_buckets() -> Vec<ActionBucket> {
     let bucket = |action, per_second: f64, burst: f64| ActionBucket {
