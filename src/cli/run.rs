@@ -1346,8 +1346,9 @@ mod tests {
                 flag.name
             );
         }
+        let one_line = text.split_whitespace().collect::<Vec<_>>().join(" ");
         assert!(
-            text.contains(
+            one_line.contains(
                 "the cloud: hcloud, aws, gce, exec (a plugin, see --cloud-config) or fake (required)"
             ),
             "{text}"
