@@ -73,7 +73,9 @@ RUST
     for n in 5000 50000; do
         for missing in 0 1; do
             per=$(( ($(count "$b" $n 3 $missing) - $(count "$b" $n 0 $missing)) / 3 ))
-            line="$line $n nodes$([ $missing = 1 ] && echo ' (10 % missing)'): $(( per / 1000 ))k;"
+            label="$n nodes"
+            [ "$missing" = 0 ] || label="$label, 10 % missing"
+            line="$line $label: $(( per / 1000 ))k;"
         done
     done
     echo "$line"
