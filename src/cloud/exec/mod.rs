@@ -366,11 +366,8 @@ fn describe_reply(name: &str, reply: Reply) -> Result<Description, CloudError> {
                 )));
             }
             let burst = b.burst.unwrap_or(rps.ceil() as u32).max(1);
-            let mut budget = Budget::new(rps, burst);
-            if let Some(n) = b.mutations_at_once {
-                budget = budget.mutations_at_once(n);
-            }
-            Some(budget)
+            let at_once = b.mutations_at_once.unwrap_or(DEFAULT_CHANGES_AT_ONCE);
+            Some(Budget::new(rps, burst).mutations_at_once(at_once))
         }
     };
     let batch_size = match reply.batch_size {
@@ -397,6 +394,10 @@ fn describe_reply(name: &str, reply: Reply) -> Result<Description, CloudError> {
 
 /// The rate used when `describe` declares a budget without `requestsPerSecond`.
 pub const DEFAULT_REQUESTS_PER_SECOND: f64 = 1000.0;
+
+/// The changes that run at once when `describe` declares no `mutationsAtOnce` (or no
+/// budget at all): the controller's fixed default before it followed the budget.
+pub const DEFAULT_CHANGES_AT_ONCE: usize = 16;
 
 impl Routes for ExecRoutes {
     fn provider_name(&self) -> &'static str {
@@ -430,8 +431,15 @@ impl Routes for ExecRoutes {
         self.call(&Request::delete(cluster_name, route)).map(|_| ())
     }
 
+    /// The budget `describe` declared; without one, [`DEFAULT_CHANGES_AT_ONCE`]
+    /// changes at once: a plugin is a process per call, and the controller's own
+    /// default (as many as the budget allows, up to 200) would start hundreds of them
+    /// on a router that never said it takes that.
     fn budget(&self) -> Option<Budget> {
-        self.description.budget
+        Some(self.description.budget.unwrap_or_else(|| {
+            let rate = DEFAULT_REQUESTS_PER_SECOND;
+            Budget::new(rate, rate as u32).mutations_at_once(DEFAULT_CHANGES_AT_ONCE)
+        }))
     }
 
     /// The `batchSize` that `describe` declared (at [`ExecRoutes::connect`]), when it
@@ -636,6 +644,22 @@ mod tests {
         );
         let d = p.describe().unwrap();
         assert!(!d.implemented && d.budget.is_none() && d.batch_size == 1);
+        // Without a budget, or one without mutationsAtOnce, 16 changes at once: not
+        // the controller's 200 processes.
+        let quiet = ExecRoutes {
+            description: d,
+            ..p
+        };
+        assert_eq!(
+            quiet.budget().map(|b| b.mutations_at_once),
+            Some(DEFAULT_CHANGES_AT_ONCE)
+        );
+        let reply = |budget: &str| {
+            serde_json::from_str::<Reply>(&format!(r#"{{"apiVersion":"{V}","budget":{budget}}}"#))
+                .unwrap()
+        };
+        let d = describe_reply("p", reply(r#"{"requestsPerSecond":5}"#)).unwrap();
+        assert_eq!(d.budget.map(|b| b.mutations_at_once), Some(16));
         let _ = std::fs::remove_dir_all(dir);
         let _ = std::fs::remove_dir_all(dir2);
     }
