@@ -15,7 +15,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
 use super::ops::{OpKind, Planned};
-use super::{Controller, OpId};
+use super::{Controller, Mode, OpId};
 use crate::provider::{Budget, BudgetOp, Usage};
 use crate::ratelimit::TokenBucket;
 
@@ -81,6 +81,22 @@ impl Cost {
 }
 
 impl Controller {
+    /// Until when a refusal for the rate limit holds back the next pass, if it does
+    /// at `now`: a pass that lists waits while the list's buckets are blocked; one
+    /// that only plans (watch mode, a fresh view) waits only while every bucket is,
+    /// so that a throttled `DescribeRouteTables` does not hold back the creates.
+    pub(super) fn pass_paused(&self, now: Instant) -> Option<Instant> {
+        let lists = match (&self.view, self.config.mode) {
+            (Some(view), Mode::Watch) => view.stale,
+            _ => true,
+        };
+        if lists {
+            self.spending.blocked_for(Cost::List, now)
+        } else {
+            self.spending.all_blocked(now)
+        }
+    }
+
     /// What an operation still in flight spent, reported just before its answer.
     pub(super) fn on_spent(&mut self, id: OpId, usage: &Usage, now: Instant) {
         let cost = match self.ops.flight(id) {

@@ -260,22 +260,6 @@ impl Controller {
         self.config.mode == Mode::Watch
     }
 
-    /// Until when a refusal for the rate limit holds back the next pass, if it does
-    /// at `now`: a pass that lists waits while the list's buckets are blocked; one
-    /// that only plans (watch mode, a fresh view) waits only while every bucket is,
-    /// so that a throttled `DescribeRouteTables` does not hold back the creates.
-    pub(super) fn pass_paused(&self, now: Instant) -> Option<Instant> {
-        let lists = match (&self.view, self.config.mode) {
-            (Some(view), Mode::Watch) => view.stale,
-            _ => true,
-        };
-        if lists {
-            self.spending.blocked_for(Cost::List, now)
-        } else {
-            self.spending.all_blocked(now)
-        }
-    }
-
     fn may_start_pass(&self) -> bool {
         self.planning.is_none() && (self.overlapping() || self.passes.none_open())
     }
