@@ -1469,9 +1469,7 @@ impl Routes for AwsProvider {
                         placed += 1;
                     }
                     Err(TableError::Gone) => self.drop_table(&table.id),
-                    Err(TableError::Failed(e)) => {
-                        failure.get_or_insert(e);
-                    }
+                    Err(TableError::Failed(e)) => failure = Some(graver(failure, e)),
                 }
             }
             if let Some(e) = failure {
@@ -1518,15 +1516,7 @@ impl Routes for AwsProvider {
                     self.note(&table.id, cidr, None);
                     failure.get_or_insert(e);
                 }
-                Err(TableError::Failed(e)) => {
-                    // A real failure outranks a NotFound elsewhere.
-                    if failure
-                        .as_ref()
-                        .is_none_or(|f: &CloudError| f.kind == CloudErrorKind::NotFound)
-                    {
-                        failure = Some(e);
-                    }
-                }
+                Err(TableError::Failed(e)) => failure = Some(graver(failure, e)),
             }
         }
         match failure {
@@ -1536,10 +1526,47 @@ impl Routes for AwsProvider {
     }
 }
 
+/// Which of two failures of one route's writes (one per table) the operation
+/// reports: an ambiguous one outranks every other, since the route may then be in a
+/// table the provider does not know of, and only a list can tell (reported as the
+/// throttle of another table, the retry wrote that table again and drew
+/// `RouteAlreadyExists`); any real failure outranks a `NotFound`; else the first.
+fn graver(first: Option<CloudError>, next: CloudError) -> CloudError {
+    let rank = |e: &CloudError| match e.kind {
+        CloudErrorKind::Ambiguous => 2,
+        CloudErrorKind::NotFound => 0,
+        _ => 1,
+    };
+    match first {
+        Some(first) if rank(&first) >= rank(&next) => first,
+        _ => next,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::cloud::aws::ec2::RouteEntry;
+
+    /// Guards the ranking of a route's failures across tables: a throttle in one
+    /// table and a lost reply in another is ambiguous (the controller lists before its
+    /// retry), a real failure outranks a `NotFound`, and among equals the first stays.
+    #[test]
+    fn an_ambiguous_write_outranks_a_throttle_in_another_table() {
+        let e = |kind| CloudError::new(kind, format!("{kind:?}"));
+        let throttled = e(CloudErrorKind::RateLimited {
+            after: std::time::Duration::from_secs(1),
+        });
+        let lost = e(CloudErrorKind::Ambiguous);
+        let gone = e(CloudErrorKind::NotFound);
+        assert_eq!(graver(Some(throttled.clone()), lost.clone()), lost);
+        assert_eq!(graver(Some(lost.clone()), throttled.clone()), lost);
+        assert_eq!(graver(Some(gone.clone()), throttled.clone()), throttled);
+        assert_eq!(graver(Some(throttled.clone()), gone.clone()), throttled);
+        let conflict = e(CloudErrorKind::Conflict);
+        assert_eq!(graver(Some(conflict.clone()), throttled.clone()), conflict);
+        assert_eq!(graver(None, gone.clone()), gone);
+    }
 
     /// Guards the per-action budget the provider declares: a bucket per EC2 action at
     /// 80 % of EC2's documented size and refill rate, a list drawing from
