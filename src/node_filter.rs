@@ -54,6 +54,8 @@ pub enum OwnProvider {
     Aws,
     /// Compute Engine instances, `gce://<project>/<zone>/<instance>`.
     Gce,
+    /// OpenStack Nova instances, `openstack:///<instance id>`.
+    OpenStack,
 }
 
 impl OwnProvider {
@@ -64,6 +66,7 @@ impl OwnProvider {
             "hcloud" => Some(OwnProvider::Hcloud),
             "aws" => Some(OwnProvider::Aws),
             "gce" => Some(OwnProvider::Gce),
+            "openstack" => Some(OwnProvider::OpenStack),
             _ => None,
         }
     }
@@ -76,6 +79,7 @@ impl OwnProvider {
             }
             OwnProvider::Aws => provider_id.starts_with("aws://"),
             OwnProvider::Gce => provider_id.starts_with("gce://"),
+            OwnProvider::OpenStack => provider_id.starts_with("openstack://"),
         }
     }
 }
@@ -135,6 +139,7 @@ impl fmt::Display for NodeFilter {
             }
             Some(OwnProvider::Aws) => f.write_str(" with providerID aws://... or none"),
             Some(OwnProvider::Gce) => f.write_str(" with providerID gce://... or none"),
+            Some(OwnProvider::OpenStack) => f.write_str(" with providerID openstack://... or none"),
             None => Ok(()),
         }
     }

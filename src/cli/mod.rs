@@ -31,7 +31,7 @@ pub const EXIT_USAGE: i32 = 2;
 pub(crate) const CLOUD_PROVIDER: Flag = Flag::new(
     "cloud-provider",
     Kind::String,
-    "the cloud: hcloud, aws, gce, exec (a plugin, see --cloud-config) or fake",
+    "the cloud: hcloud, aws, gce, openstack, exec (a plugin, see --cloud-config) or fake",
 );
 pub(crate) const CLOUD_CONFIG: Flag = Flag::new(
     "cloud-config",
@@ -43,7 +43,12 @@ pub(crate) const CLOUD_CONFIG: Flag = Flag::new(
      Env=NAME=VALUE lines (repeated, in order), Timeout=DURATION (default 10s), Name=, \
      MaxOutputBytes= (see route-controller plugin-check --help); for gce, cloud-provider-gcp's \
      gce.conf (gcfg: [global] project-id, network-name, network-project-id, multizone, \
-     token-url, token-body, api-endpoint, ...)",
+     token-url, token-body, api-endpoint, ...); for openstack, cloud-provider-openstack's \
+     cloud.conf (gcfg: [Global] auth-url, region, application-credential-id and \
+     application-credential-secret, or username/user-id, password, tenant-id/tenant-name and \
+     their domains, or use-clouds, clouds-file and cloud for a clouds.yaml entry; [Route] \
+     router-id, max-routes (default 30, Neutron's max_routes), network-endpoint, \
+     requests-per-second, burst)",
 );
 pub(crate) const CLUSTER_NAME: Flag = Flag::new(
     "cluster-name",
@@ -63,9 +68,9 @@ pub(crate) const NODE_SELECTOR: Flag = Flag::new(
 pub(crate) const SKIP_NODES_OF_OTHER_PROVIDERS: Flag = Flag::new(
     "skip-nodes-of-other-providers",
     Kind::Bool,
-    "with --cloud-provider hcloud, aws or gce, do not route nodes whose spec.providerID \
+    "with --cloud-provider hcloud, aws, gce or openstack, do not route nodes whose spec.providerID \
      belongs to another provider (hcloud: anything but hcloud://<id>, so Robot servers' \
-     hrobot:// and hcloud://bm-; aws: anything but aws://; gce: anything but gce://); a node with no providerID yet is routed. \
+     hrobot:// and hcloud://bm-; aws: anything but aws://; gce: anything but gce://; openstack: anything but openstack://); a node with no providerID yet is routed. \
      Such nodes are unselected, as by --node-selector",
 )
 .default("true");
@@ -690,7 +695,7 @@ static PLAN: Spec = Spec {
                 ..NODE_SELECTOR
             },
             Flag {
-                help: "with --cloud-provider hcloud, aws or gce, plan as run does: nodes whose \
+                help: "with --cloud-provider hcloud, aws, gce or openstack, plan as run does: nodes whose \
                        providerID belongs to another provider are unselected",
                 ..SKIP_NODES_OF_OTHER_PROVIDERS
             },
@@ -705,7 +710,7 @@ static PLAN: Spec = Spec {
                 ..MASTER
             },
             Flag {
-                help: "without --routes: the cloud to list routes from: hcloud, aws, gce, exec or fake",
+                help: "without --routes: the cloud to list routes from: hcloud, aws, gce, openstack, exec or fake",
                 ..CLOUD_PROVIDER
             },
             Flag {

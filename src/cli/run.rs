@@ -199,6 +199,11 @@ pub static SPEC: super::flags::Spec = super::flags::Spec {
              token, unless gce.conf sets token-url), the metadata server's host",
         ),
         (
+            "(none for openstack)",
+            "--cloud-provider=openstack: everything is in --cloud-config (cloud.conf), or in \
+             the clouds.yaml it names",
+        ),
+        (
             "AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN, AWS_REGION, AWS_PROFILE, ...",
             "--cloud-provider=aws: the usual AWS credential chain (environment, shared files, \
              web identity, instance metadata); the routes a route table may hold are the \
@@ -475,9 +480,9 @@ impl RunArgs {
     pub fn settings(&self) -> Result<RunSettings, UsageError> {
         let p = &self.0;
         let provider = p.string("cloud-provider");
-        if !["hcloud", "aws", "gce", "exec", "fake"].contains(&provider.as_str()) {
+        if !["hcloud", "aws", "gce", "openstack", "exec", "fake"].contains(&provider.as_str()) {
             return Err(UsageError(format!(
-                "--cloud-provider: {provider:?} is not supported; use hcloud, aws, gce, exec or fake"
+                "--cloud-provider: {provider:?} is not supported; use hcloud, aws, gce, openstack, exec or fake"
             )));
         }
         let cluster_cidrs = parse_cluster_cidrs(&p.string("cluster-cidr")).map_err(UsageError)?;
@@ -807,6 +812,11 @@ pub fn connect_provider(
         // gce.conf is gcfg (quoted values, repeated names), read by the provider.
         return gce_provider(cloud_config, metrics, fence);
     }
+    if name == "openstack" {
+        // cloud.conf is gcfg too, read by the provider; the cluster CIDRs decide
+        // which of a shared router's routes are ours.
+        return openstack_provider(cloud_config, cluster_cidrs, metrics, fence);
+    }
     let file = match cloud_config {
         Some(path) => {
             let pairs = read_cloud_config(path)?;
@@ -910,7 +920,7 @@ pub fn connect_provider(
         }
         "exec" => Ok(Arc::new(exec_provider(&file)?.with_fence(fence.clone()))),
         other => Err(ProviderError::Config(UsageError(format!(
-            "--cloud-provider: {other:?} is not supported; use hcloud, aws, gce, exec or fake"
+            "--cloud-provider: {other:?} is not supported; use hcloud, aws, gce, openstack, exec or fake"
         )))),
     }
 }
@@ -972,6 +982,47 @@ fn gce_provider(
     }
     config.metrics = metrics;
     let provider = GceRoutes::connect(config).map_err(|e| match e.outage {
+        true => ProviderError::Outage(e.to_string()),
+        false => ProviderError::Config(UsageError(e.to_string())),
+    })?;
+    Ok(Arc::new(provider.with_fence(fence.clone())))
+}
+
+/// `--cloud-provider=openstack`: cloud-provider-openstack's `cloud.conf` (required),
+/// and the clouds.yaml it names with `use-clouds = true`.
+fn openstack_provider(
+    cloud_config: Option<&PathBuf>,
+    cluster_cidrs: &[crate::model::Cidr],
+    metrics: Option<Arc<crate::metrics::Metrics>>,
+    fence: &Fence,
+) -> Result<Arc<dyn Routes>, ProviderError> {
+    use crate::cloud::openstack::{Config as OpenStackConfig, OpenStackRoutes};
+    let Some(path) = cloud_config else {
+        return Err(ProviderError::Config(UsageError(
+            "--cloud-provider=openstack needs --cloud-config: cloud-provider-openstack's \
+             cloud.conf with [Global] auth-url and credentials and [Route] router-id"
+                .into(),
+        )));
+    };
+    let shown = format!("--cloud-config {}: ", path.display());
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| UsageError(format!("{shown}cannot read: {e}")))?;
+    let (mut config, warnings) = OpenStackConfig::from_cloud_conf(&text, cluster_cidrs, |f| {
+        std::fs::read_to_string(f).map_err(|e| e.to_string())
+    })
+    .map_err(|e| UsageError(format!("{shown}{e}")))?;
+    for warning in warnings {
+        log::warn!("{shown}{warning}");
+    }
+    if cluster_cidrs.is_empty() {
+        return Err(ProviderError::Config(UsageError(
+            "--cloud-provider=openstack needs --cluster-cidr: only the router's routes inside \
+             the cluster CIDRs are this cluster's"
+                .into(),
+        )));
+    }
+    config.metrics = metrics;
+    let provider = OpenStackRoutes::connect(config).map_err(|e| match e.outage {
         true => ProviderError::Outage(e.to_string()),
         false => ProviderError::Config(UsageError(e.to_string())),
     })?;
@@ -1287,7 +1338,10 @@ mod tests {
             no_cidr.0.starts_with("--cluster-cidr is required"),
             "{no_cidr}"
         );
-        assert!(error(&["--cloud-provider=azure"]).contains("use hcloud, aws, gce, exec or fake"));
+        assert!(
+            error(&["--cloud-provider=azure"])
+                .contains("use hcloud, aws, gce, openstack, exec or fake")
+        );
     }
 
     #[test]
@@ -1349,7 +1403,7 @@ mod tests {
         let one_line = text.split_whitespace().collect::<Vec<_>>().join(" ");
         assert!(
             one_line.contains(
-                "the cloud: hcloud, aws, gce, exec (a plugin, see --cloud-config) or fake (required)"
+                "the cloud: hcloud, aws, gce, openstack, exec (a plugin, see --cloud-config) or fake (required)"
             ),
             "{text}"
         );

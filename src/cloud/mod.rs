@@ -12,3 +12,4 @@ pub mod exec;
 pub mod fake;
 pub mod gce;
 pub mod hcloud;
+pub mod openstack;

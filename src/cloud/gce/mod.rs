@@ -31,7 +31,7 @@
 
 mod auth;
 mod compute;
-mod config;
+pub(crate) mod config;
 
 use std::collections::HashMap;
 use std::sync::{Mutex, MutexGuard};

@@ -1,0 +1,771 @@
+//! The OpenStack provider: the extra routes of one Neutron router, each sending a pod
+//! CIDR to a node's InternalIP, configured by cloud-provider-openstack's `cloud.conf`
+//! (or a clouds.yaml entry), so that a cluster switching over adopts its routes.
+//!
+//! - **Ownership**: only routes inside the cluster CIDRs whose next hop is a node's
+//!   port are listed, so a shared router's other routes (operators', other
+//!   clusters', VPN appliances') are never touched; they still count against the
+//!   router's `max_routes` ([`Routes::route_tables`]). A next hop is mapped to its
+//!   node through the router's networks' ports: the port's `device_id` is the
+//!   instance, which is the node's providerID `openstack:///<instance-id>`.
+//! - **List**: `GET /v2.0/routers/{id}`, `GET /v2.0/ports?device_id={router}` (its
+//!   networks) and one `GET /v2.0/ports?network_id=…` per network (the nodes' ports).
+//! - **Batches**: a pass's changes are one write. With the `extraroute-atomic`
+//!   extension: one `add_extraroutes` of every create and one `remove_extraroutes`
+//!   of every delete. Without it: the whole route list, `PUT /v2.0/routers/{id}` with
+//!   `If-Match: revision_number=N`; another writer's change in between (412) causes a
+//!   re-read and a new write, never a lost route.
+//! - **Ports**: a node's pod CIDR is added to its port's `allowed_address_pairs`
+//!   before its route (else Neutron's port security drops the routed packets) and
+//!   removed after the route is gone. A router write that is refused after the port
+//!   update is unwound (the pair removed again); a port update that fails after a
+//!   delete fails that delete, which is retried.
+//!
+//! Every request is counted for the controller's budget. Tokens and secrets are never
+//! logged.
+
+mod config;
+mod keystone;
+mod neutron;
+
+use std::collections::{BTreeSet, HashMap, HashSet};
+use std::net::IpAddr;
+use std::sync::Mutex;
+
+pub use config::{Config, ConfigError, Credentials, DEFAULT_MAX_ROUTES, ProjectRef, UserRef};
+pub use keystone::REFRESH_BEFORE;
+
+use keystone::Keystone;
+use neutron::{AddressPair, Neutron, Port, RouteJson, Router};
+
+use crate::fence::Fence;
+use crate::model::{Cidr, Route};
+use crate::provider::{
+    Budget, CloudError, CloudErrorKind, NodeDirectory, RouteChange, RouteTarget, Routes, TableUsage,
+};
+use crate::sync::lock;
+
+/// The Neutron extension that adds and removes routes one list at a time.
+pub const EXTRAROUTE_ATOMIC: &str = "extraroute-atomic";
+/// `NetworkUnavailable` reason: the node's InternalIP is no port on a network
+/// attached to the router, so the router cannot reach it.
+pub const NO_ROUTER_PORT: &str = "NoPortOnRouterNetwork";
+/// `NetworkUnavailable` reason: the node has no InternalIP of the pod CIDR's family.
+pub const NO_INTERNAL_IP: &str = "NoInternalIP";
+/// How many changes one write carries.
+pub const BATCH_SIZE: usize = 250;
+/// Writes of the whole list tried in one batch when other writers keep changing the
+/// router; then the batch is a conflict, retried with backoff.
+const REVISION_ATTEMPTS: usize = 5;
+
+/// A port of a router network, as last read.
+#[derive(Clone, Debug)]
+struct PortInfo {
+    id: String,
+    device_id: String,
+    pairs: Vec<AddressPair>,
+}
+
+#[derive(Debug, Default)]
+struct State {
+    /// The router's networks, at the last list.
+    networks: Option<HashSet<String>>,
+    /// The ports of those networks by fixed IP, at the last list or looked up since.
+    ports: HashMap<IpAddr, PortInfo>,
+    /// InternalIPs looked up and found on no router network: refused by the
+    /// pre-flight until the next list.
+    portless: HashSet<IpAddr>,
+    /// Routes the router held at the last list or write (anyone's).
+    routes_held: Option<usize>,
+    /// The next hop of each of our routes, by destination.
+    nexthops: HashMap<Cidr, IpAddr>,
+}
+
+/// The OpenStack implementation of [`Routes`]. Safe to share between threads.
+#[derive(Debug)]
+pub struct OpenStackRoutes {
+    neutron: Neutron,
+    router_id: String,
+    atomic: bool,
+    max_routes: usize,
+    cluster_cidrs: Vec<Cidr>,
+    budget: (f64, u32),
+    state: Mutex<State>,
+}
+
+impl OpenStackRoutes {
+    /// Builds the provider: a first token (which checks the credentials and finds the
+    /// network endpoint), the extensions (which mode) and the router (which must
+    /// exist).
+    pub fn connect(config: Config) -> Result<OpenStackRoutes, ConfigError> {
+        let agent = neutron::agent(config.request_timeout);
+        let keystone = Keystone::new(
+            agent.clone(),
+            &config.auth_url,
+            config.region.clone(),
+            config.credentials.clone(),
+        );
+        let neutron = Neutron::new(
+            agent,
+            keystone,
+            config.network_endpoint.clone(),
+            config.request_timeout,
+            config.metrics.clone(),
+        );
+        let at_start = |e: CloudError| ConfigError {
+            outage: matches!(
+                e.kind,
+                CloudErrorKind::Retry { .. }
+                    | CloudErrorKind::Ambiguous
+                    | CloudErrorKind::RateLimited { .. }
+            ),
+            message: e.message,
+        };
+        let atomic = neutron
+            .extensions()
+            .map_err(at_start)?
+            .iter()
+            .any(|a| a == EXTRAROUTE_ATOMIC);
+        let router = neutron.router(&config.router_id).map_err(|e| {
+            let hint = if e.kind == CloudErrorKind::NotFound {
+                "; check [Route] router-id (openstack router list)"
+            } else {
+                ""
+            };
+            at_start(CloudError::new(e.kind, format!("{}{hint}", e.message)))
+        })?;
+        log::info!(
+            "openstack: managing the routes of router {} ({} routes of at most {}), {}",
+            config.router_id,
+            router.routes.len(),
+            config.max_routes,
+            if atomic {
+                "extraroute-atomic: one add_extraroutes and one remove_extraroutes a batch"
+            } else {
+                "no extraroute-atomic: the whole list a batch, guarded by revision_number"
+            }
+        );
+        Ok(OpenStackRoutes {
+            neutron,
+            router_id: config.router_id,
+            atomic,
+            max_routes: config.max_routes,
+            cluster_cidrs: config.cluster_cidrs,
+            budget: (config.requests_per_second, config.burst),
+            state: Mutex::new(State {
+                routes_held: Some(router.routes.len()),
+                ..State::default()
+            }),
+        })
+    }
+
+    /// Every request from now on first passes `fence`: after the lease is lost
+    /// nothing is sent, and a batch stops between its port and router writes.
+    pub fn with_fence(mut self, fence: Fence) -> OpenStackRoutes {
+        self.neutron.set_fence(fence);
+        self
+    }
+
+    /// Whether the router is written with `add_extraroutes`/`remove_extraroutes`.
+    pub fn atomic(&self) -> bool {
+        self.atomic
+    }
+
+    fn ours(&self, destination: &Cidr) -> bool {
+        self.cluster_cidrs.iter().any(|c| {
+            c.is_ipv4() == destination.is_ipv4()
+                && c.prefix() <= destination.prefix()
+                && c.contains(destination.network())
+        })
+    }
+
+    /// The router's networks (from its interface ports) and their ports by fixed IP.
+    fn read_ports(&self) -> Result<(HashSet<String>, HashMap<IpAddr, PortInfo>), CloudError> {
+        let interfaces = self
+            .neutron
+            .ports(&format!("device_id={}", encode(&self.router_id)))?;
+        let networks: HashSet<String> = interfaces.into_iter().map(|p| p.network_id).collect();
+        let mut ports = HashMap::new();
+        for network in networks.iter().collect::<BTreeSet<_>>() {
+            for port in self
+                .neutron
+                .ports(&format!("network_id={}", encode(network)))?
+            {
+                if port.device_id == self.router_id {
+                    continue;
+                }
+                insert_port(&mut ports, port);
+            }
+        }
+        Ok((networks, ports))
+    }
+
+    /// The port of `ip` on a router network: as last read, or looked up.
+    fn port_of(&self, ip: IpAddr) -> Result<Option<PortInfo>, CloudError> {
+        if let Some(p) = lock(&self.state).ports.get(&ip) {
+            return Ok(Some(p.clone()));
+        }
+        let networks = match lock(&self.state).networks.clone() {
+            Some(n) => n,
+            None => {
+                let (n, ports) = self.read_ports()?;
+                let mut state = lock(&self.state);
+                state.networks = Some(n.clone());
+                state.ports.extend(ports);
+                if let Some(p) = state.ports.get(&ip) {
+                    return Ok(Some(p.clone()));
+                }
+                n
+            }
+        };
+        let found = self
+            .neutron
+            .ports(&format!(
+                "fixed_ips={}",
+                encode(&format!("ip_address={ip}"))
+            ))?
+            .into_iter()
+            .find(|p| networks.contains(&p.network_id));
+        let mut state = lock(&self.state);
+        match found {
+            Some(port) => {
+                state.portless.remove(&ip);
+                insert_port(&mut state.ports, port);
+                Ok(state.ports.get(&ip).cloned())
+            }
+            None => {
+                state.portless.insert(ip);
+                Ok(None)
+            }
+        }
+    }
+
+    fn refuse_portless(&self, target: &RouteTarget, ip: IpAddr) -> CloudError {
+        CloudError::refused(
+            NO_ROUTER_PORT,
+            false,
+            format!(
+                "openstack: node {}: its InternalIP {ip} is no port on a network attached to \
+                 router {}, so the router cannot reach it; attach the node's subnet to the \
+                 router (openstack router add subnet {} <subnet>) or fix the node's InternalIP",
+                target.node_name, self.router_id, self.router_id
+            ),
+        )
+    }
+
+    /// The destination and next hop of a create: an InternalIP of the same family.
+    fn create_hop(
+        &self,
+        route: &Route,
+        target: &RouteTarget,
+    ) -> Result<(Cidr, IpAddr), CloudError> {
+        let destination = Cidr::parse(&route.destination_cidr)
+            .map_err(|e| CloudError::invalid(format!("openstack: route destination: {e}")))?;
+        let hop = target
+            .addresses
+            .iter()
+            .filter(|a| a.kind == "InternalIP")
+            .filter_map(|a| a.address.parse::<IpAddr>().ok())
+            .find(|ip| ip.is_ipv4() == destination.is_ipv4());
+        match hop {
+            Some(ip) => Ok((destination, ip)),
+            None => Err(CloudError::refused(
+                NO_INTERNAL_IP,
+                false,
+                format!(
+                    "openstack: node {} has no {} InternalIP for pod CIDR {destination}; the \
+                     route's next hop is the node's InternalIP (set by the cloud-controller-\
+                     manager's node controller or kubelet --node-ip)",
+                    target.node_name,
+                    if destination.is_ipv4() {
+                        "IPv4"
+                    } else {
+                        "IPv6"
+                    }
+                ),
+            )),
+        }
+    }
+
+    /// The next hop of a delete: as listed (the route's name), as created, or the
+    /// node's InternalIP.
+    fn delete_hop(&self, route: &Route) -> Result<(Cidr, Option<IpAddr>), CloudError> {
+        let destination = Cidr::parse(&route.destination_cidr)
+            .map_err(|e| CloudError::invalid(format!("openstack: route destination: {e}")))?;
+        let hop = route
+            .name
+            .parse::<IpAddr>()
+            .ok()
+            .or_else(|| lock(&self.state).nexthops.get(&destination).copied())
+            .or_else(|| {
+                route
+                    .target_node_addresses
+                    .iter()
+                    .filter(|a| a.kind == "InternalIP")
+                    .filter_map(|a| a.address.parse::<IpAddr>().ok())
+                    .find(|ip| ip.is_ipv4() == destination.is_ipv4())
+            });
+        Ok((destination, hop))
+    }
+
+    /// Sets `pairs` on `port`, keeping the cache in step.
+    fn write_pairs(
+        &self,
+        ip: IpAddr,
+        port: &PortInfo,
+        pairs: Vec<AddressPair>,
+    ) -> Result<(), CloudError> {
+        let written = self.neutron.set_address_pairs(&port.id, &pairs)?;
+        if let Some(p) = lock(&self.state).ports.get_mut(&ip) {
+            p.pairs = written.allowed_address_pairs;
+        }
+        Ok(())
+    }
+
+    /// The router write of a batch; `Ok` is the router as written.
+    fn write_router(
+        &self,
+        adds: &[RouteJson],
+        removes: &[RouteJson],
+    ) -> Result<Router, CloudError> {
+        if self.atomic {
+            let mut router = None;
+            if !adds.is_empty() {
+                router = Some(self.neutron.extraroutes(&self.router_id, true, adds)?);
+            }
+            if !removes.is_empty() {
+                router = Some(
+                    self.neutron
+                        .extraroutes(&self.router_id, false, removes)
+                        .map_err(|e| {
+                            // The adds are in; only the removes failed.
+                            PartialWrite::mark(e, !adds.is_empty())
+                        })?,
+                );
+            }
+            return router.ok_or_else(|| CloudError::invalid("openstack: an empty batch"));
+        }
+        let mut last = None;
+        for _ in 0..REVISION_ATTEMPTS {
+            let router = self.neutron.router(&self.router_id)?;
+            let remove: HashSet<&RouteJson> = removes.iter().collect();
+            let mut routes: Vec<RouteJson> = router
+                .routes
+                .iter()
+                .filter(|r| !remove.contains(r))
+                .cloned()
+                .collect();
+            for add in adds {
+                if !routes.contains(add) {
+                    routes.push(add.clone());
+                }
+            }
+            if routes.len() > self.max_routes && routes.len() > router.routes.len() {
+                return Err(CloudError::new(
+                    CloudErrorKind::TableFull,
+                    format!(
+                        "openstack: router {} would hold {} routes, more than max-routes {}; \
+                         raise Neutron's max_routes and [Route] max-routes",
+                        self.router_id,
+                        routes.len(),
+                        self.max_routes
+                    ),
+                ));
+            }
+            match self
+                .neutron
+                .set_routes(&self.router_id, &routes, router.revision_number)
+            {
+                Ok(written) => return Ok(written),
+                // Another writer changed the router since it was read: read it again.
+                Err(e) if e.kind == CloudErrorKind::Conflict => {
+                    log::debug!(
+                        "openstack: router {}: {e}; reading it again",
+                        self.router_id
+                    );
+                    last = Some(e);
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        Err(last
+            .unwrap_or_else(|| CloudError::new(CloudErrorKind::Conflict, "openstack: conflict")))
+    }
+}
+
+/// A failed `remove_extraroutes` after a successful `add_extraroutes` of one batch:
+/// the message says so, and the caller keeps the creates done.
+struct PartialWrite;
+
+impl PartialWrite {
+    const MARK: &'static str = " (the batch's add_extraroutes succeeded)";
+    fn mark(mut e: CloudError, adds_done: bool) -> CloudError {
+        if adds_done {
+            e.message.push_str(Self::MARK);
+        }
+        e
+    }
+    fn adds_done(e: &CloudError) -> bool {
+        e.message.ends_with(Self::MARK)
+    }
+}
+
+fn insert_port(ports: &mut HashMap<IpAddr, PortInfo>, port: Port) {
+    let info = PortInfo {
+        id: port.id,
+        device_id: port.device_id,
+        pairs: port.allowed_address_pairs,
+    };
+    for ip in port.fixed_ips {
+        if let Ok(ip) = ip.ip_address.parse::<IpAddr>() {
+            ports.insert(ip, info.clone());
+        }
+    }
+}
+
+fn encode(s: &str) -> String {
+    percent_encoding::utf8_percent_encode(s, percent_encoding::NON_ALPHANUMERIC).to_string()
+}
+
+/// The instance of a providerID: `openstack:///<id>` or `openstack://<region>/<id>`.
+fn instance_id(provider_id: &str) -> Option<&str> {
+    let rest = provider_id.strip_prefix("openstack://")?;
+    let id = rest.rsplit('/').next()?;
+    (!id.is_empty()).then_some(id)
+}
+
+fn same_pair(pair: &AddressPair, cidr: &Cidr) -> bool {
+    Cidr::parse(&pair.ip_address).ok().as_ref() == Some(cidr)
+}
+
+/// One create of a batch, resolved.
+struct Create {
+    index: usize,
+    destination: Cidr,
+    hop: IpAddr,
+    port: PortInfo,
+}
+
+impl Routes for OpenStackRoutes {
+    fn provider_name(&self) -> &'static str {
+        "openstack"
+    }
+
+    /// A list costs the router, its interfaces and a port list per network (3 with
+    /// one network); a batch its router write (two in atomic mode with creates and
+    /// deletes, a read and a write without) and one port update per node changed,
+    /// charged when the reply says so.
+    fn budget(&self) -> Option<Budget> {
+        Some(
+            Budget::new(self.budget.0, self.budget.1)
+                .requests_per_op(3, 2, 2)
+                .requests_per_batch(if self.atomic { 2 } else { 3 }),
+        )
+    }
+
+    /// The router's routes, anyone's, against Neutron's `max_routes`.
+    fn route_tables(&self) -> Vec<TableUsage> {
+        match lock(&self.state).routes_held {
+            Some(routes) => vec![TableUsage {
+                table: format!("router/{}", self.router_id),
+                routes,
+                limit: self.max_routes,
+            }],
+            None => Vec::new(),
+        }
+    }
+
+    fn batch_size(&self) -> Option<usize> {
+        Some(BATCH_SIZE)
+    }
+
+    /// The node has an InternalIP of the route's family, and it was not found
+    /// portless since the last list.
+    fn preflight(&self, route: &Route, target: &RouteTarget) -> Result<(), CloudError> {
+        let (_, hop) = self.create_hop(route, target)?;
+        if lock(&self.state).portless.contains(&hop) {
+            return Err(self.refuse_portless(target, hop));
+        }
+        Ok(())
+    }
+
+    fn list_routes(
+        &self,
+        cluster_name: &str,
+        nodes: &NodeDirectory,
+    ) -> Result<Vec<Route>, CloudError> {
+        let mut routes = Vec::new();
+        self.list_routes_each(cluster_name, nodes, &mut |r| routes.push(r))?;
+        Ok(routes)
+    }
+
+    fn list_routes_each(
+        &self,
+        _cluster_name: &str,
+        nodes: &NodeDirectory,
+        each: &mut dyn FnMut(Route),
+    ) -> Result<(), CloudError> {
+        let router = self.neutron.router(&self.router_id)?;
+        let (networks, ports) = self.read_ports()?;
+        let by_instance: HashMap<&str, &str> = nodes
+            .provider_ids()
+            .filter_map(|(id, name)| Some((instance_id(id)?, name)))
+            .collect();
+        let mut nexthops = HashMap::new();
+        for r in &router.routes {
+            let (Ok(destination), Ok(hop)) =
+                (Cidr::parse(&r.destination), r.nexthop.parse::<IpAddr>())
+            else {
+                continue;
+            };
+            if !self.ours(&destination) {
+                continue;
+            }
+            // A next hop that is no node's port is someone else's route (a VPN
+            // appliance, another cluster): never ours to delete.
+            let Some(node) = ports
+                .get(&hop)
+                .and_then(|p| by_instance.get(p.device_id.as_str()))
+            else {
+                continue;
+            };
+            nexthops.insert(destination, hop);
+            each(Route {
+                name: hop.to_string(),
+                target_node: (*node).to_string(),
+                destination_cidr: r.destination.clone(),
+                ..Route::default()
+            });
+        }
+        let mut state = lock(&self.state);
+        state.networks = Some(networks);
+        state.ports = ports;
+        state.portless.clear();
+        state.routes_held = Some(router.routes.len());
+        state.nexthops = nexthops;
+        Ok(())
+    }
+
+    fn create_route(
+        &self,
+        cluster_name: &str,
+        name_hint: &str,
+        route: &Route,
+        target: &RouteTarget,
+    ) -> Result<(), CloudError> {
+        let change = RouteChange::Create {
+            route: route.clone(),
+            name_hint: name_hint.to_string(),
+            target: target.clone(),
+        };
+        let mut outcomes = self.apply_changes(cluster_name, std::slice::from_ref(&change))?;
+        outcomes.pop().unwrap_or(Ok(()))
+    }
+
+    fn delete_route(&self, cluster_name: &str, route: &Route) -> Result<(), CloudError> {
+        let change = RouteChange::Delete {
+            route: route.clone(),
+        };
+        let mut outcomes = self.apply_changes(cluster_name, std::slice::from_ref(&change))?;
+        outcomes.pop().unwrap_or(Ok(()))
+    }
+
+    fn apply_changes(
+        &self,
+        _cluster_name: &str,
+        changes: &[RouteChange],
+    ) -> Result<Vec<Result<(), CloudError>>, CloudError> {
+        let mut outcomes: Vec<Result<(), CloudError>> = vec![Ok(()); changes.len()];
+        let mut creates = Vec::new();
+        let mut deletes = Vec::new();
+        for (index, change) in changes.iter().enumerate() {
+            match change {
+                RouteChange::Create { route, target, .. } => {
+                    let resolved = self
+                        .create_hop(route, target)
+                        .and_then(|(destination, hop)| match self.port_of(hop)? {
+                            Some(port) => Ok(Create {
+                                index,
+                                destination,
+                                hop,
+                                port,
+                            }),
+                            None => Err(self.refuse_portless(target, hop)),
+                        });
+                    match resolved {
+                        Ok(c) => creates.push(c),
+                        Err(e)
+                            if matches!(
+                                e.kind,
+                                CloudErrorKind::Refused { .. } | CloudErrorKind::Invalid
+                            ) =>
+                        {
+                            outcomes[index] = Err(e)
+                        }
+                        // A lookup that failed for the cloud's reasons fails the batch.
+                        Err(e) => return Err(e),
+                    }
+                }
+                RouteChange::Delete { route } => match self.delete_hop(route)? {
+                    (destination, Some(hop)) => deletes.push((index, destination, hop)),
+                    // No next hop known: the route is in no list of ours.
+                    (_, None) => {
+                        outcomes[index] = Err(CloudError::new(
+                            CloudErrorKind::NotFound,
+                            format!(
+                                "openstack: no route to {} of ours on router {}",
+                                route.destination_cidr, self.router_id
+                            ),
+                        ))
+                    }
+                },
+            }
+        }
+        // 1. The pod CIDRs into the ports' pairs, before any route sends traffic there.
+        let mut unwind: Vec<(IpAddr, PortInfo)> = Vec::new();
+        let mut by_port: HashMap<String, Vec<usize>> = HashMap::new();
+        for (i, c) in creates.iter().enumerate() {
+            by_port.entry(c.port.id.clone()).or_default().push(i);
+        }
+        let mut ready = vec![true; creates.len()];
+        for members in by_port.values() {
+            let first = &creates[members[0]];
+            let mut pairs = first.port.pairs.clone();
+            for &m in members {
+                let d = &creates[m].destination;
+                if !pairs.iter().any(|p| same_pair(p, d)) {
+                    pairs.push(AddressPair {
+                        ip_address: d.to_string(),
+                        mac_address: None,
+                    });
+                }
+            }
+            if pairs.len() == first.port.pairs.len() {
+                continue;
+            }
+            match self.write_pairs(first.hop, &first.port, pairs) {
+                Ok(()) => unwind.push((first.hop, first.port.clone())),
+                Err(e) => {
+                    for &m in members {
+                        ready[m] = false;
+                        outcomes[creates[m].index] = Err(CloudError::new(
+                            e.kind,
+                            format!(
+                                "{} (port {} of node route {})",
+                                e.message, first.port.id, creates[m].destination
+                            ),
+                        ));
+                    }
+                }
+            }
+        }
+        // 2. The router: every create and delete in one write.
+        let adds: Vec<RouteJson> = creates
+            .iter()
+            .zip(&ready)
+            .filter(|(_, r)| **r)
+            .map(|(c, _)| RouteJson {
+                destination: c.destination.to_string(),
+                nexthop: c.hop.to_string(),
+            })
+            .collect();
+        let removes: Vec<RouteJson> = deletes
+            .iter()
+            .map(|(_, d, h)| RouteJson {
+                destination: d.to_string(),
+                nexthop: h.to_string(),
+            })
+            .collect();
+        if adds.is_empty() && removes.is_empty() {
+            return Ok(outcomes);
+        }
+        let mut deletes_done = true;
+        match self.write_router(&adds, &removes) {
+            Ok(router) => lock(&self.state).routes_held = Some(router.routes.len()),
+            Err(e) if PartialWrite::adds_done(&e) => {
+                deletes_done = false;
+                for (index, _, _) in &deletes {
+                    outcomes[*index] = Err(e.clone());
+                }
+            }
+            Err(e) => {
+                // Refused as a whole: nothing changed, so the pairs go again. After an
+                // ambiguous write the routes may be in; their pairs stay for the retry.
+                if e.kind != CloudErrorKind::Ambiguous {
+                    for (ip, port) in &unwind {
+                        if let Err(u) = self.write_pairs(*ip, port, port.pairs.clone()) {
+                            log::warn!(
+                                "openstack: port {} keeps a pod CIDR in its allowed address \
+                                 pairs after the router write failed; the retry uses it: {u}",
+                                port.id
+                            );
+                        }
+                    }
+                }
+                return Err(e);
+            }
+        }
+        {
+            let mut state = lock(&self.state);
+            for (c, _) in creates.iter().zip(&ready).filter(|(_, r)| **r) {
+                state.nexthops.insert(c.destination, c.hop);
+            }
+        }
+        if !deletes_done {
+            return Ok(outcomes);
+        }
+        // 3. The pairs out of the ports, once no route sends traffic there.
+        for (index, destination, hop) in &deletes {
+            lock(&self.state).nexthops.remove(destination);
+            let port = match self.port_of(*hop) {
+                Ok(Some(p)) => p,
+                // The node's port is gone with its instance: nothing to remove.
+                Ok(None) => continue,
+                Err(e) => {
+                    outcomes[*index] = Err(e);
+                    continue;
+                }
+            };
+            let pairs: Vec<AddressPair> = port
+                .pairs
+                .iter()
+                .filter(|p| !same_pair(p, destination))
+                .cloned()
+                .collect();
+            if pairs.len() == port.pairs.len() {
+                continue;
+            }
+            match self.write_pairs(*hop, &port, pairs) {
+                Ok(())
+                | Err(CloudError {
+                    kind: CloudErrorKind::NotFound,
+                    ..
+                }) => {}
+                Err(e) => {
+                    outcomes[*index] = Err(CloudError::new(
+                        e.kind,
+                        format!(
+                            "{} (the route to {destination} is gone; its pair stays on port {} \
+                             until the delete is retried)",
+                            e.message, port.id
+                        ),
+                    ))
+                }
+            }
+        }
+        Ok(outcomes)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn provider_ids_name_their_instance() {
+        assert_eq!(instance_id("openstack:///abc-1"), Some("abc-1"));
+        assert_eq!(instance_id("openstack://RegionOne/abc-1"), Some("abc-1"));
+        assert_eq!(instance_id("aws:///abc"), None);
+        assert_eq!(instance_id("openstack:///"), None);
+    }
+}
