@@ -205,7 +205,9 @@ impl OpenStackRoutes {
         if let Some(p) = lock(&self.state).ports.get(&ip) {
             return Ok(Some(p.clone()));
         }
-        let networks = match lock(&self.state).networks.clone() {
+        // Bound first: a guard in the match's scrutinee would live through its arms.
+        let known = lock(&self.state).networks.clone();
+        let networks = match known {
             Some(n) => n,
             None => {
                 let (n, ports) = self.read_ports()?;

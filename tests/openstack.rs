@@ -1,0 +1,336 @@
+//! The OpenStack provider against the Keystone and Neutron double
+//! (tests/support/neutron_double.rs, itself checked against gophercloud by
+//! tests/openstack_conformance.rs): one router write per batch in both modes, the
+//! node ports' allowed address pairs around it, ownership on a shared router, the
+//! token's reuse, and each fault mapped to what the controller must do.
+
+#[path = "support/neutron_double.rs"]
+mod neutron_double;
+
+use neutron_double::{Fault, NeutronDouble};
+use route_controller::cloud::openstack::{Config, NO_ROUTER_PORT, OpenStackRoutes};
+use route_controller::{
+    Cidr, CloudErrorKind, Meter, NodeAddress, NodeDirectory, Route, RouteChange, RouteTarget,
+    Routes,
+};
+
+const ROUTER: &str = "router-1";
+const NET: &str = "net-nodes";
+const CLUSTER: &str = "e2e";
+
+fn double(atomic: bool) -> NeutronDouble {
+    let d = NeutronDouble::start(ROUTER, atomic);
+    d.attach_network(NET, "10.0.0.1");
+    for i in 1..=3 {
+        d.add_instance(NET, &format!("inst-{i}"), &format!("10.0.0.1{i}"));
+    }
+    d
+}
+
+fn provider(d: &NeutronDouble) -> OpenStackRoutes {
+    let cidrs = [Cidr::parse("10.244.0.0/16").unwrap()];
+    let (config, _) = Config::from_cloud_conf(&d.cloud_conf(ROUTER), &cidrs, |_| Err("no".into()))
+        .expect("the double's cloud.conf");
+    OpenStackRoutes::connect(config).expect("the provider connects")
+}
+
+fn directory() -> NodeDirectory {
+    let ids: Vec<(String, String)> = (1..=3)
+        .map(|i| (format!("node-{i}"), format!("openstack:///inst-{i}")))
+        .collect();
+    NodeDirectory::new(ids.iter().map(|(n, p)| (n.as_str(), Some(p.as_str()))))
+}
+
+fn create(i: u32) -> RouteChange {
+    RouteChange::Create {
+        route: Route {
+            target_node: format!("node-{i}"),
+            destination_cidr: format!("10.244.{i}.0/24"),
+            ..Route::default()
+        },
+        name_hint: format!("uid-{i}"),
+        target: RouteTarget {
+            node_name: format!("node-{i}"),
+            provider_id: Some(format!("openstack:///inst-{i}")),
+            addresses: vec![NodeAddress::internal_ip(&format!("10.0.0.1{i}"))],
+        },
+    }
+}
+
+fn delete(route: &Route) -> RouteChange {
+    RouteChange::Delete {
+        route: route.clone(),
+    }
+}
+
+fn calls(d: &NeutronDouble) -> Vec<&'static str> {
+    d.requests().iter().map(|r| r.call()).collect()
+}
+
+fn all_ok(outcomes: &[Result<(), route_controller::CloudError>]) {
+    for o in outcomes {
+        assert!(o.is_ok(), "{outcomes:?}");
+    }
+}
+
+#[test]
+fn atomic_mode_writes_a_batch_as_one_add_extraroutes_after_the_ports_pairs() {
+    let d = double(true);
+    let p = provider(&d);
+    assert!(p.atomic());
+    d.clear_requests();
+    let (outcomes, usage) =
+        Meter::measure(|| p.apply_changes(CLUSTER, &[create(1), create(2), create(3)]));
+    all_ok(&outcomes.expect("the batch"));
+    // Without a list before, the router's networks and their ports are read once.
+    assert_eq!(
+        calls(&d),
+        [
+            "ports.list",
+            "ports.list",
+            "ports.update",
+            "ports.update",
+            "ports.update",
+            "routers.add_extraroutes"
+        ],
+        "pairs first, then one write of every route"
+    );
+    assert_eq!(usage.map(|u| u.requests), Some(6));
+    assert_eq!(
+        d.routes(),
+        (1..=3)
+            .map(|i| (format!("10.244.{i}.0/24"), format!("10.0.0.1{i}")))
+            .collect::<Vec<_>>()
+    );
+    assert_eq!(d.pairs_of("10.0.0.12"), ["10.244.2.0/24"]);
+
+    // The list maps each next hop to its node through its port's instance.
+    let listed = p.list_routes(CLUSTER, &directory()).expect("list");
+    let mut nodes: Vec<&str> = listed.iter().map(|r| r.target_node.as_str()).collect();
+    nodes.sort();
+    assert_eq!(nodes, ["node-1", "node-2", "node-3"]);
+
+    d.clear_requests();
+    let deletes: Vec<RouteChange> = listed.iter().take(2).map(delete).collect();
+    all_ok(&p.apply_changes(CLUSTER, &deletes).expect("the deletes"));
+    assert_eq!(
+        calls(&d),
+        ["routers.remove_extraroutes", "ports.update", "ports.update"],
+        "one remove of every route, then the pairs"
+    );
+    assert_eq!(d.routes().len(), 1);
+    assert!(
+        d.pairs_of(&listed[0].name).is_empty(),
+        "the pair goes after its route"
+    );
+}
+
+#[test]
+fn revision_mode_writes_the_whole_list_under_if_match_and_rereads_after_another_writer() {
+    let d = double(false);
+    let p = provider(&d);
+    assert!(!p.atomic());
+    p.list_routes(CLUSTER, &directory()).expect("list");
+    d.clear_requests();
+    // Another writer changes the router between our read and our write.
+    d.inject(
+        "GET",
+        "/v2.0/routers/",
+        1,
+        Fault::WriterAfter("192.168.0.0/24".into(), "10.0.0.99".into()),
+    );
+    all_ok(
+        &p.apply_changes(CLUSTER, &[create(1), create(2)])
+            .expect("the batch"),
+    );
+    let writes: Vec<_> = d
+        .requests()
+        .into_iter()
+        .filter(|r| r.call() == "routers.update")
+        .collect();
+    assert_eq!(writes.len(), 2, "{:?}", calls(&d));
+    assert_eq!(
+        writes[0].status, 412,
+        "the first write meets the other writer's revision"
+    );
+    assert_eq!(writes[1].status, 200);
+    assert!(writes.iter().all(|w| {
+        w.if_match
+            .as_deref()
+            .is_some_and(|m| m.starts_with("revision_number="))
+    }));
+    let routes = d.routes();
+    assert!(
+        routes.contains(&("192.168.0.0/24".into(), "10.0.0.99".into())),
+        "the other writer's route is kept: {routes:?}"
+    );
+    assert!(routes.contains(&("10.244.1.0/24".into(), "10.0.0.11".into())));
+    assert!(routes.contains(&("10.244.2.0/24".into(), "10.0.0.12".into())));
+}
+
+#[test]
+fn a_shared_routers_other_routes_are_not_listed_but_count_against_max_routes() {
+    let d = double(true);
+    d.add_port(NET, "vpn-appliance", "compute:nova", "10.0.0.50");
+    d.put_route("10.244.1.0/24", "10.0.0.11"); // ours: a node's port
+    d.put_route("10.244.9.0/24", "10.0.0.50"); // in the cluster CIDR, to no node
+    d.put_route("10.244.8.0/24", "10.0.0.77"); // in the cluster CIDR, to nobody
+    d.put_route("172.16.0.0/16", "10.0.0.12"); // outside the cluster CIDRs
+    d.set_max_routes(40);
+    let p = provider(&d);
+    let listed = p.list_routes(CLUSTER, &directory()).expect("list");
+    assert_eq!(listed.len(), 1, "{listed:?}");
+    assert_eq!(listed[0].target_node, "node-1");
+    let tables = p.route_tables();
+    // The limit is cloud.conf's max-routes (Neutron's default, 30, here): Neutron
+    // does not tell its max_routes.
+    assert_eq!((tables[0].routes, tables[0].limit), (4, 30));
+}
+
+#[test]
+fn past_max_routes_the_write_is_table_full_and_the_pairs_are_unwound() {
+    let d = double(true);
+    d.set_max_routes(2);
+    let p = provider(&d);
+    p.list_routes(CLUSTER, &directory()).expect("list");
+    let e = p
+        .apply_changes(CLUSTER, &[create(1), create(2), create(3)])
+        .unwrap_err();
+    assert_eq!(e.kind, CloudErrorKind::TableFull, "{e}");
+    assert!(e.message.contains("max_routes"), "{e}");
+    assert!(d.routes().is_empty());
+    assert!(
+        d.pairs_of("10.0.0.11").is_empty(),
+        "a refused write leaves no pair behind"
+    );
+}
+
+#[test]
+fn a_lost_reply_to_the_router_write_is_ambiguous_and_keeps_the_pairs() {
+    let d = double(true);
+    let p = provider(&d);
+    p.list_routes(CLUSTER, &directory()).expect("list");
+    d.inject("PUT", "/v2.0/routers/", 1, Fault::LostReply);
+    let e = p.apply_changes(CLUSTER, &[create(1)]).unwrap_err();
+    assert_eq!(e.kind, CloudErrorKind::Ambiguous, "{e}");
+    // The route went in; its pair must stay, or its traffic would be dropped.
+    assert_eq!(d.routes().len(), 1);
+    assert_eq!(d.pairs_of("10.0.0.11"), ["10.244.1.0/24"]);
+    // 5xx on a write is ambiguous too; 409 a conflict.
+    d.inject(
+        "PUT",
+        "/v2.0/routers/",
+        1,
+        Fault::error(503, "ServiceUnavailable"),
+    );
+    assert_eq!(
+        p.apply_changes(CLUSTER, &[create(2)]).unwrap_err().kind,
+        CloudErrorKind::Ambiguous
+    );
+    d.inject("PUT", "/v2.0/routers/", 1, Fault::error(409, "RouterInUse"));
+    assert_eq!(
+        p.apply_changes(CLUSTER, &[create(3)]).unwrap_err().kind,
+        CloudErrorKind::Conflict
+    );
+    assert!(
+        d.pairs_of("10.0.0.13").is_empty(),
+        "the refused write's pair was unwound"
+    );
+}
+
+#[test]
+fn a_failed_port_update_after_a_delete_fails_that_delete_and_its_retry_finishes_it() {
+    let d = double(true);
+    let p = provider(&d);
+    all_ok(&p.apply_changes(CLUSTER, &[create(1)]).expect("create"));
+    let listed = p.list_routes(CLUSTER, &directory()).expect("list");
+    d.inject(
+        "PUT",
+        "/v2.0/ports/",
+        1,
+        Fault::error(500, "InternalServerError"),
+    );
+    let outcomes = p
+        .apply_changes(CLUSTER, &[delete(&listed[0])])
+        .expect("the batch");
+    assert!(outcomes[0].is_err(), "{outcomes:?}");
+    assert!(d.routes().is_empty(), "the route is gone first");
+    assert_eq!(d.pairs_of("10.0.0.11"), ["10.244.1.0/24"]);
+    all_ok(
+        &p.apply_changes(CLUSTER, &[delete(&listed[0])])
+            .expect("the retry"),
+    );
+    assert!(d.pairs_of("10.0.0.11").is_empty());
+}
+
+#[test]
+fn a_node_whose_internal_ip_has_no_port_on_a_router_network_is_refused_with_the_fix() {
+    let d = double(true);
+    d.add_instance("net-elsewhere", "inst-4", "10.9.0.4");
+    let p = provider(&d);
+    p.list_routes(CLUSTER, &directory()).expect("list");
+    let mut change = create(1);
+    if let RouteChange::Create { target, .. } = &mut change {
+        target.addresses = vec![NodeAddress::internal_ip("10.9.0.4")];
+    }
+    let outcomes = p
+        .apply_changes(CLUSTER, &[change.clone(), create(2)])
+        .expect("the batch");
+    let e = outcomes[0].as_ref().unwrap_err();
+    assert_eq!(
+        e.kind,
+        CloudErrorKind::Refused {
+            reason: NO_ROUTER_PORT,
+            lasting: false
+        },
+        "{e}"
+    );
+    assert!(e.message.contains("openstack router add subnet"), "{e}");
+    assert!(outcomes[1].is_ok(), "the rest of the batch goes");
+    let RouteChange::Create { route, target, .. } = &change else {
+        unreachable!()
+    };
+    assert!(
+        p.preflight(route, target).is_err(),
+        "the pre-flight knows it until the next list"
+    );
+}
+
+#[test]
+fn the_token_is_reused_until_revoked_then_reissued_once_and_never_shown() {
+    let d = double(true);
+    let p = provider(&d);
+    for _ in 0..3 {
+        p.list_routes(CLUSTER, &directory()).expect("list");
+    }
+    assert_eq!(d.tokens_issued(), 1);
+    d.revoke_tokens();
+    p.list_routes(CLUSTER, &directory())
+        .expect("list after a 401");
+    assert_eq!(d.tokens_issued(), 2);
+    let shown = format!("{p:?}");
+    assert!(
+        !shown.contains("s3cret") && !shown.contains("gAAAAA"),
+        "{shown}"
+    );
+    let body = &d.auth_bodies()[0];
+    assert_eq!(
+        body["auth"]["identity"]["methods"][0],
+        "application_credential"
+    );
+}
+
+#[test]
+fn a_token_near_its_end_is_replaced_before_it_is_used() {
+    let d = double(true);
+    d.set_token_lifetime(1);
+    let p = provider(&d);
+    p.list_routes(CLUSTER, &directory()).expect("list");
+    std::thread::sleep(std::time::Duration::from_millis(600));
+    p.list_routes(CLUSTER, &directory()).expect("list");
+    assert_eq!(
+        d.tokens_issued(),
+        2,
+        "a 1 s token is kept for half its life"
+    );
+}
