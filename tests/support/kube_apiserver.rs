@@ -828,6 +828,14 @@ const GCE_CONFORMANCE: GoProgram = GoProgram {
     what: "the compute/v1 conformance driver (tests/kube-apiserver/gce-conformance)",
 };
 
+/// gophercloud v2 driving the Keystone and Neutron double
+/// (`tests/kube-apiserver/openstack-conformance`); see [`openstack_conformance_binary`].
+const OPENSTACK_CONFORMANCE: GoProgram = GoProgram {
+    package: "openstack-conformance",
+    binary: "openstack-conformance",
+    what: "the gophercloud conformance driver (tests/kube-apiserver/openstack-conformance)",
+};
+
 /// Upstream's route controller with cloud-provider-aws's real `Routes`
 /// (`tests/kube-apiserver/aws-route-controller`); see [`aws_route_controller_binary`].
 const AWS_ROUTE_CONTROLLER: GoProgram = GoProgram {
@@ -851,6 +859,7 @@ const OTHER_PROGRAMS: &[&str] = &[
     HCLOUD_CONFORMANCE.package,
     AZURE_CONFORMANCE.package,
     GCE_CONFORMANCE.package,
+    OPENSTACK_CONFORMANCE.package,
     AWS_ROUTE_CONTROLLER.package,
     CCM_FLAGS.package,
 ];
@@ -893,6 +902,14 @@ pub fn azure_conformance_binary() -> &'static Path {
 pub fn gce_conformance_binary() -> &'static Path {
     static BINARY: OnceLock<PathBuf> = OnceLock::new();
     BINARY.get_or_init(|| build_go_program(&GCE_CONFORMANCE))
+}
+
+/// The `openstack-conformance` binary: gophercloud v2 (the version pinned in
+/// go.mod) running one scenario against the Neutron double, used by
+/// `tests/openstack_conformance.rs`. Built like the harness.
+pub fn openstack_conformance_binary() -> &'static Path {
+    static BINARY: OnceLock<PathBuf> = OnceLock::new();
+    BINARY.get_or_init(|| build_go_program(&OPENSTACK_CONFORMANCE))
 }
 
 /// The `aws-route-controller` binary: upstream's route controller with

@@ -5,7 +5,7 @@
 //! - `POST /v3/auth/tokens`: application-credential or password auth; the token in
 //!   `X-Subject-Token`, `expires_at`/`issued_at` and a catalog with the network
 //!   endpoint of region `RegionOne`;
-//! - `GET /v2.0/extensions` (with or without `extraroute-atomic`);
+//! - `GET /` (the version document) and `GET /v2.0/extensions` (with or without `extraroute-atomic`);
 //! - `GET/PUT /v2.0/routers/{id}` (`revision_number` bumped on every change; `PUT`
 //!   honours `If-Match: revision_number=N` with 412), `PUT …/add_extraroutes` and
 //!   `…/remove_extraroutes` (only with the atomic extension), Neutron's
@@ -483,6 +483,15 @@ fn route(inner: &Inner, s: &mut State, request: &Request, path: &str) -> Outcome
     if request.method == "POST" && path == "/v3/auth/tokens" {
         return issue_token(inner, s, request);
     }
+    // Neutron's version document, which clients read without a token.
+    if request.method == "GET" && (path.is_empty() || path == "/") {
+        let href = format!("{}/network/v2.0/", inner.base);
+        return reply(
+            200,
+            json!({"versions": [{"id": "v2.0", "status": "CURRENT",
+            "links": [{"href": href, "rel": "self"}]}]}),
+        );
+    }
     let authorized = request
         .header("X-Auth-Token")
         .is_some_and(|t| s.tokens.iter().any(|k| k == t));
@@ -657,8 +666,8 @@ fn router_json(s: &State) -> Value {
     json!({
         "id": s.router_id, "name": "cluster-router", "description": "", "status": "ACTIVE",
         "admin_state_up": true, "tenant_id": "project-1", "project_id": "project-1",
-        "distributed": false, "ha": false, "availability_zone_hints": [],
-        "availability_zones": ["nova"], "external_gateway_info": null, "tags": [],
+        "distributed": false, "availability_zone_hints": [],
+        "external_gateway_info": null, "tags": [],
         "routes": routes, "revision_number": s.revision,
         "created_at": "2026-01-01T00:00:00Z", "updated_at": "2026-01-01T00:00:00Z",
     })
