@@ -261,13 +261,13 @@ func main() {
 // pieces.
 type tokenBody struct {
 	Token struct {
-		ExpiresAt string     `json:"expires_at"`
-		IssuedAt  string     `json:"issued_at"`
-		Methods   []string   `json:"methods"`
-		AuditIDs  []string   `json:"audit_ids"`
-		User      idName     `json:"user"`
-		Project   idName     `json:"project"`
-		Roles     []idName   `json:"roles"`
+		ExpiresAt string   `json:"expires_at"`
+		IssuedAt  string   `json:"issued_at"`
+		Methods   []string `json:"methods"`
+		AuditIDs  []string `json:"audit_ids"`
+		User      idName   `json:"user"`
+		Project   idName   `json:"project"`
+		Roles     []idName `json:"roles"`
 		Catalog   []struct {
 			Type      string `json:"type"`
 			ID        string `json:"id"`
