@@ -256,5 +256,24 @@ fn a_second_writer_of_the_router_causes_a_reread_and_nothing_is_lost() {
         .filter(|r| r.status == 412)
         .count();
     assert_eq!(refused, 1, "{:?}", os.double.requests());
+    // The provider read the router again within the batch: the controller never saw
+    // a conflict to retry.
+    let conflicts = ctl.metric_sum(
+        "route_controller_cloud_requests_total",
+        &[("provider", "openstack"), ("outcome", "conflict")],
+    );
+    assert_eq!(conflicts, 0.0);
+    let applied = ctl.metric_sum(
+        "route_controller_cloud_requests_total",
+        &[
+            ("provider", "openstack"),
+            ("operation", "apply"),
+            ("outcome", "success"),
+        ],
+    );
+    assert!(
+        applied >= 2.0,
+        "two batches: node-0, then node-1 and node-2 ({applied})"
+    );
     ctl.terminate();
 }

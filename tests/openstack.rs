@@ -334,3 +334,33 @@ fn a_token_near_its_end_is_replaced_before_it_is_used() {
         "a 1 s token is kept for half its life"
     );
 }
+
+#[test]
+fn a_password_is_sent_scoped_to_its_project_and_wrong_credentials_name_the_fix() {
+    let d = double(true);
+    let cidrs = [Cidr::parse("10.244.0.0/16").unwrap()];
+    let conf = format!(
+        "[Global]\nauth-url = {}\nregion = RegionOne\nusername = routes\npassword = pw\ntenant-name = cluster\n\
+         domain-name = Default\n[Route]\nrouter-id = {ROUTER}\n",
+        d.auth_url()
+    );
+    let (config, _) = Config::from_cloud_conf(&conf, &cidrs, |_| Err("no".into())).unwrap();
+    let p = OpenStackRoutes::connect(config).expect("a password connects");
+    p.list_routes(CLUSTER, &directory()).expect("list");
+    let body = &d.auth_bodies()[0]["auth"];
+    assert_eq!(body["identity"]["password"]["user"]["name"], "routes");
+    assert_eq!(
+        body["identity"]["password"]["user"]["domain"]["name"],
+        "Default"
+    );
+    assert_eq!(body["scope"]["project"]["name"], "cluster");
+
+    let wrong = conf.replace("password = pw", "password = nope");
+    let (config, _) = Config::from_cloud_conf(&wrong, &cidrs, |_| Err("no".into())).unwrap();
+    let e = OpenStackRoutes::connect(config).unwrap_err();
+    assert!(!e.outage, "a refusal is a setting to fix, not an outage");
+    assert!(
+        e.message.contains("refused the credentials") && !e.message.contains("nope"),
+        "{e}"
+    );
+}
