@@ -364,3 +364,31 @@ fn a_password_is_sent_scoped_to_its_project_and_wrong_credentials_name_the_fix()
         "{e}"
     );
 }
+
+#[test]
+fn when_remove_extraroutes_fails_after_add_extraroutes_the_creates_stand_and_the_deletes_fail() {
+    let d = double(true);
+    let p = provider(&d);
+    all_ok(&p.apply_changes(CLUSTER, &[create(1)]).expect("create"));
+    let listed = p.list_routes(CLUSTER, &directory()).expect("list");
+    d.inject(
+        "PUT",
+        "/v2.0/routers/router-1/remove_extraroutes",
+        1,
+        Fault::error(503, "ServiceUnavailable"),
+    );
+    let outcomes = p
+        .apply_changes(CLUSTER, &[create(2), delete(&listed[0])])
+        .expect("the add went in, so the batch reports per route");
+    assert!(outcomes[0].is_ok(), "{outcomes:?}");
+    assert_eq!(
+        outcomes[1].as_ref().unwrap_err().kind,
+        CloudErrorKind::Ambiguous
+    );
+    assert_eq!(
+        d.pairs_of("10.0.0.11"),
+        ["10.244.1.0/24"],
+        "the delete's pair stays with its route"
+    );
+    assert_eq!(d.routes().len(), 2);
+}

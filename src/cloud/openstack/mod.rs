@@ -329,23 +329,22 @@ impl OpenStackRoutes {
         &self,
         adds: &[RouteJson],
         removes: &[RouteJson],
-    ) -> Result<Router, CloudError> {
+    ) -> Result<Router, WriteFailure> {
         if self.atomic {
             let mut router = None;
             if !adds.is_empty() {
                 router = Some(self.neutron.extraroutes(&self.router_id, true, adds)?);
             }
             if !removes.is_empty() {
-                router = Some(
-                    self.neutron
-                        .extraroutes(&self.router_id, false, removes)
-                        .map_err(|e| {
-                            // The adds are in; only the removes failed.
-                            PartialWrite::mark(e, !adds.is_empty())
-                        })?,
-                );
+                match self.neutron.extraroutes(&self.router_id, false, removes) {
+                    Ok(r) => router = Some(r),
+                    Err(e) if router.is_some() => return Err(WriteFailure::Removes(e)),
+                    Err(e) => return Err(WriteFailure::Whole(e)),
+                }
             }
-            return router.ok_or_else(|| CloudError::invalid("openstack: an empty batch"));
+            return router.ok_or_else(|| {
+                WriteFailure::Whole(CloudError::invalid("openstack: an empty batch"))
+            });
         }
         let mut last = None;
         for _ in 0..REVISION_ATTEMPTS {
@@ -363,7 +362,7 @@ impl OpenStackRoutes {
                 }
             }
             if routes.len() > self.max_routes && routes.len() > router.routes.len() {
-                return Err(CloudError::new(
+                return Err(WriteFailure::Whole(CloudError::new(
                     CloudErrorKind::TableFull,
                     format!(
                         "openstack: router {} would hold {} routes, more than max-routes {}; \
@@ -372,7 +371,7 @@ impl OpenStackRoutes {
                         routes.len(),
                         self.max_routes
                     ),
-                ));
+                )));
             }
             match self
                 .neutron
@@ -387,28 +386,26 @@ impl OpenStackRoutes {
                     );
                     last = Some(e);
                 }
-                Err(e) => return Err(e),
+                Err(e) => return Err(e.into()),
             }
         }
-        Err(last
-            .unwrap_or_else(|| CloudError::new(CloudErrorKind::Conflict, "openstack: conflict")))
+        Err(WriteFailure::Whole(last.unwrap_or_else(|| {
+            CloudError::new(CloudErrorKind::Conflict, "openstack: conflict")
+        })))
     }
 }
 
-/// A failed `remove_extraroutes` after a successful `add_extraroutes` of one batch:
-/// the message says so, and the caller keeps the creates done.
-struct PartialWrite;
+/// How a batch's router write failed.
+enum WriteFailure {
+    /// Nothing of the batch went in (or, if ambiguous, anything may have).
+    Whole(CloudError),
+    /// The batch's `add_extraroutes` went in; its `remove_extraroutes` failed.
+    Removes(CloudError),
+}
 
-impl PartialWrite {
-    const MARK: &'static str = " (the batch's add_extraroutes succeeded)";
-    fn mark(mut e: CloudError, adds_done: bool) -> CloudError {
-        if adds_done {
-            e.message.push_str(Self::MARK);
-        }
-        e
-    }
-    fn adds_done(e: &CloudError) -> bool {
-        e.message.ends_with(Self::MARK)
+impl From<CloudError> for WriteFailure {
+    fn from(e: CloudError) -> WriteFailure {
+        WriteFailure::Whole(e)
     }
 }
 
@@ -684,13 +681,14 @@ impl Routes for OpenStackRoutes {
         let mut deletes_done = true;
         match self.write_router(&adds, &removes) {
             Ok(router) => lock(&self.state).routes_held = Some(router.routes.len()),
-            Err(e) if PartialWrite::adds_done(&e) => {
+            Err(WriteFailure::Removes(e)) => {
+                // The creates are in; the deletes are retried.
                 deletes_done = false;
                 for (index, _, _) in &deletes {
                     outcomes[*index] = Err(e.clone());
                 }
             }
-            Err(e) => {
+            Err(WriteFailure::Whole(e)) => {
                 // Refused as a whole: nothing changed, so the pairs go again. After an
                 // ambiguous write the routes may be in; their pairs stay for the retry.
                 if e.kind != CloudErrorKind::Ambiguous {
