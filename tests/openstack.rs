@@ -392,3 +392,26 @@ fn when_remove_extraroutes_fails_after_add_extraroutes_the_creates_stand_and_the
     );
     assert_eq!(d.routes().len(), 2);
 }
+
+#[test]
+fn a_port_without_port_security_needs_no_pair_and_gets_no_update() {
+    let d = double(true);
+    d.disable_port_security("10.0.0.11");
+    let p = provider(&d);
+    p.list_routes(CLUSTER, &directory()).expect("list");
+    d.clear_requests();
+    all_ok(
+        &p.apply_changes(CLUSTER, &[create(1), create(2)])
+            .expect("the batch"),
+    );
+    assert_eq!(
+        calls(&d),
+        ["ports.update", "routers.add_extraroutes"],
+        "node-2's port only"
+    );
+    let listed = p.list_routes(CLUSTER, &directory()).expect("list");
+    d.clear_requests();
+    let deletes: Vec<RouteChange> = listed.iter().map(delete).collect();
+    all_ok(&p.apply_changes(CLUSTER, &deletes).expect("the deletes"));
+    assert_eq!(calls(&d), ["routers.remove_extraroutes", "ports.update"]);
+}

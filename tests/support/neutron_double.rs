@@ -96,6 +96,8 @@ pub struct PortEntry {
     pub mac: String,
     pub pairs: Vec<String>,
     pub revision: u64,
+    /// Port security off: Neutron refuses allowed address pairs on it.
+    pub security_off: bool,
 }
 
 struct State {
@@ -244,6 +246,7 @@ impl NeutronDouble {
                 mac,
                 pairs: Vec::new(),
                 revision: 1,
+                security_off: false,
             },
         );
         id
@@ -252,6 +255,13 @@ impl NeutronDouble {
     /// A Nova instance's port on `network`.
     pub fn add_instance(&self, network: &str, instance_id: &str, ip: &str) -> String {
         self.add_port(network, instance_id, "compute:nova", ip)
+    }
+
+    /// Turns port security off on the port with fixed IP `ip`.
+    pub fn disable_port_security(&self, ip: &str) {
+        for p in self.state().ports.values_mut().filter(|p| p.ip == ip) {
+            p.security_off = true;
+        }
     }
 
     pub fn remove_port(&self, id: &str) {
@@ -621,6 +631,13 @@ fn route(inner: &Inner, s: &mut State, request: &Request, path: &str) -> Outcome
                     &format!("Port {id} could not be found."),
                 );
             };
+            if port.security_off && !pairs.is_empty() {
+                return neutron_error(
+                    409,
+                    "AddressPairAndPortSecurityRequired",
+                    "Port Security must be enabled in order to have allowed address pairs on a port.",
+                );
+            }
             port.pairs = pairs
                 .iter()
                 .filter_map(|p| p["ip_address"].as_str().map(str::to_string))
@@ -674,6 +691,16 @@ fn router_json(s: &State) -> Value {
 }
 
 fn port_json(p: &PortEntry) -> Value {
+    let mut port = port_fields(p);
+    // The port-security extension's field, shown where it matters (gophercloud's
+    // ports.Port lacks it; its portsecurity extension adds it).
+    if p.security_off {
+        port["port_security_enabled"] = json!(false);
+    }
+    port
+}
+
+fn port_fields(p: &PortEntry) -> Value {
     let pairs: Vec<Value> = p
         .pairs
         .iter()

@@ -64,6 +64,8 @@ struct PortInfo {
     id: String,
     device_id: String,
     pairs: Vec<AddressPair>,
+    /// Port security is off: any source address passes, no pair is needed.
+    open: bool,
 }
 
 #[derive(Debug, Default)]
@@ -414,6 +416,7 @@ fn insert_port(ports: &mut HashMap<IpAddr, PortInfo>, port: Port) {
         id: port.id,
         device_id: port.device_id,
         pairs: port.allowed_address_pairs,
+        open: port.port_security_enabled == Some(false),
     };
     for ip in port.fixed_ips {
         if let Ok(ip) = ip.ip_address.parse::<IpAddr>() {
@@ -623,7 +626,7 @@ impl Routes for OpenStackRoutes {
         // 1. The pod CIDRs into the ports' pairs, before any route sends traffic there.
         let mut unwind: Vec<(IpAddr, PortInfo)> = Vec::new();
         let mut by_port: HashMap<String, Vec<usize>> = HashMap::new();
-        for (i, c) in creates.iter().enumerate() {
+        for (i, c) in creates.iter().enumerate().filter(|(_, c)| !c.port.open) {
             by_port.entry(c.port.id.clone()).or_default().push(i);
         }
         let mut ready = vec![true; creates.len()];
@@ -732,7 +735,7 @@ impl Routes for OpenStackRoutes {
                 .filter(|p| !same_pair(p, destination))
                 .cloned()
                 .collect();
-            if pairs.len() == port.pairs.len() {
+            if port.open || pairs.len() == port.pairs.len() {
                 continue;
             }
             match self.write_pairs(*hop, &port, pairs) {

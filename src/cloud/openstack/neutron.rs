@@ -54,6 +54,9 @@ pub(super) struct Port {
     pub device_owner: String,
     pub fixed_ips: Vec<FixedIp>,
     pub allowed_address_pairs: Vec<AddressPair>,
+    /// The port-security extension's switch; `Some(false)`: Neutron checks no
+    /// source address on this port, so it needs no pairs (and refuses them).
+    pub port_security_enabled: Option<bool>,
 }
 
 #[derive(Clone, Debug, Default, Deserialize)]
