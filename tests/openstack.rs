@@ -415,3 +415,15 @@ fn a_port_without_port_security_needs_no_pair_and_gets_no_update() {
     all_ok(&p.apply_changes(CLUSTER, &deletes).expect("the deletes"));
     assert_eq!(calls(&d), ["routers.remove_extraroutes", "ports.update"]);
 }
+
+#[test]
+fn revision_mode_removes_a_route_the_router_spells_otherwise() {
+    let d = double(false);
+    // As another tool may have written it: a host part in the destination.
+    d.put_route("10.244.1.7/24", "10.0.0.11");
+    let p = provider(&d);
+    let listed = p.list_routes(CLUSTER, &directory()).expect("list");
+    assert_eq!(listed.len(), 1, "{listed:?}");
+    all_ok(&p.apply_changes(CLUSTER, &[delete(&listed[0])]).expect("the delete"));
+    assert!(d.routes().is_empty(), "{:?}", d.routes());
+}

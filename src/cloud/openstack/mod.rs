@@ -351,15 +351,20 @@ impl OpenStackRoutes {
         let mut last = None;
         for _ in 0..REVISION_ATTEMPTS {
             let router = self.neutron.router(&self.router_id)?;
-            let remove: HashSet<&RouteJson> = removes.iter().collect();
+            // Compared as parsed networks and addresses: the router may spell a
+            // route otherwise than we do.
+            let remove: HashSet<(Cidr, IpAddr)> = removes.iter().filter_map(parsed).collect();
             let mut routes: Vec<RouteJson> = router
                 .routes
                 .iter()
-                .filter(|r| !remove.contains(r))
+                .filter(|r| parsed(r).is_none_or(|p| !remove.contains(&p)))
                 .cloned()
                 .collect();
             for add in adds {
-                if !routes.contains(add) {
+                if !routes
+                    .iter()
+                    .any(|r| parsed(r).is_some() && parsed(r) == parsed(add))
+                {
                     routes.push(add.clone());
                 }
             }
@@ -409,6 +414,12 @@ impl From<CloudError> for WriteFailure {
     fn from(e: CloudError) -> WriteFailure {
         WriteFailure::Whole(e)
     }
+}
+
+/// A route's destination and next hop, parsed; `None` for one Neutron should never
+/// hold, which is then kept as it is.
+fn parsed(r: &RouteJson) -> Option<(Cidr, IpAddr)> {
+    Some((Cidr::parse(&r.destination).ok()?, r.nexthop.parse().ok()?))
 }
 
 fn insert_port(ports: &mut HashMap<IpAddr, PortInfo>, port: Port) {
