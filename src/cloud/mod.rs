@@ -1,5 +1,5 @@
 //! The providers behind the [`Routes`] interface: Hetzner Cloud
-//! ([`hcloud`]), AWS EC2 ([`aws`]) and an in-memory cloud ([`fake`]) for tests,
+//! ([`hcloud`]), AWS EC2 ([`aws`]), Azure route tables ([`azure`]) and an in-memory cloud ([`fake`]) for tests,
 //! simulations and trying things out.
 //!
 //! The interface itself lives in the core (`crate::provider`, re-exported at the crate
@@ -8,5 +8,6 @@
 pub use crate::provider::{CloudError, CloudErrorKind, NodeDirectory, RouteTarget, Routes};
 
 pub mod aws;
+pub mod azure;
 pub mod fake;
 pub mod hcloud;

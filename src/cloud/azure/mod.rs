@@ -1,0 +1,1050 @@
+//! The Azure provider: the routes of one route table, each sending a pod CIDR to the
+//! private IP of a node's VM (`VirtualAppliance` next hop), named as
+//! cloud-provider-azure names them so that a cluster switching over adopts its routes
+//! with zero writes.
+//!
+//! - **List**: one `GET` of the route table. The table (its ETag and every route, the
+//!   cluster's and others') is kept for the next write. A route's node is read from its
+//!   name ([`node_of_route_name`]); a route whose next hop is `None` is a blackhole.
+//! - **Apply** ([`Routes::apply_changes`]): the batch's creates and deletes are merged
+//!   into the table last read, and the table is written whole in one `PUT` with
+//!   `If-Match: <ETag>`, its long-running operation polled to the end, and the table
+//!   read back: a change is reported done only if the table read back holds it. A 412
+//!   (another writer changed the table since our read) re-reads the table and merges
+//!   again once; a second 412 fails the batch as a conflict, and the controller lists
+//!   and re-plans. A batch whose changes the table already holds writes nothing.
+//! - **Pre-flight**: a create needs the node VM's NIC to have IP forwarding on, or
+//!   Azure drops the pod traffic the route sends there without a word (cloud-provider-
+//!   azure does not check). The NIC is found from the node's providerID (VM `GET`, NIC
+//!   `GET`) and cached, so steady state sends no lookup.
+//!
+//! The request budget is the controller's: the provider declares it (a share of ARM's
+//! per-subscription token buckets) and reports ARM's `x-ms-ratelimit-remaining-*` and
+//! `Retry-After` with every reply. Writes to the table run one at a time, as ARM
+//! serialises them anyway (`RetryableErrorDueToAnotherOperation`).
+//!
+//! This provider never decides which routes to delete (the controller's cluster-CIDR
+//! rule does), never changes a route it was not asked to change (others' routes are
+//! written back byte for byte as read), and never logs a token or secret.
+
+mod arm;
+mod auth;
+mod config;
+
+use std::collections::HashMap;
+use std::net::IpAddr;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+pub use config::{
+    Config, ConfigError, DEFAULT_ROUTE_TABLE_LIMIT, ENV_AUTHORITY_HOST, ENV_CLIENT_ID,
+    ENV_CLIENT_SECRET, ENV_ENVIRONMENT_FILEPATH, ENV_FEDERATED_TOKEN_FILE, ENV_IMDS_ENDPOINT,
+    ENV_TENANT_ID, Endpoints, Identity, KEYS,
+};
+
+use arm::{Arm, ArmError};
+
+use crate::fence::Fence;
+use crate::model::{Cidr, Route};
+use crate::provider::{
+    Budget, CloudError, CloudErrorKind, NodeDirectory, RouteChange, RouteTarget, Routes, TableUsage,
+};
+
+/// The Microsoft.Network API version of route tables and NICs.
+pub const NETWORK_API_VERSION: &str = "2024-05-01";
+/// The Microsoft.Compute API version of VMs and scale-set VMs.
+pub const COMPUTE_API_VERSION: &str = "2024-07-01";
+/// Scale-set VM NICs live under Microsoft.Compute, served at this version only.
+const VMSS_NIC_API_VERSION: &str = "2018-10-01";
+
+/// cloud-provider-azure's separator between the node name and the CIDR in a route
+/// name (`consts.RouteNameSeparator`).
+pub const ROUTE_NAME_SEPARATOR: &str = "____";
+
+/// `NetworkUnavailable` reason: the node's NIC has IP forwarding off.
+pub const IP_FORWARDING_DISABLED: &str = "IPForwardingDisabled";
+/// `NetworkUnavailable` reason: the node's InternalIP is not on its VM's NIC.
+pub const INTERNAL_IP_NOT_ON_NIC: &str = "InternalIPNotOnNIC";
+/// `NetworkUnavailable` reason: the node has no InternalIP of the pod CIDR's family.
+pub const NO_INTERNAL_IP: &str = "NoInternalIPOfFamily";
+/// `NetworkUnavailable` reason: the node's providerID names no Azure VM (yet).
+pub const NOT_AN_AZURE_VM: &str = "ProviderIDNotAzureVM";
+
+/// How long a NIC that passed the check is trusted (its forwarding flag could be
+/// turned off, which a later lookup would notice).
+const NIC_MAX_AGE: Duration = Duration::from_secs(600);
+
+/// The name cloud-provider-azure gives the route of `node` to `cidr`
+/// (`mapNodeNameToRouteName` with dual stack on, as it has been since the
+/// IPv6DualStack gate went GA): `<node>____<cidr without ':', '.' and '/'>`.
+pub fn route_name(node: &str, cidr: &str) -> String {
+    let stripped: String = cidr
+        .chars()
+        .filter(|c| !matches!(c, ':' | '.' | '/'))
+        .collect();
+    format!("{node}{ROUTE_NAME_SEPARATOR}{stripped}")
+}
+
+/// The node a route name stands for (`MapRouteNameToNodeName`): what precedes the
+/// first separator, or the whole name (the single-stack names of older releases).
+pub fn node_of_route_name(name: &str) -> &str {
+    name.split(ROUTE_NAME_SEPARATOR).next().unwrap_or(name)
+}
+
+/// The route table as last read: the whole resource, for the next write.
+#[derive(Clone, Debug)]
+struct Table {
+    etag: Option<String>,
+    body: Value,
+}
+
+impl Table {
+    fn routes(&self) -> &[Value] {
+        self.body
+            .pointer("/properties/routes")
+            .and_then(Value::as_array)
+            .map_or(&[], Vec::as_slice)
+    }
+
+    /// The same table with `routes`, everything else as read.
+    fn with_routes(&self, routes: Vec<Value>) -> Value {
+        let mut body = self.body.clone();
+        if let Some(obj) = body.as_object_mut() {
+            let props = obj
+                .entry("properties")
+                .or_insert_with(|| Value::Object(Default::default()));
+            if let Some(props) = props.as_object_mut() {
+                props.insert("routes".into(), Value::Array(routes));
+            }
+        }
+        body
+    }
+}
+
+/// What is known of a node VM's primary NIC.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Nic {
+    id: String,
+    ip_forwarding: bool,
+    private_ips: Vec<IpAddr>,
+}
+
+impl Nic {
+    fn name(&self) -> &str {
+        self.id.rsplit('/').next().unwrap_or(&self.id)
+    }
+
+    fn resource_group(&self) -> &str {
+        segment_after(&self.id, "resourceGroups").unwrap_or("<resource group>")
+    }
+}
+
+/// The Azure implementation of [`Routes`]. Safe to share between threads.
+#[derive(Debug)]
+pub struct AzureRoutes {
+    arm: Arm,
+    table_path: String,
+    table_name: String,
+    route_limit: usize,
+    budget: (f64, u32),
+    /// The table as last read (list, or the read-back after a write); `None` after a
+    /// write whose outcome is unknown.
+    table: Mutex<Option<Table>>,
+    /// Routes in the table at the last read, for [`Routes::route_tables`].
+    routes_in_table: Mutex<usize>,
+    /// NICs by node providerID, with when they were looked up.
+    nics: Mutex<HashMap<String, (Nic, Instant)>>,
+}
+
+impl AzureRoutes {
+    /// Builds the provider: gets a token (a wrong identity fails here, naming its
+    /// keys) and reads the route table once. Errors name the key to fix; an outage of
+    /// Azure is marked as such.
+    pub fn connect(config: Config) -> Result<AzureRoutes, ConfigError> {
+        let arm = Arm::new(&config);
+        let at_start = |key: &'static str, e: CloudError| match e.kind {
+            CloudErrorKind::Invalid | CloudErrorKind::Refused { .. } => {
+                ConfigError::new(key, e.message)
+            }
+            _ => ConfigError::outage(key, e.message),
+        };
+        arm.check_identity().map_err(|e| at_start("identity", e))?;
+        let provider = AzureRoutes {
+            arm,
+            table_path: config.route_table_id(),
+            table_name: config.route_table_name.clone(),
+            route_limit: config.route_table_limit,
+            budget: (config.rate_limit_per_second, config.rate_limit_burst),
+            table: Mutex::new(None),
+            routes_in_table: Mutex::new(0),
+            nics: Mutex::new(HashMap::new()),
+        };
+        let table = provider
+            .read_table()
+            .map_err(|e| at_start("routeTableName", e.into()))?;
+        log::info!(
+            "azure: managing the routes of route table {} ({} in {}, cloud {}, as {}); {} routes \
+             in it now, limit {}",
+            provider.table_name,
+            config.route_table_resource_group,
+            if config.location.is_empty() {
+                "its location"
+            } else {
+                &config.location
+            },
+            config.endpoints.name,
+            config.identity.describe(),
+            table.routes().len(),
+            provider.route_limit
+        );
+        Ok(provider)
+    }
+
+    /// Every request from now on first passes `fence` (leader election's): after the
+    /// lease is lost nothing is sent, and a write stops between its PUT and the polls
+    /// of its operation. Call it after `connect`, whose requests precede the election.
+    pub fn with_fence(mut self, fence: Fence) -> AzureRoutes {
+        self.arm.set_fence(fence);
+        self
+    }
+
+    // --- the table ----------------------------------------------------------------
+
+    /// Reads the table and keeps it for the next write.
+    fn read_table(&self) -> Result<Table, ArmError> {
+        let reply = self
+            .arm
+            .get(&self.table_path, NETWORK_API_VERSION, "routeTables")
+            .map_err(|e| {
+                if e.is_not_found() {
+                    ArmError {
+                        kind: CloudErrorKind::Invalid,
+                        message: format!(
+                            "{}; the route table must exist (cloud-provider-azure or the \
+                             cluster's installer creates it)",
+                            e.message
+                        ),
+                        ..e
+                    }
+                } else {
+                    e
+                }
+            })?;
+        let table = Table {
+            etag: reply.etag,
+            body: reply.body,
+        };
+        *crate::sync::lock(&self.routes_in_table) = table.routes().len();
+        *crate::sync::lock(&self.table) = Some(table.clone());
+        Ok(table)
+    }
+
+    /// The table as last read, or a fresh read if none is kept.
+    fn current_table(&self) -> Result<Table, ArmError> {
+        if let Some(t) = crate::sync::lock(&self.table).clone() {
+            return Ok(t);
+        }
+        self.read_table()
+    }
+
+    fn forget_table(&self) {
+        *crate::sync::lock(&self.table) = None;
+    }
+
+    fn to_route(r: &Value) -> Route {
+        let name = text(r, "/name");
+        let blackhole = text(r, "/properties/nextHopType").eq_ignore_ascii_case("None");
+        Route {
+            name: name.to_string(),
+            target_node: if blackhole {
+                String::new()
+            } else {
+                node_of_route_name(name).to_string()
+            },
+            destination_cidr: text(r, "/properties/addressPrefix").to_string(),
+            blackhole,
+            ..Route::default()
+        }
+    }
+
+    // --- writing ------------------------------------------------------------------
+
+    /// Merges `changes` into the table and writes it, once more on a fresh read after
+    /// a 412. The outcome of each change that needed the write is decided by the table
+    /// read back.
+    fn write(&self, changes: &[Prepared]) -> Result<Vec<Result<(), CloudError>>, CloudError> {
+        for attempt in 0..2 {
+            let table = if attempt == 0 {
+                self.current_table()?
+            } else {
+                self.read_table()?
+            };
+            let merged = merge(table.routes(), changes, self.route_limit, &self.table_name);
+            if !merged.changed {
+                return Ok(merged.outcomes.into_iter().map(Outcome::settled).collect());
+            }
+            let body = table.with_routes(merged.routes);
+            match self.arm.put_and_wait(
+                &self.table_path,
+                NETWORK_API_VERSION,
+                &body,
+                table.etag.as_deref(),
+                "routeTables",
+            ) {
+                Ok(_) => return self.read_back(changes, merged.outcomes),
+                Err(e) if e.is_precondition_failed() => {
+                    self.forget_table();
+                    log::info!(
+                        "azure: route table {} changed since it was read (412); reading it \
+                         again and merging the {} changes anew",
+                        self.table_name,
+                        changes.len()
+                    );
+                }
+                Err(e) => {
+                    self.forget_table();
+                    return Err(e.into());
+                }
+            }
+        }
+        Err(CloudError::new(
+            CloudErrorKind::Conflict,
+            format!(
+                "azure: route table {}: another writer changed it between our read and our \
+                 write twice (412 PreconditionFailed); nothing of this batch was written, it \
+                 is planned again from a fresh list",
+                self.table_name
+            ),
+        ))
+    }
+
+    /// After a write Azure reported done: reads the table back and reports each
+    /// change done only if the table holds it.
+    fn read_back(
+        &self,
+        changes: &[Prepared],
+        outcomes: Vec<Outcome>,
+    ) -> Result<Vec<Result<(), CloudError>>, CloudError> {
+        let table = self.read_table().map_err(|e| {
+            CloudError::ambiguous(format!(
+                "azure: route table {}: written, but it could not be read back ({}); the \
+                 changes are confirmed by the next list",
+                self.table_name, e.message
+            ))
+        })?;
+        Ok(changes
+            .iter()
+            .zip(outcomes)
+            .map(|(change, outcome)| match outcome {
+                Outcome::Written if change.is_held_by(table.routes()) => Ok(()),
+                Outcome::Written => Err(CloudError::ambiguous(format!(
+                    "azure: route table {}: Azure reported the write done, but the table read \
+                     back does not hold {}; not counted as done",
+                    self.table_name,
+                    change.describe()
+                ))),
+                other => other.settled(),
+            })
+            .collect())
+    }
+
+    // --- the pre-flight check -----------------------------------------------------
+
+    /// What a create sends as its next hop, once the node passed the checks: the
+    /// node's InternalIP of the CIDR's family, on a NIC that forwards.
+    fn check_create(&self, route: &Route, target: &RouteTarget) -> Result<Prepared, CloudError> {
+        let cidr = Cidr::parse(&route.destination_cidr).map_err(|e| {
+            CloudError::invalid(format!("azure: route for node {}: {e}", target.node_name))
+        })?;
+        let next_hop = target
+            .addresses
+            .iter()
+            .filter(|a| a.kind == "InternalIP")
+            .filter_map(|a| a.address.parse::<IpAddr>().ok())
+            .find(|ip| ip.is_ipv4() == cidr.is_ipv4())
+            .ok_or_else(|| {
+                CloudError::refused(
+                    NO_INTERNAL_IP,
+                    false,
+                    format!(
+                        "azure: node {} has no InternalIP of the family of {cidr} to route it \
+                         to; for an IPv6 pod CIDR the VM's NIC needs an IPv6 address and the \
+                         kubelet must report it",
+                        target.node_name
+                    ),
+                )
+            })?;
+        let nic = self.nic_of(target)?;
+        if !nic.ip_forwarding {
+            return Err(CloudError::refused(
+                IP_FORWARDING_DISABLED,
+                false,
+                format!(
+                    "azure: NIC {} of node {} has IP forwarding off, so Azure would drop the \
+                     pod traffic a route to {next_hop} sends it; turn it on: az network nic \
+                     update -g {} -n {} --ip-forwarding true (for a scale set: set \
+                     enableIPForwarding in its network profile and update the instances)",
+                    nic.name(),
+                    target.node_name,
+                    nic.resource_group(),
+                    nic.name()
+                ),
+            ));
+        }
+        if !nic.private_ips.contains(&next_hop) {
+            return Err(CloudError::refused(
+                INTERNAL_IP_NOT_ON_NIC,
+                false,
+                format!(
+                    "azure: node {}'s InternalIP {next_hop} is not an address of its VM's \
+                     primary NIC {} ({:?}); a route to it would not reach the node: check the \
+                     kubelet's --node-ip",
+                    target.node_name,
+                    nic.name(),
+                    nic.private_ips
+                ),
+            ));
+        }
+        Ok(Prepared::Create {
+            cidr,
+            name: route_name(&target.node_name, &route.destination_cidr),
+            node: target.node_name.clone(),
+            prefix: route.destination_cidr.clone(),
+            next_hop,
+        })
+    }
+
+    /// The primary NIC of the node's VM: cached, else VM `GET` and NIC `GET`.
+    fn nic_of(&self, target: &RouteTarget) -> Result<Nic, CloudError> {
+        let vm = target
+            .provider_id
+            .as_deref()
+            .and_then(vm_path)
+            .ok_or_else(|| {
+                CloudError::refused(
+                    NOT_AN_AZURE_VM,
+                    false,
+                    format!(
+                        "azure: node {} has providerID {:?}, not an Azure VM's \
+                         (azure:///subscriptions/…/virtualMachines/…); cloud-node-manager sets \
+                         it when the node registers",
+                        target.node_name,
+                        target.provider_id.as_deref().unwrap_or("")
+                    ),
+                )
+            })?;
+        let key = vm.to_ascii_lowercase();
+        if let Some((nic, at)) = crate::sync::lock(&self.nics).get(&key)
+            && at.elapsed() < NIC_MAX_AGE
+        {
+            return Ok(nic.clone());
+        }
+        let nic = self.look_up_nic(vm, &target.node_name)?;
+        crate::sync::lock(&self.nics).insert(key, (nic.clone(), Instant::now()));
+        Ok(nic)
+    }
+
+    fn look_up_nic(&self, vm: &str, node: &str) -> Result<Nic, CloudError> {
+        let reply = self
+            .arm
+            .get(vm, COMPUTE_API_VERSION, "virtualMachines")
+            .map_err(|e| self.lookup_error(e, node, "VM"))?;
+        let nics = reply
+            .body
+            .pointer("/properties/networkProfile/networkInterfaces")
+            .and_then(Value::as_array)
+            .cloned()
+            .unwrap_or_default();
+        let primary = nics
+            .iter()
+            .find(|n| n.pointer("/properties/primary").and_then(Value::as_bool) == Some(true))
+            .or_else(|| nics.first())
+            .map(|n| text(n, "/id").to_string())
+            .filter(|id| id.starts_with("/subscriptions/"))
+            .ok_or_else(|| {
+                CloudError::invalid(format!(
+                    "azure: VM {vm} of node {node} lists no network interface"
+                ))
+            })?;
+        let version = if primary.contains("/virtualMachineScaleSets/") {
+            VMSS_NIC_API_VERSION
+        } else {
+            NETWORK_API_VERSION
+        };
+        let reply = self
+            .arm
+            .get(&primary, version, "networkInterfaces")
+            .map_err(|e| self.lookup_error(e, node, "NIC"))?;
+        Ok(parse_nic(&primary, &reply.body))
+    }
+
+    fn lookup_error(&self, e: ArmError, node: &str, what: &str) -> CloudError {
+        if e.is_not_found() {
+            return CloudError::refused(
+                NOT_AN_AZURE_VM,
+                false,
+                format!(
+                    "azure: the {what} of node {node} does not exist ({}); is the node's \
+                     providerID current?",
+                    e.message
+                ),
+            );
+        }
+        e.into()
+    }
+}
+
+impl Routes for AzureRoutes {
+    fn provider_name(&self) -> &'static str {
+        "azure"
+    }
+
+    /// A share of ARM's per-subscription buckets (2024 throttling: writes 200 tokens,
+    /// refilled 10 a second; reads 250 and 25), which the CCM's other controllers
+    /// share. A list is one `GET`; a batch is charged its `PUT`, one poll of its
+    /// operation and the read back, and corrected by what it really sent.
+    fn budget(&self) -> Option<Budget> {
+        Some(
+            Budget::new(self.budget.0, self.budget.1)
+                .mutations_at_once(1)
+                .requests_per_batch(3),
+        )
+    }
+
+    /// The whole table goes in one write; a batch never holds more changes than a
+    /// full table's deletes and creates.
+    fn batch_size(&self) -> Option<usize> {
+        Some(self.route_limit.saturating_mul(2).max(1))
+    }
+
+    /// The table, with every route in it (others' too) and its limit
+    /// (`routeTableRouteLimit`, default [`DEFAULT_ROUTE_TABLE_LIMIT`]).
+    fn route_tables(&self) -> Vec<TableUsage> {
+        vec![TableUsage {
+            table: self.table_name.clone(),
+            routes: *crate::sync::lock(&self.routes_in_table),
+            limit: self.route_limit,
+        }]
+    }
+
+    /// The node has an InternalIP of the CIDR's family, and its VM's primary NIC holds
+    /// that address and forwards IP traffic.
+    fn preflight(&self, route: &Route, target: &RouteTarget) -> Result<(), CloudError> {
+        self.check_create(route, target).map(|_| ())
+    }
+
+    fn list_routes(
+        &self,
+        _cluster_name: &str,
+        _nodes: &NodeDirectory,
+    ) -> Result<Vec<Route>, CloudError> {
+        let table = self.read_table()?;
+        // A NIC refused for its forwarding flag is looked at again after each list,
+        // so that turning the flag on is noticed without a change of the node.
+        crate::sync::lock(&self.nics).retain(|_, (nic, _)| nic.ip_forwarding);
+        Ok(table.routes().iter().map(AzureRoutes::to_route).collect())
+    }
+
+    fn create_route(
+        &self,
+        cluster_name: &str,
+        name_hint: &str,
+        route: &Route,
+        target: &RouteTarget,
+    ) -> Result<(), CloudError> {
+        let change = RouteChange::Create {
+            route: route.clone(),
+            name_hint: name_hint.to_string(),
+            target: target.clone(),
+        };
+        single(self.apply_changes(cluster_name, std::slice::from_ref(&change)))
+    }
+
+    fn delete_route(&self, cluster_name: &str, route: &Route) -> Result<(), CloudError> {
+        let change = RouteChange::Delete {
+            route: route.clone(),
+        };
+        single(self.apply_changes(cluster_name, std::slice::from_ref(&change)))
+    }
+
+    fn apply_changes(
+        &self,
+        _cluster_name: &str,
+        changes: &[RouteChange],
+    ) -> Result<Vec<Result<(), CloudError>>, CloudError> {
+        let mut outcomes: Vec<Option<Result<(), CloudError>>> = vec![None; changes.len()];
+        let mut prepared = Vec::new();
+        let mut positions = Vec::new();
+        for (i, change) in changes.iter().enumerate() {
+            let ready = match change {
+                RouteChange::Create { route, target, .. } => self.check_create(route, target),
+                RouteChange::Delete { route } => Prepared::delete(route),
+                #[allow(unreachable_patterns)]
+                _ => Err(CloudError::invalid(
+                    "azure: a kind of change this provider does not know",
+                )),
+            };
+            match ready {
+                Ok(p) => {
+                    prepared.push(p);
+                    positions.push(i);
+                }
+                // A fenced lookup stops the batch: nothing more may be sent.
+                Err(e) if e.kind == CloudErrorKind::Fenced => return Err(e),
+                Err(e) => outcomes[i] = Some(Err(e)),
+            }
+        }
+        if !prepared.is_empty() {
+            for (i, outcome) in positions.into_iter().zip(self.write(&prepared)?) {
+                outcomes[i] = Some(outcome);
+            }
+        }
+        Ok(outcomes
+            .into_iter()
+            .map(|o| o.unwrap_or_else(|| Err(CloudError::ambiguous("azure: change not applied"))))
+            .collect())
+    }
+}
+
+/// The one outcome of a batch of one.
+fn single(result: Result<Vec<Result<(), CloudError>>, CloudError>) -> Result<(), CloudError> {
+    result?
+        .into_iter()
+        .next()
+        .unwrap_or_else(|| Err(CloudError::ambiguous("azure: no outcome")))
+}
+
+/// A change ready to merge into the table.
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Prepared {
+    Create {
+        cidr: Cidr,
+        /// The route's name ([`route_name`]).
+        name: String,
+        node: String,
+        /// The destination as the node spells it (cloud-provider-azure writes it so).
+        prefix: String,
+        next_hop: IpAddr,
+    },
+    Delete {
+        cidr: Cidr,
+        /// The name it was listed with; empty for a route created since the list.
+        name: String,
+        node: String,
+    },
+}
+
+impl Prepared {
+    fn delete(route: &Route) -> Result<Prepared, CloudError> {
+        let cidr = Cidr::parse(&route.destination_cidr).map_err(|e| {
+            CloudError::invalid(format!("azure: cannot delete route {:?}: {e}", route.name))
+        })?;
+        Ok(Prepared::Delete {
+            cidr,
+            name: route.name.clone(),
+            node: route.target_node.clone(),
+        })
+    }
+
+    fn describe(&self) -> String {
+        match self {
+            Prepared::Create {
+                cidr,
+                name,
+                next_hop,
+                ..
+            } => format!("route {name} ({cidr} via {next_hop})"),
+            Prepared::Delete { cidr, node, .. } => {
+                format!("the removal of the route {cidr} to node {node:?}")
+            }
+        }
+    }
+
+    /// Whether this delete removes `r`: same destination, and the name it was listed
+    /// with, or (created since the list) a name that stands for its node.
+    fn deletes(&self, r: &Value) -> bool {
+        let Prepared::Delete { cidr, name, node } = self else {
+            return false;
+        };
+        prefix_of(r) == Some(*cidr)
+            && if name.is_empty() {
+                node_of_route_name(text(r, "/name")) == node
+            } else {
+                text(r, "/name").eq_ignore_ascii_case(name)
+            }
+    }
+
+    /// Whether `r` is exactly the route this create makes.
+    fn made(&self, r: &Value) -> bool {
+        let Prepared::Create {
+            cidr,
+            node,
+            next_hop,
+            ..
+        } = self
+        else {
+            return false;
+        };
+        prefix_of(r) == Some(*cidr)
+            && node_of_route_name(text(r, "/name")) == node
+            && text(r, "/properties/nextHopType").eq_ignore_ascii_case("VirtualAppliance")
+            && text(r, "/properties/nextHopIpAddress")
+                .parse::<IpAddr>()
+                .ok()
+                == Some(*next_hop)
+    }
+
+    fn is_held_by(&self, routes: &[Value]) -> bool {
+        match self {
+            Prepared::Create { .. } => routes.iter().any(|r| self.made(r)),
+            Prepared::Delete { .. } => !routes.iter().any(|r| self.deletes(r)),
+        }
+    }
+}
+
+/// What the merge decided for one change.
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Outcome {
+    /// Needs the write; done if the table read back holds it.
+    Written,
+    /// The table already holds it: done without a write.
+    AlreadyHeld,
+    /// Not done, for this reason.
+    Failed(CloudError),
+}
+
+impl Outcome {
+    fn settled(self) -> Result<(), CloudError> {
+        match self {
+            Outcome::Written | Outcome::AlreadyHeld => Ok(()),
+            Outcome::Failed(e) => Err(e),
+        }
+    }
+}
+
+/// The table's routes with the changes merged in.
+#[derive(Debug)]
+struct Merged {
+    routes: Vec<Value>,
+    outcomes: Vec<Outcome>,
+    /// Whether the routes differ from the table's.
+    changed: bool,
+}
+
+/// Merges `changes` into `existing`: deletes first (they make room), then creates,
+/// each change touching only its own route. A create whose destination is routed to
+/// another node fails with `AlreadyExists`; one that finds its route made counts as
+/// done; one beyond `limit` fails with `TableFull`. A delete that finds nothing is
+/// `NotFound`. Every other route stays as read.
+fn merge(existing: &[Value], changes: &[Prepared], limit: usize, table: &str) -> Merged {
+    let mut routes = existing.to_vec();
+    let mut outcomes = vec![Outcome::AlreadyHeld; changes.len()];
+    let mut changed = false;
+    for (i, change) in changes.iter().enumerate() {
+        if let Prepared::Delete { cidr, node, .. } = change {
+            let before = routes.len();
+            routes.retain(|r| !change.deletes(r));
+            if routes.len() < before {
+                outcomes[i] = Outcome::Written;
+                changed = true;
+            } else {
+                outcomes[i] = Outcome::Failed(CloudError::new(
+                    CloudErrorKind::NotFound,
+                    format!("azure: route table {table} has no route {cidr} to node {node:?}"),
+                ));
+            }
+        }
+    }
+    for (i, change) in changes.iter().enumerate() {
+        let Prepared::Create {
+            cidr,
+            name,
+            node,
+            prefix,
+            next_hop,
+        } = change
+        else {
+            continue;
+        };
+        if routes.iter().any(|r| change.made(r)) {
+            continue;
+        }
+        let route = |name: &str| {
+            json!({
+                "name": name,
+                "properties": {
+                    "addressPrefix": prefix,
+                    "nextHopType": "VirtualAppliance",
+                    "nextHopIpAddress": next_hop.to_string(),
+                }
+            })
+        };
+        match routes.iter().position(|r| prefix_of(r) == Some(*cidr)) {
+            // This node's route with a stale next hop (the node's IP changed): replaced.
+            Some(at) if node_of_route_name(text(&routes[at], "/name")) == node => {
+                let keep_name = text(&routes[at], "/name").to_string();
+                routes[at] = route(&keep_name);
+                outcomes[i] = Outcome::Written;
+                changed = true;
+            }
+            Some(at) => {
+                outcomes[i] = Outcome::Failed(CloudError::new(
+                    CloudErrorKind::AlreadyExists,
+                    format!(
+                        "azure: route table {table} already routes {cidr} elsewhere (route {:?} \
+                         via {} {}); not replaced",
+                        text(&routes[at], "/name"),
+                        text(&routes[at], "/properties/nextHopType"),
+                        text(&routes[at], "/properties/nextHopIpAddress"),
+                    ),
+                ));
+            }
+            None if routes.len() >= limit => {
+                outcomes[i] = Outcome::Failed(CloudError::new(
+                    CloudErrorKind::TableFull,
+                    format!(
+                        "azure: route table {table} holds {} routes, its limit \
+                         (routeTableRouteLimit={limit}); route {cidr} to node {node} waits for room",
+                        routes.len()
+                    ),
+                ));
+            }
+            None => {
+                // Names are unique in a table (case-insensitively); two CIDRs can strip
+                // to one name (10.1.10.0/24, 10.11.0.0/24): a suffix keeps both.
+                let mut unique = name.clone();
+                let mut n = 2;
+                while routes
+                    .iter()
+                    .any(|r| text(r, "/name").eq_ignore_ascii_case(&unique))
+                {
+                    unique = format!("{name}-{n}");
+                    n += 1;
+                }
+                routes.push(route(&unique));
+                outcomes[i] = Outcome::Written;
+                changed = true;
+            }
+        }
+    }
+    Merged {
+        routes,
+        outcomes,
+        changed,
+    }
+}
+
+fn text<'a>(v: &'a Value, pointer: &str) -> &'a str {
+    v.pointer(pointer).and_then(Value::as_str).unwrap_or("")
+}
+
+fn prefix_of(r: &Value) -> Option<Cidr> {
+    Cidr::parse(text(r, "/properties/addressPrefix")).ok()
+}
+
+/// The VM's resource path of a node's providerID: `azure:///subscriptions/…/
+/// virtualMachines/<vm>`, or a scale set's `…/virtualMachineScaleSets/<ss>/
+/// virtualMachines/<n>`.
+fn vm_path(provider_id: &str) -> Option<&str> {
+    let path = provider_id.strip_prefix("azure://")?;
+    let lower = path.to_ascii_lowercase();
+    (lower.starts_with("/subscriptions/")
+        && lower.contains("/providers/microsoft.compute/")
+        && lower.contains("/virtualmachines/")
+        && !path.contains(['?', '#', ' ']))
+    .then_some(path)
+}
+
+fn segment_after<'a>(id: &'a str, key: &str) -> Option<&'a str> {
+    let mut parts = id.split('/');
+    while let Some(p) = parts.next() {
+        if p.eq_ignore_ascii_case(key) {
+            return parts.next();
+        }
+    }
+    None
+}
+
+fn parse_nic(id: &str, body: &Value) -> Nic {
+    let private_ips = body
+        .pointer("/properties/ipConfigurations")
+        .and_then(Value::as_array)
+        .map(|configs| {
+            configs
+                .iter()
+                .filter_map(|c| text(c, "/properties/privateIPAddress").parse().ok())
+                .collect()
+        })
+        .unwrap_or_default();
+    Nic {
+        id: id.to_string(),
+        ip_forwarding: body
+            .pointer("/properties/enableIPForwarding")
+            .and_then(Value::as_bool)
+            .unwrap_or(false),
+        private_ips,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// cloud-provider-azure's names (`azure_routes.go`, dual stack on since the gate
+    /// went GA): the node name, `____`, the CIDR without `:`, `.` and `/`.
+    #[test]
+    fn route_names_are_cloud_provider_azures() {
+        assert_eq!(
+            route_name("aks-nodepool1-0", "10.244.1.0/24"),
+            "aks-nodepool1-0____102441024"
+        );
+        assert_eq!(
+            route_name("node-a", "fd00:10:244:1::/64"),
+            "node-a____fd0010244164"
+        );
+        assert_eq!(node_of_route_name("node-a____fd0010244164"), "node-a");
+        // Older releases' single-stack names are the node name alone.
+        assert_eq!(node_of_route_name("node-a"), "node-a");
+        let listed = AzureRoutes::to_route(&json!({"name": "n1____102440024",
+            "properties": {"addressPrefix": "10.244.0.0/24", "nextHopType": "VirtualAppliance",
+            "nextHopIpAddress": "10.240.0.4"}}));
+        assert_eq!(
+            (listed.target_node.as_str(), listed.blackhole),
+            ("n1", false)
+        );
+        let dead = AzureRoutes::to_route(&json!({"name": "n1____102440024",
+            "properties": {"addressPrefix": "10.244.0.0/24", "nextHopType": "None"}}));
+        assert!(dead.blackhole && dead.target_node.is_empty());
+    }
+
+    fn r(name: &str, prefix: &str, hop: &str) -> Value {
+        json!({"name": name, "id": format!("/x/routes/{name}"), "etag": "W/\"e\"",
+            "properties": {"provisioningState": "Succeeded", "addressPrefix": prefix,
+            "nextHopType": "VirtualAppliance", "nextHopIpAddress": hop}})
+    }
+
+    fn create(node: &str, prefix: &str, hop: &str) -> Prepared {
+        Prepared::Create {
+            cidr: Cidr::parse(prefix).unwrap(),
+            name: route_name(node, prefix),
+            node: node.into(),
+            prefix: prefix.into(),
+            next_hop: hop.parse().unwrap(),
+        }
+    }
+
+    fn delete(name: &str, node: &str, prefix: &str) -> Prepared {
+        Prepared::Delete {
+            cidr: Cidr::parse(prefix).unwrap(),
+            name: name.into(),
+            node: node.into(),
+        }
+    }
+
+    #[test]
+    fn the_merge_touches_only_the_changed_routes() {
+        let foreign = json!({"name": "to-firewall", "properties": {"addressPrefix": "0.0.0.0/0",
+            "nextHopType": "VirtualAppliance", "nextHopIpAddress": "10.0.0.4", "hasBgpOverride": false}});
+        let existing = vec![
+            foreign.clone(),
+            r("n1____102441024", "10.244.1.0/24", "10.240.0.4"),
+            r("n2____102442024", "10.244.2.0/24", "10.240.0.5"),
+        ];
+        let changes = [
+            create("n1", "10.244.1.0/24", "10.240.0.4"), // already there
+            create("n3", "10.244.3.0/24", "10.240.0.6"), // new
+            delete("n2____102442024", "n2", "10.244.2.0/24"),
+            delete("", "n9", "10.244.9.0/24"),           // gone
+            create("n4", "10.244.2.0/24", "10.240.0.7"), // freed by the delete above
+            create("n5", "0.0.0.0/0", "10.240.0.8"),     // someone else's destination
+        ];
+        let m = merge(&existing, &changes, 400, "rt");
+        assert!(m.changed);
+        assert_eq!(m.routes[0], foreign, "others' routes stay byte for byte");
+        assert_eq!(m.routes[1], existing[1], "a held route is not rewritten");
+        let names: Vec<&str> = m.routes.iter().map(|r| text(r, "/name")).collect();
+        assert_eq!(
+            names,
+            [
+                "to-firewall",
+                "n1____102441024",
+                "n3____102443024",
+                "n4____102442024"
+            ]
+        );
+        assert_eq!(m.outcomes[0], Outcome::AlreadyHeld);
+        assert_eq!(m.outcomes[1], Outcome::Written);
+        assert_eq!(m.outcomes[2], Outcome::Written);
+        let kind = |o: &Outcome| match o {
+            Outcome::Failed(e) => Some(e.kind),
+            _ => None,
+        };
+        assert_eq!(kind(&m.outcomes[3]), Some(CloudErrorKind::NotFound));
+        assert_eq!(m.outcomes[4], Outcome::Written);
+        assert_eq!(kind(&m.outcomes[5]), Some(CloudErrorKind::AlreadyExists));
+        // Nothing to do: no write.
+        let m = merge(
+            &existing,
+            &[create("n1", "10.244.1.0/24", "10.240.0.4")],
+            400,
+            "rt",
+        );
+        assert!(!m.changed);
+    }
+
+    #[test]
+    fn the_merge_keeps_to_the_limit_and_repairs_a_stale_next_hop() {
+        let existing = vec![r("n1____102441024", "10.244.1.0/24", "10.240.0.4")];
+        let m = merge(
+            &existing,
+            &[
+                create("n1", "10.244.1.0/24", "10.240.0.9"),
+                create("n2", "10.244.2.0/24", "10.240.0.5"),
+            ],
+            1,
+            "rt",
+        );
+        assert_eq!(m.outcomes[0], Outcome::Written);
+        assert_eq!(
+            text(&m.routes[0], "/properties/nextHopIpAddress"),
+            "10.240.0.9"
+        );
+        assert!(
+            matches!(&m.outcomes[1], Outcome::Failed(e) if e.kind == CloudErrorKind::TableFull)
+        );
+        // Two CIDRs that strip to one name both get a route.
+        let m = merge(
+            &[r("n1____10110024", "10.1.10.0/24", "10.240.0.4")],
+            &[create("n1", "10.11.0.0/24", "10.240.0.4")],
+            400,
+            "rt",
+        );
+        assert_eq!(text(&m.routes[1], "/name"), "n1____10110024-2");
+    }
+
+    #[test]
+    fn provider_ids_of_vms_and_scale_set_vms_are_read() {
+        let vm = "azure:///subscriptions/s/resourceGroups/rg/providers/Microsoft.Compute/virtualMachines/vm-0";
+        assert_eq!(
+            vm_path(vm),
+            Some(
+                "/subscriptions/s/resourceGroups/rg/providers/Microsoft.Compute/virtualMachines/vm-0"
+            )
+        );
+        let ss = "azure:///subscriptions/s/resourceGroups/rg/providers/Microsoft.Compute/virtualMachineScaleSets/ss/virtualMachines/3";
+        assert!(vm_path(ss).is_some());
+        assert_eq!(vm_path("aws:///i-1"), None);
+        assert_eq!(vm_path("azure:///subscriptions/s/x?y"), None);
+        let nic = parse_nic(
+            "/subscriptions/s/resourceGroups/rg/providers/Microsoft.Network/networkInterfaces/nic-0",
+            &json!({"properties": {"enableIPForwarding": true, "ipConfigurations": [
+                {"properties": {"privateIPAddress": "10.240.0.4"}},
+                {"properties": {"privateIPAddress": "fd00::4"}}]}}),
+        );
+        assert!(nic.ip_forwarding);
+        assert_eq!(nic.private_ips.len(), 2);
+        assert_eq!((nic.name(), nic.resource_group()), ("nic-0", "rg"));
+    }
+}
