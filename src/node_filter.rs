@@ -52,6 +52,8 @@ pub enum OwnProvider {
     Hcloud,
     /// EC2 instances, `aws:///<zone>/<instance id>`.
     Aws,
+    /// Azure VMs and scale-set VMs, `azure:///subscriptions/…`.
+    Azure,
 }
 
 impl OwnProvider {
@@ -61,6 +63,7 @@ impl OwnProvider {
         match provider_name {
             "hcloud" => Some(OwnProvider::Hcloud),
             "aws" => Some(OwnProvider::Aws),
+            "azure" => Some(OwnProvider::Azure),
             _ => None,
         }
     }
@@ -72,6 +75,7 @@ impl OwnProvider {
                 provider_id.starts_with("hcloud://") && !provider_id.starts_with("hcloud://bm-")
             }
             OwnProvider::Aws => provider_id.starts_with("aws://"),
+            OwnProvider::Azure => provider_id.starts_with("azure://"),
         }
     }
 }
@@ -130,6 +134,7 @@ impl fmt::Display for NodeFilter {
                 f.write_str(" with providerID hcloud://<server> or none (not Robot's)")
             }
             Some(OwnProvider::Aws) => f.write_str(" with providerID aws://... or none"),
+            Some(OwnProvider::Azure) => f.write_str(" with providerID azure://... or none"),
             None => Ok(()),
         }
     }

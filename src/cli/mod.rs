@@ -29,7 +29,7 @@ pub const EXIT_USAGE: i32 = 2;
 pub(crate) const CLOUD_PROVIDER: Flag = Flag::new(
     "cloud-provider",
     Kind::String,
-    "the cloud: hcloud, aws or fake",
+    "the cloud: hcloud, aws, azure or fake",
 );
 pub(crate) const CLOUD_CONFIG: Flag = Flag::new(
     "cloud-config",
@@ -37,7 +37,8 @@ pub(crate) const CLOUD_CONFIG: Flag = Flag::new(
     "provider settings file: for hcloud, HCLOUD_*=value lines (instead of environment \
      variables); for aws, the AWS cloud config (its [Global] RouteTableID applies, \
      repeated or comma-separated for several tables; without it every table tagged for \
-     the cluster is used)",
+     the cluster is used); for azure, cloud-provider-azure's azure.json (JSON; its \
+     route-table keys and identity apply, every other key is ignored)",
 );
 pub(crate) const CLUSTER_NAME: Flag = Flag::new(
     "cluster-name",
@@ -56,9 +57,9 @@ pub(crate) const NODE_SELECTOR: Flag = Flag::new(
 pub(crate) const SKIP_NODES_OF_OTHER_PROVIDERS: Flag = Flag::new(
     "skip-nodes-of-other-providers",
     Kind::Bool,
-    "with --cloud-provider hcloud or aws, do not route nodes whose spec.providerID belongs \
-     to another provider (hcloud: anything but hcloud://<id>, so Robot servers' hrobot:// \
-     and hcloud://bm-; aws: anything but aws://); a node with no providerID yet is routed. \
+    "with --cloud-provider hcloud, aws or azure, do not route nodes whose spec.providerID \
+     belongs to another provider (hcloud: anything but hcloud://<id>, so Robot servers' \
+     hrobot:// and hcloud://bm-; aws: anything but aws://; azure: anything but azure://); a node with no providerID yet is routed. \
      Such nodes are unselected, as by --node-selector",
 )
 .default("true");
@@ -629,7 +630,7 @@ static PLAN: Spec = Spec {
                 ..MASTER
             },
             Flag {
-                help: "without --routes: the cloud to list routes from: hcloud, aws or fake",
+                help: "without --routes: the cloud to list routes from: hcloud, aws, azure or fake",
                 ..CLOUD_PROVIDER
             },
             Flag {

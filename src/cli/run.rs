@@ -198,6 +198,13 @@ pub static SPEC: super::flags::Spec = super::flags::Spec {
              web identity, instance metadata)",
         ),
         (
+            "AZURE_FEDERATED_TOKEN_FILE, AZURE_CLIENT_ID, AZURE_TENANT_ID, AZURE_AUTHORITY_HOST, \
+             AZURE_CLIENT_SECRET, AZURE_ENVIRONMENT_FILEPATH",
+            "--cloud-provider=azure (with --cloud-config=azure.json): workload identity as its \
+             webhook injects it (before the file's identity), a client secret outside the file, \
+             the Azure Stack environment file of \"cloud\": \"AzureStackCloud\"",
+        ),
+        (
             WATCH_LIST_CLIENT_VAR,
             "false turns streaming lists off, as --watch-list=false does (client-go's switch)",
         ),
@@ -466,9 +473,9 @@ impl RunArgs {
     pub fn settings(&self) -> Result<RunSettings, UsageError> {
         let p = &self.0;
         let provider = p.string("cloud-provider");
-        if !["hcloud", "aws", "fake"].contains(&provider.as_str()) {
+        if !["hcloud", "aws", "azure", "fake"].contains(&provider.as_str()) {
             return Err(UsageError(format!(
-                "--cloud-provider: {provider:?} is not supported; use hcloud, aws or fake"
+                "--cloud-provider: {provider:?} is not supported; use hcloud, aws, azure or fake"
             )));
         }
         let cluster_cidrs = parse_cluster_cidrs(&p.string("cluster-cidr")).map_err(UsageError)?;
@@ -770,6 +777,9 @@ pub fn connect_provider(
     metrics: Option<Arc<crate::metrics::Metrics>>,
     fence: &Fence,
 ) -> Result<Arc<dyn Routes>, ProviderError> {
+    if name == "azure" {
+        return azure_provider(cloud_config, metrics, fence);
+    }
     let file = match cloud_config {
         Some(path) => {
             let pairs = read_cloud_config(path)?;
@@ -852,9 +862,40 @@ pub fn connect_provider(
             Ok(Arc::new(provider.with_fence(fence.clone())))
         }
         other => Err(ProviderError::Config(UsageError(format!(
-            "--cloud-provider: {other:?} is not supported; use hcloud, aws or fake"
+            "--cloud-provider: {other:?} is not supported; use hcloud, aws, azure or fake"
         )))),
     }
+}
+
+/// `--cloud-provider=azure`: reads `azure.json` (`--cloud-config`, required) and
+/// connects (a token and one read of the route table).
+fn azure_provider(
+    cloud_config: Option<&PathBuf>,
+    metrics: Option<Arc<crate::metrics::Metrics>>,
+    fence: &Fence,
+) -> Result<Arc<dyn Routes>, ProviderError> {
+    use crate::cloud::azure::{AzureRoutes, Config as AzureConfig};
+    let path = cloud_config.ok_or_else(|| {
+        UsageError(
+            "--cloud-provider=azure needs --cloud-config: the azure.json that \
+             cloud-provider-azure reads (e.g. --cloud-config=/etc/kubernetes/azure.json)"
+                .into(),
+        )
+    })?;
+    let text = std::fs::read_to_string(path).map_err(|e| {
+        UsageError(format!(
+            "--cloud-config {}: cannot read: {e}",
+            path.display()
+        ))
+    })?;
+    let mut config = AzureConfig::parse(&text, &|k| std::env::var(k).ok())
+        .map_err(|e| UsageError(format!("--cloud-config {}: {e}", path.display())))?;
+    config.metrics = metrics;
+    let provider = AzureRoutes::connect(config).map_err(|e| match e.outage {
+        true => ProviderError::Outage(e.to_string()),
+        false => ProviderError::Config(UsageError(e.to_string())),
+    })?;
+    Ok(Arc::new(provider.with_fence(fence.clone())))
 }
 
 /// How long each call of `--cloud-provider=fake` takes (a Go duration; default 0).
@@ -1166,7 +1207,7 @@ mod tests {
             no_cidr.0.starts_with("--cluster-cidr is required"),
             "{no_cidr}"
         );
-        assert!(error(&["--cloud-provider=gce"]).contains("use hcloud, aws or fake"));
+        assert!(error(&["--cloud-provider=gce"]).contains("use hcloud, aws, azure or fake"));
     }
 
     #[test]
@@ -1226,7 +1267,7 @@ mod tests {
             );
         }
         assert!(
-            text.contains("the cloud: hcloud, aws or fake (required)"),
+            text.contains("the cloud: hcloud, aws, azure or fake (required)"),
             "{text}"
         );
         assert!(text.contains("(default: 10s)"), "{text}");
