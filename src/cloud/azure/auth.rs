@@ -247,8 +247,15 @@ fn with_slash(audience: &str) -> String {
     }
 }
 
+/// Everything but RFC 3986's unreserved characters is escaped.
+const ESCAPED: &percent_encoding::AsciiSet = &percent_encoding::NON_ALPHANUMERIC
+    .remove(b'-')
+    .remove(b'.')
+    .remove(b'_')
+    .remove(b'~');
+
 fn encode(s: &str) -> String {
-    percent_encoding::utf8_percent_encode(s, percent_encoding::NON_ALPHANUMERIC).to_string()
+    percent_encoding::utf8_percent_encode(s, ESCAPED).to_string()
 }
 
 /// `application/x-www-form-urlencoded`.
@@ -305,7 +312,7 @@ mod tests {
                 ("scope", "https://management.azure.com/.default"),
                 ("a", "b c")
             ]),
-            "scope=https%3A%2F%2Fmanagement%2Eazure%2Ecom%2F%2Edefault&a=b%20c"
+            "scope=https%3A%2F%2Fmanagement.azure.com%2F.default&a=b%20c"
         );
     }
 }

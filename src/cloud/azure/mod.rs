@@ -154,7 +154,7 @@ pub struct AzureRoutes {
     table: Mutex<Option<Table>>,
     /// Routes in the table at the last read, for [`Routes::route_tables`].
     routes_in_table: Mutex<usize>,
-    /// NICs by node providerID, with when they were looked up.
+    /// NICs that forward, by node VM (lower case), with when they were looked up.
     nics: Mutex<HashMap<String, (Nic, Instant)>>,
 }
 
@@ -442,7 +442,12 @@ impl AzureRoutes {
             return Ok(nic.clone());
         }
         let nic = self.look_up_nic(vm, &target.node_name)?;
-        crate::sync::lock(&self.nics).insert(key, (nic.clone(), Instant::now()));
+        // Only a NIC that passes is kept: one refused is looked at again whenever the
+        // controller tries the node again (after a list or a change of the node), so
+        // that turning forwarding on is noticed without a restart.
+        if nic.ip_forwarding {
+            crate::sync::lock(&self.nics).insert(key, (nic.clone(), Instant::now()));
+        }
         Ok(nic)
     }
 
@@ -541,9 +546,6 @@ impl Routes for AzureRoutes {
         _nodes: &NodeDirectory,
     ) -> Result<Vec<Route>, CloudError> {
         let table = self.read_table()?;
-        // A NIC refused for its forwarding flag is looked at again after each list,
-        // so that turning the flag on is noticed without a change of the node.
-        crate::sync::lock(&self.nics).retain(|_, (nic, _)| nic.ip_forwarding);
         Ok(table.routes().iter().map(AzureRoutes::to_route).collect())
     }
 
