@@ -184,9 +184,8 @@ fn requests_since(stub: &ArmStub, from: usize) -> Vec<String> {
 /// A table as cloud-provider-azure fills it (its names, `<node>____<CIDR without
 /// . and />`, its VirtualAppliance next hops, one route of someone else) is adopted
 /// as it is: the controller's start-up pass writes nothing and reports every node
-/// routed. With the provider naming routes another way (e.g. the node name alone),
-/// the listed routes would still map, but a name-based mismatch in `to_route` (a
-/// wrong separator) leaves them without a node, and the pass deletes and recreates.
+/// routed. With `node_of_route_name` returning the whole name, the routes map to no
+/// node and the pass deletes and recreates all three.
 #[test]
 fn a_table_filled_as_cloud_provider_azure_fills_it_is_adopted_with_zero_writes() {
     let stub = ArmStub::start();

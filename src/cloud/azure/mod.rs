@@ -961,6 +961,7 @@ mod tests {
             delete("", "n9", "10.244.9.0/24"),           // gone
             create("n4", "10.244.2.0/24", "10.240.0.7"), // freed by the delete above
             create("n5", "0.0.0.0/0", "10.240.0.8"),     // someone else's destination
+            delete("", "n6", "0.0.0.0/0"),               // which a delete of ours spares
         ];
         let m = merge(&existing, &changes, 400, "rt");
         assert!(m.changed);
@@ -986,6 +987,7 @@ mod tests {
         assert_eq!(kind(&m.outcomes[3]), Some(CloudErrorKind::NotFound));
         assert_eq!(m.outcomes[4], Outcome::Written);
         assert_eq!(kind(&m.outcomes[5]), Some(CloudErrorKind::AlreadyExists));
+        assert_eq!(kind(&m.outcomes[6]), Some(CloudErrorKind::NotFound));
         // Nothing to do: no write.
         let m = merge(
             &existing,
