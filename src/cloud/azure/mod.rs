@@ -52,10 +52,11 @@ use crate::provider::{
     Budget, CloudError, CloudErrorKind, NodeDirectory, RouteChange, RouteTarget, Routes, TableUsage,
 };
 
-/// The Microsoft.Network API version of route tables and NICs.
-pub const NETWORK_API_VERSION: &str = "2024-05-01";
-/// The Microsoft.Compute API version of VMs and scale-set VMs.
-pub const COMPUTE_API_VERSION: &str = "2024-07-01";
+/// The Microsoft.Network API version of route tables and NICs (armnetwork v9's, the
+/// SDK cloud-provider-azure builds on).
+pub const NETWORK_API_VERSION: &str = "2025-05-01";
+/// The Microsoft.Compute API version of VMs and scale-set VMs (armcompute v8's).
+pub const COMPUTE_API_VERSION: &str = "2026-04-01";
 /// Scale-set VM NICs live under Microsoft.Compute, served at this version only.
 const VMSS_NIC_API_VERSION: &str = "2018-10-01";
 
