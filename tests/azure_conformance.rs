@@ -90,6 +90,9 @@ impl Sdk {
             .read_line(&mut line)
             .expect("read azure-conformance's answer");
         assert!(n > 0, "azure-conformance exited on {command}");
+        if std::env::var_os("AZURE_CONFORMANCE_LOG").is_some() {
+            eprintln!("azure-conformance: {command}\n  -> {}", line.trim_end());
+        }
         serde_json::from_str(&line)
             .unwrap_or_else(|e| panic!("azure-conformance answered {line:?}: {e}"))
     }

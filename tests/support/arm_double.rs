@@ -893,6 +893,8 @@ fn serve_connection(stream: TcpStream, inner: &Inner) {
             body: wire.body.clone(),
         };
         let Some(reply) = handle(inner, &request) else {
+            // Close for real: the acceptor's clone of the stream would keep it open.
+            let _ = stream.shutdown(std::net::Shutdown::Both);
             return;
         };
         write_reply(&mut stream, &reply);
