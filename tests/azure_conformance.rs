@@ -564,6 +564,18 @@ fn single_route_is_created_read_listed_and_deleted() {
         sdk.response_error(json!({"op": "route_get", "route": "node-a"})),
         (404, "NotFound".into())
     );
+
+    // A client may poll a DELETE's Location instead: 202 while it runs, then 204.
+    sdk.ok(json!({"op": "route_put", "route": route("node-b", "10.244.2.0/24", "10.0.0.5")}));
+    let pending = sdk.ok(json!({"op": "route_delete", "route": "node-b", "no_wait": true}));
+    assert_eq!(pending["result"]["done"], false, "{pending:#}");
+    let location = pending["initial"]["location"].as_str().expect("a Location");
+    let path = location.trim_start_matches(&double.endpoint()).to_string();
+    let bearer = format!("Bearer {}", client_secret_token(&double));
+    let auth = [("Authorization", bearer.as_str())];
+    assert_eq!(get(&double, &path, &auth).0, 202);
+    assert_eq!(get(&double, &path, &auth).0, 204);
+    assert_eq!(double.routes(RG, TABLE), vec![]);
 }
 
 /// Guards the pre-flight reads: the VM's NICs (IDs, the primary one) as armcompute

@@ -268,7 +268,6 @@ struct Nic {
 struct Operation {
     /// (resource group, table), lowercased.
     table: (String, String),
-    location: String,
     /// `InProgress` answers still to give.
     polls_left: u32,
     /// Not done before this instant.
@@ -323,7 +322,12 @@ struct State {
     faults: Vec<InjectedFault>,
     log: Vec<Recorded>,
     serial: u64,
+    /// The time LROs run in.
+    clock: Clock,
 }
+
+/// A source of the current time: the real clock, or a test's virtual one.
+pub type Clock = Arc<dyn Fn() -> Instant + Send + Sync>;
 
 impl State {
     fn uuid(&mut self) -> String {
@@ -407,6 +411,7 @@ impl ArmDouble {
                 faults: Vec::new(),
                 log: Vec::new(),
                 serial: 0,
+                clock: Arc::new(Instant::now),
             }),
             shutdown: AtomicBool::new(false),
             connections: Mutex::new(Vec::new()),
@@ -647,10 +652,17 @@ impl ArmDouble {
     /// Ends every running LRO now, as if its time and polls were used up.
     pub fn finish_operations(&self) {
         let mut state = self.state();
+        let now = (state.clock)();
         for o in state.operations.values_mut() {
             o.polls_left = 0;
-            o.not_before = Instant::now();
+            o.not_before = now;
         }
+    }
+
+    /// LROs run in the time `clock` reads (a test's virtual clock, shared with the
+    /// provider's poller); the real clock until then.
+    pub fn set_clock(&self, clock: Clock) {
+        self.state().clock = clock;
     }
 
     pub fn set_busy_reply(&self, reply: BusyReply) {
@@ -954,7 +966,7 @@ fn write_reply(stream: &mut TcpStream, reply: &Reply) {
 /// `None` closes the connection without an answer.
 fn handle(inner: &Inner, request: &Request) -> Option<Reply> {
     let mut state = inner.state.lock().unwrap_or_else(|e| e.into_inner());
-    let now = Instant::now();
+    let now = (state.clock)();
     let kind = request.kind();
     let token = request
         .header("authorization")
@@ -1413,7 +1425,6 @@ fn operation_url(inner: &Inner, location: &str, id: &str, result: bool) -> Strin
 fn start_operation(
     state: &mut State,
     table: (String, String),
-    location: &str,
     before: Vec<StoredRoute>,
     now: Instant,
 ) -> String {
@@ -1423,7 +1434,6 @@ fn start_operation(
         id.clone(),
         Operation {
             table,
-            location: location.to_string(),
             polls_left: state.lro_polls,
             not_before: now + state.lro_duration,
             fails,
@@ -1603,7 +1613,7 @@ fn put_table(
     let json = table_json(inner, rg, &table);
     let etag = table.etag.clone();
     state.tables.insert(k.clone(), table);
-    let op = start_operation(state, k, &location, before, now);
+    let op = start_operation(state, k, before, now);
     let r = reply(status, json).header("ETag", etag);
     lro_headers(state, inner, r, &location, &op)
 }
@@ -1657,7 +1667,7 @@ fn put_route(
         tm.etag = etag.clone();
         tm.state = "Updating";
     }
-    let op = start_operation(state, k, &location, before, now);
+    let op = start_operation(state, k, before, now);
     let status = if existing.is_some() { 200 } else { 201 };
     lro_headers(state, inner, reply(status, json), &location, &op)
 }
@@ -1696,7 +1706,7 @@ fn delete_route(
         tm.etag = etag;
         tm.state = "Updating";
     }
-    let op = start_operation(state, k, &t.location, before, now);
+    let op = start_operation(state, k, before, now);
     let r = empty(202).header("Location", operation_url(inner, &t.location, &op, true));
     lro_headers(state, inner, r, &t.location, &op)
 }
