@@ -391,6 +391,39 @@ fn whole_table_put_with_its_etag_is_polled_to_succeeded() {
     assert_all_accepted(&double);
 }
 
+/// Guards slow LROs: one that runs for a time is polled `InProgress` until the
+/// time is up, and azcore waits between polls what ARM's `Retry-After` says (on the
+/// first reply and on every `InProgress` poll), not its own frequency.
+#[test]
+fn slow_lros_are_polled_until_done_at_the_pace_retry_after_sets() {
+    let (double, mut sdk) = setup();
+    double.set_lro(0, Duration::from_millis(300));
+    let timed = sdk.ok(json!({"op": "table_put", "location": "westeurope",
+                              "routes": [route("node-a", "10.244.1.0/24", "10.0.0.4")]}));
+    assert!(timed["millis"].as_u64().unwrap_or(0) >= 300, "{timed:#}");
+    let polls = requests(&timed)
+        .iter()
+        .filter(|r| r.contains("/operations/"))
+        .count();
+    assert!(polls >= 3, "polled every 20 ms for 300 ms: {timed:#}");
+    assert_eq!(timed["result"]["provisioning_state"], "Succeeded");
+
+    double.set_lro(1, Duration::ZERO);
+    double.set_poll_retry_after(Some(1));
+    let paced = sdk.ok(json!({"op": "table_put", "location": "westeurope", "routes": []}));
+    assert_eq!(paced["initial"]["retry_after"], "1");
+    let sent = requests(&paced);
+    assert_eq!(
+        sent.len(),
+        4,
+        "PUT, InProgress, Succeeded, final GET: {sent:#?}"
+    );
+    assert!(
+        paced["millis"].as_u64().unwrap_or(0) >= 2_000,
+        "one second after the PUT and one after the InProgress poll: {paced:#}"
+    );
+}
+
 /// Guards optimistic concurrency: after another writer changed the table, a PUT
 /// with the ETag read before is refused 412 `PreconditionFailed` (an
 /// azcore.ResponseError with that code), and the other writer's change stands.
