@@ -16,8 +16,10 @@
 //! (`tests/kube-apiserver/upstream-route-controller`,
 //! [`upstream_route_controller_binary`], run by `tests/support/upstream_controller.rs`),
 //! the same with cloud-provider-aws's real routes (`aws-route-controller`,
-//! [`aws_route_controller_binary`]), and hcloud-go driving the Hetzner double
-//! (`hcloud-conformance`, [`hcloud_conformance_binary`]).
+//! [`aws_route_controller_binary`]), hcloud-go driving the Hetzner double
+//! (`hcloud-conformance`, [`hcloud_conformance_binary`]), and Microsoft's armnetwork
+//! and armcompute driving the ARM double (`azure-conformance`,
+//! [`azure_conformance_binary`]).
 //!
 //! Needs Go (1.26 or newer) on `PATH`, or in the `GO` environment variable;
 //! without it every test that uses this module fails with a message saying so.
@@ -789,6 +791,14 @@ const HCLOUD_CONFORMANCE: GoProgram = GoProgram {
     what: "the hcloud-go conformance driver (tests/kube-apiserver/hcloud-conformance)",
 };
 
+/// Microsoft's Go SDK (armnetwork, armcompute) driving the ARM double
+/// (`tests/kube-apiserver/azure-conformance`); see [`azure_conformance_binary`].
+const AZURE_CONFORMANCE: GoProgram = GoProgram {
+    package: "azure-conformance",
+    binary: "azure-conformance",
+    what: "the Azure SDK conformance driver (tests/kube-apiserver/azure-conformance)",
+};
+
 /// Upstream's route controller with cloud-provider-aws's real `Routes`
 /// (`tests/kube-apiserver/aws-route-controller`); see [`aws_route_controller_binary`].
 const AWS_ROUTE_CONTROLLER: GoProgram = GoProgram {
@@ -810,6 +820,7 @@ const CCM_FLAGS: GoProgram = GoProgram {
 const OTHER_PROGRAMS: &[&str] = &[
     UPSTREAM_ROUTE_CONTROLLER.package,
     HCLOUD_CONFORMANCE.package,
+    AZURE_CONFORMANCE.package,
     AWS_ROUTE_CONTROLLER.package,
     CCM_FLAGS.package,
 ];
@@ -836,6 +847,14 @@ pub fn upstream_route_controller_binary() -> &'static Path {
 pub fn hcloud_conformance_binary() -> &'static Path {
     static BINARY: OnceLock<PathBuf> = OnceLock::new();
     BINARY.get_or_init(|| build_go_program(&HCLOUD_CONFORMANCE))
+}
+
+/// The `azure-conformance` binary: armnetwork and armcompute (the versions pinned
+/// in go.mod) answering JSON commands on stdin, used by
+/// `tests/azure_conformance.rs`. Built like the harness.
+pub fn azure_conformance_binary() -> &'static Path {
+    static BINARY: OnceLock<PathBuf> = OnceLock::new();
+    BINARY.get_or_init(|| build_go_program(&AZURE_CONFORMANCE))
 }
 
 /// The `aws-route-controller` binary: upstream's route controller with
