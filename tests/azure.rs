@@ -21,20 +21,26 @@ use route_controller::cloud::azure::{AzureRoutes, Config as AzureConfig};
 use route_controller::metrics::Metrics;
 use route_controller::model::{Cidr, Condition, Node, NodeAddress, Route};
 use route_controller::{
-    Command, Config, Controller, Input, Meter, Mode, NodeDirectory, NodeEvent, PassReport, Routes,
-    run_op,
+    Command, Config, Controller, Fence, Input, Meter, Mode, NodeDirectory, NodeEvent, PassReport,
+    Routes, run_op,
 };
 
 const CLUSTER: &str = "kubernetes";
 
 fn provider(stub: &ArmStub, dir: &tempdir::TempDir) -> AzureRoutes {
+    provider_with(stub, dir, Fence::open())
+}
+
+fn provider_with(stub: &ArmStub, dir: &tempdir::TempDir, fence: Fence) -> AzureRoutes {
     let (text, vars) = stub.config(dir.path());
     let mut config = AzureConfig::parse(&text, &|k| {
         vars.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone())
     })
     .expect("the azure.json parses");
     config.poll_interval = Duration::from_millis(5);
-    AzureRoutes::connect(config).expect("connects to the stub")
+    AzureRoutes::connect(config)
+        .expect("connects to the stub")
+        .with_fence(fence)
 }
 
 fn node(name: &str, vm: &str, ip: &str, pod_cidr: &str) -> Node {
@@ -488,4 +494,38 @@ fn a_token_is_reused_and_a_refused_secret_names_the_key() {
     assert!(!err.outage, "{err}");
     assert!(err.message.contains("aadClientSecret"), "{err}");
     assert!(!err.to_string().contains("wrong-secret"), "{err}");
+}
+
+/// The lease is lost while the write is out: the PUT went, but no poll and no
+/// read-back follow it, and the batch ends `Fenced` (its effect unknown, for the new
+/// leader to list and repair) rather than done. Without the fence check before each
+/// request, the polls go out and the change is reported done.
+#[test]
+fn a_lost_lease_stops_the_write_between_its_put_and_its_polls() {
+    let stub = ArmStub::start();
+    let dir = tempdir::TempDir::new("azure-fence");
+    stub.add_vm("vm-0", "10.240.0.4", true);
+    let fence = Fence::open();
+    let provider = provider_with(&stub, &dir, fence.clone());
+    let a = node("node-a", "vm-0", "10.240.0.4", "10.244.1.0/24");
+    provider.preflight(&create_route(&a), &target(&a)).unwrap();
+    stub.state().close_on_put = Some(fence);
+    let before = stub.server.requests().len();
+    let err = provider.apply_changes(CLUSTER, &[create(&a)]).unwrap_err();
+    assert_eq!(err.kind, CloudErrorKind::Fenced, "{err}");
+    assert_eq!(requests_since(&stub, before), ["PUT table"]);
+}
+
+fn create_route(n: &Node) -> Route {
+    match create(n) {
+        RouteChange::Create { route, .. } => route,
+        _ => unreachable!(),
+    }
+}
+
+fn target(n: &Node) -> RouteTarget {
+    match create(n) {
+        RouteChange::Create { target, .. } => target,
+        _ => unreachable!(),
+    }
 }

@@ -72,6 +72,8 @@ pub struct State {
     pub token_requests: u32,
     /// Every If-Match a PUT carried.
     pub if_match: Vec<Option<String>>,
+    /// Closed when the next PUT arrives: the lease is lost while the write is out.
+    pub close_on_put: Option<route_controller::Fence>,
 }
 
 impl State {
@@ -308,6 +310,9 @@ fn handle(s: &mut State, base: &str, req: &Request) -> Reply {
 
 fn put_table(s: &mut State, base: &str, req: &Request) -> Reply {
     s.puts += 1;
+    if let Some(fence) = s.close_on_put.take() {
+        fence.close();
+    }
     s.if_match.push(req.header("if-match").map(str::to_string));
     if s.interfere > 0 {
         s.interfere -= 1;
