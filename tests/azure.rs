@@ -4,6 +4,8 @@
 //! a write Azure reports done that the table does not hold, the IP-forwarding
 //! pre-flight, and what one node change costs in requests.
 
+#[path = "support/arm_double.rs"]
+mod arm_double;
 #[path = "support/arm_stub.rs"]
 mod arm_stub;
 #[path = "support/tempdir.rs"]
@@ -527,5 +529,81 @@ fn target(n: &Node) -> RouteTarget {
     match create(n) {
         RouteChange::Create { target, .. } => target,
         _ => unreachable!(),
+    }
+}
+
+/// Every identity signs in as Entra ID and IMDS expect it, against the ARM double
+/// (checked against azure-sdk-for-go): a client secret, a user-assigned managed
+/// identity through IMDS, and workload identity from the webhook's variables (its
+/// projected token read from the file). Each then reads the table with its own token.
+#[test]
+fn every_identity_gets_a_token_the_double_accepts() {
+    let arm = arm_double::ArmDouble::start("sub-id");
+    arm.create_route_table("rg", "rt", "westeurope");
+    arm.add_client_secret("tenant-1", "app-1", "s3cret");
+    arm.add_managed_identity("uami-1", None);
+    arm.add_federated_client("tenant-1", "wi-1", "projected-sa-token");
+    let dir = tempdir::TempDir::new("azure-identities");
+    let environment = dir.write(
+        "env.json",
+        serde_json::json!({"resourceManagerEndpoint": arm.endpoint(),
+            "activeDirectoryEndpoint": arm.endpoint(),
+            "tokenAudience": format!("{}/", arm_double::ARM_AUDIENCE)})
+        .to_string(),
+    );
+    let token_file = dir.write("token", "projected-sa-token\n");
+    let base = r#""cloud": "AzureStackCloud", "tenantId": "tenant-1", "subscriptionId": "sub-id",
+        "resourceGroup": "rg", "routeTableName": "rt""#;
+    let cases = [
+        (
+            format!(r#"{{ {base}, "aadClientId": "app-1", "aadClientSecret": "s3cret" }}"#),
+            vec![],
+            "client:tenant-1/app-1",
+        ),
+        (
+            format!(
+                r#"{{ {base}, "useManagedIdentityExtension": true, "userAssignedIdentityID": "uami-1" }}"#
+            ),
+            vec![("ROUTE_CONTROLLER_AZURE_IMDS_ENDPOINT", arm.endpoint())],
+            "msi:uami-1",
+        ),
+        (
+            format!(r#"{{ {base}, "aadClientId": "app-1", "aadClientSecret": "s3cret" }}"#),
+            vec![
+                (
+                    "AZURE_FEDERATED_TOKEN_FILE",
+                    token_file.display().to_string(),
+                ),
+                ("AZURE_CLIENT_ID", "wi-1".to_string()),
+            ],
+            "federated:tenant-1/wi-1",
+        ),
+    ];
+    for (text, mut vars, identity) in cases {
+        vars.push((
+            "AZURE_ENVIRONMENT_FILEPATH",
+            environment.display().to_string(),
+        ));
+        let config = AzureConfig::parse(&text, &|k| {
+            vars.iter().find(|(n, _)| *n == k).map(|(_, v)| v.clone())
+        })
+        .unwrap_or_else(|e| panic!("{identity}: {e}"));
+        arm.clear_requests();
+        let provider = AzureRoutes::connect(config).unwrap_or_else(|e| panic!("{identity}: {e}"));
+        provider
+            .list_routes(CLUSTER, &NodeDirectory::default())
+            .unwrap_or_else(|e| panic!("{identity}: {e}"));
+        let reads: Vec<_> = arm
+            .requests()
+            .into_iter()
+            .filter(|r| r.kind == arm_double::Kind::Read)
+            .collect();
+        assert_eq!(reads.len(), 2, "{identity}: {reads:?}");
+        assert!(
+            reads
+                .iter()
+                .all(|r| r.status == 200 && r.identity.as_deref() == Some(identity)),
+            "{identity}: {reads:?}"
+        );
     }
 }
