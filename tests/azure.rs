@@ -4,6 +4,8 @@
 //! a write Azure reports done that the table does not hold, the IP-forwarding
 //! pre-flight, and what one node change costs in requests.
 
+// The double and the stub each bring their own copy of http_wire.rs.
+#[allow(clippy::duplicate_mod)]
 #[path = "support/arm_double.rs"]
 mod arm_double;
 #[path = "support/arm_stub.rs"]

@@ -924,6 +924,8 @@ impl Run {
             // run_op's reply is never a budget report nor the tables.
             CloudReply::Spent(_) => "budget report",
             CloudReply::Tables(_) => "tables",
+            // This model's provider does not batch.
+            CloudReply::Applied(_) => "applied",
         };
         self.seen.insert(format!("reply {outcome}"));
         if let Fault::Lost { applied: true } = fault {
