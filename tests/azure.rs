@@ -475,6 +475,26 @@ fn throttling_and_remaining_requests_feed_the_budget() {
     assert_eq!((usage.requests, usage.remaining), (1, Some(249)));
 }
 
+/// The table is busy with another writer's operation
+/// (`RetryableErrorDueToAnotherOperation`, kubernetes#88151): the batch fails as a
+/// conflict, nothing done, and ARM's `Retry-After` reaches the budget, so that nothing
+/// is sent before the other operation can have ended.
+#[test]
+fn a_busy_table_is_a_conflict_whose_retry_after_feeds_the_budget() {
+    let stub = ArmStub::start();
+    let dir = tempdir::TempDir::new("azure-busy");
+    stub.add_vm("vm-0", "10.240.0.4", true);
+    let provider = provider(&stub, &dir);
+    stub.state().busy = 1;
+    let a = node("node-a", "vm-0", "10.240.0.4", "10.244.1.0/24");
+    let (result, usage) = Meter::measure(|| provider.apply_changes(CLUSTER, &[create(&a)]));
+    let err = result.unwrap_err();
+    assert_eq!(err.kind, CloudErrorKind::Conflict, "{err}");
+    assert!(err.message.contains("another writer"), "{err}");
+    assert_eq!(usage.unwrap().throttled, Some(Duration::from_secs(11)));
+    assert!(stub.routes().is_empty());
+}
+
 /// A client secret Entra refuses stops the start with the key to fix, never the
 /// secret; a good one is fetched once and reused for every request.
 #[test]

@@ -67,6 +67,9 @@ pub struct State {
     pub lose_writes: u32,
     /// Requests answered 429 with `Retry-After: 7`.
     pub throttle: u32,
+    /// PUTs answered 409 `RetryableErrorDueToAnotherOperation` with `Retry-After: 11`
+    /// (the table busy with another writer's operation).
+    pub busy: u32,
     pub puts: u32,
     pub accepted_puts: u32,
     pub token_requests: u32,
@@ -310,6 +313,17 @@ fn handle(s: &mut State, base: &str, req: &Request) -> Reply {
 
 fn put_table(s: &mut State, base: &str, req: &Request) -> Reply {
     s.puts += 1;
+    if s.busy > 0 {
+        s.busy -= 1;
+        return Reply::Respond {
+            status: 409,
+            headers: vec![("Retry-After".into(), "11".into())],
+            body: json!({"error": {"code": "RetryableErrorDueToAnotherOperation",
+                "message": "Operation PutRouteTableOperation (abc) on resource rt-1 is \
+                    conflicting with operation (def). Retry in 11 seconds."}})
+            .to_string(),
+        };
+    }
     if let Some(fence) = s.close_on_put.take() {
         fence.close();
     }

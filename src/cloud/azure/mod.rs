@@ -164,6 +164,20 @@ impl AzureRoutes {
     /// keys) and reads the route table once. Errors name the key to fix; an outage of
     /// Azure is marked as such.
     pub fn connect(config: Config) -> Result<AzureRoutes, ConfigError> {
+        for (what, url) in [
+            (
+                "resourceManagerEndpoint",
+                &config.endpoints.resource_manager,
+            ),
+            ("activeDirectoryEndpoint", &config.endpoints.authority),
+        ] {
+            if !url.starts_with("https://") && !is_loopback(url) {
+                log::warn!(
+                    "azure: {what} {url} is not HTTPS: tokens and secrets would cross the \
+                     network in the clear; use an https:// endpoint"
+                );
+            }
+        }
         let arm = Arm::new(&config);
         let at_start = |key: &'static str, e: CloudError| match e.kind {
             CloudErrorKind::Invalid | CloudErrorKind::Refused { .. } => {
@@ -837,6 +851,18 @@ fn merge(existing: &[Value], changes: &[Prepared], limit: usize, table: &str) ->
         outcomes,
         changed,
     }
+}
+
+/// Whether `url` is on this host (a test double, a local proxy).
+fn is_loopback(url: &str) -> bool {
+    let host = url
+        .split("://")
+        .nth(1)
+        .unwrap_or("")
+        .split(['/', ':'])
+        .next()
+        .unwrap_or("");
+    host == "localhost" || host.parse::<IpAddr>().is_ok_and(|ip| ip.is_loopback())
 }
 
 fn text<'a>(v: &'a Value, pointer: &str) -> &'a str {
