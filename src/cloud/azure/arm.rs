@@ -295,12 +295,12 @@ impl Arm {
         endpoint: &'static str,
     ) -> Result<Reply, ArmError> {
         let what = format!("{} {path}", method.as_str());
-        let token = self.tokens.token().map_err(ArmError::from)?;
-        // Right before the request leaves: the lease may have been lost, also between
-        // a write and the polls of its operation.
+        // Before anything leaves, a token request included: the lease may have been
+        // lost, also between a write and the polls of its operation.
         self.fence
             .check()
             .map_err(|e| ArmError::new(e.kind, format!("azure: {what}: {}", e.message)))?;
+        let token = self.tokens.token().map_err(ArmError::from)?;
         let auth = format!("Bearer {}", token.expose());
         Meter::request();
         self.in_flight.fetch_add(1, Ordering::SeqCst);
