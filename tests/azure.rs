@@ -36,7 +36,23 @@ fn provider(stub: &ArmStub, dir: &tempdir::TempDir) -> AzureRoutes {
 }
 
 fn provider_with(stub: &ArmStub, dir: &tempdir::TempDir, fence: Fence) -> AzureRoutes {
+    provider_limited(stub, dir, fence, None)
+}
+
+fn provider_limited(
+    stub: &ArmStub,
+    dir: &tempdir::TempDir,
+    fence: Fence,
+    limit: Option<usize>,
+) -> AzureRoutes {
     let (text, vars) = stub.config(dir.path());
+    let text = match limit {
+        Some(n) => text.replace(
+            "\"routeTableName\"",
+            &format!("\"routeTableRouteLimit\": {n}, \"routeTableName\""),
+        ),
+        None => text,
+    };
     let mut config = AzureConfig::parse(&text, &|k| {
         vars.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone())
     })
@@ -493,6 +509,33 @@ fn a_busy_table_is_a_conflict_whose_retry_after_feeds_the_budget() {
     assert!(err.message.contains("another writer"), "{err}");
     assert_eq!(usage.unwrap().throttled, Some(Duration::from_secs(11)));
     assert!(stub.routes().is_empty());
+}
+
+/// `routeTableRouteLimit` feeds `RouteTableFull`: with room for two routes and one of
+/// them someone else's, the first node gets its route and the second waits with the
+/// condition, while nothing beyond the limit is written.
+#[test]
+fn the_route_limit_holds_back_what_does_not_fit_with_route_table_full() {
+    let stub = ArmStub::start();
+    let dir = tempdir::TempDir::new("azure-full");
+    stub.state().routes = vec![route("to-firewall", "0.0.0.0/0", "10.240.255.4")];
+    stub.add_vm("vm-0", "10.240.0.4", true);
+    stub.add_vm("vm-1", "10.240.0.5", true);
+    let provider = provider_limited(&stub, &dir, Fence::open(), Some(2));
+    assert_eq!(provider.route_tables()[0].limit, 2);
+    let mut drive = Drive::new(&provider);
+    drive.start(&[
+        node("node-a", "vm-0", "10.240.0.4", "10.244.1.0/24"),
+        node("node-b", "vm-1", "10.240.0.5", "10.244.2.0/24"),
+    ]);
+    assert_eq!(stub.routes().len(), 2, "{:?}", stub.routes());
+    let full: Vec<&String> = drive
+        .conditions
+        .iter()
+        .filter(|(_, c)| c.reason == "RouteTableFull")
+        .map(|(n, _)| n)
+        .collect();
+    assert_eq!(full.len(), 1, "{:?}", drive.conditions);
 }
 
 /// A client secret Entra refuses stops the start with the key to fix, never the
