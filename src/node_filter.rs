@@ -86,7 +86,7 @@ pub struct NodeFilter {
     /// `--node-selector` (default: every node).
     pub selector: Selector,
     /// Skip nodes of other providers (`--skip-nodes-of-other-providers`, on by default
-    /// for hcloud and aws); `None` routes whatever the providerID.
+    /// for hcloud, aws and azure); `None` routes whatever the providerID.
     pub own_provider: Option<OwnProvider>,
 }
 
@@ -177,6 +177,11 @@ mod tests {
 
     #[test]
     fn aws_routes_instances_only_and_other_providers_route_everything() {
+        let azure = OwnProvider::of("azure").unwrap();
+        assert!(azure.owns(
+            "azure:///subscriptions/s/resourceGroups/rg/providers/Microsoft.Compute/virtualMachines/vm-0"
+        ));
+        assert!(!azure.owns("aws:///eu-west-1a/i-0abc"));
         let aws = OwnProvider::of("aws").unwrap();
         assert!(aws.owns("aws:///eu-west-1a/i-0abc"));
         assert!(aws.owns("aws://eu-west-1a/i-0abc"));

@@ -615,7 +615,7 @@ static PLAN: Spec = Spec {
                 ..NODE_SELECTOR
             },
             Flag {
-                help: "with --cloud-provider hcloud or aws, plan as run does: nodes whose \
+                help: "with --cloud-provider hcloud, aws or azure, plan as run does: nodes whose \
                        providerID belongs to another provider are unselected",
                 ..SKIP_NODES_OF_OTHER_PROVIDERS
             },

@@ -1068,7 +1068,7 @@ mod tests {
     }
 
     /// Guards the node-selection flags: their defaults (every node, other providers'
-    /// nodes skipped for hcloud and aws only, routes of unselected nodes kept) and that
+    /// nodes skipped for hcloud, aws and azure only, routes of unselected nodes kept) and that
     /// each one reaches the settings.
     #[test]
     fn node_selection_flags_set_the_filter_and_the_delete_switch() {
