@@ -37,7 +37,7 @@ pub(crate) const CLOUD_CONFIG: Flag = Flag::new(
     "provider settings file: for hcloud, HCLOUD_*=value lines (instead of environment \
      variables); for aws, the AWS cloud config (its [Global] RouteTableID applies, \
      repeated or comma-separated for several tables; without it every table tagged for \
-     the cluster is used); for azure, cloud-provider-azure's azure.json (JSON; its \
+     the cluster is used); for azure, cloud-provider-azure's azure.json (JSON or YAML; its \
      route-table keys and identity apply, every other key is ignored)",
 );
 pub(crate) const CLUSTER_NAME: Flag = Flag::new(

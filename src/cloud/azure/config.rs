@@ -355,14 +355,20 @@ impl Config {
     /// Reads `azure.json` (`text`) with the variables of `env` (the process
     /// environment in the binary, a map in tests). Every error names its key.
     pub fn parse(text: &str, env: &dyn Fn(&str) -> Option<String>) -> Result<Config, ConfigError> {
-        let file: File = serde_json::from_str(text).map_err(|e| {
-            ConfigError::new(
-                "--cloud-config",
-                format!(
-                    "not the JSON of an azure.json ({e}); cloud-provider-azure's file is read as is"
-                ),
-            )
-        })?;
+        // cloud-provider-azure reads the file as JSON or YAML (its config loader); a
+        // file that is neither is reported with the JSON error, the usual form.
+        let file: File = match serde_json::from_str(text) {
+            Ok(f) => f,
+            Err(json) => serde_saphyr::from_str(text).map_err(|_| {
+                ConfigError::new(
+                    "--cloud-config",
+                    format!(
+                        "neither the JSON nor the YAML of an azure.json ({json}); \
+                         cloud-provider-azure's file is read as is"
+                    ),
+                )
+            })?,
+        };
         let var = |k: &str| env(k).filter(|v| !v.trim().is_empty());
         let required = |key: &'static str, value: &str| {
             if value.trim().is_empty() {
@@ -685,6 +691,27 @@ mod tests {
         let err = parse(&text, &[]).unwrap_err();
         assert_eq!(err.key, ENV_ENVIRONMENT_FILEPATH);
         let _ = std::fs::remove_dir_all(dir);
+    }
+
+    /// cloud-provider-azure also takes its file as YAML.
+    #[test]
+    fn a_yaml_azure_json_is_read_too() {
+        let c = parse(
+            "cloud: AzurePublicCloud\ntenantId: t\nsubscriptionId: s\nresourceGroup: rg\n\
+             routeTableName: rt\nuseManagedIdentityExtension: true\nuserAssignedIdentityID: u\n",
+            &[],
+        )
+        .unwrap();
+        assert_eq!(
+            (c.subscription_id.as_str(), c.route_table_name.as_str()),
+            ("s", "rt")
+        );
+        assert_eq!(
+            c.identity,
+            Identity::ManagedIdentity {
+                client_id: Some("u".into())
+            }
+        );
     }
 
     #[test]
