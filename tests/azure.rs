@@ -672,3 +672,62 @@ fn every_identity_gets_a_token_the_double_accepts() {
         );
     }
 }
+
+/// A provider for the ARM double, signed in with a client secret.
+fn double_provider(arm: &arm_double::ArmDouble, dir: &tempdir::TempDir) -> AzureRoutes {
+    arm.add_client_secret("tenant-1", "app-1", "s3cret");
+    let environment = dir.write(
+        "env.json",
+        serde_json::json!({"resourceManagerEndpoint": arm.endpoint(),
+            "activeDirectoryEndpoint": arm.endpoint(),
+            "tokenAudience": format!("{}/", arm_double::ARM_AUDIENCE)})
+        .to_string(),
+    );
+    let text = r#"{"cloud": "AzureStackCloud", "tenantId": "tenant-1", "subscriptionId": "sub-id",
+        "resourceGroup": "rg", "routeTableName": "rt", "aadClientId": "app-1",
+        "aadClientSecret": "s3cret"}"#;
+    let path = environment.display().to_string();
+    let mut config = AzureConfig::parse(text, &|k| {
+        (k == "AZURE_ENVIRONMENT_FILEPATH").then(|| path.clone())
+    })
+    .unwrap();
+    config.poll_interval = Duration::from_millis(5);
+    AzureRoutes::connect(config).unwrap()
+}
+
+/// A poll of the write's operation refused (here 403, a role without
+/// `Microsoft.Network/locations/operations/read`) ends the batch at once as
+/// ambiguous, not done and not failed: the write was accepted, and the next list
+/// shows what it did. Polling on would wait out the operation timeout (3 min).
+#[test]
+fn a_refused_poll_leaves_the_write_ambiguous_at_once() {
+    let arm = arm_double::ArmDouble::start("sub-id");
+    arm.create_route_table("rg", "rt", "westeurope");
+    arm.create_nic("rg", "vm-0-nic", "10.240.0.4", true);
+    arm.create_vm("rg", "vm-0", &["vm-0-nic"]);
+    let dir = tempdir::TempDir::new("azure-poll-403");
+    let provider = double_provider(&arm, &dir);
+    arm.inject_poll(
+        1,
+        arm_double::Fault::error(403, "AuthorizationFailed", "no operations/read"),
+    );
+    let mut a = node("node-a", "vm-0", "10.240.0.4", "10.244.1.0/24");
+    a.provider_id = Some(format!(
+        "azure://{}",
+        arm.resource_id("rg", "Microsoft.Compute/virtualMachines", "vm-0")
+    ));
+    let started = Instant::now();
+    let err = provider.apply_changes(CLUSTER, &[create(&a)]).unwrap_err();
+    assert_eq!(err.kind, CloudErrorKind::Ambiguous, "{err}");
+    assert!(err.message.contains("outcome is unknown"), "{err}");
+    assert!(started.elapsed() < Duration::from_secs(10));
+    let listed = provider
+        .list_routes(CLUSTER, &NodeDirectory::default())
+        .unwrap();
+    assert!(
+        listed
+            .iter()
+            .any(|r| r.target_node == "node-a" && r.destination_cidr == "10.244.1.0/24"),
+        "{listed:?}"
+    );
+}

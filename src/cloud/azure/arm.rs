@@ -235,15 +235,22 @@ impl Arm {
                 Ok(p) => p,
                 // The write was accepted; a failed poll says nothing of its outcome.
                 Err(e) if e.kind == CloudErrorKind::Fenced => return Err(e),
-                Err(e) if matches!(e.kind, CloudErrorKind::RateLimited { .. }) => {
-                    return Err(ArmError {
-                        kind: CloudErrorKind::Ambiguous,
-                        ..e
-                    });
-                }
-                Err(_) => {
+                // A passing failure (no reply, a 5xx): poll again.
+                Err(e) if matches!(e.kind, CloudErrorKind::Retry { .. }) => {
                     after = None;
                     continue;
+                }
+                // Throttled, or refused (a role without operations/read): the write's
+                // outcome is unknown, and the next list tells.
+                Err(e) => {
+                    return Err(ArmError {
+                        kind: CloudErrorKind::Ambiguous,
+                        message: format!(
+                            "{}; the write was accepted and its outcome is unknown",
+                            e.message
+                        ),
+                        ..e
+                    });
                 }
             };
             after = poll.retry_after;
