@@ -1225,6 +1225,39 @@ mod tests {
         assert_eq!(s.log_format, crate::logging::LogFormat::Json);
     }
 
+    /// cloud-provider-azure's Helm chart, rendered with its default values
+    /// (helm/cloud-provider-azure/templates/cloud-provider-azure.yaml at 7b31c76), and
+    /// the two flags of its own that operators add: `run` takes them unchanged.
+    #[test]
+    fn cloud_provider_azures_chart_arguments_are_valid_for_run() {
+        let chart = [
+            "--allocate-node-cidrs=true",
+            "--cloud-config=/etc/kubernetes/azure.json",
+            "--cloud-provider=azure",
+            "--cluster-cidr=10.244.0.0/16",
+            "--cluster-name=kubernetes",
+            "--configure-cloud-routes=true",
+            "--controllers=*,-cloud-node",
+            "--leader-elect=true",
+            "--route-reconciliation-period=10s",
+            "--secure-port=10268",
+            "--v=2",
+        ];
+        let parsed = RunArgs::parse(&chart).unwrap_or_else(|e| panic!("{e}"));
+        let s = parsed.settings().unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(
+            s.cloud_config.as_deref(),
+            Some(std::path::Path::new("/etc/kubernetes/azure.json"))
+        );
+        let mut more = chart.to_vec();
+        more.extend([
+            "--cloud-config-secret-name=azure-cloud-provider",
+            "--enable-dynamic-reloading=false",
+        ]);
+        let parsed = RunArgs::parse(&more).unwrap_or_else(|e| panic!("{e}"));
+        parsed.settings().unwrap_or_else(|e| panic!("{e}"));
+    }
+
     /// What `manifests` prints, `run` takes: the container's arguments pass `run`'s
     /// parser and validation for every provider, with no warning.
     #[test]
