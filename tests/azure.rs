@@ -538,6 +538,33 @@ fn the_route_limit_holds_back_what_does_not_fit_with_route_table_full() {
     assert_eq!(full.len(), 1, "{:?}", drive.conditions);
 }
 
+/// A node on a scale-set instance (uniform orchestration, providerID
+/// `…/virtualMachineScaleSets/<ss>/virtualMachines/<n>`): its NIC is found under the
+/// instance and read at the scale-set NIC API's version; forwarding off refuses it,
+/// on lets it through.
+#[test]
+fn a_scale_set_instances_nic_is_found_and_checked() {
+    let stub = ArmStub::start();
+    let dir = tempdir::TempDir::new("azure-vmss");
+    stub.add_vm("ss_3", "10.240.0.7", false);
+    let provider = provider(&stub, &dir);
+    let mut n = node("node-ss-3", "unused", "10.240.0.7", "10.244.3.0/24");
+    n.provider_id = Some(arm_stub::scale_set_provider_id(3));
+    let err = provider
+        .preflight(&create_route(&n), &target(&n))
+        .unwrap_err();
+    assert!(err.message.contains("IP forwarding off"), "{err}");
+    stub.add_vm("ss_3", "10.240.0.7", true);
+    provider.preflight(&create_route(&n), &target(&n)).unwrap();
+    let outcomes = provider.apply_changes(CLUSTER, &[create(&n)]).unwrap();
+    assert!(outcomes[0].is_ok(), "{outcomes:?}");
+    assert!(stub.routes().contains(&(
+        "node-ss-3____102443024".into(),
+        "10.244.3.0/24".into(),
+        "10.240.0.7".into()
+    )));
+}
+
 /// A client secret Entra refuses stops the start with the key to fix, never the
 /// secret; a good one is fetched once and reused for every request.
 #[test]

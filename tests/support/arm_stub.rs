@@ -41,6 +41,13 @@ pub fn vm_path(vm: &str) -> String {
     )
 }
 
+/// The providerID of instance `n` of scale set `ss` (add it with `add_vm("ss_<n>", ..)`).
+pub fn scale_set_provider_id(n: u32) -> String {
+    format!(
+        "azure:///subscriptions/{SUBSCRIPTION}/resourceGroups/{GROUP}/providers/Microsoft.Compute/virtualMachineScaleSets/ss/virtualMachines/{n}"
+    )
+}
+
 /// The providerID cloud-node-manager gives a node on `vm`.
 pub fn provider_id(vm: &str) -> String {
     format!("azure://{}", vm_path(vm))
@@ -281,6 +288,46 @@ fn handle(s: &mut State, base: &str, req: &Request) -> Reply {
                 200,
                 &json!({"status": status}),
                 vec![("Retry-After".into(), "0".into())],
+            )
+        }
+        // A scale-set instance's NIC, served by Microsoft.Compute at its own version.
+        ("GET", p)
+            if p.contains("/virtualMachineScaleSets/") && p.contains("/networkInterfaces/") =>
+        {
+            if !req.path.contains("api-version=2018-10-01") {
+                return arm_error(
+                    400,
+                    "InvalidApiVersionParameter",
+                    "scale-set NICs are served at 2018-10-01",
+                );
+            }
+            let instance = p
+                .split("/virtualMachines/")
+                .nth(1)
+                .and_then(|r| r.split('/').next())
+                .unwrap_or("");
+            let vm = format!("ss_{instance}");
+            let Some((forwarding, ip)) = s.vms.get(&vm) else {
+                return arm_error(404, "ResourceNotFound", "no such NIC");
+            };
+            json_reply(
+                200,
+                &json!({"name": "nic", "properties": {"enableIPForwarding": forwarding,
+                    "ipConfigurations": [{"name": "ipconfig1", "properties": {"privateIPAddress": ip}}]}}),
+                reads.clone(),
+            )
+        }
+        // A scale-set instance (uniform orchestration): its NICs live under it.
+        ("GET", p) if p.contains("/virtualMachineScaleSets/") => {
+            let instance = p.rsplit('/').next().unwrap_or("");
+            if !s.vms.contains_key(&format!("ss_{instance}")) {
+                return arm_error(404, "ResourceNotFound", "no such instance");
+            }
+            json_reply(
+                200,
+                &json!({"name": format!("ss_{instance}"), "properties": {"networkProfile": {"networkInterfaces": [
+                    {"id": format!("{p}/networkInterfaces/nic"), "properties": {"primary": true}}]}}}),
+                reads,
             )
         }
         ("GET", p) if p.contains("/virtualMachines/") => {
