@@ -565,6 +565,21 @@ fn a_scale_set_instances_nic_is_found_and_checked() {
     )));
 }
 
+/// A table read without an ETag is not written: a PUT without `If-Match` could undo
+/// another writer's change in between.
+#[test]
+fn a_table_without_an_etag_is_never_written_unconditionally() {
+    let stub = ArmStub::start();
+    let dir = tempdir::TempDir::new("azure-no-etag");
+    stub.add_vm("vm-0", "10.240.0.4", true);
+    stub.state().no_etag = true;
+    let provider = provider(&stub, &dir);
+    let a = node("node-a", "vm-0", "10.240.0.4", "10.244.1.0/24");
+    let err = provider.apply_changes(CLUSTER, &[create(&a)]).unwrap_err();
+    assert_eq!(err.kind, CloudErrorKind::Retry { after: None }, "{err}");
+    assert_eq!(stub.state().puts, 0);
+}
+
 /// A client secret Entra refuses stops the start with the key to fix, never the
 /// secret; a good one is fetched once and reused for every request.
 #[test]

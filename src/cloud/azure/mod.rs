@@ -300,12 +300,24 @@ impl AzureRoutes {
             if !merged.changed {
                 return Ok(merged.outcomes.into_iter().map(Outcome::settled).collect());
             }
+            // Without an ETag the write could overwrite another writer's change.
+            let Some(etag) = table.etag.as_deref() else {
+                self.forget_table();
+                return Err(CloudError::new(
+                    CloudErrorKind::Retry { after: None },
+                    format!(
+                        "azure: route table {} was read without an ETag; it is not written \
+                         without If-Match, which could undo another writer's change",
+                        self.table_name
+                    ),
+                ));
+            };
             let body = table.with_routes(merged.routes);
             match self.arm.put_and_wait(
                 &self.table_path,
                 NETWORK_API_VERSION,
                 &body,
-                table.etag.as_deref(),
+                Some(etag),
                 "routeTables",
             ) {
                 Ok(_) => return self.read_back(changes, merged.outcomes),
