@@ -71,10 +71,7 @@ impl Tokens {
             return Ok(c.token.clone());
         }
         let (token, lifetime) = self.fetch()?;
-        // Renewed well before it expires, so that a request never carries a token that
-        // runs out on its way (clock skew, a slow reply).
-        let margin = Duration::from_secs(300).min(lifetime / 10 * 9);
-        let renew_at = now + lifetime.saturating_sub(margin).max(Duration::from_secs(1));
+        let renew_at = now + renew_after(lifetime);
         *crate::sync::lock(&self.cached) = Some(Cached {
             token: token.clone(),
             renew_at,
@@ -187,6 +184,14 @@ impl Tokens {
         parse_token_reply(status, &body)
             .map_err(|(kind, m)| CloudError::new(kind, format!("azure: {what}: {m}")))
     }
+}
+
+/// How long a token of `lifetime` is used: until five minutes before it expires, so
+/// that a request never carries a token that runs out on its way (clock skew, a slow
+/// reply); a short-lived one for its first tenth (at least a second).
+pub(super) fn renew_after(lifetime: Duration) -> Duration {
+    let margin = Duration::from_secs(300).min(lifetime / 10 * 9);
+    lifetime.saturating_sub(margin).max(Duration::from_secs(1))
 }
 
 /// Reads a token reply: the token and its lifetime, or what went wrong. The
@@ -303,6 +308,15 @@ mod tests {
         let (kind, _) = parse_token_reply(503, b"").unwrap_err();
         assert_eq!(kind, CloudErrorKind::Retry { after: None });
         assert!(parse_token_reply(200, b"{}").is_err());
+    }
+
+    #[test]
+    fn tokens_are_renewed_five_minutes_before_they_expire() {
+        let s = Duration::from_secs;
+        assert_eq!(renew_after(s(3599)), s(3299));
+        assert_eq!(renew_after(s(86399)), s(86099));
+        assert_eq!(renew_after(s(100)), s(10));
+        assert_eq!(renew_after(s(0)), s(1));
     }
 
     #[test]
