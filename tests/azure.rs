@@ -580,6 +580,44 @@ fn a_table_without_an_etag_is_never_written_unconditionally() {
     assert_eq!(stub.state().puts, 0);
 }
 
+/// Dual stack: a node with an IPv4 and an IPv6 pod CIDR gets two routes, each to its
+/// InternalIP of that family, named as cloud-provider-azure names them
+/// (`node____<CIDR without : . />`), in one write.
+#[test]
+fn a_dual_stack_node_gets_a_route_per_family_with_cloud_provider_azures_names() {
+    let stub = ArmStub::start();
+    let dir = tempdir::TempDir::new("azure-dual");
+    stub.add_vm("vm-0", "10.240.0.4,fd00:240::4", true);
+    let provider = provider(&stub, &dir);
+    let mut n = node("node-a", "vm-0", "10.240.0.4", "10.244.1.0/24");
+    n.pod_cidrs.push("fd00:10:244:1::/64".into());
+    n.addresses.push(NodeAddress::internal_ip("fd00:240::4"));
+    let mut six = n.clone();
+    six.pod_cidrs.remove(0);
+    let outcomes = provider
+        .apply_changes(CLUSTER, &[create(&n), create(&six)])
+        .unwrap();
+    assert!(outcomes.iter().all(Result::is_ok), "{outcomes:?}");
+    assert_eq!(stub.state().accepted_puts, 1);
+    let routes = stub.routes();
+    assert!(
+        routes.contains(&(
+            "node-a____102441024".into(),
+            "10.244.1.0/24".into(),
+            "10.240.0.4".into()
+        )),
+        "{routes:?}"
+    );
+    assert!(
+        routes.contains(&(
+            "node-a____fd0010244164".into(),
+            "fd00:10:244:1::/64".into(),
+            "fd00:240::4".into()
+        )),
+        "{routes:?}"
+    );
+}
+
 /// A client secret Entra refuses stops the start with the key to fix, never the
 /// secret; a good one is fetched once and reused for every request.
 #[test]

@@ -356,8 +356,10 @@ fn handle(s: &mut State, base: &str, req: &Request) -> Reply {
             };
             json_reply(
                 200,
+                // Several addresses, comma-separated: one IP configuration each (dual stack).
                 &json!({"name": format!("{vm}-nic"), "properties": {"enableIPForwarding": forwarding,
-                    "ipConfigurations": [{"name": "ipconfig1", "properties": {"privateIPAddress": ip, "primary": true}}]}}),
+                    "ipConfigurations": ip.split(',').enumerate().map(|(i, ip)| json!({"name": format!("ipconfig{}", i + 1),
+                        "properties": {"privateIPAddress": ip, "primary": i == 0}})).collect::<Vec<_>>()}}),
                 reads,
             )
         }
