@@ -272,6 +272,30 @@ fn azure_start_up_is_one_write_and_a_second_writers_412_converges_without_false_
         "{routes:?}"
     );
     assert_eq!(routes.len(), 6, "{routes:?}");
+    // The metrics tell the same story: the 412s ARM answered, and the batch that met
+    // two of them in a row counted as a conflict.
+    let m = ctl.scrape();
+    let refused = m.value(
+        "route_controller_cloud_api_requests_total",
+        &[
+            ("provider", "azure"),
+            ("endpoint", "routeTables"),
+            ("code", "412"),
+        ],
+    );
+    assert!(refused >= 3.0, "412s counted: {refused}");
+    let conflicts = m.value(
+        "route_controller_cloud_requests_total",
+        &[
+            ("provider", "azure"),
+            ("operation", "apply"),
+            ("outcome", "conflict"),
+        ],
+    );
+    assert!(
+        conflicts >= 1.0,
+        "batches failed as a conflict: {conflicts}"
+    );
     // Every write carried the ETag of a read.
     assert!(
         arm.requests()
