@@ -360,10 +360,13 @@ fn a_second_writer_between_read_and_write_gets_a_412_then_the_batch_is_merged_ag
     stub.state().interfere = 1;
     let a = node("node-a", "vm-0", "10.240.0.4", "10.244.1.0/24");
     let b = node("node-b", "vm-1", "10.240.0.5", "10.244.2.0/24");
-    let outcomes = provider
-        .apply_changes(CLUSTER, &[create(&a), create(&b)])
-        .expect("the batch goes through");
+    let (outcomes, usage) =
+        Meter::measure(|| provider.apply_changes(CLUSTER, &[create(&a), create(&b)]));
+    let outcomes = outcomes.expect("the batch goes through");
     assert!(outcomes.iter().all(Result::is_ok), "{outcomes:?}");
+    // Charged for every request: two lookups per node, the refused PUT, the re-read,
+    // the PUT, its two polls and the read-back.
+    assert_eq!(usage.unwrap().requests, 4 + 6);
     let s = stub.state();
     assert_eq!((s.puts, s.accepted_puts), (2, 1));
     assert_eq!(
