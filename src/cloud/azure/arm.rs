@@ -140,6 +140,8 @@ impl Arm {
             // A connection closed by the server while idle would fail the next PUT
             // after it was written, which looks ambiguous; keep idle ones briefly.
             .max_idle_age(Duration::from_secs(5))
+            // The token goes to Resource Manager alone, never along a redirect.
+            .max_redirects(0)
             .user_agent(config.user_agent.as_str())
             .build()
             .into();

@@ -32,7 +32,10 @@ pub(super) struct Tokens {
     endpoints: Endpoints,
     tenant_id: String,
     imds: String,
+    /// Entra ID.
     agent: ureq::Agent,
+    /// The instance metadata service.
+    imds_agent: ureq::Agent,
     cached: Mutex<Option<Cached>>,
 }
 
@@ -49,6 +52,20 @@ impl Tokens {
         let agent: ureq::Agent = crate::http::agent_config()
             .http_status_as_error(false)
             .timeout_global(Some(config.request_timeout))
+            // A secret goes to the authority named in the settings and nowhere else.
+            .max_redirects(0)
+            .user_agent(config.user_agent.as_str())
+            .build()
+            .into();
+        let imds_agent: ureq::Agent = crate::http::agent_config()
+            .http_status_as_error(false)
+            // Off Azure the link-local address does not answer; fail fast.
+            .timeout_connect(Some(Duration::from_secs(2)))
+            .timeout_global(Some(config.request_timeout))
+            .max_redirects(0)
+            // The metadata service is link-local: never through an HTTP(S)_PROXY (it
+            // refuses proxied requests).
+            .proxy(None)
             .user_agent(config.user_agent.as_str())
             .build()
             .into();
@@ -58,6 +75,7 @@ impl Tokens {
             tenant_id: config.tenant_id.clone(),
             imds: config.imds_endpoint.clone(),
             agent,
+            imds_agent,
             cached: Mutex::new(None),
         }
     }
@@ -163,7 +181,7 @@ impl Tokens {
             self.identity.describe(),
             self.imds
         );
-        let sent = self.agent.get(&url).header("Metadata", "true").call();
+        let sent = self.imds_agent.get(&url).header("Metadata", "true").call();
         self.read_token(sent, &what)
     }
 
