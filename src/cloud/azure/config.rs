@@ -497,6 +497,14 @@ fn identity(file: &File, var: &dyn Fn(&str) -> Option<String>) -> Result<Identit
             && !file.aad_federated_token_file.trim().is_empty())
         .then(|| file.aad_federated_token_file.trim().to_string())
     });
+    if federated.is_none() && file.use_federated_workload_identity_extension {
+        return Err(ConfigError::new(
+            "aadFederatedTokenFile",
+            "\"useFederatedWorkloadIdentityExtension\": true needs the projected token: set \
+             \"aadFederatedTokenFile\" or AZURE_FEDERATED_TOKEN_FILE (the workload-identity \
+             webhook sets it)",
+        ));
+    }
     if let Some(token_file) = federated {
         let client_id = var(ENV_CLIENT_ID)
             .or_else(|| Some(file.aad_client_id.trim().to_string()).filter(|s| !s.is_empty()))
@@ -718,6 +726,12 @@ mod tests {
     fn missing_and_wrong_settings_name_their_key() {
         let key = |text: &str| parse(text, &[]).unwrap_err().key;
         assert_eq!(key("{}"), "subscriptionId");
+        assert_eq!(
+            key(&format!(
+                r#"{{ {BASE}, "useFederatedWorkloadIdentityExtension": true, "aadClientId": "a" }}"#
+            )),
+            "aadFederatedTokenFile"
+        );
         assert_eq!(key("not json"), "--cloud-config");
         assert_eq!(key(&format!("{{ {BASE} }}")), "aadClientSecret");
         assert_eq!(
