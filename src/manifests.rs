@@ -21,12 +21,12 @@ use crate::kube::status::StatusConfig;
 pub const NAME: &str = "route-controller";
 
 /// The providers `manifests` knows the credentials of.
-pub const PROVIDERS: [&str; 3] = ["hcloud", "aws", "fake"];
+pub const PROVIDERS: [&str; 4] = ["hcloud", "aws", "azure", "fake"];
 
 /// What to render. Field docs give the defaults.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ManifestOptions {
-    /// `--cloud-provider`: `hcloud`, `aws` or `fake` (default `hcloud`).
+    /// `--cloud-provider`: `hcloud`, `aws`, `azure` or `fake` (default `hcloud`).
     pub provider: String,
     /// Namespace of the ServiceAccount, the Deployment and the lease (default
     /// `kube-system`).
@@ -338,6 +338,18 @@ fn header(out: &mut String, opts: &ManifestOptions) {
             "# Credentials come preferably from IRSA or the instance role; static keys from\n\
              # the optional Secret \"aws-credentials\" are the fallback.\n",
         ),
+        "azure" => {
+            let _ = writeln!(
+                out,
+                "# It reads cloud-provider-azure's azure.json from the Secret \"azure-cloud-config\"\n\
+                 # (key azure.json), which you create from the CCM's file:\n\
+                 #   kubectl -n {} create secret generic azure-cloud-config --from-file=azure.json=/etc/kubernetes/azure.json\n\
+                 # Its identity needs Network Contributor on the route table and Reader on the\n\
+                 # nodes' VMs and NICs. For workload identity, label the pods\n\
+                 # azure.workload.identity/use=true and annotate the ServiceAccount.",
+                opts.namespace
+            );
+        }
         _ => {}
     }
 }
@@ -545,7 +557,7 @@ fn deployment(out: &mut String, opts: &ManifestOptions) {
 /// The arguments, spelled as the cloud-controller-manager's, so an operator can
 /// compare them with an existing manifest.
 pub fn container_args(opts: &ManifestOptions) -> Vec<String> {
-    vec![
+    let mut args = vec![
         "run".to_string(),
         format!("--cloud-provider={}", opts.provider),
         format!("--cluster-cidr={}", opts.cluster_cidr),
@@ -563,8 +575,15 @@ pub fn container_args(opts: &ManifestOptions) -> Vec<String> {
         format!("--leader-elect-resource-namespace={}", opts.namespace),
         format!("--secure-port={}", opts.metrics_port),
         "--bind-address=0.0.0.0".to_string(),
-    ]
+    ];
+    if opts.provider == "azure" {
+        args.push(format!("--cloud-config={AZURE_CONFIG_DIR}/azure.json"));
+    }
+    args
 }
+
+/// Where the Azure provider's azure.json is mounted.
+const AZURE_CONFIG_DIR: &str = "/etc/kubernetes/route-controller";
 
 /// Where the Hetzner token file is mounted.
 const HCLOUD_TOKEN_DIR: &str = "/var/run/secrets/hcloud";
@@ -586,6 +605,22 @@ fn volumes(provider: &str) -> String {
               - key: token
                 path: token
             # 0440: readable by the fsGroup, not by others.
+            defaultMode: 288
+"
+        ),
+        "azure" => format!(
+            "          volumeMounts:
+            - name: azure-cloud-config
+              mountPath: {AZURE_CONFIG_DIR}
+              readOnly: true
+      volumes:
+        - name: azure-cloud-config
+          secret:
+            secretName: azure-cloud-config
+            items:
+              - key: azure.json
+                path: azure.json
+            # 0440: readable by the fsGroup, not by others (it may hold a client secret).
             defaultMode: 288
 "
         ),

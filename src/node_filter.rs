@@ -52,6 +52,8 @@ pub enum OwnProvider {
     Hcloud,
     /// EC2 instances, `aws:///<zone>/<instance id>`.
     Aws,
+    /// Azure VMs and scale-set VMs, `azure:///subscriptions/…`.
+    Azure,
     /// Compute Engine instances, `gce://<project>/<zone>/<instance>`.
     Gce,
     /// OpenStack Nova instances, `openstack:///<instance id>`.
@@ -65,6 +67,7 @@ impl OwnProvider {
         match provider_name {
             "hcloud" => Some(OwnProvider::Hcloud),
             "aws" => Some(OwnProvider::Aws),
+            "azure" => Some(OwnProvider::Azure),
             "gce" => Some(OwnProvider::Gce),
             "openstack" => Some(OwnProvider::OpenStack),
             _ => None,
@@ -78,6 +81,7 @@ impl OwnProvider {
                 provider_id.starts_with("hcloud://") && !provider_id.starts_with("hcloud://bm-")
             }
             OwnProvider::Aws => provider_id.starts_with("aws://"),
+            OwnProvider::Azure => provider_id.starts_with("azure://"),
             OwnProvider::Gce => provider_id.starts_with("gce://"),
             OwnProvider::OpenStack => provider_id.starts_with("openstack://"),
         }
@@ -90,7 +94,7 @@ pub struct NodeFilter {
     /// `--node-selector` (default: every node).
     pub selector: Selector,
     /// Skip nodes of other providers (`--skip-nodes-of-other-providers`, on by default
-    /// for hcloud and aws); `None` routes whatever the providerID.
+    /// for hcloud, aws and azure); `None` routes whatever the providerID.
     pub own_provider: Option<OwnProvider>,
 }
 
@@ -138,6 +142,7 @@ impl fmt::Display for NodeFilter {
                 f.write_str(" with providerID hcloud://<server> or none (not Robot's)")
             }
             Some(OwnProvider::Aws) => f.write_str(" with providerID aws://... or none"),
+            Some(OwnProvider::Azure) => f.write_str(" with providerID azure://... or none"),
             Some(OwnProvider::Gce) => f.write_str(" with providerID gce://... or none"),
             Some(OwnProvider::OpenStack) => f.write_str(" with providerID openstack://... or none"),
             None => Ok(()),
@@ -182,6 +187,11 @@ mod tests {
 
     #[test]
     fn aws_routes_instances_only_and_other_providers_route_everything() {
+        let azure = OwnProvider::of("azure").unwrap();
+        assert!(azure.owns(
+            "azure:///subscriptions/s/resourceGroups/rg/providers/Microsoft.Compute/virtualMachines/vm-0"
+        ));
+        assert!(!azure.owns("aws:///eu-west-1a/i-0abc"));
         let aws = OwnProvider::of("aws").unwrap();
         assert!(aws.owns("aws:///eu-west-1a/i-0abc"));
         assert!(aws.owns("aws://eu-west-1a/i-0abc"));

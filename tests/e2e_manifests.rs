@@ -185,7 +185,7 @@ fn manifests_with_monitoring_apply_to_the_real_api_server_in_a_dry_run() {
     // A dry run does not create the Namespace, so the objects in it need a real one.
     let namespace = "e2e-manifests-routing";
     api.ensure_namespace(namespace);
-    for provider in ["hcloud", "aws", "fake"] {
+    for provider in ["hcloud", "aws", "azure", "fake"] {
         for (ns, monitoring) in [
             ("kube-system", false),
             ("kube-system", true),

@@ -97,7 +97,7 @@ fn policy(rules: &[RbacRule]) -> Vec<PolicyRule> {
 
 #[test]
 fn every_provider_renders_its_objects_with_their_names() {
-    for provider in ["hcloud", "aws", "fake"] {
+    for provider in ["hcloud", "aws", "azure", "fake"] {
         let objects = parse(&options(provider));
         let ns = Some("kube-system".to_string());
         let names: Vec<(&str, &str, Option<&str>)> = objects
@@ -650,13 +650,35 @@ fn credentials_come_from_secrets_for_each_provider() {
     assert_eq!(secret_env(container(&parse(&options("fake")))), []);
 }
 
+/// The Azure Deployment mounts azure.json from its Secret, read-only and not
+/// world-readable, and points --cloud-config at it; with the mount's path changed in
+/// one place only, `run` would not find the file.
+#[test]
+fn the_azure_deployment_mounts_azure_json_where_cloud_config_points() {
+    let objects = parse(&options("azure"));
+    let c = container(&objects);
+    let path = flags(&c.args.clone().unwrap())["cloud-config"].clone();
+    let mount = c
+        .volume_mounts
+        .iter()
+        .flatten()
+        .find(|m| m.name == "azure-cloud-config")
+        .expect("the azure.json mount");
+    assert_eq!(path, format!("{}/azure.json", mount.mount_path));
+    assert_eq!(mount.read_only, Some(true));
+    let text = render(&options("azure"));
+    assert!(text.contains("secretName: azure-cloud-config"), "{text}");
+    assert!(text.contains("defaultMode: 288"), "{text}");
+    assert!(text.contains("Network Contributor"), "{text}");
+}
+
 /// Guards the allocator settings the memory figures depend on (README, Benchmarks:
 /// one malloc arena saves a quarter of the RSS at 50 000 nodes, a fixed mmap threshold
 /// 9 MiB more): every provider's Deployment sets `MALLOC_ARENA_MAX=1` and
 /// `MALLOC_MMAP_THRESHOLD_=131072`, and nothing else of the allocator's.
 #[test]
 fn every_deployment_sets_the_allocator_as_measured() {
-    for provider in ["hcloud", "aws", "fake"] {
+    for provider in ["hcloud", "aws", "azure", "fake"] {
         let objects = parse(&options(provider));
         let set: Vec<(&str, Option<&str>)> = container(&objects)
             .env

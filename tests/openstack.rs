@@ -424,6 +424,9 @@ fn revision_mode_removes_a_route_the_router_spells_otherwise() {
     let p = provider(&d);
     let listed = p.list_routes(CLUSTER, &directory()).expect("list");
     assert_eq!(listed.len(), 1, "{listed:?}");
-    all_ok(&p.apply_changes(CLUSTER, &[delete(&listed[0])]).expect("the delete"));
+    all_ok(
+        &p.apply_changes(CLUSTER, &[delete(&listed[0])])
+            .expect("the delete"),
+    );
     assert!(d.routes().is_empty(), "{:?}", d.routes());
 }

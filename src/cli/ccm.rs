@@ -127,12 +127,18 @@ pub const FLAGS: &[Flag] = &[
 
 /// Flags that CCM templates in use pass although upstream's CCM at v0.37 does not
 /// declare them (the kube-controller-manager's node IPAM flags, in kops's and
-/// kube-hetzner's templates): accepted with a warning, so those templates work.
+/// kube-hetzner's templates; cloud-provider-azure's dynamic reloading of its config
+/// from a Secret, `cmd/cloud-controller-manager/app/options/dynamic.go`): accepted
+/// with a warning, so those templates work.
 pub const EXTRA_FLAGS: &[Flag] = &[
     Flag::ignored("node-cidr-mask-size", Kind::Int, "24"),
     Flag::ignored("node-cidr-mask-size-ipv4", Kind::Int, "24"),
     Flag::ignored("node-cidr-mask-size-ipv6", Kind::Int, "64"),
     Flag::ignored("service-cluster-ip-range", Kind::String, ""),
+    Flag::ignored("enable-dynamic-reloading", Kind::Bool, "false"),
+    Flag::ignored("cloud-config-secret-name", Kind::String, ""),
+    Flag::ignored("cloud-config-secret-namespace", Kind::String, "kube-system"),
+    Flag::ignored("cloud-config-key", Kind::String, "cloud-config"),
 ];
 
 /// A feature gate's stage, as component-base names it.

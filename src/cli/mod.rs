@@ -31,7 +31,7 @@ pub const EXIT_USAGE: i32 = 2;
 pub(crate) const CLOUD_PROVIDER: Flag = Flag::new(
     "cloud-provider",
     Kind::String,
-    "the cloud: hcloud, aws, gce, openstack, exec (a plugin, see --cloud-config) or fake",
+    "the cloud: hcloud, aws, azure, gce, openstack, exec (a plugin, see --cloud-config) or fake",
 );
 pub(crate) const CLOUD_CONFIG: Flag = Flag::new(
     "cloud-config",
@@ -39,7 +39,8 @@ pub(crate) const CLOUD_CONFIG: Flag = Flag::new(
     "provider settings file: for hcloud, HCLOUD_*=value lines (instead of environment \
      variables); for aws, the AWS cloud config (its [Global] RouteTableID applies, \
      repeated or comma-separated for several tables; without it every table tagged for \
-     the cluster is used); for exec, the plugin: Command=PATH, then Arg=VALUE and \
+     the cluster is used); for azure, cloud-provider-azure's azure.json (JSON or YAML; its \
+     route-table keys and identity apply, every other key is ignored); for exec, the plugin: Command=PATH, then Arg=VALUE and \
      Env=NAME=VALUE lines (repeated, in order), Timeout=DURATION (default 10s), Name=, \
      MaxOutputBytes= (see route-controller plugin-check --help); for gce, cloud-provider-gcp's \
      gce.conf (gcfg: [global] project-id, network-name, network-project-id, multizone, \
@@ -68,9 +69,9 @@ pub(crate) const NODE_SELECTOR: Flag = Flag::new(
 pub(crate) const SKIP_NODES_OF_OTHER_PROVIDERS: Flag = Flag::new(
     "skip-nodes-of-other-providers",
     Kind::Bool,
-    "with --cloud-provider hcloud, aws, gce or openstack, do not route nodes whose spec.providerID \
+    "with --cloud-provider hcloud, aws, azure, gce or openstack, do not route nodes whose spec.providerID \
      belongs to another provider (hcloud: anything but hcloud://<id>, so Robot servers' \
-     hrobot:// and hcloud://bm-; aws: anything but aws://; gce: anything but gce://; openstack: anything but openstack://); a node with no providerID yet is routed. \
+     hrobot:// and hcloud://bm-; aws: anything but aws://; azure: anything but azure://; gce: anything but gce://; openstack: anything but openstack://); a node with no providerID yet is routed. \
      Such nodes are unselected, as by --node-selector",
 )
 .default("true");
@@ -695,7 +696,7 @@ static PLAN: Spec = Spec {
                 ..NODE_SELECTOR
             },
             Flag {
-                help: "with --cloud-provider hcloud, aws, gce or openstack, plan as run does: nodes whose \
+                help: "with --cloud-provider hcloud, aws, azure, gce or openstack, plan as run does: nodes whose \
                        providerID belongs to another provider are unselected",
                 ..SKIP_NODES_OF_OTHER_PROVIDERS
             },
@@ -710,7 +711,7 @@ static PLAN: Spec = Spec {
                 ..MASTER
             },
             Flag {
-                help: "without --routes: the cloud to list routes from: hcloud, aws, gce, openstack, exec or fake",
+                help: "without --routes: the cloud to list routes from: hcloud, aws, azure, gce, openstack, exec or fake",
                 ..CLOUD_PROVIDER
             },
             Flag {

@@ -212,6 +212,13 @@ pub static SPEC: super::flags::Spec = super::flags::Spec {
              RouteTableRouteLimit in --cloud-config sets them",
         ),
         (
+            "AZURE_FEDERATED_TOKEN_FILE, AZURE_CLIENT_ID, AZURE_TENANT_ID, AZURE_AUTHORITY_HOST, \
+             AZURE_CLIENT_SECRET, AZURE_ENVIRONMENT_FILEPATH",
+            "--cloud-provider=azure (with --cloud-config=azure.json): workload identity as its \
+             webhook injects it (before the file's identity), a client secret outside the file, \
+             the Azure Stack environment file of \"cloud\": \"AzureStackCloud\"",
+        ),
+        (
             WATCH_LIST_CLIENT_VAR,
             "false turns streaming lists off, as --watch-list=false does (client-go's switch)",
         ),
@@ -480,9 +487,11 @@ impl RunArgs {
     pub fn settings(&self) -> Result<RunSettings, UsageError> {
         let p = &self.0;
         let provider = p.string("cloud-provider");
-        if !["hcloud", "aws", "gce", "openstack", "exec", "fake"].contains(&provider.as_str()) {
+        if !["hcloud", "aws", "azure", "gce", "openstack", "exec", "fake"]
+            .contains(&provider.as_str())
+        {
             return Err(UsageError(format!(
-                "--cloud-provider: {provider:?} is not supported; use hcloud, aws, gce, openstack, exec or fake"
+                "--cloud-provider: {provider:?} is not supported; use hcloud, aws, azure, gce, openstack, exec or fake"
             )));
         }
         let cluster_cidrs = parse_cluster_cidrs(&p.string("cluster-cidr")).map_err(UsageError)?;
@@ -808,6 +817,9 @@ pub fn connect_provider(
     metrics: Option<Arc<crate::metrics::Metrics>>,
     fence: &Fence,
 ) -> Result<Arc<dyn Routes>, ProviderError> {
+    if name == "azure" {
+        return azure_provider(cloud_config, metrics, fence);
+    }
     if name == "gce" {
         // gce.conf is gcfg (quoted values, repeated names), read by the provider.
         return gce_provider(cloud_config, metrics, fence);
@@ -920,7 +932,7 @@ pub fn connect_provider(
         }
         "exec" => Ok(Arc::new(exec_provider(&file)?.with_fence(fence.clone()))),
         other => Err(ProviderError::Config(UsageError(format!(
-            "--cloud-provider: {other:?} is not supported; use hcloud, aws, gce, openstack, exec or fake"
+            "--cloud-provider: {other:?} is not supported; use hcloud, aws, azure, gce, openstack, exec or fake"
         )))),
     }
 }
@@ -953,6 +965,37 @@ pub fn exec_provider(
         d.tables
     );
     Ok(provider)
+}
+
+/// `--cloud-provider=azure`: reads `azure.json` (`--cloud-config`, required) and
+/// connects (a token and one read of the route table).
+fn azure_provider(
+    cloud_config: Option<&PathBuf>,
+    metrics: Option<Arc<crate::metrics::Metrics>>,
+    fence: &Fence,
+) -> Result<Arc<dyn Routes>, ProviderError> {
+    use crate::cloud::azure::{AzureRoutes, Config as AzureConfig};
+    let path = cloud_config.ok_or_else(|| {
+        UsageError(
+            "--cloud-provider=azure needs --cloud-config: the azure.json that \
+             cloud-provider-azure reads (e.g. --cloud-config=/etc/kubernetes/azure.json)"
+                .into(),
+        )
+    })?;
+    let text = std::fs::read_to_string(path).map_err(|e| {
+        UsageError(format!(
+            "--cloud-config {}: cannot read: {e}",
+            path.display()
+        ))
+    })?;
+    let mut config = AzureConfig::parse(&text, &|k| std::env::var(k).ok())
+        .map_err(|e| UsageError(format!("--cloud-config {}: {e}", path.display())))?;
+    config.metrics = metrics;
+    let provider = AzureRoutes::connect(config).map_err(|e| match e.outage {
+        true => ProviderError::Outage(e.to_string()),
+        false => ProviderError::Config(UsageError(e.to_string())),
+    })?;
+    Ok(Arc::new(provider.with_fence(fence.clone())))
 }
 
 /// `--cloud-provider=gce`: `gce.conf` and the environment of Google's libraries.
@@ -1199,7 +1242,7 @@ mod tests {
     }
 
     /// Guards the node-selection flags: their defaults (every node, other providers'
-    /// nodes skipped for hcloud and aws only, routes of unselected nodes kept) and that
+    /// nodes skipped for hcloud, aws and azure only, routes of unselected nodes kept) and that
     /// each one reaches the settings.
     #[test]
     fn node_selection_flags_set_the_filter_and_the_delete_switch() {
@@ -1339,8 +1382,8 @@ mod tests {
             "{no_cidr}"
         );
         assert!(
-            error(&["--cloud-provider=azure"])
-                .contains("use hcloud, aws, gce, openstack, exec or fake")
+            error(&["--cloud-provider=vsphere"])
+                .contains("use hcloud, aws, azure, gce, openstack, exec or fake")
         );
     }
 
@@ -1357,6 +1400,39 @@ mod tests {
         let s = args(&["-v=6", "--logging-format=json"]).settings().unwrap();
         assert_eq!(s.log_level, log::LevelFilter::Trace);
         assert_eq!(s.log_format, crate::logging::LogFormat::Json);
+    }
+
+    /// cloud-provider-azure's Helm chart, rendered with its default values
+    /// (helm/cloud-provider-azure/templates/cloud-provider-azure.yaml at 7b31c76), and
+    /// the two flags of its own that operators add: `run` takes them unchanged.
+    #[test]
+    fn cloud_provider_azures_chart_arguments_are_valid_for_run() {
+        let chart = [
+            "--allocate-node-cidrs=true",
+            "--cloud-config=/etc/kubernetes/azure.json",
+            "--cloud-provider=azure",
+            "--cluster-cidr=10.244.0.0/16",
+            "--cluster-name=kubernetes",
+            "--configure-cloud-routes=true",
+            "--controllers=*,-cloud-node",
+            "--leader-elect=true",
+            "--route-reconciliation-period=10s",
+            "--secure-port=10268",
+            "--v=2",
+        ];
+        let parsed = RunArgs::parse(&chart).unwrap_or_else(|e| panic!("{e}"));
+        let s = parsed.settings().unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(
+            s.cloud_config.as_deref(),
+            Some(std::path::Path::new("/etc/kubernetes/azure.json"))
+        );
+        let mut more = chart.to_vec();
+        more.extend([
+            "--cloud-config-secret-name=azure-cloud-provider",
+            "--enable-dynamic-reloading=false",
+        ]);
+        let parsed = RunArgs::parse(&more).unwrap_or_else(|e| panic!("{e}"));
+        parsed.settings().unwrap_or_else(|e| panic!("{e}"));
     }
 
     /// What `manifests` prints, `run` takes: the container's arguments pass `run`'s
@@ -1403,7 +1479,7 @@ mod tests {
         let one_line = text.split_whitespace().collect::<Vec<_>>().join(" ");
         assert!(
             one_line.contains(
-                "the cloud: hcloud, aws, gce, openstack, exec (a plugin, see --cloud-config) or fake (required)"
+                "the cloud: hcloud, aws, azure, gce, openstack, exec (a plugin, see --cloud-config) or fake (required)"
             ),
             "{text}"
         );
