@@ -305,6 +305,14 @@ impl NeutronDouble {
             .push((method.to_string(), path_prefix.to_string(), times, fault));
     }
 
+    /// Whether another writer injected to write `destination` (`Fault::WriterAfter`)
+    /// is still waiting for its request.
+    pub fn writer_pending(&self, destination: &str) -> bool {
+        self.state().faults.iter().any(|(_, _, times, fault)| {
+            *times > 0 && matches!(fault, Fault::WriterAfter(d, _) if d == destination)
+        })
+    }
+
     pub fn requests(&self) -> Vec<Recorded> {
         self.state().log.clone()
     }
