@@ -13,6 +13,8 @@ use std::str::FromStr;
 
 use serde::{Deserialize, Deserializer, Serialize};
 
+pub mod skim;
+
 /// The condition type the route controller owns on every node.
 pub const NETWORK_UNAVAILABLE: &str = "NetworkUnavailable";
 

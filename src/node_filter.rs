@@ -109,6 +109,12 @@ impl NodeFilter {
         self.selector.is_everything() && self.own_provider.is_none()
     }
 
+    /// Whether [`NodeFilter::check`] looks at a node's labels (a `--node-selector`
+    /// is set); if not, the watch does not decode them.
+    pub fn reads_labels(&self) -> bool {
+        !self.selector.is_everything()
+    }
+
     /// Whether this controller routes `node`, whose labels are `labels`; if not, why.
     pub fn check(&self, node: &Node, labels: &Labels) -> Result<(), Unselected> {
         if let (Some(own), Some(id)) = (self.own_provider, node.provider_id.as_deref())

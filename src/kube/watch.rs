@@ -34,6 +34,7 @@ use super::error::{ApiErrorKind, KubeError, Status, prefix};
 use super::stop::StopHandle;
 use crate::controller::NodeEvent;
 use crate::metrics::Metrics;
+use crate::model::skim::{self, EventType};
 use crate::model::{LabeledNode, Node, NodeList};
 use crate::node_filter::NodeFilter;
 
@@ -267,6 +268,8 @@ pub struct Reflector {
     lists_only: bool,
     /// The (re)list under way, for its log line.
     sync: Option<SyncProgress>,
+    /// Whether the node filter reads labels: if not, a watch event's are not decoded.
+    reads_labels: bool,
 }
 
 /// How far the current (re)list has come.
@@ -293,6 +296,7 @@ impl Reflector {
             restarts: 0,
             lists_only: !config.watch_list,
             sync: None,
+            reads_labels: config.filter.reads_labels(),
             config,
         }
     }
@@ -538,7 +542,14 @@ impl Reflector {
             return LineOutcome::Nothing;
         }
         self.lines_in_watch += 1;
-        let event = serde_json::from_slice::<WireEvent>(line);
+        let event = match skim::event(line, self.reads_labels) {
+            Some((EventType::Added, item)) => Ok(WireEvent::Added(item)),
+            Some((EventType::Modified, item)) => Ok(WireEvent::Modified(item)),
+            Some((EventType::Deleted, item)) => Ok(WireEvent::Deleted(item)),
+            // Not a node event in the shape the skim reads: serde_json decides, with
+            // its error if the line is bad.
+            None => serde_json::from_slice::<WireEvent>(line),
+        };
         if let WatchState::InitialEvents { last_event } = self.state {
             return self.on_initial_event(event, line, last_event, now);
         }
