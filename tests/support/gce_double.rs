@@ -9,6 +9,8 @@
 //! - `/compute/v1/projects/{p}/global/operations/{op}` (get) and `…/{op}/wait` (POST, a
 //!   long poll that returns when the operation is done or after [`WAIT_SLICE`]);
 //! - `/compute/v1/projects/{p}/zones/{z}/instances/{name}` (get, with `canIpForward`);
+//! - `/compute/v1/projects/{p}/zones` (list: the region's zones, which
+//!   cloud-provider-gcp reads once at start with `multizone = true`);
 //! - `/compute/v1/projects/{p}` (get, with the `ROUTES` quota's limit and usage);
 //! - the metadata server's token (`/computeMetadata/v1/...`, `Metadata-Flavor: Google`)
 //!   and an OAuth token endpoint (`POST /token`) that checks a service-account JWT's
@@ -16,7 +18,11 @@
 //!
 //! Faults: slow operations, an operation that ends in error, any status and reason
 //! for a request (403 `rateLimitExceeded`, 409, ...), and a reply lost after the
-//! change was made. Every request is recorded with its method, path and token.
+//! change was made. Every request is recorded with its method, path, token and when it
+//! was answered (the last [`LOG_LIMIT`]), the token endpoints' requests by endpoint
+//! ([`GceDouble::token_calls`]), and every route change when it took effect
+//! ([`GceDouble::applied`]), so that a benchmark can count a controller's requests by
+//! method and time its routes.
 #![allow(dead_code)]
 // Each test binary uses only part of this support module.
 
@@ -29,13 +35,20 @@ use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use base64::Engine as _;
 use serde_json::{Value, json};
 
 /// The longest a `wait` call holds its reply (GCE holds up to two minutes).
 pub const WAIT_SLICE: Duration = Duration::from_secs(2);
+
+/// How many requests (and, separately, token requests and applied route changes) the
+/// double remembers; the oldest go first. A benchmark's run is far below it.
+pub const LOG_LIMIT: usize = 200_000;
+
+/// The zones of the double's region (`europe-west1`), in `zones.list` order.
+pub const ZONES: [&str; 3] = ["europe-west1-b", "europe-west1-c", "europe-west1-d"];
 
 /// What an injected fault does to a matching request.
 #[derive(Clone, Debug)]
@@ -65,12 +78,24 @@ pub struct Recorded {
     /// The status answered; 0 when the connection was closed instead.
     pub status: u16,
     pub token: String,
+    /// When the double answered (or closed the connection).
+    pub at: SystemTime,
+}
+
+/// A route change as it took effect (its operation done without error).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Applied {
+    /// `insert` or `delete`.
+    pub kind: &'static str,
+    pub name: String,
+    pub dest_range: String,
+    pub at: SystemTime,
 }
 
 impl Recorded {
     /// `routes.list`, `routes.insert`, `routes.delete`, `routes.get`,
     /// `globalOperations.get`, `globalOperations.wait`, `instances.get`,
-    /// `projects.get`, or `other`.
+    /// `zones.list`, `projects.get`, or `other`.
     pub fn call(&self) -> &'static str {
         let parts: Vec<&str> = self.path.trim_matches('/').split('/').collect();
         match (self.method.as_str(), parts.as_slice()) {
@@ -82,6 +107,7 @@ impl Recorded {
             ("GET", ["projects", _, "global", "operations", _]) => "globalOperations.get",
             ("POST", ["projects", _, "global", "operations", _, "wait"]) => "globalOperations.wait",
             ("GET", ["projects", _, "zones", _, "instances", _]) => "instances.get",
+            ("GET", ["projects", _, "zones"]) => "zones.list",
             _ => "other",
         }
     }
@@ -137,7 +163,9 @@ struct State {
     tokens: Vec<String>,
     token_lifetime: u64,
     issued: u64,
-    log: Vec<Recorded>,
+    log: VecDeque<Recorded>,
+    token_log: VecDeque<(&'static str, SystemTime)>,
+    applied: VecDeque<Applied>,
     jwt_exchanges: Vec<Value>,
     metadata_zone: String,
     alt_token_body: String,
@@ -183,7 +211,9 @@ impl GceDouble {
                 tokens: Vec::new(),
                 token_lifetime: 3599,
                 issued: 0,
-                log: Vec::new(),
+                log: VecDeque::new(),
+                token_log: VecDeque::new(),
+                applied: VecDeque::new(),
                 jwt_exchanges: Vec::new(),
                 metadata_zone: "europe-west1-b".into(),
                 alt_token_body: String::new(),
@@ -342,11 +372,46 @@ impl GceDouble {
     }
 
     pub fn requests(&self) -> Vec<Recorded> {
-        self.state().log.clone()
+        self.state().log.iter().cloned().collect()
     }
 
+    /// Forgets the requests, token requests and applied changes so far.
     pub fn clear_requests(&self) {
-        self.state().log.clear();
+        let mut s = self.state();
+        s.log.clear();
+        s.token_log.clear();
+        s.applied.clear();
+    }
+
+    /// Requests to the token endpoints, by endpoint (`metadata.token`, `tokenUrl`,
+    /// `oauth2.token`), with when they were answered.
+    pub fn token_calls(&self) -> Vec<(&'static str, SystemTime)> {
+        self.state().token_log.iter().cloned().collect()
+    }
+
+    /// Route changes as they took effect, in order.
+    pub fn applied(&self) -> Vec<Applied> {
+        let mut s = self.state();
+        settle(&mut s, Instant::now());
+        s.applied.iter().cloned().collect()
+    }
+
+    /// Removes an instance (as a node group does when it replaces one); routes to it
+    /// stay, as GCE keeps them.
+    pub fn remove_instance(&self, zone: &str, name: &str) {
+        let key = (
+            self.inner.project.clone(),
+            zone.to_string(),
+            name.to_string(),
+        );
+        self.state().instances.remove(&key);
+    }
+
+    /// Deletes every route at once (as another writer would), uncounted.
+    pub fn clear_routes(&self) {
+        let mut s = self.state();
+        settle(&mut s, Instant::now());
+        s.routes.clear();
     }
 
     /// Requests of one call (`routes.insert`, ...), any outcome.
@@ -531,13 +596,17 @@ fn handle(inner: &Inner, request: &Request) -> Outcome {
         .to_string();
     let mut state = inner.state.lock().unwrap_or_else(|e| e.into_inner());
     let record = |state: &mut State, status: u16| {
-        state.log.push(Recorded {
-            method: request.method.clone(),
-            path: path.to_string(),
-            query: request.query.clone(),
-            status,
-            token: token.clone(),
-        })
+        push_bounded(
+            &mut state.log,
+            Recorded {
+                method: request.method.clone(),
+                path: path.to_string(),
+                query: request.query.clone(),
+                status,
+                token: token.clone(),
+                at: SystemTime::now(),
+            },
+        )
     };
     if !state.tokens.contains(&token) {
         record(&mut state, 401);
@@ -607,6 +676,13 @@ fn handle(inner: &Inner, request: &Request) -> Outcome {
     outcome
 }
 
+fn push_bounded<T>(log: &mut VecDeque<T>, entry: T) {
+    if log.len() >= LOG_LIMIT {
+        log.pop_front();
+    }
+    log.push_back(entry);
+}
+
 fn route_request(inner: &Inner, state: &mut State, request: &Request, parts: &[&str]) -> Outcome {
     let project = inner.project.as_str();
     match (request.method.as_str(), parts) {
@@ -654,6 +730,30 @@ fn route_request(inner: &Inner, state: &mut State, request: &Request, parts: &[&
                 Some(o) => Outcome::Reply(200, operation_json(inner, o)),
                 None => not_found(&format!("projects/{project}/global/operations/{op}")),
             }
+        }
+        ("GET", ["projects", p, "zones"]) if *p == project => {
+            let items: Vec<Value> = ZONES
+                .iter()
+                .map(|z| {
+                    json!({
+                        "kind": "compute#zone",
+                        "id": "2100",
+                        "name": z,
+                        "status": "UP",
+                        "region": format!("{}projects/{project}/regions/europe-west1", inner.base),
+                        "selfLink": format!("{}projects/{project}/zones/{z}", inner.base),
+                    })
+                })
+                .collect();
+            Outcome::Reply(
+                200,
+                json!({
+                    "kind": "compute#zoneList",
+                    "id": format!("projects/{project}/zones"),
+                    "items": items,
+                    "selfLink": format!("{}projects/{project}/zones", inner.base),
+                }),
+            )
         }
         ("GET", ["projects", p, "zones", zone, "instances", name]) => {
             let key = (p.to_string(), zone.to_string(), name.to_string());
@@ -891,12 +991,31 @@ fn settle(state: &mut State, now: Instant) {
         if op.error.is_some() {
             continue;
         }
+        // When it took effect, not when it was noticed.
+        let at = SystemTime::now()
+            .checked_sub(now.saturating_duration_since(op.finishes))
+            .unwrap_or_else(SystemTime::now);
         match change {
             Some(Change::Insert(route)) => {
+                let applied = Applied {
+                    kind: "insert",
+                    name: route.name.clone(),
+                    dest_range: route.dest_range.clone(),
+                    at,
+                };
+                push_bounded(&mut state.applied, applied);
                 state.routes.insert(route.name.clone(), route);
             }
             Some(Change::Delete(name)) => {
-                state.routes.remove(&name);
+                if let Some(route) = state.routes.remove(&name) {
+                    let applied = Applied {
+                        kind: "delete",
+                        name,
+                        dest_range: route.dest_range,
+                        at,
+                    };
+                    push_bounded(&mut state.applied, applied);
+                }
             }
             None => {}
         }
@@ -963,6 +1082,7 @@ fn metadata(inner: &Inner, request: &Request) -> Outcome {
     let mut state = inner.state.lock().unwrap_or_else(|e| e.into_inner());
     match request.path.as_str() {
         "/computeMetadata/v1/instance/service-accounts/default/token" => {
+            push_bounded(&mut state.token_log, ("metadata.token", SystemTime::now()));
             let token = issue(&mut state);
             Outcome::Reply(
                 200,
@@ -989,6 +1109,7 @@ fn text(value: &str) -> Outcome {
 /// token and the configured body, answered with `accessToken` and `expireTime`.
 fn alt_token(inner: &Inner, request: &Request) -> Outcome {
     let mut state = inner.state.lock().unwrap_or_else(|e| e.into_inner());
+    push_bounded(&mut state.token_log, ("tokenUrl", SystemTime::now()));
     let bearer = request
         .header("authorization")
         .and_then(|v| v.strip_prefix("Bearer "))
@@ -1060,6 +1181,7 @@ fn token_exchange(inner: &Inner, request: &Request) -> Outcome {
         return refuse("alg must be RS256");
     }
     let mut state = inner.state.lock().unwrap_or_else(|e| e.into_inner());
+    push_bounded(&mut state.token_log, ("oauth2.token", SystemTime::now()));
     state.jwt_exchanges.push(claims);
     let token = issue(&mut state);
     Outcome::Reply(
