@@ -16,7 +16,8 @@
 //! (`tests/kube-apiserver/upstream-route-controller`,
 //! [`upstream_route_controller_binary`], run by `tests/support/upstream_controller.rs`),
 //! the same with cloud-provider-aws's real routes (`aws-route-controller`,
-//! [`aws_route_controller_binary`]), hcloud-go driving the Hetzner double
+//! [`aws_route_controller_binary`]) and with cloud-provider-gcp's
+//! (`gcp-route-controller`, [`gcp_route_controller_binary`]), hcloud-go driving the Hetzner double
 //! (`hcloud-conformance`, [`hcloud_conformance_binary`]), Microsoft's armnetwork
 //! and armcompute driving the ARM double (`azure-conformance`,
 //! [`azure_conformance_binary`]), and Google's compute/v1 client driving the GCE
@@ -844,6 +845,16 @@ const AWS_ROUTE_CONTROLLER: GoProgram = GoProgram {
     what: "upstream's route controller with cloud-provider-aws (tests/kube-apiserver/aws-route-controller)",
 };
 
+/// Upstream's route controller with cloud-provider-gcp's real `Routes`
+/// (`tests/kube-apiserver/gcp-route-controller`); see [`gcp_route_controller_binary`].
+/// cloud-provider-gcp v0.28.2 builds with this module's pinned v0.37.2 graph, so it
+/// needs no module of its own.
+const GCP_ROUTE_CONTROLLER: GoProgram = GoProgram {
+    package: "gcp-route-controller",
+    binary: "gcp-route-controller",
+    what: "upstream's route controller with cloud-provider-gcp (tests/kube-apiserver/gcp-route-controller)",
+};
+
 /// Upstream's cloud-controller-manager command, which prints its flags and feature
 /// gates (`tests/kube-apiserver/ccm-flags`); see [`ccm_flags_binary`].
 const CCM_FLAGS: GoProgram = GoProgram {
@@ -861,6 +872,7 @@ const OTHER_PROGRAMS: &[&str] = &[
     GCE_CONFORMANCE.package,
     OPENSTACK_CONFORMANCE.package,
     AWS_ROUTE_CONTROLLER.package,
+    GCP_ROUTE_CONTROLLER.package,
     CCM_FLAGS.package,
 ];
 
@@ -918,6 +930,14 @@ pub fn openstack_conformance_binary() -> &'static Path {
 pub fn aws_route_controller_binary() -> &'static Path {
     static BINARY: OnceLock<PathBuf> = OnceLock::new();
     BINARY.get_or_init(|| build_go_program(&AWS_ROUTE_CONTROLLER))
+}
+
+/// The `gcp-route-controller` binary: upstream's route controller with
+/// cloud-provider-gcp's real `Routes`, run by `tests/support/gce_peer.rs`. Built like
+/// the harness.
+pub fn gcp_route_controller_binary() -> &'static Path {
+    static BINARY: OnceLock<PathBuf> = OnceLock::new();
+    BINARY.get_or_init(|| build_go_program(&GCP_ROUTE_CONTROLLER))
 }
 
 /// The `ccm-flags` binary: upstream's `k8s.io/cloud-provider/app` command at the
