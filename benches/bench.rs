@@ -49,6 +49,10 @@ mod e2e_cluster;
 mod e2e_hcloud;
 #[path = "../tests/support/fault_proxy.rs"]
 mod fault_proxy;
+#[path = "../tests/support/gce_double.rs"]
+mod gce_double;
+#[path = "../tests/support/gce_peer.rs"]
+mod gce_peer;
 #[path = "../tests/support/hcloud_double.rs"]
 mod hcloud_double;
 #[path = "../tests/support/http_fault.rs"]
@@ -106,6 +110,10 @@ fn main() {
     }
     if wanted("peers") {
         peers();
+    }
+    // `-- peers` runs this too; `-- peers-gce` runs only this.
+    if wanted("peers-gce") {
+        peers_gce();
     }
     if wanted("chaos") {
         chaos();
@@ -1976,6 +1984,191 @@ fn peers() {
         if let Some(last) = rolling.last() {
             println!(
                 "  {:<20} last run by action: start-up [{}]; rolling [{}]",
+                "",
+                aws_peer::by_action(&last.startup_requests),
+                aws_peer::by_action(&last.rolling_requests)
+            );
+        }
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+// --- beside upstream with its real GCE provider, in Compute API requests ----------------
+
+/// How long the double takes to finish a route's operation in `peers-gce` (GCE's take
+/// seconds; both controllers wait on the same ones).
+const PEERS_GCE_OPERATION: Duration = Duration::from_secs(2);
+
+/// Upstream's route controller with cloud-provider-gcp and ours with its GCE provider,
+/// each in poll and in watch mode, one at a time against one real kube-apiserver and
+/// one Compute double that counts every request by method; the script of `peers`.
+/// `RC_BENCH_RUNS=N` repeats everything N times and prints each figure's range.
+fn peers_gce() {
+    let runs = bench_runs();
+    let s = PEERS_SCRIPT;
+    println!(
+        "\n[peers-gce] upstream's route controller {} with cloud-provider-gcp {} and ours, one at a time, \
+         against one real kube-apiserver and the Compute double ({runs} run(s)).",
+        upstream_version(),
+        go_module_version("k8s.io/cloud-provider-gcp/providers")
+    );
+    println!(
+        "  one gce.conf for both (api-endpoint and token-url on the double, multizone over {} zones, nodes \
+         spread over them in order); every route operation takes {} s;",
+        gce_double::ZONES.len(),
+        PEERS_GCE_OPERATION.as_secs_f64()
+    );
+    println!(
+        "  start-up: {} nodes; rolling: {} replaced one every {} s (instance and node deleted; {} s later the \
+         replacement with a new pod CIDR), {} s settle;",
+        s.nodes,
+        s.replaced,
+        s.spacing.as_secs(),
+        s.replace_after.as_secs(),
+        s.settle.as_secs()
+    );
+    let idle_timing = aws_peer::Timing::compressed(PEERS_IDLE_COMPRESSION);
+    println!(
+        "  idle: a separate start with every route in place, then {} s with the poll period {} times shorter \
+         ({:.1} s; our route list max age {} s): {} min of an idle cluster; per hour = × {}.",
+        PEERS_IDLE.as_secs(),
+        PEERS_IDLE_COMPRESSION,
+        idle_timing.poll_period.as_secs_f64(),
+        idle_timing.route_list_max_age.as_secs(),
+        PEERS_IDLE.as_secs() * u64::from(PEERS_IDLE_COMPRESSION) / 60,
+        3600 / (PEERS_IDLE.as_secs() * u64::from(PEERS_IDLE_COMPRESSION))
+    );
+    let started = Instant::now();
+    kube_apiserver::harness_binary();
+    kube_apiserver::gcp_route_controller_binary();
+    println!(
+        "  Go programs ready in {:.1} s",
+        started.elapsed().as_secs_f64()
+    );
+    let api = kube_apiserver::KubeApiserver::start_fresh();
+    let cluster = gce_peer::GceCluster::create(s.nodes + s.replaced, PEERS_GCE_OPERATION);
+    let dir = kube_apiserver::scratch_dir("bench-peers-gce");
+    let peers = [
+        gce_peer::GcePeer::Upstream { watch: false },
+        gce_peer::GcePeer::Ours { watch: false },
+        gce_peer::GcePeer::Upstream { watch: true },
+        gce_peer::GcePeer::Ours { watch: true },
+    ];
+    type Runs = Vec<aws_peer::PeerRun>;
+    let mut results: Vec<(gce_peer::GcePeer, Runs, Runs)> =
+        peers.iter().map(|p| (*p, Vec::new(), Vec::new())).collect();
+    let idle_script = aws_peer::Script {
+        replaced: 0,
+        idle: PEERS_IDLE,
+        ..s
+    };
+    for round in 0..runs {
+        for (peer, rolling, idle) in results.iter_mut() {
+            let label = peer.label();
+            let run_dir = dir.join(format!("{round}-{}", label.replace([' ', ',', '+'], "-")));
+            let t = Instant::now();
+            let r = gce_peer::run_gce_peer(
+                *peer,
+                &api,
+                &cluster,
+                s,
+                aws_peer::Timing::defaults(),
+                &run_dir.join("rolling"),
+            );
+            let i = gce_peer::run_gce_peer(
+                *peer,
+                &api,
+                &cluster,
+                idle_script,
+                idle_timing,
+                &run_dir.join("idle"),
+            );
+            println!(
+                "  round {} {label:<20} {:.0} s: start-up [{}] rolling [{}] idle [{}]",
+                round + 1,
+                t.elapsed().as_secs_f64(),
+                aws_peer::by_action(&r.startup_requests),
+                aws_peer::by_action(&r.rolling_requests),
+                aws_peer::by_action(&i.idle_requests)
+            );
+            rolling.push(r);
+            idle.push(i);
+        }
+    }
+
+    let per_hour = 3600.0 / (PEERS_IDLE.as_secs_f64() * f64::from(PEERS_IDLE_COMPRESSION));
+    println!(
+        "\n  Compute API requests (every method, token endpoints included), from the double's log. start-up: \
+         process start to the\n  last initial route in place (its operation done); rolling: {} route mutations \
+         ({} creates, {} deletes); node→route: node\n  created to its route in place; CPU and peak RSS of the \
+         controller process over start-up and rolling. Ranges are min–max over the runs.",
+        2 * s.replaced,
+        s.replaced,
+        s.replaced
+    );
+    println!(
+        "  {:<20} {:>9} {:>12} {:>9} {:>14} {:>16} {:>11} {:>9} {:>12}",
+        "controller, mode",
+        "start-up",
+        "start-up s",
+        "rolling",
+        "per mutation",
+        "node→route p50",
+        "max",
+        "CPU s",
+        "RSS MiB"
+    );
+    for (peer, rolling, idle) in &results {
+        let of = |f: &dyn Fn(&aws_peer::PeerRun) -> f64, d| {
+            range(&rolling.iter().map(f).collect::<Vec<_>>(), d)
+        };
+        let mutations = (2 * s.replaced) as f64;
+        let method =
+            |r: &aws_peer::PeerRun, m: &str| *r.rolling_requests.get(m).unwrap_or(&0) as f64;
+        println!(
+            "  {:<20} {:>9} {:>12} {:>9} {:>14} {:>16} {:>11} {:>9} {:>12}",
+            peer.label(),
+            of(&|r| aws_peer::total(&r.startup_requests) as f64, 0),
+            of(&|r| r.startup.as_secs_f64(), 2),
+            of(&|r| aws_peer::total(&r.rolling_requests) as f64, 0),
+            of(
+                &|r| aws_peer::total(&r.rolling_requests) as f64 / mutations,
+                2
+            ),
+            of(&|r| aws_peer::p50_max(&r.node_to_route).0, 2),
+            of(&|r| aws_peer::p50_max(&r.node_to_route).1, 2),
+            of(&|r| r.cpu_seconds, 2),
+            of(&|r| r.peak_rss_mib, 1),
+        );
+        println!(
+            "  {:<20} rolling per mutation: waits {}, routes.list {}; instances.get per create {}",
+            "",
+            of(&|r| method(r, "globalOperations.wait") / mutations, 2),
+            of(&|r| method(r, "routes.list") / mutations, 2),
+            of(&|r| method(r, "instances.get") / s.replaced as f64, 2),
+        );
+        let missing: usize = rolling.iter().map(|r| r.missing).sum();
+        if missing > 0 {
+            println!("  {:<20} {missing} replacement routes never created", "");
+        }
+        let idle_of = |f: &dyn Fn(&aws_peer::PeerRun) -> f64, d| {
+            range(&idle.iter().map(f).collect::<Vec<_>>(), d)
+        };
+        println!(
+            "  {:<20} idle: {} requests in {} s = {} per idle hour; CPU {} s, RSS {} MiB; last run: {}",
+            "",
+            idle_of(&|r| aws_peer::total(&r.idle_requests) as f64, 0),
+            PEERS_IDLE.as_secs(),
+            idle_of(&|r| aws_peer::total(&r.idle_requests) as f64 * per_hour, 0),
+            idle_of(&|r| r.cpu_seconds, 2),
+            idle_of(&|r| r.peak_rss_mib, 1),
+            idle.last()
+                .map(|r| aws_peer::by_action(&r.idle_requests))
+                .unwrap_or_default()
+        );
+        if let Some(last) = rolling.last() {
+            println!(
+                "  {:<20} last run by method: start-up [{}]; rolling [{}]",
                 "",
                 aws_peer::by_action(&last.startup_requests),
                 aws_peer::by_action(&last.rolling_requests)
