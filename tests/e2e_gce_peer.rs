@@ -1,7 +1,7 @@
 //! Keeps the GCE peer of `cargo bench -- peers` building and working: upstream's route
 //! controller with cloud-provider-gcp's real `Routes`
 //! (`tests/kube-apiserver/gcp-route-controller`) against the Compute double and a real
-//! kube-apiserver, briefly, in poll mode with the period shortened. It guards the
+//! kube-apiserver, briefly, in poll mode with the period shortened (to 3 s). It guards the
 //! wiring the benchmark depends on (`gce.conf`'s `api-endpoint` and `token-url` on the
 //! double, the metadata server behind the token URL, the zones the peer searches, the
 //! node names it resolves, the double's count by method): if any of them breaks, the
@@ -45,7 +45,11 @@ fn upstream_with_cloud_provider_gcp_routes_nodes_in_the_double_waiting_on_each_o
         &api,
         &cluster,
         script,
-        Timing::compressed(10),
+        // A poll period longer than gce_peer::QUIET, so that a phase can end.
+        Timing {
+            poll_period: Duration::from_secs(3),
+            route_list_max_age: Duration::from_secs(30),
+        },
         &scratch_dir("gce-peer"),
     );
     eprintln!(

@@ -502,8 +502,11 @@ pub fn run_gce_peer(
         thread::sleep(script.idle);
         run.idle_requests = count_by_method(double, from, SystemTime::now());
     } else {
-        // The rolling replacement starts after a quiet second.
-        thread::sleep(Duration::from_secs(1));
+        // The rolling replacement starts once the controller has been quiet for
+        // QUIET: upstream+gcp waits on operations long after they are done (each wait
+        // goes through a 5/s limiter, at least 1 s after the last), and those waits
+        // belong to start-up.
+        wait_until_quiet(double, &run.label);
         let from = SystemTime::now();
         run.startup_requests = count_by_method(double, started, from);
         let mut created = Vec::new();
@@ -520,6 +523,7 @@ pub fn run_gce_peer(
             created.push((pod_cidr(script.nodes + i), SystemTime::now()));
         }
         thread::sleep(script.settle);
+        wait_until_quiet(double, &run.label);
         run.rolling_requests = count_by_method(double, from, SystemTime::now());
         let applied = double.applied();
         for (cidr, at) in created {
@@ -539,4 +543,33 @@ pub fn run_gce_peer(
     (run.cpu_seconds, run.peak_rss_mib) = controller.figures();
     controller.stop();
     run
+}
+
+/// How long the double must see no request before a run's phase ends: longer than the
+/// 1 s cloud-provider-gcp's operation waits keep between them, shorter than a poll
+/// period (so a poll period of at least 2 s is needed).
+pub const QUIET: Duration = Duration::from_millis(1500);
+
+/// Waits until the double has answered nothing for [`QUIET`] (at most 60 s).
+fn wait_until_quiet(double: &GceDouble, label: &str) {
+    let quiet = QUIET;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let last = double
+            .requests()
+            .last()
+            .map(|r| r.at)
+            .into_iter()
+            .chain(double.token_calls().last().map(|(_, at)| *at))
+            .max();
+        let idle = last.map_or(quiet, |at| at.elapsed().unwrap_or_default());
+        if idle >= quiet {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{label}: the controller did not stop sending for {quiet:?} within 60 s"
+        );
+        thread::sleep(Duration::from_millis(50));
+    }
 }
