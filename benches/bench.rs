@@ -108,10 +108,10 @@ fn main() {
     if wanted("upstream") {
         upstream();
     }
-    if wanted("peers") {
+    // `-- peers` runs both peers benches, `-- peers-aws` and `-- peers-gce` one each.
+    if wanted("peers-aws") {
         peers();
     }
-    // `-- peers` runs this too; `-- peers-gce` runs only this.
     if wanted("peers-gce") {
         peers_gce();
     }
@@ -1857,7 +1857,15 @@ fn peers() {
         (moto.join().expect("moto starts"), api)
     });
     let mut cluster = aws_peer::Cluster::create(&moto, s.nodes + s.replaced);
-    let proxy = aws_peer::Ec2Proxy::start(moto.url());
+    // EC2's per-action buckets between the counting proxy and moto, for both alike:
+    // full at each controller's start, as an idle account's are.
+    let moto_addr: std::net::SocketAddr = moto
+        .url()
+        .trim_start_matches("http://")
+        .parse()
+        .expect("moto's address");
+    let ec2_limits = http_fault::HttpFaultLayer::start(moto_addr);
+    let proxy = aws_peer::Ec2Proxy::start(&format!("http://{}", ec2_limits.addr()));
     let dir = kube_apiserver::scratch_dir("bench-peers");
     let peers = [
         aws_peer::Peer::Upstream { watch: false },
@@ -1870,16 +1878,20 @@ fn peers() {
         Vec<aws_peer::PeerRun>,
         Vec<aws_peer::PeerRun>,
     )> = peers.iter().map(|p| (*p, Vec::new(), Vec::new())).collect();
+    // RequestLimitExceeded answers per peer and run, start-up and rolling.
+    let mut throttled: Vec<Vec<usize>> = vec![Vec::new(); peers.len()];
     let idle_script = aws_peer::Script {
         replaced: 0,
         idle: PEERS_IDLE,
         ..s
     };
     for round in 0..runs {
-        for (peer, rolling, idle) in results.iter_mut() {
+        for (k, (peer, rolling, idle)) in results.iter_mut().enumerate() {
             let label = peer.label();
             let run_dir = dir.join(format!("{round}-{}", label.replace([' ', ',', '+'], "-")));
             let t = Instant::now();
+            ec2_limits.ec2_buckets(http_fault::EC2_BUCKETS);
+            let throttled_before = ec2_limits.throttled().len();
             let r = aws_peer::run_peer(
                 *peer,
                 &api,
@@ -1889,6 +1901,8 @@ fn peers() {
                 aws_peer::Timing::defaults(),
                 &run_dir.join("rolling"),
             );
+            throttled[k].push(ec2_limits.throttled().len() - throttled_before);
+            ec2_limits.ec2_buckets(http_fault::EC2_BUCKETS);
             let i = aws_peer::run_peer(
                 *peer,
                 &api,
@@ -1911,19 +1925,21 @@ fn peers() {
         }
     }
     drop(proxy);
+    drop(ec2_limits);
 
     let per_hour = 3600.0 / (PEERS_IDLE.as_secs_f64() * f64::from(PEERS_IDLE_COMPRESSION));
     println!(
         "\n  EC2 requests (all actions), from the proxy. start-up: process start to the last initial route; \
          rolling: {} route\n  mutations ({} creates, {} deletes); node→route: node created to moto's answer \
-         to its CreateRoute; CPU and peak RSS of\n  the controller process over start-up and rolling. Ranges are \
-         min–max over the runs.",
+         to its CreateRoute; CPU and peak RSS of\n  the controller process over start-up and rolling; \
+         RequestLimitExceeded: answers of EC2's per-action\n  buckets (tests/support/http_fault.rs) over \
+         start-up and rolling. Ranges are min–max over the runs.",
         2 * s.replaced,
         s.replaced,
         s.replaced
     );
     println!(
-        "  {:<20} {:>9} {:>12} {:>9} {:>14} {:>16} {:>11} {:>9} {:>12}",
+        "  {:<20} {:>9} {:>12} {:>9} {:>14} {:>16} {:>11} {:>9} {:>12} {:>21}",
         "controller, mode",
         "start-up",
         "start-up s",
@@ -1932,15 +1948,16 @@ fn peers() {
         "node→route p50",
         "max",
         "CPU s",
-        "RSS MiB"
+        "RSS MiB",
+        "RequestLimitExceeded"
     );
-    for (peer, rolling, idle) in &results {
+    for ((peer, rolling, idle), throttled) in results.iter().zip(&throttled) {
         let range = |values: Vec<f64>, decimals: usize| range(&values, decimals);
         let of =
             |f: &dyn Fn(&aws_peer::PeerRun) -> f64, d| range(rolling.iter().map(f).collect(), d);
         let mutations = (2 * s.replaced) as f64;
         println!(
-            "  {:<20} {:>9} {:>12} {:>9} {:>14} {:>16} {:>11} {:>9} {:>12}",
+            "  {:<20} {:>9} {:>12} {:>9} {:>14} {:>16} {:>11} {:>9} {:>12} {:>21}",
             peer.label(),
             of(&|r| aws_peer::total(&r.startup_requests) as f64, 0),
             of(&|r| r.startup.as_secs_f64(), 2),
@@ -1953,6 +1970,7 @@ fn peers() {
             of(&|r| aws_peer::p50_max(&r.node_to_route).1, 2),
             of(&|r| r.cpu_seconds, 2),
             of(&|r| r.peak_rss_mib, 1),
+            range(throttled.iter().map(|&t| t as f64).collect(), 0),
         );
         let missing: usize = rolling.iter().map(|r| r.missing).sum();
         if missing > 0 {
