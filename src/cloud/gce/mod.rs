@@ -117,8 +117,49 @@ pub struct GceRoutes {
     instances: Mutex<HashMap<String, InstanceInfo>>,
     /// The name of each route created since the last list, for a delete of it.
     created: Mutex<HashMap<Cidr, String>>,
-    /// The `ROUTES` quota at the last list: (usage, limit).
-    quota: Mutex<Option<(usize, usize)>>,
+    /// The `ROUTES` quota as last read, kept up to date with this provider's own
+    /// creates and deletes.
+    quota: Mutex<Quota>,
+}
+
+/// The network project's `ROUTES` quota between readings.
+#[derive(Debug, Default)]
+struct Quota {
+    /// (usage, limit) at the last `projects.get`, moved by our creates and deletes
+    /// since; `None` before the first reading or when the project has no such quota.
+    routes: Option<(usize, usize)>,
+    /// Lists since that reading.
+    lists_since: u32,
+}
+
+/// A list reads the quota again when it is this many lists old: every 5 minutes at
+/// the poll period's default of 10 s. Others' routes count against the quota too,
+/// and this is how soon theirs are seen while there is room.
+const QUOTA_LISTS: u32 = 30;
+
+impl Quota {
+    /// Whether a list should read the quota: never read, read `QUOTA_LISTS` lists
+    /// ago, or with less room than a tenth of the limit (at least 50 routes) left,
+    /// where others' routes could fill it before the next reading.
+    fn stale(&self) -> bool {
+        match self.routes {
+            None => true,
+            Some((usage, limit)) => {
+                self.lists_since >= QUOTA_LISTS || usage + (limit / 10).max(50) >= limit
+            }
+        }
+    }
+
+    /// A route of ours made or gone since the reading.
+    fn moved(&mut self, created: bool) {
+        if let Some((usage, _)) = &mut self.routes {
+            *usage = if created {
+                *usage + 1
+            } else {
+                usage.saturating_sub(1)
+            };
+        }
+    }
 }
 
 impl GceRoutes {
@@ -194,7 +235,7 @@ impl GceRoutes {
             ),
             instances: Mutex::new(HashMap::new()),
             created: Mutex::new(HashMap::new()),
-            quota: Mutex::new(None),
+            quota: Mutex::new(Quota::default()),
         };
         provider.refresh_quota().map_err(|e| {
             let message = format!(
@@ -206,7 +247,7 @@ impl GceRoutes {
                 _ => ConfigError::outage(message),
             }
         })?;
-        let quota = *lock(&provider.quota);
+        let quota = lock(&provider.quota).routes;
         log::info!(
             "gce: managing the routes of network {} in project {} (instances in {}{}); ROUTES \
              quota {}",
@@ -259,7 +300,10 @@ impl GceRoutes {
             .iter()
             .find(|q| q.metric == ROUTES_QUOTA)
             .map(|q| (q.usage.max(0.0) as usize, q.limit.max(0.0) as usize));
-        *lock(&self.quota) = quota;
+        *lock(&self.quota) = Quota {
+            routes: quota,
+            lists_since: 0,
+        };
         Ok(())
     }
 
@@ -439,6 +483,15 @@ impl GceRoutes {
         crate::provider::ipv4_destination(&route.destination_cidr, "gce", "route IPv4 only")
     }
 
+    /// An insert the quota refused: the next list reads the quota again, since
+    /// others' routes filled it where ours did not.
+    fn full_reads_quota(&self, e: CloudError) -> CloudError {
+        if e.kind == CloudErrorKind::TableFull {
+            lock(&self.quota).lists_since = QUOTA_LISTS;
+        }
+        e
+    }
+
     /// The name of a route to delete: as listed, as created since the list, or from
     /// a list of this cluster's routes to that destination.
     fn name_to_delete(
@@ -469,7 +522,8 @@ impl Routes for GceRoutes {
         "gce"
     }
 
-    /// A list costs its `projects.get` and one page (500 routes); a create its
+    /// A list costs one page (500 routes) and, when the quota is read again, its
+    /// `projects.get`; a create its
     /// `routes.insert` and one `globalOperations.wait` (plus one `instances.get`
     /// the first time an instance is seen); a delete its `routes.delete` and one
     /// wait. Longer waits and more pages are charged when the reply says so.
@@ -484,7 +538,7 @@ impl Routes for GceRoutes {
     /// The network project's `ROUTES` quota: every route of the project counts
     /// against it, anyone's.
     fn route_tables(&self) -> Vec<TableUsage> {
-        match *lock(&self.quota) {
+        match lock(&self.quota).routes {
             Some((routes, limit)) => vec![TableUsage {
                 table: format!("{}/{ROUTES_QUOTA}", self.network_project),
                 routes,
@@ -523,7 +577,17 @@ impl Routes for GceRoutes {
         nodes: &NodeDirectory,
         route: &mut dyn FnMut(Route),
     ) -> Result<(), CloudError> {
-        self.refresh_quota()?;
+        // Read again only when it may matter (`Quota::stale`): in poll mode a list is
+        // every pass, and a `projects.get` each time would double an idle cluster's
+        // requests.
+        let stale = {
+            let mut quota = lock(&self.quota);
+            quota.lists_since += 1;
+            quota.stale()
+        };
+        if stale {
+            self.refresh_quota()?;
+        }
         let filter = self.list_filter(cluster_name);
         let prefix = format!("{}-", cluster_prefix(cluster_name));
         let mut listed = Vec::new();
@@ -575,7 +639,7 @@ impl Routes for GceRoutes {
                     lock(&self.created).insert(destination, name);
                     return Ok(());
                 }
-                Err(e) => return Err(e.into()),
+                Err(e) => return Err(self.full_reads_quota(e.into())),
             };
         let op = self.wait(op, &what)?;
         if let Some((code, message)) = op.failure() {
@@ -584,10 +648,11 @@ impl Routes for GceRoutes {
                     lock(&self.created).insert(destination, name);
                     Ok(())
                 }
-                _ => Err(operation_error(&op, &what, &code, &message)),
+                _ => Err(self.full_reads_quota(operation_error(&op, &what, &code, &message))),
             };
         }
         lock(&self.created).insert(destination, name);
+        lock(&self.quota).moved(true);
         Ok(())
     }
 
@@ -631,7 +696,10 @@ impl Routes for GceRoutes {
                 format!("gce: {what}: {message}"),
             )),
             Some((code, message)) => Err(operation_error(&op, &what, &code, &message)),
-            None => Ok(()),
+            None => {
+                lock(&self.quota).moved(false);
+                Ok(())
+            }
         }
     }
 }
