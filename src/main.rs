@@ -146,6 +146,7 @@ fn run(args: &RunArgs, warnings: &[String]) -> i32 {
     let watch = route_controller::kube::WatchConfig {
         filter: settings.node_filter.clone(),
         watch_list,
+        protobuf: settings.watch_protobuf,
         ..route_controller::kube::WatchConfig::default()
     };
     let mut builder = Builder::new(settings.controller.clone(), client, cloud)

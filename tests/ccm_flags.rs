@@ -126,6 +126,8 @@ fn value_for(name: &str, kind: Kind) -> &'static str {
         "v" => "5",
         "bind-address" => "127.0.0.1",
         "authorization-always-allow-paths" => "/healthz,/metrics",
+        // One client-go has a serializer for; another is refused at start.
+        "kube-api-content-type" => "application/json",
         _ => match kind {
             Kind::Bool => "false",
             Kind::Duration => "37s",

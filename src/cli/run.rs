@@ -268,12 +268,29 @@ pub struct RunSettings {
     pub configure_cloud_routes: bool,
     /// `--watch-list`: streaming lists for the node watch (see [`watch_list`]).
     pub watch_list: bool,
+    /// `--kube-api-content-type`: the node watch in protobuf (the CCM's default) or
+    /// in JSON.
+    pub watch_protobuf: bool,
     pub log_format: crate::logging::LogFormat,
     /// The default log level, from `-v`.
     pub log_level: log::LevelFilter,
     /// Settings accepted but without effect here (feature gates that do not apply), for
     /// the log.
     pub warnings: Vec<String>,
+}
+
+/// `--kube-api-content-type`: whether the node watch asks for protobuf. The CCM
+/// sends every request in that type; here only the node watch is big enough to gain
+/// by it (the rest are small JSON objects), so it is what the flag sets.
+fn content_type(value: &str) -> Result<bool, UsageError> {
+    match value.split(';').next().unwrap_or_default().trim() {
+        "application/vnd.kubernetes.protobuf" => Ok(true),
+        "application/json" => Ok(false),
+        _ => Err(UsageError(format!(
+            "--kube-api-content-type={value}: use application/vnd.kubernetes.protobuf (the \
+             default) or application/json"
+        ))),
+    }
 }
 
 /// client-go's switch for streaming lists (its `WatchListClient` feature, read from
@@ -621,6 +638,7 @@ impl RunArgs {
             node_filter,
             configure_cloud_routes: p.bool("configure-cloud-routes"),
             watch_list: p.bool("watch-list"),
+            watch_protobuf: content_type(&p.string("kube-api-content-type"))?,
             log_format,
             log_level,
             warnings: gates.warnings,
@@ -1184,6 +1202,22 @@ mod tests {
     /// Guards `--watch-list` and client-go's switch: streaming lists by default, off
     /// with the flag or with KUBE_FEATURE_WatchListClient=false; a bad value of the
     /// variable is a warning and changes nothing.
+    /// Guards `--kube-api-content-type`: the node watch in protobuf by default, as
+    /// the CCM's requests are, JSON when asked, anything else refused.
+    #[test]
+    fn kube_api_content_type_sets_the_node_watchs_encoding() {
+        assert!(args(&[]).settings().unwrap().watch_protobuf);
+        let json = args(&["--kube-api-content-type=application/json"]);
+        assert!(!json.settings().unwrap().watch_protobuf);
+        let protobuf = args(&["--kube-api-content-type=application/vnd.kubernetes.protobuf"]);
+        assert!(protobuf.settings().unwrap().watch_protobuf);
+        assert!(
+            args(&["--kube-api-content-type=text/yaml"])
+                .settings()
+                .is_err()
+        );
+    }
+
     #[test]
     fn watch_list_is_on_by_default_and_off_with_the_flag_or_client_gos_variable() {
         assert!(args(&[]).settings().unwrap().watch_list);

@@ -268,18 +268,48 @@ impl Client {
     /// Opens `GET path` and returns the response for streaming (a watch). Non-2xx
     /// answers are errors.
     pub fn get_stream(&self, path: &str) -> Result<Response<ureq::Body>, KubeError> {
-        self.send(Method::Get, path, None, None, None)
+        self.get_stream_accepting(path, "application/json")
+    }
+
+    /// [`Client::get_stream`] with the `Accept` header given (the node watch asks
+    /// for protobuf first).
+    pub fn get_stream_accepting(
+        &self,
+        path: &str,
+        accept: &str,
+    ) -> Result<Response<ureq::Body>, KubeError> {
+        self.send_accepting(Method::Get, path, accept, None, None, None)
     }
 
     fn url(&self, path: &str) -> String {
         format!("{}{}", self.shared.server, path)
     }
 
-    /// Sends one request; a 401 is retried once with fresh credentials.
+    /// Sends one request accepting JSON; a 401 is retried once with fresh
+    /// credentials.
     fn send(
         &self,
         method: Method,
         path: &str,
+        content_type: Option<&str>,
+        body: Option<Vec<u8>>,
+        timeout: Option<Duration>,
+    ) -> Result<Response<ureq::Body>, KubeError> {
+        self.send_accepting(
+            method,
+            path,
+            "application/json",
+            content_type,
+            body,
+            timeout,
+        )
+    }
+
+    fn send_accepting(
+        &self,
+        method: Method,
+        path: &str,
+        accept: &str,
         content_type: Option<&str>,
         body: Option<Vec<u8>>,
         timeout: Option<Duration>,
@@ -295,7 +325,7 @@ impl Client {
             let mut builder = http::Request::builder()
                 .method(method.as_str())
                 .uri(&url)
-                .header("Accept", "application/json");
+                .header("Accept", accept);
             if let Some(h) = &creds.authorization {
                 builder = builder.header("Authorization", h.expose());
             }

@@ -26,6 +26,8 @@ pub mod env;
 pub mod error;
 #[doc(hidden)]
 pub mod lease;
+/// The node watch in Kubernetes' protobuf encoding.
+pub mod protobuf;
 #[doc(hidden)]
 pub mod review;
 #[doc(hidden)]

@@ -19,7 +19,7 @@
 //! stalls and server errors all end in a retry with backoff, never in a panic or an
 //! exit, and nothing is dropped without a log line.
 
-use std::io::{self, BufRead, BufReader};
+use std::io::{self, BufRead, BufReader, Read};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -31,6 +31,7 @@ use serde::Deserialize;
 
 use super::client::Client;
 use super::error::{ApiErrorKind, KubeError, Status, prefix};
+use super::protobuf::{self, Frame};
 use super::stop::StopHandle;
 use crate::controller::NodeEvent;
 use crate::metrics::Metrics;
@@ -71,6 +72,11 @@ pub struct WatchConfig {
     /// list page gets: the replay comes from the API server's watch cache as fast
     /// as the reflector reads it).
     pub initial_events_timeout: Duration,
+    /// Ask for the watch in Kubernetes' protobuf encoding, JSON the fallback
+    /// (default true, `--kube-api-content-type` as the CCM's): the API server encodes
+    /// a node about four times faster in it ([`super::protobuf`]). The stream is read
+    /// in whichever the server answers with.
+    pub protobuf: bool,
 }
 
 impl Default for WatchConfig {
@@ -86,6 +92,7 @@ impl Default for WatchConfig {
             filter: NodeFilter::everything(),
             watch_list: true,
             initial_events_timeout: Duration::from_secs(60),
+            protobuf: true,
         }
     }
 }
@@ -536,22 +543,54 @@ impl Reflector {
         self.not_before = None;
     }
 
-    /// One line of the watch stream (without its newline).
+    /// One line of a JSON watch stream (without its newline).
     pub fn on_watch_line(&mut self, line: &[u8], now: Instant) -> LineOutcome {
         if line.iter().all(u8::is_ascii_whitespace) {
             return LineOutcome::Nothing;
         }
         self.lines_in_watch += 1;
         let event = match skim::event(line, self.reads_labels) {
-            Some((EventType::Added, item)) => Ok(WireEvent::Added(item)),
-            Some((EventType::Modified, item)) => Ok(WireEvent::Modified(item)),
-            Some((EventType::Deleted, item)) => Ok(WireEvent::Deleted(item)),
+            Some((kind, item)) => Ok(WireEvent::of_node(kind, item)),
             // Not a node event in the shape the skim reads: serde_json decides, with
             // its error if the line is bad.
-            None => serde_json::from_slice::<WireEvent>(line),
+            None => serde_json::from_slice::<WireEvent>(line).map_err(Undecodable::Json),
         };
+        self.on_event(event, line, now)
+    }
+
+    /// One frame of a protobuf watch stream (without its length).
+    pub fn on_watch_frame(&mut self, frame: &[u8], now: Instant) -> LineOutcome {
+        self.lines_in_watch += 1;
+        let event = match protobuf::watch_event(frame, self.reads_labels) {
+            Ok(Frame::Node(kind, item)) => Ok(WireEvent::of_node(kind, item)),
+            Ok(Frame::Bookmark {
+                resource_version,
+                initial_events_end,
+            }) => Ok(WireEvent::Bookmark(Bookmark {
+                metadata: BookmarkMeta {
+                    resource_version,
+                    annotations: BookmarkAnnotations {
+                        initial_events_end: initial_events_end.then(|| "true".to_string()),
+                    },
+                },
+            })),
+            Ok(Frame::Error(status)) => Ok(WireEvent::Error(status)),
+            Ok(Frame::Unknown(kind)) => Err(Undecodable::Protobuf(format!(
+                "unknown event type {kind:?}"
+            ))),
+            Err(e) => Err(Undecodable::Protobuf(format!("malformed event: {e}"))),
+        };
+        self.on_event(event, frame, now)
+    }
+
+    fn on_event(
+        &mut self,
+        event: Result<WireEvent, Undecodable>,
+        raw: &[u8],
+        now: Instant,
+    ) -> LineOutcome {
         if let WatchState::InitialEvents { last_event } = self.state {
-            return self.on_initial_event(event, line, last_event, now);
+            return self.on_initial_event(event, raw, last_event, now);
         }
         match event {
             Ok(WireEvent::Added(item)) => self.filtered(item, NodeEvent::Added),
@@ -565,7 +604,7 @@ impl Reflector {
                 LineOutcome::Nothing
             }
             Ok(WireEvent::Error(status)) => self.error_event(status, now),
-            Err(e) => self.bad_line(line, &e, now),
+            Err(e) => self.bad_line(raw, &e, now),
         }
     }
 
@@ -574,7 +613,7 @@ impl Reflector {
     /// on), the end bookmark completes the list.
     fn on_initial_event(
         &mut self,
-        event: serde_json::Result<WireEvent>,
+        event: Result<WireEvent, Undecodable>,
         line: &[u8],
         last_event: Instant,
         now: Instant,
@@ -666,19 +705,24 @@ impl Reflector {
         LineOutcome::Restart
     }
 
-    /// A line that is not a watch event: the stream restarts.
-    fn bad_line(&mut self, line: &[u8], e: &serde_json::Error, now: Instant) -> LineOutcome {
-        let kind = serde_json::from_slice::<Probe>(line)
-            .ok()
-            .and_then(|p| p.kind)
-            .unwrap_or_default();
-        let problem = if !kind.is_empty() && !KNOWN_TYPES.contains(&kind.as_str()) {
-            format!("unknown event type {kind:?}")
-        } else {
-            format!("malformed event (type {kind:?}): {e}")
+    /// A line (or frame) that is not a watch event: the stream restarts.
+    fn bad_line(&mut self, line: &[u8], e: &Undecodable, now: Instant) -> LineOutcome {
+        let problem = match e {
+            Undecodable::Json(e) => {
+                let kind = serde_json::from_slice::<Probe>(line)
+                    .ok()
+                    .and_then(|p| p.kind)
+                    .unwrap_or_default();
+                if !kind.is_empty() && !KNOWN_TYPES.contains(&kind.as_str()) {
+                    format!("unknown event type {kind:?}")
+                } else {
+                    format!("malformed event (type {kind:?}): {e}")
+                }
+            }
+            Undecodable::Protobuf(problem) => format!("{problem} (protobuf)"),
         };
         log::warn!(
-            "node watch: {problem}; line of {} bytes starting {:?}; restarting {}",
+            "node watch: {problem}; {} bytes starting {:?}; restarting {}",
             line.len(),
             prefix(line, 200),
             self.what_restarts()
@@ -857,6 +901,12 @@ fn refuses_watch_list(e: &KubeError) -> bool {
 
 const KNOWN_TYPES: &[&str] = &["ADDED", "MODIFIED", "DELETED", "BOOKMARK", "ERROR"];
 
+/// Why a line or frame is not a watch event.
+enum Undecodable {
+    Json(serde_json::Error),
+    Protobuf(String),
+}
+
 /// One watch event; the node is decoded straight into the slim [`Node`].
 #[derive(Deserialize)]
 #[serde(tag = "type", content = "object")]
@@ -871,6 +921,16 @@ enum WireEvent {
     Bookmark(Bookmark),
     #[serde(rename = "ERROR")]
     Error(Status),
+}
+
+impl WireEvent {
+    fn of_node(kind: EventType, item: LabeledNode) -> WireEvent {
+        match kind {
+            EventType::Added => WireEvent::Added(item),
+            EventType::Modified => WireEvent::Modified(item),
+            EventType::Deleted => WireEvent::Deleted(item),
+        }
+    }
 }
 
 #[derive(Deserialize)]
@@ -1036,7 +1096,14 @@ impl Driver {
 
     /// Opens a watch (or a streaming list) and reads it to its end.
     fn watch(&mut self, path: &str) -> Result<(), Stopped> {
-        let resp = match self.client.get_stream(path) {
+        let accept = if self.reflector.config().protobuf {
+            // JSON where the server has no protobuf for nodes (an aggregated or
+            // fake API server): it answers with the first it can.
+            "application/vnd.kubernetes.protobuf;stream=watch, application/json"
+        } else {
+            "application/json"
+        };
+        let resp = match self.client.get_stream_accepting(path, accept) {
             Ok(r) => r,
             Err(KubeError::Stopped) => return Err(Stopped),
             Err(e) => {
@@ -1062,28 +1129,44 @@ impl Driver {
     }
 
     fn read_stream(&mut self, resp: ureq::http::Response<ureq::Body>) -> Result<(), Stopped> {
+        let protobuf = resp
+            .headers()
+            .get("Content-Type")
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|ct| ct.starts_with("application/vnd.kubernetes.protobuf"));
         let max = self.reflector.config().max_line;
         let mut reader = BufReader::with_capacity(64 << 10, resp.into_body().into_reader());
         let mut line = Vec::new();
         loop {
-            let read = read_line_capped(&mut reader, &mut line, max);
+            let read = if protobuf {
+                read_frame_capped(&mut reader, &mut line, max)
+            } else {
+                read_line_capped(&mut reader, &mut line, max)
+            };
             if self.stop.is_stopped() {
                 return Err(Stopped);
             }
             let now = Instant::now();
             let end = match read {
-                Ok(ReadLine::Line) => match self.reflector.on_watch_line(&line, now) {
-                    LineOutcome::Event(e) => {
-                        // Only a streaming list completes inside a stream.
-                        if e == NodeEvent::InitDone {
-                            self.metrics.watch_streaming_lists.inc();
+                Ok(ReadLine::Line) => {
+                    let outcome = if protobuf {
+                        self.reflector.on_watch_frame(&line, now)
+                    } else {
+                        self.reflector.on_watch_line(&line, now)
+                    };
+                    match outcome {
+                        LineOutcome::Event(e) => {
+                            // Only a streaming list completes inside a stream.
+                            if e == NodeEvent::InitDone {
+                                self.metrics.watch_streaming_lists.inc();
+                            }
+                            self.send(e)?;
+                            continue;
                         }
-                        self.send(e)?;
-                        continue;
+                        LineOutcome::Nothing => continue,
+                        LineOutcome::Restart => return Ok(()),
                     }
-                    LineOutcome::Nothing => continue,
-                    LineOutcome::Restart => return Ok(()),
-                },
+                }
                 Ok(ReadLine::Eof) => WatchEnd::Clean,
                 Ok(ReadLine::Truncated(len)) => WatchEnd::Truncated { len },
                 Ok(ReadLine::TooLong(len)) => WatchEnd::LineTooLong {
@@ -1120,6 +1203,35 @@ enum ReadLine {
     Truncated(usize),
     /// The line exceeded the cap after this many bytes; the buffer holds its start.
     TooLong(usize),
+}
+
+/// Reads one frame of a protobuf watch (a 4-byte big-endian length, then that many
+/// bytes) into `buf`, refusing one longer than `max` before reading it.
+fn read_frame_capped(r: &mut impl BufRead, buf: &mut Vec<u8>, max: usize) -> io::Result<ReadLine> {
+    buf.clear();
+    let mut length = [0u8; 4];
+    let mut got = 0;
+    while got < 4 {
+        let n = r.read(&mut length[got..])?;
+        if n == 0 {
+            return Ok(if got == 0 {
+                ReadLine::Eof
+            } else {
+                ReadLine::Truncated(got)
+            });
+        }
+        got += n;
+    }
+    let len = u32::from_be_bytes(length) as usize;
+    if len > max {
+        return Ok(ReadLine::TooLong(len));
+    }
+    let read = r.take(len as u64).read_to_end(buf)?;
+    Ok(if read < len {
+        ReadLine::Truncated(4 + read)
+    } else {
+        ReadLine::Line
+    })
 }
 
 /// Reads one line into `buf` without ever holding more than `max` bytes of it.
@@ -1639,6 +1751,37 @@ mod tests {
     /// Guards the node filter in the watch: an unselected node leaves the reflector as
     /// its name and providerID alone (its labels and other fields are dropped), in a list and in the watch;
     /// a deleted node is reported whatever its labels, so its routes go.
+    /// A protobuf stream's frames: whole, cut short inside the length or the frame,
+    /// and one over the cap refused before it is read.
+    #[test]
+    fn protobuf_frames_are_read_by_their_length_and_capped() {
+        let mut stream: &[u8] = &[0, 0, 0, 2, b'o', b'k', 0, 0, 0, 9, b'x', 0, 0];
+        let mut frame = Vec::new();
+        assert_eq!(
+            read_frame_capped(&mut stream, &mut frame, 100).unwrap(),
+            ReadLine::Line
+        );
+        assert_eq!(frame, b"ok");
+        assert_eq!(
+            read_frame_capped(&mut stream, &mut frame, 100).unwrap(),
+            ReadLine::Truncated(7)
+        );
+        assert_eq!(
+            read_frame_capped(&mut stream, &mut frame, 100).unwrap(),
+            ReadLine::Eof
+        );
+        let mut cut: &[u8] = &[0, 0];
+        assert_eq!(
+            read_frame_capped(&mut cut, &mut frame, 100).unwrap(),
+            ReadLine::Truncated(2)
+        );
+        let mut long: &[u8] = &[0, 1, 0, 0, b'x'];
+        assert_eq!(
+            read_frame_capped(&mut long, &mut frame, 100).unwrap(),
+            ReadLine::TooLong(65536)
+        );
+    }
+
     #[test]
     fn the_node_filter_sends_unselected_nodes_by_name_and_deletions_whole() {
         use crate::node_filter::{OwnProvider, Unselected};
@@ -1956,6 +2099,38 @@ mod tests {
                     let _ = r.next_action(t0);
                 });
             }
+
+            /// A protobuf watch stream (frames a kube-apiserver 1.37 sent: a node
+            /// ADDED and the end bookmark), cut into frames and read, with a node
+            /// filter or without.
+            #[test]
+            fn watch_frames(stream in bytes(FRAMES), filtered in any::<bool>(), initial_events in any::<bool>()) {
+                check("the watch's frame reader", move || {
+                    let t0 = Instant::now();
+                    let mut r = Reflector::new(WatchConfig {
+                        seed: Some(7),
+                        filter: NodeFilter {
+                            selector: crate::selector::Selector::parse(if filtered { "a=b" } else { "" })
+                                .expect("a valid selector"),
+                            own_provider: None,
+                        },
+                        ..WatchConfig::default()
+                    });
+                    if initial_events {
+                        r.on_watch_started(Ok(()), t0);
+                    } else {
+                        watching(&mut r, t0);
+                    }
+                    let mut reader = std::io::Cursor::new(stream);
+                    let mut frame = Vec::new();
+                    while let Ok(ReadLine::Line) = read_frame_capped(&mut reader, &mut frame, 4096) {
+                        let _ = r.on_watch_frame(&frame, t0);
+                    }
+                    let _ = r.next_action(t0);
+                });
+            }
         }
+
+        static FRAMES: &[&[u8]] = &[fuzz_seed!("watch-frames.pb")];
     }
 }
