@@ -22,7 +22,7 @@ command -v valgrind >/dev/null || {
     exit 2
 }
 repo=$(git -C "$(dirname "$0")" rev-parse --show-toplevel)
-[ $# -gt 0 ] || set -- 91aec9f de43623^ de43623 3a40afc^ 3a40afc HEAD
+[ $# -gt 0 ] || set -- 91aec9f de43623^ de43623 3a40afc^ 3a40afc 39e94b3 d5dbfcd HEAD
 work=$(mktemp -d /tmp/events-instructions.XXXXXX)
 trap 'for w in "$work"/wt-*; do git -C "$repo" worktree remove --force "$w" 2>/dev/null || true; done; rm -rf "$work"' EXIT
 count() { # binary rounds runs -> instructions
