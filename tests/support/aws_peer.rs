@@ -637,6 +637,22 @@ impl Controller {
         }
     }
 
+    /// A peer process started elsewhere (`gce_peer.rs`), ready at `ready_at`, its
+    /// stderr in `log`.
+    pub fn spawned(
+        child: Child,
+        stdin: Option<ChildStdin>,
+        log: PathBuf,
+        ready_at: SystemTime,
+    ) -> Controller {
+        Controller {
+            child,
+            stdin,
+            log,
+            ready_at,
+        }
+    }
+
     pub fn pid(&self) -> u32 {
         self.child.id()
     }

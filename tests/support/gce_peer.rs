@@ -34,13 +34,13 @@ use std::collections::BTreeMap;
 use std::fs::{self, File};
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};
-use std::path::{Path, PathBuf};
-use std::process::{Child, ChildStdin, Command, Stdio};
+use std::path::Path;
+use std::process::{Command, Stdio};
 use std::sync::mpsc;
 use std::thread;
 use std::time::{Duration, Instant, SystemTime};
 
-use crate::aws_peer::{PeerRun, Script, Timing, cpu_seconds, delete_all_nodes, peak_rss_mib};
+use crate::aws_peer::{Controller, PeerRun, Script, Timing, delete_all_nodes};
 use crate::gce_double::{GceDouble, Recorded, ZONES};
 use crate::kube_apiserver::{KubeApiserver, gcp_route_controller_binary};
 
@@ -209,84 +209,22 @@ impl GcePeer {
     }
 }
 
-/// A running controller of either kind.
-pub struct Controller {
-    child: Child,
-    stdin: Option<ChildStdin>,
-    log: PathBuf,
-}
-
-impl Controller {
-    pub fn start(
-        peer: GcePeer,
-        api: &KubeApiserver,
-        cluster: &GceCluster,
-        timing: Timing,
-        dir: &Path,
-    ) -> Controller {
-        fs::create_dir_all(dir).unwrap_or_else(|e| panic!("create {}: {e}", dir.display()));
-        let conf = dir.join("gce.conf");
-        fs::write(&conf, cluster.gce_conf())
-            .unwrap_or_else(|e| panic!("write {}: {e}", conf.display()));
-        match peer {
-            GcePeer::Upstream { watch } => start_upstream(watch, api, cluster, &conf, timing, dir),
-            GcePeer::Ours { watch } => start_ours(watch, api, cluster, &conf, timing, dir),
-        }
-    }
-
-    pub fn pid(&self) -> u32 {
-        self.child.id()
-    }
-
-    /// CPU seconds and peak RSS (MiB) so far.
-    pub fn figures(&self) -> (f64, f64) {
-        (cpu_seconds(self.pid()), peak_rss_mib(self.pid()))
-    }
-
-    /// Stops it (stdin closed and SIGTERM) and waits; panics if it does not exit 0
-    /// within 30 s.
-    pub fn stop(mut self) {
-        drop(self.stdin.take());
-        let _ = Command::new("kill").arg(self.pid().to_string()).status();
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            match self.child.try_wait() {
-                Ok(Some(status)) => {
-                    assert!(
-                        status.success(),
-                        "{} exited with {status}{}",
-                        self.log.display(),
-                        self.log_tail()
-                    );
-                    return;
-                }
-                Ok(None) if Instant::now() < deadline => thread::sleep(Duration::from_millis(20)),
-                _ => panic!(
-                    "{} did not exit within 30 s{}",
-                    self.log.display(),
-                    self.log_tail()
-                ),
-            }
-        }
-    }
-
-    pub fn log_tail(&self) -> String {
-        let text = fs::read_to_string(&self.log).unwrap_or_default();
-        let lines: Vec<&str> = text.lines().collect();
-        format!(
-            "\n---- {} (last lines):\n{}",
-            self.log.display(),
-            lines[lines.len().saturating_sub(30)..].join("\n")
-        )
-    }
-}
-
-impl Drop for Controller {
-    fn drop(&mut self) {
-        if let Ok(None) = self.child.try_wait() {
-            let _ = self.child.kill();
-            let _ = self.child.wait();
-        }
+/// Starts one peer, its `gce.conf` in `dir`: upstream's route controller with
+/// cloud-provider-gcp, or ours. The process handle is `aws_peer`'s.
+pub fn start_controller(
+    peer: GcePeer,
+    api: &KubeApiserver,
+    cluster: &GceCluster,
+    timing: Timing,
+    dir: &Path,
+) -> Controller {
+    fs::create_dir_all(dir).unwrap_or_else(|e| panic!("create {}: {e}", dir.display()));
+    let conf = dir.join("gce.conf");
+    fs::write(&conf, cluster.gce_conf())
+        .unwrap_or_else(|e| panic!("write {}: {e}", conf.display()));
+    match peer {
+        GcePeer::Upstream { watch } => start_upstream(watch, api, cluster, &conf, timing, dir),
+        GcePeer::Ours { watch } => start_ours(watch, api, cluster, &conf, timing, dir),
     }
 }
 
@@ -330,7 +268,7 @@ fn start_upstream(
             }
         }
     });
-    let controller = Controller { child, stdin, log };
+    let controller = Controller::spawned(child, stdin, log, SystemTime::now());
     if rx.recv_timeout(READY_TIMEOUT).is_err() {
         panic!(
             "gcp-route-controller was not ready within {READY_TIMEOUT:?}{}",
@@ -397,7 +335,7 @@ fn start_ours(
             }
         }
     });
-    let controller = Controller { child, stdin, log };
+    let controller = Controller::spawned(child, stdin, log, SystemTime::now());
     let Ok(address) = port_rx.recv_timeout(READY_TIMEOUT) else {
         panic!(
             "route-controller logged no metrics address{}",
@@ -463,7 +401,7 @@ pub fn run_gce_peer(
     cluster.double.clear_requests();
     let double = &cluster.double;
     let started = SystemTime::now();
-    let controller = Controller::start(peer, api, cluster, timing, dir);
+    let controller = start_controller(peer, api, cluster, timing, dir);
     let mut run = PeerRun {
         label: peer.label(),
         ..PeerRun::default()
