@@ -511,6 +511,126 @@ fn poll_mode_ignores_node_events_and_lists_every_period() {
     assert_eq!(d.cloud_routes().len(), 3);
 }
 
+fn poll_config() -> route_controller::Config {
+    let mut config = watch_config();
+    config.mode = Mode::Poll;
+    config
+}
+
+/// Poll mode retries a failed create with the per-route backoff (1 s, jittered into
+/// [0.5 s, 1 s]) through an early pass, which lists as every poll pass does, instead
+/// of leaving it to the next poll 10 s later. Fails with `schedule_retry` for watch
+/// mode only (the route is missing until the poll at 10 s).
+#[test]
+fn poll_mode_retries_a_failed_create_before_the_next_poll() {
+    let mut d = Driver::new(poll_config());
+    d.cloud
+        .fail_next(Call::Create, [CloudErrorKind::Retry { after: None }]);
+    d.start(nodes(2));
+    assert_eq!(d.cloud_routes().len(), 1, "one create failed");
+    d.advance(secs(1.5));
+    assert_eq!(d.cloud_routes().len(), 2, "retried within its backoff");
+    assert_eq!(
+        (d.count("list"), d.count("create"), d.passes()),
+        (2, 3, 2),
+        "the retry is one early pass: a list and the create"
+    );
+    d.advance(secs(8.0)); // up to 9.5 s: the early pass moved the next poll on
+    assert_eq!(d.count("list"), 2, "{:?}", sent_ops(&d));
+}
+
+/// A failed first list in poll mode is retried with backoff, not a period later.
+/// Fails with `list_failed` leaving poll mode's list to the next poll.
+#[test]
+fn poll_mode_retries_a_failed_list_before_the_next_poll() {
+    let mut d = Driver::new(poll_config());
+    d.cloud
+        .fail_next(Call::List, [CloudErrorKind::Retry { after: None }]);
+    d.start(nodes(2));
+    assert!(d.cloud_routes().is_empty());
+    d.advance(secs(1.5));
+    assert_eq!(d.cloud_routes().len(), 2, "{:?}", sent_ops(&d));
+    assert_eq!(d.count("list"), 2);
+}
+
+/// A retry only ever comes sooner than the poll: a route backing off past the next
+/// poll (an invalid request backs off from 30 s) is tried again by that poll, as
+/// upstream's poll tries every missing route. Fails with poll passes deferring the
+/// routes that back off, as watch mode's do.
+#[test]
+fn a_poll_never_waits_for_a_route_retry() {
+    let mut d = Driver::new(poll_config());
+    d.cloud.fail_next(Call::Create, [CloudErrorKind::Invalid]);
+    d.start(nodes(1));
+    d.advance(secs(9.0));
+    assert_eq!(d.count("create"), 1, "its retry is at least 15 s away");
+    d.advance(secs(1.5));
+    assert_eq!(d.count("create"), 2, "the poll at 10 s tried it again");
+    assert_eq!(d.cloud_routes().len(), 1);
+    d.advance(secs(30.0));
+    assert_eq!(d.count("list"), 5, "the polls alone: {:?}", sent_ops(&d));
+}
+
+/// A retry whose route a pass already queued again starts no pass of its own. In poll
+/// mode: a create fails just before the poll, the poll's pass sends it again, and it
+/// is still in flight when its retry comes due. Fails with `Retries::taken` a no-op
+/// (a third list, once the poll's pass is done).
+#[test]
+fn a_retry_a_pass_already_made_starts_no_pass_of_its_own() {
+    let mut d = Driver::new(poll_config());
+    let t0 = d.now;
+    d.list(nodes(1));
+    assert!(d.answer_one(), "the start-up pass's list");
+    d.cloud
+        .fail_next(Call::Create, [CloudErrorKind::Retry { after: None }]);
+    d.now = t0 + secs(9.8);
+    assert!(
+        d.answer_one(),
+        "the create fails at 9.8 s: its retry is due after 10.3 s"
+    );
+    d.now = t0 + secs(10.0);
+    d.feed(Input::Tick);
+    assert!(d.answer_one(), "the poll's list");
+    assert_eq!(
+        sent_ops(&d).last().map(String::as_str),
+        Some("create 10.0.0.0/24")
+    );
+    d.now = t0 + secs(10.9);
+    d.feed(Input::Tick);
+    assert!(
+        d.answer_one(),
+        "the poll's create, answered after the retry was due"
+    );
+    d.advance(secs(5.0));
+    assert_eq!(
+        sent_ops(&d),
+        [
+            "list list",
+            "create 10.0.0.0/24",
+            "list list",
+            "create 10.0.0.0/24"
+        ]
+    );
+}
+
+/// A list that succeeds makes the retry of an earlier failed one moot. The failed
+/// list asked for 15 s; the poll at 10 s lists first. Fails with `list_done` keeping
+/// the retry (a third list at 15 s).
+#[test]
+fn a_list_that_succeeds_cancels_the_retry_of_a_failed_one() {
+    let mut d = Driver::new(poll_config());
+    d.cloud.fail_next(
+        Call::List,
+        [CloudErrorKind::Retry {
+            after: Some(secs(15.0)),
+        }],
+    );
+    d.start(nodes(1));
+    d.advance(secs(19.0));
+    assert_eq!(d.cloud_routes().len(), 1);
+    assert_eq!(d.count("list"), 2, "{:?}", sent_ops(&d));
+}
+
 // --- the resync and the view of the cloud --------------------------------------------
 
 #[test]

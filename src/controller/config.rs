@@ -11,7 +11,9 @@ use crate::provider::Budget;
 #[non_exhaustive]
 pub enum Mode {
     /// A full pass with a fresh list every `route_reconciliation_period` (the feature
-    /// gate off; upstream's only mode before 1.35).
+    /// gate off; upstream's only mode before 1.35). A failed route operation or list
+    /// is retried with backoff by an early pass when that comes before the next poll;
+    /// a poll never waits for a retry.
     Poll,
     /// Passes on node add, delete, pod-CIDR or address change, plus a full resync every
     /// 12–24 h; debounced, with per-route retries and a trusted view of the routes.

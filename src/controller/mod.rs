@@ -415,6 +415,8 @@ impl Controller {
                 }
                 continue;
             }
+            // Poll mode never holds a route back past a poll: its retry only comes
+            // sooner than the next one.
             if retry_mode && self.retries.backing_off(cidr, now) {
                 deferred += 1;
                 continue;
@@ -427,6 +429,9 @@ impl Controller {
                 deferred += 1;
                 continue;
             }
+            // This pass tries the route again: its retry, if one is still to come,
+            // would only start another pass for it.
+            self.retries.taken(cidr);
             self.ops.enqueue(op, pass);
             self.passes.queued(pass);
         }
@@ -615,11 +620,12 @@ impl Controller {
             return; // never retried (see schedule_retry)
         }
         match self.config.mode {
-            // The next poll retries.
-            Mode::Poll => {}
             // Upstream requeues through its rate limiter.
             Mode::UpstreamWatch => self.trigger(Trigger::ListRetry, now),
-            Mode::Watch => self.retries.list_failed(err.kind, now),
+            // In poll mode the retry starts an early pass when it comes before the
+            // next poll: a failed first list no longer leaves every node unrouted
+            // for a whole period.
+            Mode::Watch | Mode::Poll => self.retries.list_failed(err.kind, now),
         }
     }
 
@@ -782,9 +788,13 @@ impl Controller {
     }
 
     /// A fenced operation is never retried: the lease is gone, and the new leader
-    /// lists and repairs whatever it left half done.
+    /// lists and repairs whatever it left half done. Poll mode retries too, with the
+    /// same backoff, through an early pass (which lists, as every poll pass does):
+    /// upstream leaves a failed create to the next poll, 10 s later, unless its
+    /// provider's SDK retried it already, and cloud-provider-aws's does. Only upstream's
+    /// own watch mode, reproduced for comparison, keeps no retry.
     fn schedule_retry(&mut self, cidr: Cidr, kind: CloudErrorKind, now: Instant) {
-        if self.config.mode == Mode::Watch && kind != CloudErrorKind::Fenced {
+        if self.config.mode != Mode::UpstreamWatch && kind != CloudErrorKind::Fenced {
             self.retries.route_failed(cidr, kind, now);
         }
     }

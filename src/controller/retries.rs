@@ -1,5 +1,5 @@
 //! When failed work is tried again: per-route retries with jittered exponential
-//! backoff (watch mode), the retry of a failed route list, and the backoff of failed
+//! backoff (watch and poll mode), the retry of a failed route list, and the backoff of failed
 //! condition writes. It owns the random source of the jitter, so a seeded controller
 //! retries at the same instants every run.
 
@@ -114,6 +114,14 @@ impl Retries {
         self.routes.retain(|c, _| wanted.contains(c));
     }
 
+    /// A pass queued the route's operation again: its retry, if not yet handed out,
+    /// is not handed out. A new failure schedules the next one.
+    pub fn taken(&mut self, cidr: Cidr) {
+        if let Some(r) = self.routes.get_mut(&cidr) {
+            r.fired = true;
+        }
+    }
+
     /// Routes waiting for a retry.
     pub fn failing(&self) -> usize {
         self.routes.len()
@@ -131,8 +139,8 @@ impl Retries {
         due
     }
 
-    /// The route list failed at `now`: when to list again (watch mode; the other modes
-    /// retry it their own way and keep no count).
+    /// The route list failed at `now`: when to list again (watch and poll mode;
+    /// upstream's watch mode retries it its own way and keeps no count).
     pub fn list_failed(&mut self, kind: CloudErrorKind, now: Instant) {
         self.list_failures += 1;
         let delay = match kind {
@@ -143,9 +151,10 @@ impl Retries {
         self.list_retry_at = Some(now + delay);
     }
 
-    /// A list succeeded.
+    /// A list succeeded: a retry of the failed one still to come is moot.
     pub fn list_done(&mut self) {
         self.list_failures = 0;
+        self.list_retry_at = None;
     }
 
     /// Whether the list's retry is due at `now` (handed out once).
