@@ -1,5 +1,5 @@
-//! What every HTTP client of the crate (Kubernetes, Hetzner, EC2 and the AWS
-//! credential sources) sets up alike.
+//! What every HTTP client of the crate (Kubernetes', every cloud's, the credential
+//! sources') sets up alike, and how they all read a request that got no reply.
 
 use ureq::config::ConfigBuilder;
 use ureq::typestate::AgentScope;
@@ -22,6 +22,38 @@ pub(crate) fn agent_config() -> ConfigBuilder<AgentScope> {
         // One byte less: a full buffer without a complete head then counts as too
         // large, where at the buffer's size ureq would find it "no progress".
         .max_response_header_size(BUFFER - 1)
+}
+
+/// Whether a failed request certainly never reached the server: it failed before a
+/// connection existed, or before a byte of the request could leave (a request ureq
+/// could not build, a TLS handshake that failed). After that, a mutation may have been
+/// applied though no reply came, and the provider reports it ambiguous for the
+/// controller to list before it trusts its view again. One rule for every provider.
+pub(crate) fn certainly_unsent(e: &ureq::Error) -> bool {
+    use ureq::Timeout;
+    match e {
+        ureq::Error::HostNotFound
+        | ureq::Error::ConnectionFailed
+        | ureq::Error::BadUri(_)
+        | ureq::Error::Http(_)
+        | ureq::Error::InvalidProxyUrl
+        | ureq::Error::Tls(_)
+        | ureq::Error::Timeout(Timeout::Connect | Timeout::Resolve) => true,
+        ureq::Error::Io(io) => matches!(
+            io.kind(),
+            std::io::ErrorKind::ConnectionRefused | std::io::ErrorKind::AddrNotAvailable
+        ),
+        _ => false,
+    }
+}
+
+/// A failed request's error in words for a log line; a timeout says which limit
+/// ended it.
+pub(crate) fn describe(e: &ureq::Error) -> String {
+    match e {
+        ureq::Error::Timeout(_) => "no reply in time (request timeout)".to_string(),
+        other => other.to_string(),
+    }
 }
 
 #[cfg(test)]
@@ -86,6 +118,52 @@ mod tests {
                 server.join().unwrap() > 12 << 10,
                 "the whole request arrived"
             );
+        }
+    }
+
+    /// A refused connection certainly sent nothing; a server that read the request
+    /// and closed without a reply, or never answered, may have applied it. Fails with
+    /// `certainly_unsent` true for I/O errors after the connection (the second case),
+    /// or for every timeout (the third).
+    #[test]
+    fn only_failures_before_the_request_left_are_certainly_unsent() {
+        use std::time::Duration;
+        let agent = |timeout: Option<Duration>| -> ureq::Agent {
+            super::agent_config().timeout_global(timeout).build().into()
+        };
+        let closed = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = closed.local_addr().unwrap().port();
+        drop(closed);
+        let refused = agent(None)
+            .get(&format!("http://127.0.0.1:{port}/"))
+            .call()
+            .unwrap_err();
+        assert!(super::certainly_unsent(&refused), "{refused:?}");
+
+        for (hang, name) in [(false, "closed after reading"), (true, "never answered")] {
+            let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+            let port = listener.local_addr().unwrap().port();
+            let server = std::thread::spawn(move || {
+                let (stream, _) = listener.accept().unwrap();
+                let mut reader = BufReader::new(stream.try_clone().unwrap());
+                let mut line = String::new();
+                while reader.read_line(&mut line).unwrap() > 0 && line != "\r\n" {
+                    line.clear();
+                }
+                if hang {
+                    // Holds the connection open until the client gives up and closes.
+                    let _ = reader.read_line(&mut line);
+                }
+            });
+            let err = agent(Some(Duration::from_millis(300)))
+                .post(&format!("http://127.0.0.1:{port}/"))
+                .send(&b"{}"[..])
+                .unwrap_err();
+            assert!(!super::certainly_unsent(&err), "{name}: {err:?}");
+            if hang {
+                assert_eq!(super::describe(&err), "no reply in time (request timeout)");
+            }
+            server.join().unwrap();
         }
     }
 }

@@ -409,20 +409,9 @@ fn snippet(text: &str) -> String {
 /// Whether a failed request may have reached the service decides whether a failed
 /// mutation is ambiguous; only failures before a connection existed are certain.
 fn transport_error(error: &ureq::Error) -> QueryError {
-    use ureq::Timeout;
-    let maybe_sent = match error {
-        ureq::Error::Timeout(Timeout::Resolve | Timeout::Connect) => false,
-        ureq::Error::HostNotFound | ureq::Error::ConnectionFailed => false,
-        ureq::Error::BadUri(_) | ureq::Error::Http(_) => false,
-        ureq::Error::Io(e) => !matches!(
-            e.kind(),
-            std::io::ErrorKind::ConnectionRefused | std::io::ErrorKind::AddrNotAvailable
-        ),
-        _ => true,
-    };
     QueryError::Transport {
-        maybe_sent,
-        message: error.to_string(),
+        maybe_sent: !crate::http::certainly_unsent(error),
+        message: crate::http::describe(error),
     }
 }
 

@@ -627,30 +627,18 @@ fn outcome_note(method: Method, kind: CloudErrorKind) -> &'static str {
 /// A request that got no usable reply. It certainly was not sent when the connection
 /// could not be made; after that, a PUT may have reached ARM.
 fn transport_error(e: &ureq::Error, method: Method, what: &str) -> ArmError {
-    use ureq::Timeout;
-    let not_sent = match e {
-        ureq::Error::HostNotFound
-        | ureq::Error::ConnectionFailed
-        | ureq::Error::BadUri(_)
-        | ureq::Error::Http(_)
-        | ureq::Error::InvalidProxyUrl
-        | ureq::Error::Tls(_)
-        | ureq::Error::Timeout(Timeout::Connect | Timeout::Resolve) => true,
-        ureq::Error::Io(io) => io.kind() == std::io::ErrorKind::ConnectionRefused,
-        _ => false,
-    };
-    let kind = if not_sent {
+    let kind = if crate::http::certainly_unsent(e) {
         CloudErrorKind::Retry { after: None }
     } else {
         transient(method)
     };
-    let detail = match e {
-        ureq::Error::Timeout(_) => "no reply in time (request timeout)".to_string(),
-        other => other.to_string(),
-    };
     ArmError::new(
         kind,
-        format!("azure: {what}: {detail}{}", outcome_note(method, kind)),
+        format!(
+            "azure: {what}: {}{}",
+            crate::http::describe(e),
+            outcome_note(method, kind)
+        ),
     )
 }
 

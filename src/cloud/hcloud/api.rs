@@ -546,30 +546,18 @@ fn undecodable(method: Method, context: &Context<'_>, e: &serde_json::Error) -> 
 /// A request that got no usable reply. It certainly was not sent when the connection
 /// could not be made; after that, a POST may have reached the API.
 fn transport_error(e: &ureq::Error, method: Method, what: &str) -> ApiError {
-    use ureq::Timeout;
-    let not_sent = match e {
-        ureq::Error::HostNotFound
-        | ureq::Error::ConnectionFailed
-        | ureq::Error::BadUri(_)
-        | ureq::Error::Http(_)
-        | ureq::Error::InvalidProxyUrl
-        | ureq::Error::Tls(_)
-        | ureq::Error::Timeout(Timeout::Connect | Timeout::Resolve) => true,
-        ureq::Error::Io(io) => io.kind() == std::io::ErrorKind::ConnectionRefused,
-        _ => false,
-    };
-    let kind = if not_sent {
+    let kind = if crate::http::certainly_unsent(e) {
         CloudErrorKind::Retry { after: None }
     } else {
         transient(method)
     };
-    let detail = match e {
-        ureq::Error::Timeout(_) => "no reply in time (request timeout)".to_string(),
-        other => other.to_string(),
-    };
     ApiError::new(
         kind,
-        format!("hcloud: {what}: {detail}{}", outcome_note(method, kind)),
+        format!(
+            "hcloud: {what}: {}{}",
+            crate::http::describe(e),
+            outcome_note(method, kind)
+        ),
     )
 }
 

@@ -360,16 +360,15 @@ impl Neutron {
 
 /// A request that got no reply: one that never reached Neutron changed nothing.
 fn transport_error(e: &ureq::Error, method: Method, what: &str) -> CloudError {
-    let unsent = matches!(
-        e,
-        ureq::Error::ConnectionFailed | ureq::Error::HostNotFound | ureq::Error::BadUri(_)
-    ) || matches!(e, ureq::Error::Io(io) if io.kind() == std::io::ErrorKind::ConnectionRefused);
-    let kind = if method == Method::Get || unsent {
+    let kind = if method == Method::Get || crate::http::certainly_unsent(e) {
         CloudErrorKind::Retry { after: None }
     } else {
         CloudErrorKind::Ambiguous
     };
-    CloudError::new(kind, format!("{what}: no reply ({e})"))
+    CloudError::new(
+        kind,
+        format!("{what}: no reply ({})", crate::http::describe(e)),
+    )
 }
 
 /// The error of a non-2xx reply, by status and Neutron's error type.
