@@ -644,6 +644,8 @@ impl<'a> World<'a> {
         }
         // Upstream sends every create and lets the cloud refuse it.
         config.guard_table_limits = mode == Mode::Watch;
+        // Upstream's poll mode leaves a failed route to the next poll.
+        config.poll_retries = false;
         let metrics = Arc::new(Metrics::new());
         let controller = Controller::new(config, metrics.clone());
         World {

@@ -539,6 +539,22 @@ fn poll_mode_retries_a_failed_create_before_the_next_poll() {
     assert_eq!(d.count("list"), 2, "{:?}", sent_ops(&d));
 }
 
+/// `poll_retries = false` reproduces upstream's poll mode (simulate's `poll` column):
+/// the failed create waits for the poll at 10 s. Fails with the setting ignored.
+#[test]
+fn upstreams_poll_mode_leaves_a_failed_create_to_the_next_poll() {
+    let mut config = poll_config();
+    config.poll_retries = false;
+    let mut d = Driver::new(config);
+    d.cloud
+        .fail_next(Call::Create, [CloudErrorKind::Retry { after: None }]);
+    d.start(nodes(2));
+    d.advance(secs(9.5));
+    assert_eq!((d.cloud_routes().len(), d.count("list")), (1, 1));
+    d.advance(secs(1.0));
+    assert_eq!((d.cloud_routes().len(), d.count("list")), (2, 2));
+}
+
 /// A failed first list in poll mode is retried with backoff, not a period later.
 /// Fails with `list_failed` leaving poll mode's list to the next poll.
 #[test]

@@ -12,8 +12,8 @@ use crate::provider::Budget;
 pub enum Mode {
     /// A full pass with a fresh list every `route_reconciliation_period` (the feature
     /// gate off; upstream's only mode before 1.35). A failed route operation or list
-    /// is retried with backoff by an early pass when that comes before the next poll;
-    /// a poll never waits for a retry.
+    /// is retried with backoff by an early pass when that comes before the next poll
+    /// (unless [`Config::poll_retries`] is off); a poll never waits for a retry.
     Poll,
     /// Passes on node add, delete, pod-CIDR or address change, plus a full resync every
     /// 12–24 h; debounced, with per-route retries and a trusted view of the routes.
@@ -109,6 +109,11 @@ pub struct Config {
     /// when a table is near full (default true). False reproduces upstream, which
     /// sends them and lets the cloud refuse (for `simulate`'s comparison).
     pub guard_table_limits: bool,
+    /// In poll mode, retry a failed route operation or list with backoff through an
+    /// early pass when that comes before the next poll (default true). False
+    /// reproduces upstream's poll mode, which leaves it to the next poll (for
+    /// `simulate`'s comparison).
+    pub poll_retries: bool,
 }
 
 impl Config {
@@ -134,6 +139,7 @@ impl Config {
             drain_timeout: Duration::from_secs(10),
             delete_routes_of_unselected_nodes: false,
             guard_table_limits: true,
+            poll_retries: true,
         }
     }
 }

@@ -625,7 +625,11 @@ impl Controller {
             // In poll mode the retry starts an early pass when it comes before the
             // next poll: a failed first list no longer leaves every node unrouted
             // for a whole period.
-            Mode::Watch | Mode::Poll => self.retries.list_failed(err.kind, now),
+            Mode::Watch | Mode::Poll if self.retries_failures() => {
+                self.retries.list_failed(err.kind, now)
+            }
+            // Upstream's poll mode: the next poll retries.
+            Mode::Watch | Mode::Poll => {}
         }
     }
 
@@ -787,14 +791,24 @@ impl Controller {
         }
     }
 
+    /// Whether failed work gets retries of its own: always in watch mode, in poll mode
+    /// unless upstream's is reproduced, never in upstream's watch mode.
+    fn retries_failures(&self) -> bool {
+        match self.config.mode {
+            Mode::Watch => true,
+            Mode::Poll => self.config.poll_retries,
+            Mode::UpstreamWatch => false,
+        }
+    }
+
     /// A fenced operation is never retried: the lease is gone, and the new leader
     /// lists and repairs whatever it left half done. Poll mode retries too, with the
     /// same backoff, through an early pass (which lists, as every poll pass does):
     /// upstream leaves a failed create to the next poll, 10 s later, unless its
-    /// provider's SDK retried it already, and cloud-provider-aws's does. Only upstream's
-    /// own watch mode, reproduced for comparison, keeps no retry.
+    /// provider's SDK retried it already, and cloud-provider-aws's does. Upstream's own
+    /// modes, reproduced for comparison, keep no retry.
     fn schedule_retry(&mut self, cidr: Cidr, kind: CloudErrorKind, now: Instant) {
-        if self.config.mode != Mode::UpstreamWatch && kind != CloudErrorKind::Fenced {
+        if self.retries_failures() && kind != CloudErrorKind::Fenced {
             self.retries.route_failed(cidr, kind, now);
         }
     }
