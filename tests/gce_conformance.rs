@@ -21,7 +21,7 @@ use std::io::{BufRead, BufReader, Write};
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 use std::time::Duration;
 
-use gce_double::{Fault, GceDouble, RouteEntry};
+use gce_double::{Fault, GceDouble, RouteEntry, ZONES};
 use kube_apiserver::gce_conformance_binary;
 use serde_json::{Value, json};
 
@@ -143,6 +143,33 @@ fn compute_v1_decodes_every_reply_of_the_double_strictly_and_as_the_double_holds
     assert_eq!(
         project["quotas"]["ROUTES"],
         json!({"limit": 250, "usage": 0})
+    );
+    // The region's zones (cloud-provider-gcp lists them once with `multizone`), as
+    // the double holds them and in its order; the double ignores the filter.
+    let zones = client.ok(json!({"op": "zones_list", "filter": "region eq .*europe-west1"}));
+    let names: Vec<&str> = zones
+        .as_array()
+        .expect("a list of zones")
+        .iter()
+        .map(|z| z["name"].as_str().expect("a zone's name"))
+        .collect();
+    assert_eq!(names, ZONES);
+    assert_eq!(
+        (&zones[0]["status"], &zones[0]["self_link"]),
+        (
+            &json!("UP"),
+            &json!(format!(
+                "{}projects/{PROJECT}/zones/{}",
+                double.api_endpoint(),
+                ZONES[0]
+            ))
+        )
+    );
+    assert!(
+        zones[0]["region"]
+            .as_str()
+            .is_some_and(|r| r.ends_with(&format!("projects/{PROJECT}/regions/europe-west1"))),
+        "{zones:#}"
     );
     // Instances, with canIpForward both ways.
     let i = client.ok(json!({"op": "instance_get", "zone": ZONE, "name": "node-1"}));

@@ -256,6 +256,21 @@ func run(ctx context.Context, svc *compute.Service, project string, cmd command)
 			return nil, compute.Instance{}, err
 		}
 		return map[string]any{"name": i.Name, "self_link": i.SelfLink, "can_ip_forward": i.CanIpForward, "id": i.Id}, compute.Instance{}, nil
+	case "zones_list":
+		zones := []any{}
+		call := svc.Zones.List(project)
+		if cmd.Filter != "" {
+			call = call.Filter(cmd.Filter)
+		}
+		err := call.Pages(ctx, func(page *compute.ZoneList) error {
+			for _, z := range page.Items {
+				zones = append(zones, map[string]any{
+					"name": z.Name, "region": z.Region, "status": z.Status, "self_link": z.SelfLink,
+				})
+			}
+			return nil
+		})
+		return zones, compute.ZoneList{}, err
 	case "project_get":
 		p, err := svc.Projects.Get(project).Do()
 		if err != nil {
