@@ -1824,26 +1824,8 @@ fn peers() {
         upstream_version(),
         go_module_version("k8s.io/cloud-provider-aws")
     );
-    println!(
-        "  start-up: {} nodes; rolling: {} replaced one every {} s (delete; {} s later the replacement \
-         with a new pod CIDR), {} s settle;",
-        s.nodes,
-        s.replaced,
-        s.spacing.as_secs(),
-        s.replace_after.as_secs(),
-        s.settle.as_secs()
-    );
     let idle_timing = aws_peer::Timing::compressed(PEERS_IDLE_COMPRESSION);
-    println!(
-        "  idle: a separate start with every route in place, then {} s with the poll period {} times shorter \
-         ({:.1} s; our route list max age {} s): {} min of an idle cluster; per hour = × {}.",
-        PEERS_IDLE.as_secs(),
-        PEERS_IDLE_COMPRESSION,
-        idle_timing.poll_period.as_secs_f64(),
-        idle_timing.route_list_max_age.as_secs(),
-        PEERS_IDLE.as_secs() * u64::from(PEERS_IDLE_COMPRESSION) / 60,
-        3600 / (PEERS_IDLE.as_secs() * u64::from(PEERS_IDLE_COMPRESSION))
-    );
+    print_peers_script("delete", &idle_timing);
     let started = Instant::now();
     kube_apiserver::harness_binary();
     kube_apiserver::aws_route_controller_binary();
@@ -2017,6 +1999,31 @@ fn peers() {
 /// seconds; both controllers wait on the same ones).
 const PEERS_GCE_OPERATION: Duration = Duration::from_secs(2);
 
+/// The peers' script (`PEERS_SCRIPT` and the idle window), as both parts print it;
+/// `removal` says what a replacement removes first.
+fn print_peers_script(removal: &str, idle_timing: &aws_peer::Timing) {
+    let s = PEERS_SCRIPT;
+    println!(
+        "  start-up: {} nodes; rolling: {} replaced one every {} s ({removal}; {} s later the \
+         replacement with a new pod CIDR), {} s settle;",
+        s.nodes,
+        s.replaced,
+        s.spacing.as_secs(),
+        s.replace_after.as_secs(),
+        s.settle.as_secs()
+    );
+    println!(
+        "  idle: a separate start with every route in place, then {} s with the poll period {} times shorter \
+         ({:.1} s; our route list max age {} s): {} min of an idle cluster; per hour = × {}.",
+        PEERS_IDLE.as_secs(),
+        PEERS_IDLE_COMPRESSION,
+        idle_timing.poll_period.as_secs_f64(),
+        idle_timing.route_list_max_age.as_secs(),
+        PEERS_IDLE.as_secs() * u64::from(PEERS_IDLE_COMPRESSION) / 60,
+        3600 / (PEERS_IDLE.as_secs() * u64::from(PEERS_IDLE_COMPRESSION))
+    );
+}
+
 /// Upstream's route controller with cloud-provider-gcp and ours with its GCE provider,
 /// each in poll and in watch mode, one at a time against one real kube-apiserver and
 /// one Compute double that counts every request by method; the script of `peers`.
@@ -2036,26 +2043,8 @@ fn peers_gce() {
         gce_double::ZONES.len(),
         PEERS_GCE_OPERATION.as_secs_f64()
     );
-    println!(
-        "  start-up: {} nodes; rolling: {} replaced one every {} s (instance and node deleted; {} s later the \
-         replacement with a new pod CIDR), {} s settle;",
-        s.nodes,
-        s.replaced,
-        s.spacing.as_secs(),
-        s.replace_after.as_secs(),
-        s.settle.as_secs()
-    );
     let idle_timing = aws_peer::Timing::compressed(PEERS_IDLE_COMPRESSION);
-    println!(
-        "  idle: a separate start with every route in place, then {} s with the poll period {} times shorter \
-         ({:.1} s; our route list max age {} s): {} min of an idle cluster; per hour = × {}.",
-        PEERS_IDLE.as_secs(),
-        PEERS_IDLE_COMPRESSION,
-        idle_timing.poll_period.as_secs_f64(),
-        idle_timing.route_list_max_age.as_secs(),
-        PEERS_IDLE.as_secs() * u64::from(PEERS_IDLE_COMPRESSION) / 60,
-        3600 / (PEERS_IDLE.as_secs() * u64::from(PEERS_IDLE_COMPRESSION))
-    );
+    print_peers_script("instance and node deleted", &idle_timing);
     let started = Instant::now();
     kube_apiserver::harness_binary();
     kube_apiserver::gcp_route_controller_binary();
