@@ -1,6 +1,6 @@
 //! When failed work is tried again: per-route retries with jittered exponential
-//! backoff (watch and poll mode), the retry of a failed route list, and the backoff of failed
-//! condition writes. It owns the random source of the jitter, so a seeded controller
+//! backoff (watch and poll mode), the retry of a failed route list, and the backoff
+//! of failed condition writes. It owns the random source of the jitter, so a seeded controller
 //! retries at the same instants every run.
 
 use std::collections::{BTreeMap, HashSet};

@@ -776,7 +776,6 @@ fn start_ours(
     timing: Timing,
     dir: &Path,
 ) -> Controller {
-    let log = dir.join("route-controller.log");
     // Kept although AWS's default is now 500 routes a table: without it ours reads the
     // quota from Service Quotas, which moto reports at 50 (the default before June
     // 2025; the script's 50 nodes and the VPC's local route do not fit) and which
@@ -786,10 +785,30 @@ fn start_ours(
     let config = dir.join("cloud-config.ini");
     fs::write(&config, "[Global]\nRouteTableRouteLimit = 100\n")
         .unwrap_or_else(|e| panic!("write {}: {e}", config.display()));
+    let mut command = ours_command("aws", &config, watch, api, timing);
+    command
+        .env("AWS_ACCESS_KEY_ID", moto::TEST_KEY_ID)
+        .env("AWS_SECRET_ACCESS_KEY", moto::TEST_SECRET)
+        .env("AWS_REGION", moto::REGION)
+        .env("AWS_ENDPOINT_URL_EC2", proxy.url())
+        .env("AWS_EC2_METADATA_DISABLED", "true");
+    spawn_ours(command, dir.join("route-controller.log"))
+}
+
+/// Our binary's `run` with `--cloud-provider=<provider>` and its `--cloud-config`
+/// against `api`, without leader election, timed as `timing`, in watch mode or poll
+/// mode; the caller adds the cloud's environment.
+pub fn ours_command(
+    provider: &str,
+    config: &Path,
+    watch: bool,
+    api: &KubeApiserver,
+    timing: Timing,
+) -> Command {
     let mut command = Command::new(env!("CARGO_BIN_EXE_route-controller"));
     command.args([
         "run".to_string(),
-        "--cloud-provider=aws".to_string(),
+        format!("--cloud-provider={provider}"),
         format!("--cloud-config={}", config.display()),
         format!("--cluster-name={CLUSTER}"),
         format!("--cluster-cidr={CLUSTER_CIDR}"),
@@ -808,13 +827,14 @@ fn start_ours(
     if watch {
         command.arg("--feature-gates=CloudControllerManagerWatchBasedRoutesReconciliation=true");
     }
+    command.env("RUST_LOG", "info");
+    command
+}
+
+/// Starts ours from [`ours_command`], its log in `log`, and waits until its `/readyz`
+/// answers 200: that instant is its `ready_at`.
+pub fn spawn_ours(mut command: Command, log: PathBuf) -> Controller {
     let mut child = command
-        .env("AWS_ACCESS_KEY_ID", moto::TEST_KEY_ID)
-        .env("AWS_SECRET_ACCESS_KEY", moto::TEST_SECRET)
-        .env("AWS_REGION", moto::REGION)
-        .env("AWS_ENDPOINT_URL_EC2", proxy.url())
-        .env("AWS_EC2_METADATA_DISABLED", "true")
-        .env("RUST_LOG", "info")
         .stdin(Stdio::piped())
         .stdout(Stdio::null())
         .stderr(Stdio::piped())

@@ -32,15 +32,16 @@
 
 use std::collections::BTreeMap;
 use std::fs::{self, File};
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{SocketAddr, TcpStream};
+use std::io::{BufRead, BufReader};
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::sync::mpsc;
 use std::thread;
 use std::time::{Duration, Instant, SystemTime};
 
-use crate::aws_peer::{Controller, PeerRun, Script, Timing, delete_all_nodes};
+use crate::aws_peer::{
+    Controller, PeerRun, Script, Timing, delete_all_nodes, ours_command, spawn_ours,
+};
 use crate::gce_double::{GceDouble, Recorded, ZONES};
 use crate::kube_apiserver::{KubeApiserver, gcp_route_controller_binary};
 
@@ -286,86 +287,11 @@ fn start_ours(
     timing: Timing,
     dir: &Path,
 ) -> Controller {
-    let log = dir.join("route-controller.log");
-    let mut command = Command::new(env!("CARGO_BIN_EXE_route-controller"));
-    command.args([
-        "run".to_string(),
-        "--cloud-provider=gce".to_string(),
-        format!("--cloud-config={}", conf.display()),
-        format!("--cluster-name={CLUSTER}"),
-        format!("--cluster-cidr={CLUSTER_CIDR}"),
-        "--leader-elect=false".to_string(),
-        "--metrics-bind-address=127.0.0.1:0".to_string(),
-        format!("--kubeconfig={}", api.admin_kubeconfig().display()),
-        format!(
-            "--route-reconciliation-period={}ms",
-            timing.poll_period.as_millis()
-        ),
-        format!(
-            "--route-list-max-age={}ms",
-            timing.route_list_max_age.as_millis()
-        ),
-    ]);
-    if watch {
-        command.arg("--feature-gates=CloudControllerManagerWatchBasedRoutesReconciliation=true");
-    }
-    let mut child = command
+    let mut command = ours_command("gce", conf, watch, api, timing);
+    command
         .env("GCE_METADATA_HOST", cluster.double.metadata_host())
-        .env_remove("GOOGLE_APPLICATION_CREDENTIALS")
-        .env("RUST_LOG", "info")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap_or_else(|e| panic!("start route-controller: {e}"));
-    let stdin = child.stdin.take();
-    let stderr = child.stderr.take().expect("piped stderr");
-    let mut log_file =
-        File::create(&log).unwrap_or_else(|e| panic!("create {}: {e}", log.display()));
-    let (port_tx, port_rx) = mpsc::channel();
-    thread::spawn(move || {
-        let marker = "serving /metrics, /healthz and /readyz on http://";
-        for line in BufReader::new(stderr).lines() {
-            let Ok(line) = line else { break };
-            let _ = writeln!(log_file, "{line}");
-            if let Some((_, address)) = line.split_once(marker)
-                && let Ok(address) = address.trim().parse::<SocketAddr>()
-            {
-                let _ = port_tx.send(address);
-            }
-        }
-    });
-    let controller = Controller::spawned(child, stdin, log, SystemTime::now());
-    let Ok(address) = port_rx.recv_timeout(READY_TIMEOUT) else {
-        panic!(
-            "route-controller logged no metrics address{}",
-            controller.log_tail()
-        );
-    };
-    let deadline = Instant::now() + READY_TIMEOUT;
-    while http_status(address, "/readyz") != Some(200) {
-        assert!(
-            Instant::now() < deadline,
-            "route-controller not ready within {READY_TIMEOUT:?}{}",
-            controller.log_tail()
-        );
-        thread::sleep(Duration::from_millis(10));
-    }
-    controller
-}
-
-/// The status of a plain `GET`, or `None` when the connection fails.
-fn http_status(address: SocketAddr, path: &str) -> Option<u16> {
-    let mut s = TcpStream::connect_timeout(&address, Duration::from_secs(2)).ok()?;
-    s.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
-    write!(
-        s,
-        "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
-    )
-    .ok()?;
-    let mut reply = String::new();
-    let _ = BufReader::new(s).take(64).read_to_string(&mut reply);
-    reply.split_whitespace().nth(1)?.parse().ok()
+        .env_remove("GOOGLE_APPLICATION_CREDENTIALS");
+    spawn_ours(command, dir.join("route-controller.log"))
 }
 
 // ---- one measured run --------------------------------------------------------------
