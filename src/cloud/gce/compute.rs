@@ -1,7 +1,8 @@
 //! The HTTP side of the GCE provider: one blocking client of the Compute API (v1,
 //! JSON) that sends the bearer token, passes the lease fence before every request,
-//! counts every request for the controller's budget ([`Meter`]) and turns failures
-//! into [`ApiError`]s that say what the controller should do.
+//! counts every request in the bucket of its rate-quota group for the controller's
+//! budget ([`Meter::request_in`], [`ApiCall::quota_group`]) and turns failures into
+//! [`ApiError`]s that say what the controller should do.
 //!
 //! Failures are classified by status and `error.errors[].reason`, as Google's clients
 //! do: 403 carries both refusals of permission and the per-project rate quota
@@ -20,6 +21,7 @@ use serde::Deserialize;
 use serde::de::DeserializeOwned;
 
 use super::auth::TokenSource;
+use super::config::QuotaGroup;
 use crate::fence::Fence;
 use crate::metrics::Metrics;
 use crate::provider::{CloudError, CloudErrorKind, Meter};
@@ -28,8 +30,9 @@ use crate::provider::{CloudError, CloudErrorKind, Meter};
 const MAX_REPLY_BYTES: u64 = 32 << 20;
 
 /// How long to send nothing after a rate-limit refusal without `Retry-After`: GCE's
-/// rate quotas are counted per minute, so a refusal means the minute's share is
-/// spent; a few seconds lets other clients' load pass without stalling for long.
+/// rate quotas are counted per minute, so a refusal means the group's share of the
+/// minute is spent; a few seconds lets other clients' load pass without stalling for
+/// long. Only the refused request's group holds back.
 pub(super) const THROTTLE_PAUSE: Duration = Duration::from_secs(5);
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -45,6 +48,42 @@ impl Method {
             Method::Get => "GET",
             Method::Post => "POST",
             Method::Delete => "DELETE",
+        }
+    }
+}
+
+/// The Compute API methods this provider calls, each counted in one rate-quota group.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum ApiCall {
+    RoutesList,
+    RoutesInsert,
+    RoutesDelete,
+    OperationsWait,
+    InstancesGet,
+    ProjectsGet,
+}
+
+impl ApiCall {
+    /// The method's name, as metrics and the double count it.
+    pub(super) fn name(self) -> &'static str {
+        match self {
+            ApiCall::RoutesList => "routes.list",
+            ApiCall::RoutesInsert => "routes.insert",
+            ApiCall::RoutesDelete => "routes.delete",
+            ApiCall::OperationsWait => "globalOperations.wait",
+            ApiCall::InstancesGet => "instances.get",
+            ApiCall::ProjectsGet => "projects.get",
+        }
+    }
+
+    /// The quota group GCE counts it in, whose bucket it is recorded in.
+    pub(super) fn quota_group(self) -> QuotaGroup {
+        match self {
+            ApiCall::RoutesInsert | ApiCall::RoutesDelete => QuotaGroup::Mutations,
+            ApiCall::RoutesList => QuotaGroup::Lists,
+            ApiCall::ProjectsGet => QuotaGroup::Reads,
+            ApiCall::OperationsWait => QuotaGroup::OperationReads,
+            ApiCall::InstancesGet => QuotaGroup::ZonalReads,
         }
     }
 }
@@ -257,9 +296,9 @@ impl Compute {
         &self,
         path: &str,
         query: &[(&str, &str)],
-        endpoint: &'static str,
+        call: ApiCall,
     ) -> Result<T, ApiError> {
-        self.exchange(Method::Get, path, query, None, endpoint)
+        self.exchange(Method::Get, path, query, None, call)
     }
 
     /// `POST {base}{path}` with a JSON body (or none), decoded.
@@ -267,18 +306,18 @@ impl Compute {
         &self,
         path: &str,
         body: Option<&serde_json::Value>,
-        endpoint: &'static str,
+        call: ApiCall,
     ) -> Result<T, ApiError> {
-        self.exchange(Method::Post, path, &[], body, endpoint)
+        self.exchange(Method::Post, path, &[], body, call)
     }
 
     /// `DELETE {base}{path}`, decoded.
     pub(super) fn delete<T: DeserializeOwned>(
         &self,
         path: &str,
-        endpoint: &'static str,
+        call: ApiCall,
     ) -> Result<T, ApiError> {
-        self.exchange(Method::Delete, path, &[], None, endpoint)
+        self.exchange(Method::Delete, path, &[], None, call)
     }
 
     fn exchange<T: DeserializeOwned>(
@@ -287,7 +326,7 @@ impl Compute {
         path: &str,
         query: &[(&str, &str)],
         body: Option<&serde_json::Value>,
-        endpoint: &'static str,
+        call: ApiCall,
     ) -> Result<T, ApiError> {
         let what = format!("{} {path}", method.as_str());
         let token = self
@@ -317,7 +356,10 @@ impl Compute {
             url.push_str(&pairs.join("&"));
         }
         let auth = token.map(|t| format!("Bearer {}", t.expose()));
-        Meter::request();
+        // The controller spends the budget; this only reports what was sent, in the
+        // bucket of the method's quota group.
+        let bucket = call.quota_group().bucket();
+        Meter::request_in(bucket);
         let sent = match method {
             Method::Get => with_auth(self.agent.get(&url), auth.as_deref()).call(),
             Method::Delete => with_auth(self.agent.delete(&url), auth.as_deref()).call(),
@@ -331,12 +373,12 @@ impl Compute {
         let mut response = match sent {
             Ok(r) => r,
             Err(e) => {
-                self.record(endpoint, None);
+                self.record(call, None);
                 return Err(transport_error(&e, method, &what));
             }
         };
         let status = response.status().as_u16();
-        self.record(endpoint, Some(status));
+        self.record(call, Some(status));
         let retry_after = response
             .headers()
             .get("Retry-After")
@@ -369,14 +411,16 @@ impl Compute {
             self.tokens.invalidate();
         }
         if let CloudErrorKind::RateLimited { after } = error.kind {
-            Meter::throttled(after);
+            // GCE counts each group apart: a refused insert holds back the changes,
+            // not the lists or the waits.
+            Meter::throttled_in(bucket, after);
         }
         Err(error)
     }
 
-    fn record(&self, endpoint: &'static str, status: Option<u16>) {
+    fn record(&self, call: ApiCall, status: Option<u16>) {
         if let Some(m) = &self.metrics {
-            m.cloud_api_request("gce", endpoint, status);
+            m.cloud_api_request("gce", call.name(), status);
         }
     }
 }

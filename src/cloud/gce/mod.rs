@@ -22,9 +22,12 @@
 //! - **Delete**: `routes.delete` by the listed name, and its operation waited on;
 //!   `404` counts as done.
 //!
-//! Every request (waits included) is counted for the controller's budget; GCE's
-//! per-project rate quotas answer `403 rateLimitExceeded` or `429`, which stop every
-//! request for a while ([`Meter::throttled`](crate::provider::Meter::throttled)).
+//! GCE's rate quotas count each group of methods apart, per project and minute
+//! ([`QuotaGroup`]): the provider declares a bucket of each group its requests fall in
+//! ([`Routes::budget`]), every request (waits included) is recorded in its group's
+//! bucket, and a `403 rateLimitExceeded` or `429` holds back that group alone
+//! ([`Meter::throttled_in`](crate::provider::Meter::throttled_in)): a refused insert
+//! stops the changes while lists go on.
 //! Routes of others in the network (other names, other descriptions) are never
 //! listed, so never touched; a delete of a name outside this cluster's prefix is
 //! refused. Tokens are never logged.
@@ -40,19 +43,20 @@ use std::time::{Duration, Instant};
 pub use auth::{COMPUTE_SCOPE, METADATA_TOKEN_PATH, REFRESH_BEFORE};
 pub use config::{
     Config, ConfigError, Credentials, DEFAULT_API_ENDPOINT, DEFAULT_METADATA_HOST, ENV_CREDENTIALS,
-    ENV_METADATA_HOST, OTHER_KEYS, ROUTE_KEYS,
+    ENV_METADATA_HOST, OTHER_KEYS, QUOTA_MARGIN, QuotaBucket, QuotaGroup, ROUTE_KEYS,
+    default_rate_quotas,
 };
 
 /// `token-body` and the tokens are held as this, redacted in `Debug`.
 pub use crate::secret::Secret;
 
 use auth::TokenSource;
-use compute::{ApiError, Compute, Instance, Operation, Project, RouteJson, RouteList};
+use compute::{ApiCall, ApiError, Compute, Instance, Operation, Project, RouteJson, RouteList};
 
 use crate::fence::Fence;
 use crate::model::{Cidr, Route};
 use crate::provider::{
-    Budget, CloudError, CloudErrorKind, NodeDirectory, RouteTarget, Routes, TableUsage,
+    Budget, BudgetOp, CloudError, CloudErrorKind, NodeDirectory, RouteTarget, Routes, TableUsage,
 };
 
 /// The description cloud-provider-gcp gives its routes, and lists them by.
@@ -110,7 +114,9 @@ pub struct GceRoutes {
     multizone: bool,
     local_zone: Option<String>,
     operation_timeout: Duration,
-    budget: (f64, u32, usize),
+    /// The bucket of each quota group, declared to the controller.
+    rate_quotas: Vec<QuotaBucket>,
+    mutations_at_once: usize,
     /// Instances read for a create, by `projects/<p>/zones/<z>/instances/<n>`. One
     /// that cannot forward is read again after the next list (it may have been
     /// recreated); one that can is kept, since `canIpForward` is fixed at creation.
@@ -167,6 +173,17 @@ impl GceRoutes {
     /// from the metadata server (project, network, zone), and reads the network
     /// project's quotas once, which checks the token and the permission to read them.
     pub fn connect(config: Config) -> Result<GceRoutes, ConfigError> {
+        if let Some(b) = config.rate_quotas.iter().find(|b| {
+            !(b.requests_per_second.is_finite() && b.requests_per_second > 0.0) || b.burst == 0
+        }) {
+            return Err(ConfigError::new(format!(
+                "gce: the bucket of {} ({} per second, burst {}) is unusable: both must be \
+                 positive",
+                b.group.key(),
+                b.requests_per_second,
+                b.burst
+            )));
+        }
         let tokens = TokenSource::new(
             config.credentials.clone(),
             &config.metadata_url,
@@ -228,11 +245,8 @@ impl GceRoutes {
             multizone: config.multizone,
             local_zone,
             operation_timeout: config.operation_timeout,
-            budget: (
-                config.requests_per_second,
-                config.burst,
-                config.mutations_at_once.max(1),
-            ),
+            rate_quotas: config.rate_quotas.clone(),
+            mutations_at_once: config.mutations_at_once.max(1),
             instances: Mutex::new(HashMap::new()),
             created: Mutex::new(HashMap::new()),
             quota: Mutex::new(Quota::default()),
@@ -294,7 +308,7 @@ impl GceRoutes {
 
     fn refresh_quota(&self) -> Result<(), ApiError> {
         let path = format!("projects/{}", self.network_project);
-        let project: Project = self.compute.get(&path, &[], "projects.get")?;
+        let project: Project = self.compute.get(&path, &[], ApiCall::ProjectsGet)?;
         let quota = project
             .quotas
             .iter()
@@ -316,7 +330,7 @@ impl GceRoutes {
             if let Some(t) = token.as_deref() {
                 query.push(("pageToken", t));
             }
-            let page: RouteList = self.compute.get(&path, &query, "routes.list")?;
+            let page: RouteList = self.compute.get(&path, &query, ApiCall::RoutesList)?;
             page.items.into_iter().for_each(&mut *each);
             match page.next_page_token.filter(|t| !t.is_empty()) {
                 Some(next) if Some(&next) == token.as_ref() => {
@@ -357,7 +371,7 @@ impl GceRoutes {
             }
             match self
                 .compute
-                .post::<Operation>(&path, None, "globalOperations.wait")
+                .post::<Operation>(&path, None, ApiCall::OperationsWait)
             {
                 Ok(next) => op = next,
                 Err(e) if e.kind == CloudErrorKind::Fenced => {
@@ -430,7 +444,7 @@ impl GceRoutes {
         if let Some(info) = lock(&self.instances).get(&path) {
             return Ok(info.clone());
         }
-        let instance: Instance = match self.compute.get(&path, &[], "instances.get") {
+        let instance: Instance = match self.compute.get(&path, &[], ApiCall::InstancesGet) {
             Ok(i) => i,
             Err(e) if e.kind == CloudErrorKind::NotFound => {
                 return Err(CloudError::invalid(format!(
@@ -522,16 +536,34 @@ impl Routes for GceRoutes {
         "gce"
     }
 
-    /// A list costs one page (500 routes) and, when the quota is read again, its
-    /// `projects.get`; a create its
-    /// `routes.insert` and one `globalOperations.wait` (plus one `instances.get`
-    /// the first time an instance is seen); a delete its `routes.delete` and one
-    /// wait. Longer waits and more pages are charged when the reply says so.
+    /// A bucket per rate-quota group ([`default_rate_quotas`], or the configured
+    /// ones). A list draws one `routes.list` page and one `projects.get` (the
+    /// `ROUTES` quota, read at one list in `QUOTA_LISTS` or when room runs short;
+    /// given back when not read: the budget is declared once, the quota's staleness
+    /// changes); a create one `routes.insert`, one `globalOperations.wait` and one
+    /// `instances.get` (the first create of an instance sends it, later ones get it
+    /// back); a delete one `routes.delete` and one wait. More pages and longer waits
+    /// are charged from the reply, to their group's bucket. At most
+    /// [`Config::mutations_at_once`] changes run at once: the buckets alone would let
+    /// a burst of 300 go, more than is useful to have waiting on GCE at once.
     fn budget(&self) -> Option<Budget> {
+        let ungrouped = QuotaBucket::default_for(QuotaGroup::Mutations);
+        // Every request is recorded in its group's bucket; the default bucket, which
+        // nothing draws from, gets a group's default size.
+        let budget = self.rate_quotas.iter().fold(
+            Budget::new(ungrouped.requests_per_second, ungrouped.burst),
+            |b, q| b.bucket(q.group.bucket(), q.requests_per_second, q.burst),
+        );
         Some(
-            Budget::new(self.budget.0, self.budget.1)
-                .mutations_at_once(self.budget.2)
-                .requests_per_op(2, 2, 2),
+            budget
+                .mutations_at_once(self.mutations_at_once)
+                .draw(BudgetOp::List, QuotaGroup::Lists.bucket(), 1)
+                .draw(BudgetOp::List, QuotaGroup::Reads.bucket(), 1)
+                .draw(BudgetOp::Create, QuotaGroup::Mutations.bucket(), 1)
+                .draw(BudgetOp::Create, QuotaGroup::OperationReads.bucket(), 1)
+                .draw(BudgetOp::Create, QuotaGroup::ZonalReads.bucket(), 1)
+                .draw(BudgetOp::Delete, QuotaGroup::Mutations.bucket(), 1)
+                .draw(BudgetOp::Delete, QuotaGroup::OperationReads.bucket(), 1),
         )
     }
 
@@ -628,19 +660,19 @@ impl Routes for GceRoutes {
             "insert route {name} ({destination} to node {})",
             target.node_name
         );
-        let op =
-            match self
-                .compute
-                .post::<Operation>(&self.routes_path(), Some(&body), "routes.insert")
-            {
-                Ok(op) => op,
-                Err(e) if e.kind == CloudErrorKind::AlreadyExists => {
-                    log::info!("gce: route {name} already exists; counted as created");
-                    lock(&self.created).insert(destination, name);
-                    return Ok(());
-                }
-                Err(e) => return Err(self.full_reads_quota(e.into())),
-            };
+        let op = match self.compute.post::<Operation>(
+            &self.routes_path(),
+            Some(&body),
+            ApiCall::RoutesInsert,
+        ) {
+            Ok(op) => op,
+            Err(e) if e.kind == CloudErrorKind::AlreadyExists => {
+                log::info!("gce: route {name} already exists; counted as created");
+                lock(&self.created).insert(destination, name);
+                return Ok(());
+            }
+            Err(e) => return Err(self.full_reads_quota(e.into())),
+        };
         let op = self.wait(op, &what)?;
         if let Some((code, message)) = op.failure() {
             return match code.as_str() {
@@ -680,7 +712,10 @@ impl Routes for GceRoutes {
         }
         let what = format!("delete route {name} ({destination})");
         let path = format!("{}/{name}", self.routes_path());
-        let op = match self.compute.delete::<Operation>(&path, "routes.delete") {
+        let op = match self
+            .compute
+            .delete::<Operation>(&path, ApiCall::RoutesDelete)
+        {
             Ok(op) => op,
             Err(e) if e.kind == CloudErrorKind::NotFound => {
                 lock(&self.created).remove(&destination);
