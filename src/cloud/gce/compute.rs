@@ -436,16 +436,15 @@ fn with_auth<B>(request: ureq::RequestBuilder<B>, auth: Option<&str>) -> ureq::R
 /// A request that got no reply. A connection refused or a name that does not resolve
 /// never reached the API, so nothing changed; anything later may have.
 fn transport_error(e: &ureq::Error, method: Method, what: &str) -> ApiError {
-    let unsent = matches!(
-        e,
-        ureq::Error::ConnectionFailed | ureq::Error::HostNotFound | ureq::Error::BadUri(_)
-    ) || matches!(e, ureq::Error::Io(io) if io.kind() == std::io::ErrorKind::ConnectionRefused);
-    let kind = if method == Method::Get || unsent {
+    let kind = if method == Method::Get || crate::http::certainly_unsent(e) {
         CloudErrorKind::Retry { after: None }
     } else {
         CloudErrorKind::Ambiguous
     };
-    ApiError::new(kind, format!("gce: {what}: no reply ({e})"))
+    ApiError::new(
+        kind,
+        format!("gce: {what}: no reply ({})", crate::http::describe(e)),
+    )
 }
 
 /// The error of a non-2xx reply, classified by status and Google's reason.
