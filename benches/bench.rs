@@ -1895,9 +1895,10 @@ fn peers() {
                 &run_dir.join("idle"),
             );
             println!(
-                "  round {} {label:<20} {:.0} s: start-up [{}] rolling [{}] idle [{}]",
+                "  round {} {label:<20} {:.0} s: start-up {:.2} s [{}] rolling [{}] idle [{}]",
                 round + 1,
                 t.elapsed().as_secs_f64(),
+                r.startup.as_secs_f64(),
                 aws_peer::by_action(&r.startup_requests),
                 aws_peer::by_action(&r.rolling_requests),
                 aws_peer::by_action(&i.idle_requests)
@@ -2091,9 +2092,10 @@ fn peers_gce() {
                 &run_dir.join("idle"),
             );
             println!(
-                "  round {} {label:<20} {:.0} s: start-up [{}] rolling [{}] idle [{}]",
+                "  round {} {label:<20} {:.0} s: start-up {:.2} s [{}] rolling [{}] idle [{}]",
                 round + 1,
                 t.elapsed().as_secs_f64(),
+                r.startup.as_secs_f64(),
                 aws_peer::by_action(&r.startup_requests),
                 aws_peer::by_action(&r.rolling_requests),
                 aws_peer::by_action(&i.idle_requests)
