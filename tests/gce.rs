@@ -253,7 +253,7 @@ fn faults_become_what_the_controller_must_do() {
         create(UID_1, "10.244.1.0/24").unwrap_err().kind,
         CloudErrorKind::Ambiguous
     );
-    std::thread::sleep(Duration::from_millis(100));
+    double.finish_operations();
     assert!(double.route(&format!("{CLUSTER}-{UID_1}")).is_some());
     // The wait for an accepted insert is throttled or refused: the end is unknown.
     let waits = format!("/projects/{PROJECT}/global/operations/");
@@ -271,7 +271,7 @@ fn faults_become_what_the_controller_must_do() {
     assert_eq!(e.kind, CloudErrorKind::Ambiguous, "{e}");
     assert!(started.elapsed() < Duration::from_secs(5), "not waited out");
     double.set_operation_duration(Duration::from_millis(50));
-    std::thread::sleep(Duration::from_millis(400));
+    double.finish_operations();
     let tidy = Route {
         name: format!("{CLUSTER}-{UID_2}"),
         ..route("node-1", "10.244.2.0/24")
@@ -679,7 +679,7 @@ fn a_throttled_insert_holds_back_only_the_changes_and_the_lists_go_on() {
         Some(OPERATION_READS)
     );
     double.set_operation_duration(Duration::from_millis(50));
-    std::thread::sleep(Duration::from_millis(400));
+    double.finish_operations();
     double.clear_routes();
 
     // The controller spends the provider's budget, in watch mode. Two nodes get their

@@ -407,6 +407,16 @@ impl GceDouble {
         self.state().instances.remove(&key);
     }
 
+    /// Ends every running operation now, its change made, as if its time had come.
+    pub fn finish_operations(&self) {
+        let mut s = self.state();
+        let now = Instant::now();
+        for op in s.operations.values_mut().filter(|o| !o.done) {
+            op.finishes = op.finishes.min(now);
+        }
+        settle(&mut s, now);
+    }
+
     /// Deletes every route at once (as another writer would), uncounted.
     pub fn clear_routes(&self) {
         let mut s = self.state();
