@@ -401,9 +401,10 @@ impl Controller {
         }
         let retry_mode = self.config.mode == Mode::Watch;
         let mut deferred = 0;
-        for op in planned {
+        let queued = self.ops.queued_among(&planned);
+        for (op, queued) in planned.into_iter().zip(queued) {
             let cidr = op.cidr();
-            if self.ops.is_queued(&op) {
+            if queued {
                 continue;
             }
             if self.ops.is_busy(&cidr) {

@@ -181,8 +181,8 @@ impl Operations {
     /// operation's outcome.
     pub(super) fn supersede(&mut self, planned: &[Planned]) -> Vec<Queued> {
         let busy = std::mem::take(&mut self.busy);
-        let dropped =
-            self.retain_queued(|q| busy.contains(&q.op.cidr()) || planned.contains(&q.op));
+        let planned = by_cidr(planned.iter());
+        let dropped = self.retain_queued(|q| busy.contains(&q.op.cidr()) || planned.holds(&q.op));
         self.busy = busy;
         dropped
     }
@@ -206,9 +206,12 @@ impl Operations {
             .any(|k| k.planned().makes_same_as(op))
     }
 
-    /// Whether an identical operation is queued.
-    pub(super) fn is_queued(&self, op: &Planned) -> bool {
-        self.queue.iter().any(|q| q.op == *op)
+    /// For each of `planned`, whether an identical operation is queued. One look at
+    /// the queue for the whole plan: asked one by one, a first pass's 5 000 creates
+    /// compared each new one with all queued before it, 80 ms of planning.
+    pub(super) fn queued_among(&self, planned: &[Planned]) -> Vec<bool> {
+        let queued = by_cidr(self.queue.iter().map(|q| &q.op));
+        planned.iter().map(|op| queued.holds(op)).collect()
     }
 
     /// Creates sent and not yet answered.
@@ -326,5 +329,23 @@ impl Operations {
         let q = self.queue.remove(i)?;
         self.count_create(q.op.node(), true, -1);
         Some(q)
+    }
+}
+
+/// Operations by destination: a replacement's delete and create share one.
+struct ByCidr<'a>(HashMap<Cidr, Vec<&'a Planned>>);
+
+fn by_cidr<'a>(ops: impl Iterator<Item = &'a Planned>) -> ByCidr<'a> {
+    let mut map: HashMap<Cidr, Vec<&Planned>> = HashMap::new();
+    for op in ops {
+        map.entry(op.cidr()).or_default().push(op);
+    }
+    ByCidr(map)
+}
+
+impl ByCidr<'_> {
+    /// Whether an operation identical to `op` is among them.
+    fn holds(&self, op: &Planned) -> bool {
+        self.0.get(&op.cidr()).is_some_and(|ops| ops.contains(&op))
     }
 }
