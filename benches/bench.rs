@@ -1763,25 +1763,34 @@ impl OursProcess {
         }
         let _ = self.child.kill();
         let _ = self.child.wait();
-        let text = std::fs::read_to_string(&self.journal).unwrap_or_default();
-        let mut routes = std::collections::BTreeMap::new();
-        for line in text.lines() {
-            let v: serde_json::Value = serde_json::from_str(line)
-                .unwrap_or_else(|e| panic!("{}: {e}: {line}", self.journal.display()));
-            let (Some(node), Some(cidr), Some(nanos)) = (
-                v["node"].as_str(),
-                v["cidr"].as_str(),
-                v["createdUnixNanos"].as_u64(),
-            ) else {
-                panic!("{}: unexpected line {line}", self.journal.display());
-            };
-            routes.insert(
-                (node.to_string(), cidr.to_string()),
-                std::time::UNIX_EPOCH + Duration::from_nanos(nanos),
-            );
-        }
-        routes
+        read_fake_journal(&self.journal)
     }
+}
+
+/// The routes `--cloud-provider=fake` wrote to its journal
+/// (`ROUTE_CONTROLLER_FAKE_JOURNAL`): when each `(node, CIDR)` was created, the last
+/// time. A line still being written (no newline yet) is left for the next read.
+fn read_fake_journal(
+    journal: &std::path::Path,
+) -> std::collections::BTreeMap<(String, String), std::time::SystemTime> {
+    let text = std::fs::read_to_string(journal).unwrap_or_default();
+    let mut routes = std::collections::BTreeMap::new();
+    for line in text.split_inclusive('\n').filter(|l| l.ends_with('\n')) {
+        let v: serde_json::Value = serde_json::from_str(line)
+            .unwrap_or_else(|e| panic!("{}: {e}: {line}", journal.display()));
+        let (Some(node), Some(cidr), Some(nanos)) = (
+            v["node"].as_str(),
+            v["cidr"].as_str(),
+            v["createdUnixNanos"].as_u64(),
+        ) else {
+            panic!("{}: unexpected line {line}", journal.display());
+        };
+        routes.insert(
+            (node.to_string(), cidr.to_string()),
+            std::time::UNIX_EPOCH + Duration::from_nanos(nanos),
+        );
+    }
+    routes
 }
 
 impl Drop for OursProcess {

@@ -593,10 +593,10 @@ fn wait_for_metric(c: &mut ControllerProcess, name: &str, labels: &[(&str, &str)
     }
 }
 
-/// Waits until the fake's journal holds a route for `routes` destinations and returns
-/// when the cloud held the last of them: its own timestamp, so how often the file is
-/// read does not matter (and reading it costs the controller nothing, where scraping
-/// `/metrics` would take its CPU while it creates).
+/// Waits until the fake's journal holds `routes` routes and returns when the cloud
+/// made the last of them: its own timestamp, so how often the file is read does not
+/// matter (and reading it costs the controller nothing, where scraping `/metrics` would
+/// take its CPU while it creates).
 fn wait_for_journal(
     c: &mut ControllerProcess,
     journal: &std::path::Path,
@@ -604,19 +604,7 @@ fn wait_for_journal(
 ) -> SystemTime {
     let deadline = Instant::now() + SYNC_TIMEOUT;
     loop {
-        let text = std::fs::read_to_string(journal).unwrap_or_default();
-        let mut created = std::collections::BTreeMap::new();
-        // A line being written has no newline yet: only whole lines count.
-        for line in text.split_inclusive('\n').filter(|l| l.ends_with('\n')) {
-            let v: serde_json::Value = serde_json::from_str(line)
-                .unwrap_or_else(|e| panic!("{}: {e}: {line}", journal.display()));
-            let (Some(cidr), Some(nanos)) = (v["cidr"].as_str(), v["createdUnixNanos"].as_u64())
-            else {
-                panic!("{}: unexpected line {line}", journal.display());
-            };
-            let at = std::time::UNIX_EPOCH + Duration::from_nanos(nanos);
-            created.entry(cidr.to_string()).or_insert(at);
-        }
+        let created = crate::read_fake_journal(journal);
         if created.len() >= routes {
             return created.into_values().max().expect("at least one route");
         }
