@@ -395,14 +395,13 @@ impl Controller {
 
         // The new plan is authoritative for every destination without an operation in
         // flight: queued operations it does not repeat are dropped.
-        let superseded = self.ops.supersede(&planned);
+        let (superseded, already_queued) = self.ops.supersede(&planned);
         for q in superseded {
             self.passes.resolve(q.pass, |r| r.deferred += 1);
         }
         let retry_mode = self.config.mode == Mode::Watch;
         let mut deferred = 0;
-        let queued = self.ops.queued_among(&planned);
-        for (op, queued) in planned.into_iter().zip(queued) {
+        for (op, queued) in planned.into_iter().zip(already_queued) {
             let cidr = op.cidr();
             if queued {
                 continue;
