@@ -56,6 +56,52 @@ pub(crate) fn describe(e: &ureq::Error) -> String {
     }
 }
 
+/// Where the clients' proxy comes from, for `check-config`: the variables every
+/// Kubernetes component reads, with any credentials in a proxy URL left out.
+pub(crate) fn proxy_summary() -> String {
+    let var = |names: &[&str]| {
+        names
+            .iter()
+            .find_map(|n| std::env::var(n).ok().filter(|v| !v.trim().is_empty()))
+    };
+    let https = var(&["HTTPS_PROXY", "https_proxy"]);
+    let http = var(&["HTTP_PROXY", "http_proxy"]);
+    let no_proxy = var(&["NO_PROXY", "no_proxy"]);
+    if https.is_none() && http.is_none() {
+        return "none (HTTPS_PROXY and HTTP_PROXY are unset)".to_string();
+    }
+    let mut parts = Vec::new();
+    if let Some(p) = https {
+        parts.push(format!("HTTPS_PROXY={}", without_userinfo(&p)));
+    }
+    if let Some(p) = http {
+        parts.push(format!("HTTP_PROXY={}", without_userinfo(&p)));
+    }
+    if let Some(n) = no_proxy {
+        parts.push(format!("NO_PROXY={n}"));
+    }
+    format!(
+        "{}; the instance metadata services are never reached through a proxy",
+        parts.join(", ")
+    )
+}
+
+/// A proxy URL without its `user:password@`.
+fn without_userinfo(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(scheme), Some(at)) if at > scheme => {
+            format!("{}://…@{}", &url[..scheme], &url[at + 1..])
+        }
+        (None, Some(at)) => format!("…@{}", &url[at + 1..]),
+        _ => url.to_string(),
+    }
+}
+
+/// Which certificate authorities the cloud clients trust, for `check-config`.
+pub(crate) fn trust_summary() -> String {
+    "the roots bundled in the binary (webpki-roots)".to_string()
+}
+
 #[cfg(test)]
 mod tests {
     use std::io::{BufRead, BufReader, Read, Write};

@@ -94,6 +94,7 @@ mod provider;
 mod ratelimit;
 mod secret;
 pub mod selector;
+pub(crate) mod spelling;
 mod sync;
 
 // Drivers around the core, and the providers.

@@ -50,8 +50,48 @@ impl fmt::Display for LogFormat {
 /// the other targets). If a logger is already installed (an embedding program's),
 /// that one stays.
 pub fn init(format: LogFormat, default_level: LevelFilter) {
+    init_verbosity(format, Verbosity::of(default_level));
+}
+
+/// klog's `-v`, as levels: 0 to 3 info (2 is the default, as CCM manifests pass it),
+/// 4 and 5 this controller's debug records, 6 and 7 its trace records too, and only
+/// from 8 the HTTP and TLS libraries' own debug records (their internals: pool,
+/// handshake), which an operator rarely wants and which would drown the controller's.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Verbosity(pub i64);
+
+impl Verbosity {
+    /// The verbosity that shows this controller's records at `level`.
+    pub fn of(level: LevelFilter) -> Verbosity {
+        Verbosity(match level {
+            LevelFilter::Off | LevelFilter::Error | LevelFilter::Warn | LevelFilter::Info => 2,
+            LevelFilter::Debug => 4,
+            LevelFilter::Trace => 6,
+        })
+    }
+
+    /// The level of this controller's records (and of any other crate's).
+    pub fn level(self) -> LevelFilter {
+        match self.0 {
+            ..=3 => LevelFilter::Info,
+            4..=5 => LevelFilter::Debug,
+            _ => LevelFilter::Trace,
+        }
+    }
+
+    /// The level of the HTTP and TLS libraries ([`CAPPED_TARGETS`]).
+    pub fn http_level(self) -> LevelFilter {
+        match self.0 {
+            ..=7 => LevelFilter::Info,
+            _ => LevelFilter::Debug,
+        }
+    }
+}
+
+/// Installs the logger with `verbosity`'s levels, `RUST_LOG`'s directives over them.
+pub fn init_verbosity(format: LogFormat, verbosity: Verbosity) {
     let rust_log = std::env::var("RUST_LOG").ok();
-    let logger = Logger::new(builder(format, default_level, rust_log.as_deref()).build());
+    let logger = Logger::new(verbosity_builder(format, verbosity, rust_log.as_deref()).build());
     let max = logger.max_level();
     match log::set_logger(Box::leak(Box::new(logger))) {
         Ok(()) => log::set_max_level(max),
@@ -82,6 +122,22 @@ pub fn builder(
                 let ts = buf.timestamp_millis().to_string();
                 writeln!(buf, "{}", json_line(&ts, record))
             });
+        }
+    }
+    b
+}
+
+/// [`builder`] with `verbosity`'s levels: the HTTP and TLS libraries at theirs, unless
+/// `rust_log` gives directives of its own.
+pub fn verbosity_builder(
+    format: LogFormat,
+    verbosity: Verbosity,
+    rust_log: Option<&str>,
+) -> env_logger::Builder {
+    let mut b = builder(format, verbosity.level(), rust_log);
+    if rust_log.is_none_or(|r| r.trim().is_empty()) {
+        for target in CAPPED_TARGETS {
+            b.filter_module(target, verbosity.http_level());
         }
     }
     b
@@ -208,6 +264,32 @@ mod tests {
             "only the named crates are capped, not others sharing a prefix"
         );
         assert_eq!(l.max_level(), LevelFilter::Trace);
+    }
+
+    /// Guards klog's -v as documented: 2 info, 4 the controller's debug, the HTTP
+    /// libraries' debug records (their internals) only from 8.
+    #[test]
+    fn verbosity_keeps_the_http_libraries_quiet_below_eight() {
+        let cases = [
+            (0, LevelFilter::Info, LevelFilter::Info),
+            (2, LevelFilter::Info, LevelFilter::Info),
+            (4, LevelFilter::Debug, LevelFilter::Info),
+            (6, LevelFilter::Trace, LevelFilter::Info),
+            (7, LevelFilter::Trace, LevelFilter::Info),
+            (8, LevelFilter::Trace, LevelFilter::Debug),
+            (10, LevelFilter::Trace, LevelFilter::Debug),
+        ];
+        for (v, ours, http) in cases {
+            assert_eq!(Verbosity(v).level(), ours, "-v={v}");
+            assert_eq!(Verbosity(v).http_level(), http, "-v={v}");
+        }
+        assert_eq!(Verbosity::of(LevelFilter::Debug), Verbosity(4));
+        let at = |v| Logger::new(verbosity_builder(LogFormat::Text, Verbosity(v), None).build());
+        assert!(at(4).enabled(&meta(Level::Debug, "route_controller::controller")));
+        assert!(!at(4).enabled(&meta(Level::Debug, "ureq::pool")));
+        assert!(!at(6).enabled(&meta(Level::Debug, "rustls::client::hs")));
+        assert!(at(8).enabled(&meta(Level::Debug, "ureq_proto::client")));
+        assert!(!at(8).enabled(&meta(Level::Trace, "ureq_proto::client")));
     }
 
     #[test]

@@ -9,7 +9,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use route_controller::actor::Exit;
-use route_controller::cli::run::{ProviderError, RunSettings};
+use route_controller::cli::cloud::{CloudSettings, ProviderError};
+use route_controller::cli::run::RunSettings;
 use route_controller::cli::{self, Command, EXIT_USAGE, RunArgs, UsageError};
 use route_controller::kube::discovery::{self, LEASES, SUBJECT_ACCESS_REVIEWS, TOKEN_REVIEWS};
 use route_controller::kube::{Client, Env, KubeConfig, LoadOptions};
@@ -25,6 +26,13 @@ fn main() {
         Command::Plan(args) => finish(cli::run_plan(&args)),
         Command::Simulate(args) => finish(cli::run_simulate(&args)),
         Command::Manifests(args) => finish(cli::run_manifests(&args)),
+        Command::CheckConfig(args) => match cli::check::run_check(&args, &warnings) {
+            Ok(outcome) => {
+                print!("{}", outcome.text);
+                std::process::exit(outcome.status);
+            }
+            Err(e) => usage_error(&e),
+        },
         Command::PluginCheck(args) => match cli::run_plugin_check(&args) {
             // Exit 1 when a check fails, so scripts and CI can gate on it.
             Ok(report) => {
@@ -51,8 +59,21 @@ fn usage_error(e: &UsageError) -> ! {
 
 fn run(args: &RunArgs, warnings: &[String]) -> i32 {
     let settings = args.settings().unwrap_or_else(|e| usage_error(&e));
-    route_controller::logging::init(settings.log_format, settings.log_level);
+    route_controller::logging::init_verbosity(settings.log_format, settings.verbosity);
     for w in warnings.iter().chain(&settings.warnings) {
+        log::warn!("{w}");
+    }
+    // The cloud config is read before the cluster is touched, so that a bad one fails
+    // first; its warnings are logged once, not at every attempt to reach the cloud.
+    let cloud_settings = settings.configure_cloud_routes.then(|| {
+        cli::cloud::read(
+            &settings.provider,
+            settings.cloud_config.as_deref(),
+            &settings.controller.cluster_cidrs,
+        )
+        .unwrap_or_else(|e| usage_error(&e))
+    });
+    for w in cloud_settings.iter().flat_map(|c| &c.warnings) {
         log::warn!("{w}");
     }
     let kube = KubeConfig::load(&settings.load, &Env::from_process())
@@ -79,18 +100,18 @@ fn run(args: &RunArgs, warnings: &[String]) -> i32 {
         .map(|_| reviewer(&settings, &client));
     let servers = Servers::start(&settings.serving, reviewer, metrics.clone())
         .unwrap_or_else(|e| usage_error(&UsageError(e)));
-    if !settings.configure_cloud_routes {
+    let Some(cloud_settings) = cloud_settings else {
         log::info!(
             "--configure-cloud-routes=false: route-controller manages no routes; waiting for a signal"
         );
         servers.waiting_for("nothing: --configure-cloud-routes=false");
         let _ = signals.recv();
         return 0;
-    }
+    };
     // Leader election opens it (or the builder, without election); the provider
     // checks it before every request.
     let fence = Fence::new();
-    let Some(cloud) = connect_cloud(&settings, &metrics, &servers, &signals, &fence) else {
+    let Some(cloud) = connect_cloud(&cloud_settings, &metrics, &servers, &signals, &fence) else {
         log::info!("signal received while waiting for the cloud; stopped");
         return 0;
     };
@@ -229,7 +250,7 @@ fn reviewer(settings: &RunSettings, client: &Client) -> Arc<dyn Reviewer> {
 /// Builds the provider, waiting out an outage of the cloud's API with backoff (a
 /// wrong setting still exits 2). `None` if a signal came while waiting.
 fn connect_cloud(
-    settings: &RunSettings,
+    settings: &CloudSettings,
     metrics: &Arc<Metrics>,
     servers: &Servers,
     signals: &crossbeam_channel::Receiver<()>,
@@ -237,13 +258,7 @@ fn connect_cloud(
 ) -> Option<Arc<dyn route_controller::cloud::Routes>> {
     let mut delay = START_RETRY_FIRST;
     loop {
-        let attempt = cli::run::connect_provider(
-            &settings.provider,
-            settings.cloud_config.as_ref(),
-            &settings.controller.cluster_cidrs,
-            Some(metrics.clone()),
-            fence,
-        );
+        let attempt = settings.connect(Some(metrics.clone()), fence);
         match attempt {
             Ok(cloud) => return Some(cloud),
             Err(ProviderError::Config(e)) => usage_error(&e),

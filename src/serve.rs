@@ -2,7 +2,7 @@
 //! registry), `/healthz` (liveness) and `/readyz` (readiness), served by one thread
 //! around a `mio::Poll`. Two kinds run from the same code:
 //!
-//! - the **secure port** ([`spawn_secure_server`], `--secure-port`, the CCM's 10258):
+//! - the **secure port** ([`spawn_secure_server`], `--secure-port`, 10270 by default; the CCM's is 10258):
 //!   HTTPS, and every path but the always-allowed probes needs a bearer token that a
 //!   TokenReview authenticates and a SubjectAccessReview allows (see `access`);
 //! - the **plain port** ([`spawn_server`], `--metrics-bind-address`, off by default):

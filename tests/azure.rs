@@ -690,6 +690,8 @@ fn every_identity_gets_a_token_the_double_accepts() {
     arm.create_route_table("rg", "rt", "westeurope");
     arm.add_client_secret("tenant-1", "app-1", "s3cret");
     arm.add_managed_identity("uami-1", None);
+    let uami_2 = "/subscriptions/sub-id/resourceGroups/rg/providers/Microsoft.ManagedIdentity/userAssignedIdentities/uami-2";
+    arm.add_managed_identity("uami-2", Some(uami_2));
     arm.add_federated_client("tenant-1", "wi-1", "projected-sa-token");
     let dir = tempdir::TempDir::new("azure-identities");
     let environment = dir.write(
@@ -714,6 +716,15 @@ fn every_identity_gets_a_token_the_double_accepts() {
             ),
             vec![("ROUTE_CONTROLLER_AZURE_IMDS_ENDPOINT", arm.endpoint())],
             "msi:uami-1",
+        ),
+        // A resource ID, in a key spelt as encoding/json would still match it, is
+        // asked for as msi_res_id (cloud-provider-azure's auth_func.go).
+        (
+            format!(
+                r#"{{ {base}, "useManagedIdentityExtension": true, "userAssignedIdentityId": "{uami_2}" }}"#
+            ),
+            vec![("ROUTE_CONTROLLER_AZURE_IMDS_ENDPOINT", arm.endpoint())],
+            "msi:uami-2",
         ),
         (
             format!(r#"{{ {base}, "aadClientId": "app-1", "aadClientSecret": "s3cret" }}"#),

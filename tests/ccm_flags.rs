@@ -40,6 +40,12 @@ const DELIBERATE_DEFAULTS: &[(&str, &str)] = &[
         "cluster-cidr",
         "required: it bounds what may ever be deleted",
     ),
+    // The CCM beside it holds 10258 on the host network: the manifests and run share
+    // one port of their own, so that `run` starts on a CCM's host as it is.
+    (
+        "secure-port",
+        "10270, not the CCM's 10258, which the CCM beside it holds",
+    ),
     // A name of our own, so that route-controller can run beside a CCM whose route
     // controller is turned off, each holding its own lease.
     (

@@ -100,8 +100,9 @@ pub const FLAGS: &[Flag] = &[
         Kind::List,
         "[x-remote-user]",
     ),
-    Flag::ignored("secure-port", Kind::Int, "10258").applies(
-        "the HTTPS port of /metrics (authorized), /healthz, /readyz and /livez, as the CCM's; 0 turns it off",
+    Flag::ignored("secure-port", Kind::Int, "10270").applies(
+        "the HTTPS port of /metrics (authorized), /healthz, /readyz and /livez; 0 turns it \
+         off. Not the CCM's 10258, which a CCM on the same host network holds",
     ),
     Flag::ignored("tls-cert-file", Kind::String, "").applies(
         "the serving certificate (PEM, leaf first) of the secure port; without it a self-signed one is made at start",

@@ -15,6 +15,8 @@ use crate::model::{LabeledNode, Node, NodeAddress, Route};
 use crate::plan::{self, Plan};
 
 pub mod ccm;
+pub mod check;
+pub mod cloud;
 pub mod flags;
 pub mod plugin_check;
 pub mod run;
@@ -139,6 +141,7 @@ pub enum Command {
     Simulate(SimulateArgs),
     Manifests(ManifestsArgs),
     PluginCheck(PluginCheckArgs),
+    CheckConfig(check::CheckArgs),
 }
 
 /// What the command line asks for.
@@ -156,6 +159,11 @@ const COMMANDS: &[(&str, &Spec, &str)] = &[
         "run",
         &run::SPEC,
         "keep the cloud's route table in step with the nodes",
+    ),
+    (
+        "check-config",
+        &check::SPEC,
+        "print what run would use from its flags and cloud config, with no cluster",
     ),
     (
         "plan",
@@ -197,7 +205,7 @@ fn top_help() -> String {
 pub fn parse_args(args: &[String]) -> Result<Invocation, UsageError> {
     let Some(first) = args.first() else {
         return Err(UsageError(
-            "no command given: use run, plan, simulate, manifests or plugin-check (see route-controller --help)"
+            "no command given: use run, check-config, plan, simulate, manifests or plugin-check (see route-controller --help)"
                 .into(),
         ));
     };
@@ -217,7 +225,7 @@ pub fn parse_args(args: &[String]) -> Result<Invocation, UsageError> {
         .map(|(_, spec, _)| *spec)
         .ok_or_else(|| {
             UsageError(format!(
-                "{first:?} is not a command: use run, plan, simulate, manifests or plugin-check (see route-controller --help)"
+                "{first:?} is not a command: use run, check-config, plan, simulate, manifests or plugin-check (see route-controller --help)"
             ))
         })?;
     let parsed = match flags::parse(spec, &args[1..])? {
@@ -231,6 +239,7 @@ pub fn parse_args(args: &[String]) -> Result<Invocation, UsageError> {
         "plan" => Command::Plan(PlanArgs::from_parsed(&parsed)?),
         "simulate" => Command::Simulate(SimulateArgs::from_parsed(&parsed)?),
         "plugin-check" => Command::PluginCheck(PluginCheckArgs::from_parsed(&parsed)?),
+        "check-config" => Command::CheckConfig(check::CheckArgs::from_parsed(parsed)),
         _ => Command::Manifests(ManifestsArgs::from_parsed(&parsed)?),
     };
     Ok(Invocation::Command(Box::new(command), warnings))
@@ -781,6 +790,22 @@ pub fn run_plan(args: &PlanArgs) -> Result<String, UsageError> {
                 .into(),
         ));
     }
+    // The cloud config is read before the cluster is asked anything, so that a bad
+    // one fails first; with --routes it is only checked.
+    let cloud_settings = match &args.cloud_provider {
+        Some(name) if args.routes.is_none() || args.cloud_config.is_some() => {
+            let settings = cloud::read(
+                name,
+                args.cloud_config.as_deref().map(std::path::Path::new),
+                &cluster_cidrs,
+            )?;
+            for warning in &settings.warnings {
+                eprintln!("warning: {warning}");
+            }
+            Some(settings)
+        }
+        _ => None,
+    };
     let FilteredNodes {
         routed: nodes,
         unselected,
@@ -789,18 +814,16 @@ pub fn run_plan(args: &PlanArgs) -> Result<String, UsageError> {
         None => live_nodes(args)?,
     };
     let mut checks = CloudChecks::default();
-    let routes = match (&args.routes, &args.cloud_provider) {
+    let routes = match (&args.routes, &cloud_settings) {
         (Some(path), _) => read_routes(path)?,
-        (None, Some(name)) => {
-            let cloud = run::provider(
-                name,
-                args.cloud_config
-                    .as_ref()
-                    .map(std::path::PathBuf::from)
-                    .as_ref(),
-                &cluster_cidrs,
-                None,
-            )?;
+        (None, Some(settings)) => {
+            let name = settings.provider_name();
+            let cloud = settings
+                .connect(None, &crate::fence::Fence::open())
+                .map_err(|e| match e {
+                    cloud::ProviderError::Config(e) => e,
+                    cloud::ProviderError::Outage(message) => UsageError(message),
+                })?;
             let directory = crate::cloud::NodeDirectory::new(
                 nodes
                     .iter()
@@ -1469,7 +1492,7 @@ mod tests {
                 panic!("{args:?} parsed")
             };
             assert!(
-                e.0.contains("use run, plan, simulate, manifests or plugin-check"),
+                e.0.contains("use run, check-config, plan, simulate, manifests or plugin-check"),
                 "{e}"
             );
         }

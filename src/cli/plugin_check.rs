@@ -145,9 +145,15 @@ pub struct Report {
 /// Runs `plugin-check`.
 pub fn run_plugin_check(args: &PluginCheckArgs) -> Result<Report, UsageError> {
     let path = std::path::PathBuf::from(&args.cloud_config);
-    let pairs = super::run::read_cloud_config(&path)?;
-    // A misspelt key is an error here as in run, not a setting silently left out.
-    super::run::check_cloud_config_keys("exec", &path, &pairs)?;
+    let pairs = super::cloud::read_cloud_config(&path)?;
+    // A misspelt key, which run warns of, is an error here: this is the check before
+    // run.
+    if let Some(warning) = super::cloud::check_cloud_config_keys("exec", &path, &pairs)
+        .into_iter()
+        .next()
+    {
+        return Err(UsageError(warning));
+    }
     let config = Config::from_pairs(&pairs).map_err(UsageError)?;
     let checker = Checker {
         config,

@@ -1,21 +1,18 @@
 //! `route-controller run`: the flags of the cloud-controller-manager that concern
 //! routes, their validation, and the process around [`crate::run::Builder`].
 
-use std::io::Write as _;
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::path::PathBuf;
-use std::sync::Arc;
 use std::time::Duration;
 
+use super::cloud::{FAKE_JOURNAL_VAR, FAKE_LATENCY_VAR};
 use super::flags::{Flag, Kind, Parsed};
 use super::{
     CLOUD_CONFIG, CLOUD_PROVIDER, CLUSTER_CIDR, CLUSTER_NAME, DELETE_ROUTES_OF_UNSELECTED_NODES,
     KUBE_ENV, KUBECONFIG, MASTER, NODE_SELECTOR, SKIP_NODES_OF_OTHER_PROVIDERS, UsageError,
 };
-use crate::cloud::Routes;
 use crate::config::{parse_cluster_cidrs, validate_lease_name, validate_namespace};
 use crate::controller::{Config, Mode};
-use crate::fence::Fence;
 use crate::kube::{ClientOptions, LeaseConfig, LoadOptions};
 use crate::run::Serving;
 use crate::serve::{AccessConfig, CertSource};
@@ -26,7 +23,7 @@ pub const WATCH_GATE: &str = "CloudControllerManagerWatchBasedRoutesReconciliati
 /// The flags of `run` that apply: the cloud-controller-manager's that concern routes,
 /// spelled and typed as there, and route-controller's own. The CCM's other flags are
 /// in [`super::ccm::FLAGS`].
-const FLAGS: &[Flag] = &[
+pub(crate) const FLAGS: &[Flag] = &[
     CLOUD_PROVIDER.required(),
     CLOUD_CONFIG,
     CLUSTER_NAME,
@@ -170,10 +167,66 @@ const FLAGS: &[Flag] = &[
     Flag::new(
         "v",
         Kind::Int,
-        "klog-style verbosity: 0-3 info, 4-5 debug, 6 and more trace",
+        "klog-style verbosity: 0-3 info, 4-5 the controller's debug records, 6-7 its trace \
+         records, 8 and more the HTTP and TLS libraries' debug records too (never their trace \
+         records, which hold request heads); RUST_LOG's directives override it",
     )
     .default("2")
     .short('v'),
+];
+
+/// The environment variables `run` reads, with what they are for (also
+/// `check-config`'s).
+pub(crate) const ENV: &[(&str, &str)] = &[
+    KUBE_ENV,
+    (
+        "HCLOUD_TOKEN, HCLOUD_TOKEN_FILE, HCLOUD_NETWORK, HCLOUD_ENDPOINT, \
+             HCLOUD_SERVER_CACHE_MAX_AGE, HCLOUD_NETWORK_ROUTE_LIMIT",
+        "--cloud-provider=hcloud: the API token (or a file holding it), the network's ID \
+             or name (both required), the API URL, how long the server list is reused, the \
+             routes the network may hold (default 100); --cloud-config may set them instead",
+    ),
+    (
+        "GOOGLE_APPLICATION_CREDENTIALS, GCE_METADATA_HOST",
+        "--cloud-provider=gce: a service-account key file (default: the metadata server's \
+             token, unless gce.conf sets token-url), the metadata server's host",
+    ),
+    (
+        "(none for openstack)",
+        "--cloud-provider=openstack: everything is in --cloud-config (cloud.conf), or in \
+             the clouds.yaml it names",
+    ),
+    (
+        "AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN, AWS_REGION, AWS_PROFILE, ...",
+        "--cloud-provider=aws: the usual AWS credential chain (environment, shared files, \
+             web identity, instance metadata); the routes a route table may hold are the \
+             account's \"Routes per route table\" from Service Quotas (needs \
+             servicequotas:GetServiceQuota; else AWS's default, 500), unless \
+             RouteTableRouteLimit in --cloud-config sets them",
+    ),
+    (
+        "AZURE_FEDERATED_TOKEN_FILE, AZURE_CLIENT_ID, AZURE_TENANT_ID, AZURE_AUTHORITY_HOST, \
+             AZURE_CLIENT_SECRET, AZURE_ENVIRONMENT_FILEPATH",
+        "--cloud-provider=azure (with --cloud-config=azure.json): workload identity as its \
+             webhook injects it (before the file's identity), a client secret outside the file, \
+             the Azure Stack environment file of \"cloud\": \"AzureStackCloud\"",
+    ),
+    (
+        WATCH_LIST_CLIENT_VAR,
+        "false turns streaming lists off, as --watch-list=false does (client-go's switch)",
+    ),
+    (
+        "RUST_LOG",
+        "log levels per module, as env_logger reads them (default from --v)",
+    ),
+    (
+        FAKE_LATENCY_VAR,
+        "--cloud-provider=fake: how long each call takes (a Go duration)",
+    ),
+    (
+        FAKE_JOURNAL_VAR,
+        "--cloud-provider=fake: a file that gets one JSON line per route created",
+    ),
 ];
 
 /// `run`'s command line.
@@ -184,57 +237,7 @@ pub static SPEC: super::flags::Spec = super::flags::Spec {
             (--flag=value or --flag value; booleans as --flag or --flag=false; a repeated flag's \
             last value wins), so a CCM's arguments work unchanged: the flags that concern \
             routes apply, every other CCM flag is accepted and ignored with a warning.",
-    env: &[
-        KUBE_ENV,
-        (
-            "HCLOUD_TOKEN, HCLOUD_TOKEN_FILE, HCLOUD_NETWORK, HCLOUD_ENDPOINT, \
-             HCLOUD_SERVER_CACHE_MAX_AGE, HCLOUD_NETWORK_ROUTE_LIMIT",
-            "--cloud-provider=hcloud: the API token (or a file holding it), the network's ID \
-             or name (both required), the API URL, how long the server list is reused, the \
-             routes the network may hold (default 100); --cloud-config may set them instead",
-        ),
-        (
-            "GOOGLE_APPLICATION_CREDENTIALS, GCE_METADATA_HOST",
-            "--cloud-provider=gce: a service-account key file (default: the metadata server's \
-             token, unless gce.conf sets token-url), the metadata server's host",
-        ),
-        (
-            "(none for openstack)",
-            "--cloud-provider=openstack: everything is in --cloud-config (cloud.conf), or in \
-             the clouds.yaml it names",
-        ),
-        (
-            "AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN, AWS_REGION, AWS_PROFILE, ...",
-            "--cloud-provider=aws: the usual AWS credential chain (environment, shared files, \
-             web identity, instance metadata); the routes a route table may hold are the \
-             account's \"Routes per route table\" from Service Quotas (needs \
-             servicequotas:GetServiceQuota; else AWS's default, 500), unless \
-             RouteTableRouteLimit in --cloud-config sets them",
-        ),
-        (
-            "AZURE_FEDERATED_TOKEN_FILE, AZURE_CLIENT_ID, AZURE_TENANT_ID, AZURE_AUTHORITY_HOST, \
-             AZURE_CLIENT_SECRET, AZURE_ENVIRONMENT_FILEPATH",
-            "--cloud-provider=azure (with --cloud-config=azure.json): workload identity as its \
-             webhook injects it (before the file's identity), a client secret outside the file, \
-             the Azure Stack environment file of \"cloud\": \"AzureStackCloud\"",
-        ),
-        (
-            WATCH_LIST_CLIENT_VAR,
-            "false turns streaming lists off, as --watch-list=false does (client-go's switch)",
-        ),
-        (
-            "RUST_LOG",
-            "log levels per module, as env_logger reads them (default from --v)",
-        ),
-        (
-            FAKE_LATENCY_VAR,
-            "--cloud-provider=fake: how long each call takes (a Go duration)",
-        ),
-        (
-            FAKE_JOURNAL_VAR,
-            "--cloud-provider=fake: a file that gets one JSON line per route created",
-        ),
-    ],
+    env: ENV,
     groups: &[
         ("Flags", FLAGS),
         (
@@ -274,6 +277,8 @@ pub struct RunSettings {
     pub log_format: crate::logging::LogFormat,
     /// The default log level, from `-v`.
     pub log_level: log::LevelFilter,
+    /// `-v` itself, which also sets the HTTP libraries' level.
+    pub verbosity: crate::logging::Verbosity,
     /// Settings accepted but without effect here (feature gates that do not apply), for
     /// the log.
     pub warnings: Vec<String>,
@@ -571,12 +576,8 @@ impl RunArgs {
                 "--logging-format: {format:?} is not a format; use text or json"
             ))
         })?;
-        let verbosity: i64 = p.number("v")?;
-        let log_level = match verbosity {
-            ..=3 => log::LevelFilter::Info,
-            4..=5 => log::LevelFilter::Debug,
-            _ => log::LevelFilter::Trace,
-        };
+        let verbosity = crate::logging::Verbosity(p.number("v")?);
+        let log_level = verbosity.level();
         let lease = if p.bool("leader-elect") {
             let lock = p.string("leader-elect-resource-lock");
             if lock != "leases" {
@@ -641,536 +642,9 @@ impl RunArgs {
             watch_protobuf: content_type(&p.string("kube-api-content-type"))?,
             log_format,
             log_level,
+            verbosity,
             warnings: gates.warnings,
         })
-    }
-}
-
-/// The route tables of an AWS cloud config: `RouteTableID` given once with one ID
-/// (as upstream's), repeated (gcfg's way of giving a list), or with IDs separated by
-/// commas.
-pub fn route_table_ids(file: &[(String, String)]) -> Vec<String> {
-    file.iter()
-        .filter(|(k, _)| k.eq_ignore_ascii_case("RouteTableID"))
-        .flat_map(|(_, v)| v.split(','))
-        .map(str::trim)
-        .filter(|id| !id.is_empty())
-        .map(str::to_string)
-        .collect()
-}
-
-/// Reads `--cloud-config`: `KEY=VALUE` or `KEY: VALUE` lines (`[Section]` headers and
-/// `#`/`;` comments are skipped), as both an env file and the AWS INI use them.
-pub fn read_cloud_config(path: &PathBuf) -> Result<Vec<(String, String)>, UsageError> {
-    let text = std::fs::read_to_string(path).map_err(|e| {
-        UsageError(format!(
-            "--cloud-config {}: cannot read: {e}",
-            path.display()
-        ))
-    })?;
-    let mut pairs = Vec::new();
-    for (i, line) in text.lines().enumerate() {
-        let line = line.trim();
-        if line.is_empty()
-            || line.starts_with('#')
-            || line.starts_with(';')
-            || line.starts_with('[')
-        {
-            continue;
-        }
-        let (k, v) = line
-            .split_once('=')
-            .or_else(|| line.split_once(':'))
-            .ok_or_else(|| {
-                UsageError(format!(
-                    "--cloud-config {}: line {} is not KEY=VALUE",
-                    path.display(),
-                    i + 1
-                ))
-            })?;
-        let v = v.trim().trim_matches('"');
-        pairs.push((k.trim().to_string(), v.to_string()));
-    }
-    Ok(pairs)
-}
-
-/// `EC2Bucket<Action>`'s value, `<requests per second>,<burst>` (`2.5,100`), both
-/// positive.
-fn parse_ec2_bucket(value: &str) -> Option<(f64, u32)> {
-    let (rate, burst) = value.split_once(',')?;
-    let rate: f64 = rate.trim().parse().ok()?;
-    let burst: u32 = burst.trim().parse().ok()?;
-    (rate.is_finite() && rate > 0.0 && burst > 0).then_some((rate, burst))
-}
-
-/// The `--cloud-config` keys each provider reads.
-const HCLOUD_KEYS: &[&str] = &[
-    crate::cloud::hcloud::ENV_TOKEN,
-    crate::cloud::hcloud::ENV_TOKEN_FILE,
-    crate::cloud::hcloud::ENV_NETWORK,
-    crate::cloud::hcloud::ENV_ENDPOINT,
-    crate::cloud::hcloud::ENV_SERVER_CACHE_MAX_AGE,
-    crate::cloud::hcloud::ENV_NETWORK_ROUTE_LIMIT,
-];
-const AWS_KEYS: &[&str] = &[
-    "RouteTableID",
-    "RouteTableRouteLimit",
-    "DisableSourceDestCheck",
-    "EC2BucketDescribeRouteTables",
-    "EC2BucketDescribeInstances",
-    "EC2BucketCreateRoute",
-    "EC2BucketReplaceRoute",
-    "EC2BucketDeleteRoute",
-    "EC2BucketModifyInstanceAttribute",
-];
-/// Keys of the AWS cloud config (`[Global]` and `[ServiceOverride]`, cloud-provider-aws
-/// v1.37) that concern other controllers: accepted, so that a CCM's file works, with a
-/// warning.
-const AWS_OTHER_KEYS: &[&str] = &[
-    "Zone",
-    "Region",
-    "VPC",
-    "SubnetID",
-    "RoleARN",
-    "SourceARN",
-    "KubernetesClusterTag",
-    "KubernetesClusterID",
-    "DisableSecurityGroupIngress",
-    "ElbSecurityGroup",
-    "NodeIPFamilies",
-    "ClusterServiceLoadBalancerHealthProbeMode",
-    "ClusterServiceSharedLoadBalancerHealthProbePort",
-    "ClusterServiceSharedLoadBalancerHealthProbePath",
-    "SupportedTopologyInstanceTypePattern",
-    "NLBSecurityGroupMode",
-    "Service",
-    "URL",
-    "SigningRegion",
-    "SigningMethod",
-    "SigningName",
-];
-
-/// Checks `--cloud-config`'s keys against what `provider` reads: an unknown key is an
-/// error naming the closest known one (a typo would otherwise be ignored in silence);
-/// a key of the provider's other controllers gives a warning, returned for the log.
-pub(crate) fn check_cloud_config_keys(
-    provider: &str,
-    path: &std::path::Path,
-    pairs: &[(String, String)],
-) -> Result<Vec<String>, UsageError> {
-    let (applies, others): (&[&str], &[&str]) = match provider {
-        "hcloud" => (HCLOUD_KEYS, &[]),
-        "aws" => (AWS_KEYS, AWS_OTHER_KEYS),
-        "exec" => (crate::cloud::exec::config::KEYS, &[]),
-        _ => (&[], &[]),
-    };
-    let is = |list: &[&str], key: &str| list.iter().any(|k| k.eq_ignore_ascii_case(key));
-    let mut warnings = Vec::new();
-    for (key, _) in pairs {
-        if is(applies, key) {
-            continue;
-        }
-        if is(others, key) {
-            warnings.push(format!(
-                "--cloud-config {}: {key} does not concern routes; ignored",
-                path.display()
-            ));
-            continue;
-        }
-        let known = applies.iter().chain(others).copied();
-        let hint = match super::flags::closest(key, known) {
-            Some(c) => format!("did you mean {c}?"),
-            None if applies.is_empty() => {
-                format!("--cloud-provider={provider} reads no settings file")
-            }
-            None => format!("known keys: {}", applies.join(", ")),
-        };
-        return Err(UsageError(format!(
-            "--cloud-config {}: unknown key {key:?} for --cloud-provider={provider}; {hint}",
-            path.display()
-        )));
-    }
-    Ok(warnings)
-}
-
-/// Builds the cloud provider named by `--cloud-provider`, recording its HTTP requests
-/// in `metrics` if given (the registry the metrics server shows). Errors name the
-/// setting to fix; they are configuration errors (exit 2), an outage included.
-pub fn provider(
-    name: &str,
-    cloud_config: Option<&PathBuf>,
-    cluster_cidrs: &[crate::model::Cidr],
-    metrics: Option<Arc<crate::metrics::Metrics>>,
-) -> Result<Arc<dyn Routes>, UsageError> {
-    connect_provider(name, cloud_config, cluster_cidrs, metrics, &Fence::open()).map_err(
-        |e| match e {
-            ProviderError::Config(e) => e,
-            ProviderError::Outage(message) => UsageError(message),
-        },
-    )
-}
-
-/// Why the provider could not be built.
-#[derive(Debug)]
-pub enum ProviderError {
-    /// A setting is wrong; the message names it (exit 2).
-    Config(UsageError),
-    /// The cloud's API could not be reached or failed; trying again may work.
-    Outage(String),
-}
-
-impl From<UsageError> for ProviderError {
-    fn from(e: UsageError) -> ProviderError {
-        ProviderError::Config(e)
-    }
-}
-
-/// As [`provider`], telling an outage of the cloud's API apart from a wrong setting,
-/// so that `run` waits for the cloud instead of exiting. The provider checks `fence`
-/// before every request once it is built (the start's own requests precede it).
-pub fn connect_provider(
-    name: &str,
-    cloud_config: Option<&PathBuf>,
-    cluster_cidrs: &[crate::model::Cidr],
-    metrics: Option<Arc<crate::metrics::Metrics>>,
-    fence: &Fence,
-) -> Result<Arc<dyn Routes>, ProviderError> {
-    if name == "azure" {
-        return azure_provider(cloud_config, metrics, fence);
-    }
-    if name == "gce" {
-        // gce.conf is gcfg (quoted values, repeated names), read by the provider.
-        return gce_provider(cloud_config, metrics, fence);
-    }
-    if name == "openstack" {
-        // cloud.conf is gcfg too, read by the provider; the cluster CIDRs decide
-        // which of a shared router's routes are ours.
-        return openstack_provider(cloud_config, cluster_cidrs, metrics, fence);
-    }
-    let file = match cloud_config {
-        Some(path) => {
-            let pairs = read_cloud_config(path)?;
-            for warning in check_cloud_config_keys(name, path, &pairs)? {
-                log::warn!("{warning}");
-            }
-            pairs
-        }
-        None => Vec::new(),
-    };
-    let from_file = |key: &str| {
-        file.iter()
-            .find(|(k, _)| k.eq_ignore_ascii_case(key))
-            .map(|(_, v)| v.clone())
-    };
-    match name {
-        "fake" => {
-            log::warn!(
-                "--cloud-provider=fake: routes live in this process's memory only; for trying things out"
-            );
-            Ok(fake_provider(
-                std::env::var(FAKE_LATENCY_VAR).ok().as_deref(),
-                std::env::var_os(FAKE_JOURNAL_VAR).map(PathBuf::from),
-            )?)
-        }
-        "hcloud" => {
-            use crate::cloud::hcloud::{Config as HcloudConfig, HcloudRoutes};
-            let mut config =
-                HcloudConfig::from_env(|k| from_file(k).or_else(|| std::env::var(k).ok()))
-                    .map_err(|e| UsageError(e.to_string()))?;
-            config.metrics = metrics;
-            let provider = HcloudRoutes::connect(config).map_err(|e| match e.outage {
-                true => ProviderError::Outage(e.to_string()),
-                false => ProviderError::Config(UsageError(e.to_string())),
-            })?;
-            for problem in provider.cluster_cidr_problems(cluster_cidrs) {
-                log::warn!("--cluster-cidr: {problem}");
-            }
-            Ok(Arc::new(provider.with_fence(fence.clone())))
-        }
-        "aws" => {
-            use crate::cloud::aws::{AwsConfig, AwsProvider, credentials::AwsEnv};
-            let defaults = AwsConfig::default();
-            let route_table_limit = match from_file("RouteTableRouteLimit") {
-                None => defaults.route_table_limit,
-                Some(v) => Some(v.trim().parse::<usize>().ok().filter(|n| *n > 0).ok_or_else(
-                    || {
-                        UsageError(format!(
-                            "--cloud-config: RouteTableRouteLimit={v:?} is not a positive number \
-                             of routes (leave it out to use the account's \"Routes per route \
-                             table\" from Service Quotas, or AWS's default of 500)"
-                        ))
-                    },
-                )?),
-            };
-            let disable_source_dest_check = match from_file("DisableSourceDestCheck") {
-                None => defaults.disable_source_dest_check,
-                Some(v) => match v.trim().to_ascii_lowercase().as_str() {
-                    "true" => true,
-                    "false" => false,
-                    _ => {
-                        return Err(ProviderError::Config(UsageError(format!(
-                            "--cloud-config: DisableSourceDestCheck={v:?} is not true or false"
-                        ))));
-                    }
-                },
-            };
-            let mut buckets = defaults.buckets.clone();
-            for bucket in &mut buckets {
-                let key = format!("EC2Bucket{}", bucket.action);
-                if let Some(v) = from_file(&key) {
-                    let (per_second, burst) = parse_ec2_bucket(&v).ok_or_else(|| {
-                        UsageError(format!(
-                            "--cloud-config: {key}={v:?} is not <requests per second>,<burst> \
-                             with both positive (the default is {},{}: EC2's documented bucket \
-                             for {}, less a margin)",
-                            bucket.requests_per_second, bucket.burst, bucket.action
-                        ))
-                    })?;
-                    bucket.requests_per_second = per_second;
-                    bucket.burst = burst;
-                }
-            }
-            let config = AwsConfig {
-                route_table_ids: route_table_ids(&file),
-                route_table_limit,
-                disable_source_dest_check,
-                buckets,
-                ..defaults
-            };
-            let provider = AwsProvider::new(config, &AwsEnv::from_process()).map_err(|e| {
-                match e.kind {
-                    crate::cloud::CloudErrorKind::Invalid => {
-                        ProviderError::Config(UsageError(format!("aws: {}", e.message)))
-                    }
-                    // The instance metadata service or STS did not answer in time.
-                    _ => ProviderError::Outage(format!("aws: {}", e.message)),
-                }
-            })?;
-            Ok(Arc::new(provider.with_fence(fence.clone())))
-        }
-        "exec" => Ok(Arc::new(exec_provider(&file)?.with_fence(fence.clone()))),
-        other => Err(ProviderError::Config(UsageError(format!(
-            "--cloud-provider: {other:?} is not supported; use hcloud, aws, azure, gce, openstack, exec or fake"
-        )))),
-    }
-}
-
-/// The exec provider of `--cloud-config`'s pairs, after the plugin's `describe`: a
-/// plugin that cannot start or speaks wrongly is a setting to fix; one that failed
-/// this once (a timeout, a crash) is an outage that `run` waits out.
-pub fn exec_provider(
-    file: &[(String, String)],
-) -> Result<crate::cloud::exec::ExecRoutes, ProviderError> {
-    use crate::cloud::exec::{Config, ExecRoutes};
-    let config = Config::from_pairs(file).map_err(UsageError)?;
-    let provider = ExecRoutes::connect(config).map_err(|e| match e.kind {
-        crate::cloud::CloudErrorKind::Invalid => ProviderError::Config(UsageError(e.message)),
-        _ => ProviderError::Outage(e.message),
-    })?;
-    let d = provider.description();
-    log::info!(
-        "--cloud-provider=exec: plugin {} ({}describe; budget {:?}, batch size {} ({}), tables \
-         {:?})",
-        provider.plugin_name(),
-        if d.implemented { "" } else { "no " },
-        d.budget,
-        d.batch_size,
-        if d.batch_size > 1 {
-            "changes go out in apply calls"
-        } else {
-            "one create or delete per call"
-        },
-        d.tables
-    );
-    Ok(provider)
-}
-
-/// `--cloud-provider=azure`: reads `azure.json` (`--cloud-config`, required) and
-/// connects (a token and one read of the route table).
-fn azure_provider(
-    cloud_config: Option<&PathBuf>,
-    metrics: Option<Arc<crate::metrics::Metrics>>,
-    fence: &Fence,
-) -> Result<Arc<dyn Routes>, ProviderError> {
-    use crate::cloud::azure::{AzureRoutes, Config as AzureConfig};
-    let path = cloud_config.ok_or_else(|| {
-        UsageError(
-            "--cloud-provider=azure needs --cloud-config: the azure.json that \
-             cloud-provider-azure reads (e.g. --cloud-config=/etc/kubernetes/azure.json)"
-                .into(),
-        )
-    })?;
-    let text = std::fs::read_to_string(path).map_err(|e| {
-        UsageError(format!(
-            "--cloud-config {}: cannot read: {e}",
-            path.display()
-        ))
-    })?;
-    let mut config = AzureConfig::parse(&text, &|k| std::env::var(k).ok())
-        .map_err(|e| UsageError(format!("--cloud-config {}: {e}", path.display())))?;
-    config.metrics = metrics;
-    let provider = AzureRoutes::connect(config).map_err(|e| match e.outage {
-        true => ProviderError::Outage(e.to_string()),
-        false => ProviderError::Config(UsageError(e.to_string())),
-    })?;
-    Ok(Arc::new(provider.with_fence(fence.clone())))
-}
-
-/// `--cloud-provider=gce`: `gce.conf` and the environment of Google's libraries.
-fn gce_provider(
-    cloud_config: Option<&PathBuf>,
-    metrics: Option<Arc<crate::metrics::Metrics>>,
-    fence: &Fence,
-) -> Result<Arc<dyn Routes>, ProviderError> {
-    use crate::cloud::gce::{Config as GceConfig, GceRoutes};
-    let text = match cloud_config {
-        Some(path) => Some(std::fs::read_to_string(path).map_err(|e| {
-            UsageError(format!(
-                "--cloud-config {}: cannot read: {e}",
-                path.display()
-            ))
-        })?),
-        None => None,
-    };
-    let shown = cloud_config.map_or(String::new(), |p| {
-        format!("--cloud-config {}: ", p.display())
-    });
-    let (mut config, warnings) =
-        GceConfig::from_gce_conf(text.as_deref(), |k| std::env::var(k).ok())
-            .map_err(|e| UsageError(format!("{shown}{e}")))?;
-    for warning in warnings {
-        log::warn!("{shown}{warning}");
-    }
-    config.metrics = metrics;
-    let provider = GceRoutes::connect(config).map_err(|e| match e.outage {
-        true => ProviderError::Outage(e.to_string()),
-        false => ProviderError::Config(UsageError(e.to_string())),
-    })?;
-    Ok(Arc::new(provider.with_fence(fence.clone())))
-}
-
-/// `--cloud-provider=openstack`: cloud-provider-openstack's `cloud.conf` (required),
-/// and the clouds.yaml it names with `use-clouds = true`.
-fn openstack_provider(
-    cloud_config: Option<&PathBuf>,
-    cluster_cidrs: &[crate::model::Cidr],
-    metrics: Option<Arc<crate::metrics::Metrics>>,
-    fence: &Fence,
-) -> Result<Arc<dyn Routes>, ProviderError> {
-    use crate::cloud::openstack::{Config as OpenStackConfig, OpenStackRoutes};
-    let Some(path) = cloud_config else {
-        return Err(ProviderError::Config(UsageError(
-            "--cloud-provider=openstack needs --cloud-config: cloud-provider-openstack's \
-             cloud.conf with [Global] auth-url and credentials and [Route] router-id"
-                .into(),
-        )));
-    };
-    let shown = format!("--cloud-config {}: ", path.display());
-    let text = std::fs::read_to_string(path)
-        .map_err(|e| UsageError(format!("{shown}cannot read: {e}")))?;
-    let (mut config, warnings) = OpenStackConfig::from_cloud_conf(&text, cluster_cidrs, |f| {
-        std::fs::read_to_string(f).map_err(|e| e.to_string())
-    })
-    .map_err(|e| UsageError(format!("{shown}{e}")))?;
-    for warning in warnings {
-        log::warn!("{shown}{warning}");
-    }
-    if cluster_cidrs.is_empty() {
-        return Err(ProviderError::Config(UsageError(
-            "--cloud-provider=openstack needs --cluster-cidr: only the router's routes inside \
-             the cluster CIDRs are this cluster's"
-                .into(),
-        )));
-    }
-    config.metrics = metrics;
-    let provider = OpenStackRoutes::connect(config).map_err(|e| match e.outage {
-        true => ProviderError::Outage(e.to_string()),
-        false => ProviderError::Config(UsageError(e.to_string())),
-    })?;
-    Ok(Arc::new(provider.with_fence(fence.clone())))
-}
-
-/// How long each call of `--cloud-provider=fake` takes (a Go duration; default 0).
-pub const FAKE_LATENCY_VAR: &str = "ROUTE_CONTROLLER_FAKE_LATENCY";
-/// A file to which `--cloud-provider=fake` appends one JSON line per route it creates,
-/// with the wall-clock time: how benchmarks measure node-to-route latency from
-/// outside the process.
-pub const FAKE_JOURNAL_VAR: &str = "ROUTE_CONTROLLER_FAKE_JOURNAL";
-
-/// The in-memory cloud, with the latency and journal the environment asks for.
-fn fake_provider(
-    latency: Option<&str>,
-    journal: Option<PathBuf>,
-) -> Result<Arc<dyn Routes>, UsageError> {
-    let cloud = crate::cloud::fake::FakeCloud::new();
-    if let Some(value) = latency {
-        let latency = crate::duration::parse(value)
-            .map_err(|e| UsageError(format!("{FAKE_LATENCY_VAR}: {e}")))?;
-        cloud.set_latency(latency);
-    }
-    let Some(path) = journal else {
-        return Ok(Arc::new(cloud));
-    };
-    let file = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(&path)
-        .map_err(|e| UsageError(format!("{FAKE_JOURNAL_VAR}: {}: {e}", path.display())))?;
-    Ok(Arc::new(JournaledFake {
-        cloud,
-        journal: std::sync::Mutex::new(file),
-    }))
-}
-
-/// The fake cloud, writing each route it creates to a journal.
-struct JournaledFake {
-    cloud: crate::cloud::fake::FakeCloud,
-    journal: std::sync::Mutex<std::fs::File>,
-}
-
-impl Routes for JournaledFake {
-    fn provider_name(&self) -> &'static str {
-        self.cloud.provider_name()
-    }
-
-    fn list_routes(
-        &self,
-        cluster_name: &str,
-        nodes: &crate::cloud::NodeDirectory,
-    ) -> Result<Vec<crate::model::Route>, crate::cloud::CloudError> {
-        self.cloud.list_routes(cluster_name, nodes)
-    }
-
-    fn create_route(
-        &self,
-        cluster_name: &str,
-        name_hint: &str,
-        route: &crate::model::Route,
-        target: &crate::cloud::RouteTarget,
-    ) -> Result<(), crate::cloud::CloudError> {
-        self.cloud
-            .create_route(cluster_name, name_hint, route, target)?;
-        let at = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap_or_default();
-        let line = serde_json::json!({
-            "node": route.target_node,
-            "cidr": route.destination_cidr,
-            "createdUnixNanos": at.as_nanos() as u64,
-        });
-        let mut file = self.journal.lock().unwrap_or_else(|e| e.into_inner());
-        if let Err(e) = writeln!(file, "{line}") {
-            log::warn!("{FAKE_JOURNAL_VAR}: cannot append to the journal: {e}");
-        }
-        Ok(())
-    }
-
-    fn delete_route(
-        &self,
-        cluster_name: &str,
-        route: &crate::model::Route,
-    ) -> Result<(), crate::cloud::CloudError> {
-        self.cloud.delete_route(cluster_name, route)
     }
 }
 
@@ -1261,7 +735,7 @@ mod tests {
         assert_eq!((s.client.qps, s.client.burst), (20.0, 30));
         assert_eq!(
             s.serving.secure_address,
-            Some("0.0.0.0:10258".parse().unwrap()),
+            Some("0.0.0.0:10270".parse().unwrap()),
             "the CCM's secure port"
         );
         assert_eq!(s.serving.plain_address, None, "plain HTTP is opt-in");
@@ -1561,101 +1035,6 @@ mod tests {
         assert!(err.contains(WATCH_GATE), "lists the known gates: {err}");
     }
 
-    /// Guards `EC2Bucket<Action>`'s syntax: `<per second>,<burst>`, both positive;
-    /// anything else is refused rather than read as some other budget.
-    #[test]
-    fn an_ec2_bucket_is_a_rate_and_a_burst() {
-        assert_eq!(parse_ec2_bucket("2.5,100"), Some((2.5, 100)));
-        assert_eq!(parse_ec2_bucket(" 1 , 20 "), Some((1.0, 20)));
-        for bad in [
-            "", "5", "5/200", "0,10", "1,0", "-1,5", "NaN,5", "inf,5", "1,2,3", "a,b",
-        ] {
-            assert_eq!(parse_ec2_bucket(bad), None, "{bad:?}");
-        }
-    }
-
-    #[test]
-    fn exec_without_a_command_is_a_setting_to_fix_and_its_keys_are_checked() {
-        let Err(ProviderError::Config(e)) = exec_provider(&[]) else {
-            panic!("no Command= must be a configuration error");
-        };
-        assert!(e.0.contains("Command=/path/to/plugin"), "{e}");
-        let pairs = vec![("Comand".to_string(), "x".to_string())];
-        let e =
-            check_cloud_config_keys("exec", std::path::Path::new("p.conf"), &pairs).unwrap_err();
-        assert!(e.0.contains("did you mean Command?"), "{e}");
-        let missing = vec![("Command".to_string(), "/nonexistent/plugin".to_string())];
-        let Err(ProviderError::Config(e)) = exec_provider(&missing) else {
-            panic!("a plugin that cannot start must be a configuration error");
-        };
-        assert!(
-            e.0.contains("cannot start") && e.0.contains("Command="),
-            "{e}"
-        );
-    }
-
-    #[test]
-    fn cloud_config_keys_that_nobody_reads_are_errors_naming_the_closest() {
-        let path = std::path::Path::new("cloud.conf");
-        let pairs = |k: &str| vec![(k.to_string(), "x".to_string())];
-        let err = check_cloud_config_keys("aws", path, &pairs("RouteTableId2")).unwrap_err();
-        assert!(err.0.contains("did you mean RouteTableID?"), "{err}");
-        let err = check_cloud_config_keys("hcloud", path, &pairs("HCLOUD_NETWROK")).unwrap_err();
-        assert!(err.0.contains("did you mean HCLOUD_NETWORK?"), "{err}");
-        let warnings = check_cloud_config_keys("aws", path, &pairs("Zone")).unwrap();
-        assert!(
-            warnings[0].contains("Zone does not concern routes"),
-            "{warnings:?}"
-        );
-        assert!(
-            check_cloud_config_keys("aws", path, &pairs("routetableid"))
-                .unwrap()
-                .is_empty()
-        );
-    }
-
-    #[test]
-    fn fake_provider_sleeps_the_given_latency_and_journals_created_routes() {
-        use crate::cloud::{NodeDirectory, RouteTarget};
-        let dir = std::env::temp_dir().join(format!("rc-fake-journal-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let journal = dir.join("journal.jsonl");
-        let cloud = fake_provider(Some("30ms"), Some(journal.clone())).unwrap();
-        let route = crate::model::Route {
-            target_node: "n1".into(),
-            destination_cidr: "10.244.1.0/24".into(),
-            ..crate::model::Route::default()
-        };
-        let target = RouteTarget {
-            node_name: "n1".into(),
-            provider_id: None,
-            addresses: vec![],
-        };
-        let started = std::time::Instant::now();
-        cloud.create_route("c", "uid", &route, &target).unwrap();
-        assert!(started.elapsed() >= Duration::from_millis(30));
-        assert_eq!(
-            cloud
-                .list_routes("c", &NodeDirectory::default())
-                .unwrap()
-                .len(),
-            1
-        );
-        let text = std::fs::read_to_string(&journal).unwrap();
-        let lines: Vec<serde_json::Value> = text
-            .lines()
-            .map(|l| serde_json::from_str(l).unwrap())
-            .collect();
-        assert_eq!(lines.len(), 1, "{text}");
-        assert_eq!(lines[0]["node"], "n1");
-        assert_eq!(lines[0]["cidr"], "10.244.1.0/24");
-        assert!(lines[0]["createdUnixNanos"].as_u64().unwrap() > 1_600_000_000_000_000_000);
-        let _ = std::fs::remove_dir_all(dir);
-
-        let err = fake_provider(Some("fast"), None).err().unwrap().0;
-        assert!(err.starts_with(FAKE_LATENCY_VAR), "{err}");
-    }
-
     #[test]
     fn bind_addresses_in_every_spelling() {
         assert_eq!(
@@ -1672,48 +1051,5 @@ mod tests {
         );
         assert_eq!(parse_bind_address("").unwrap(), None);
         assert_eq!(parse_bind_address("0").unwrap(), None);
-    }
-
-    #[test]
-    fn cloud_config_reads_env_files_and_ini() {
-        let dir = std::env::temp_dir().join(format!("rc-cloud-config-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let path = dir.join("cloud.conf");
-        std::fs::write(
-            &path,
-            "[Global]\n# comment\nRouteTableID = rtb-123\nHCLOUD_NETWORK=\"k8s\"\n",
-        )
-        .unwrap();
-        let pairs = read_cloud_config(&path).unwrap();
-        assert_eq!(
-            pairs,
-            vec![
-                ("RouteTableID".into(), "rtb-123".into()),
-                ("HCLOUD_NETWORK".into(), "k8s".into())
-            ]
-        );
-        std::fs::write(&path, "garbage line\n").unwrap();
-        assert!(
-            read_cloud_config(&path)
-                .unwrap_err()
-                .0
-                .contains("line 1 is not KEY=VALUE")
-        );
-        let _ = std::fs::remove_dir_all(dir);
-    }
-
-    /// Guards that several route tables can be configured, both ways the docs name.
-    #[test]
-    fn route_table_ids_are_read_repeated_and_comma_separated() {
-        let file: Vec<(String, String)> = [
-            ("RouteTableID", "rtb-1"),
-            ("HCLOUD_NETWORK", "k8s"),
-            ("routetableid", " rtb-2 , rtb-3,"),
-        ]
-        .iter()
-        .map(|(k, v)| (k.to_string(), v.to_string()))
-        .collect();
-        assert_eq!(route_table_ids(&file), vec!["rtb-1", "rtb-2", "rtb-3"]);
-        assert_eq!(route_table_ids(&[]), Vec::<String>::new());
     }
 }

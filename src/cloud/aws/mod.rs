@@ -123,6 +123,18 @@ pub struct AwsConfig {
     /// instance still checks is refused with reason `SourceDestCheckEnabled` and the
     /// fix, since EC2 would drop its pods' traffic.
     pub disable_source_dest_check: bool,
+    /// The cluster ID whose tag finds the route tables when none are configured
+    /// (`KubernetesClusterID`, or the legacy `KubernetesClusterTag`, of the cloud
+    /// config, as cloud-provider-aws's tagging reads them). Default (`None`):
+    /// `--cluster-name`.
+    pub cluster_id: Option<String>,
+    /// EC2 endpoints by region (`[ServiceOverride]` sections of the cloud config with
+    /// `Service = EC2`): used when the region resolved at start is one of them and no
+    /// endpoint is configured above. Default: none.
+    pub ec2_overrides: Vec<(String, String)>,
+    /// A role to assume on top of the credential chain (`RoleARN` of the cloud
+    /// config, as cloud-provider-aws assumes it). Default: none.
+    pub role_arn: Option<String>,
 }
 
 /// The client-side bucket of one EC2 action: its refill rate and size.
@@ -188,6 +200,9 @@ impl Default for AwsConfig {
             route_table_limit: None,
             service_quotas_endpoint: None,
             disable_source_dest_check: true,
+            cluster_id: None,
+            ec2_overrides: Vec::new(),
+            role_arn: None,
         }
     }
 }
@@ -230,6 +245,8 @@ pub struct AwsProvider {
     /// Where that read goes; `None` when the limit is configured (no read is made).
     service_quotas: Option<Endpoint>,
     disable_source_dest_check: bool,
+    /// The cluster ID whose tag finds the tables, instead of the cluster name.
+    cluster_id: Option<String>,
 }
 
 impl fmt::Debug for AwsProvider {
@@ -246,6 +263,13 @@ impl AwsProvider {
     /// credentials come from the instance role, they are fetched now, so that a
     /// machine without a role fails at start and not at its first route.
     pub fn new(config: AwsConfig, env: &AwsEnv) -> Result<AwsProvider, CloudError> {
+        if let Some(role) = &config.role_arn {
+            return Err(CloudError::invalid(format!(
+                "RoleARN {role}: assuming a role from the cloud config is not supported by this \
+                 build; remove RoleARN and give the role's credentials through the credential \
+                 chain (e.g. AWS_ROLE_ARN with a web identity token)"
+            )));
+        }
         if config.requests_per_second.is_nan()
             || config.requests_per_second <= 0.0
             || config.burst == 0
@@ -265,7 +289,12 @@ impl AwsProvider {
         }
         let imds = Imds::from_env(env, config.imds_endpoint.as_deref());
         let region = resolve_region(config.region.as_deref(), env, imds.as_ref())?;
-        let endpoint = resolve_endpoint(config.endpoint.as_deref(), env, &region)?;
+        let overridden = config
+            .ec2_overrides
+            .iter()
+            .find(|(r, _)| *r == region)
+            .map(|(_, url)| url.as_str());
+        let endpoint = resolve_endpoint(config.endpoint.as_deref().or(overridden), env, &region)?;
         let route_table_limit = OnceLock::new();
         let service_quotas = match config.route_table_limit {
             Some(limit) => {
@@ -335,6 +364,7 @@ impl AwsProvider {
             route_table_limit,
             service_quotas,
             disable_source_dest_check: config.disable_source_dest_check,
+            cluster_id: config.cluster_id.clone(),
         })
     }
 
@@ -531,8 +561,9 @@ impl AwsProvider {
         cluster_name: &str,
         since: u64,
     ) -> Result<Vec<RouteTable>, CloudError> {
+        let tagged_for = self.cluster_id.as_deref().unwrap_or(cluster_name);
         let params = if self.configured_tables.is_empty() {
-            let key = cluster_tag_key(cluster_name);
+            let key = cluster_tag_key(tagged_for);
             Params::new().filter(1, "tag-key", &[&key, LEGACY_CLUSTER_TAG])
         } else {
             let ids: Vec<&str> = self.configured_tables.iter().map(String::as_str).collect();
@@ -542,14 +573,14 @@ impl AwsProvider {
             .describe_route_tables(params)
             .map_err(CallError::into_cloud)?;
         if self.configured_tables.is_empty() {
-            tables.retain(|t| t.is_tagged_for(cluster_name));
+            tables.retain(|t| t.is_tagged_for(tagged_for));
         } else {
             tables.retain(|t| self.configured_tables.contains(&t.id));
         }
         tables.sort_by(|a, b| a.id.cmp(&b.id));
         tables.dedup_by(|a, b| a.id == b.id);
         if tables.is_empty() {
-            return Err(self.no_tables_error(cluster_name));
+            return Err(self.no_tables_error(tagged_for));
         }
         if !self.configured_tables.is_empty() {
             for id in &self.configured_tables {
@@ -577,10 +608,15 @@ impl AwsProvider {
             ));
         }
         let key = cluster_tag_key(cluster_name);
+        let from = match self.cluster_id {
+            Some(_) => "the cloud config's KubernetesClusterID/KubernetesClusterTag",
+            None => "--cluster-name",
+        };
         CloudError::invalid(format!(
-            "no route table in region {} is tagged for cluster {cluster_name:?}: tag the \
-             cluster's route tables with {key} (any value) or {LEGACY_CLUSTER_TAG}={cluster_name}, \
-             or configure the route table IDs (RouteTableID in --cloud-config)",
+            "no route table in region {} is tagged for cluster {cluster_name:?} (from {from}): \
+             tag the cluster's route tables with {key} (any value) or \
+             {LEGACY_CLUSTER_TAG}={cluster_name}, or configure the route table IDs (RouteTableID \
+             in --cloud-config)",
             self.region()
         ))
     }

@@ -173,7 +173,15 @@ impl Tokens {
             encode(&self.endpoints.audience)
         );
         if let Some(id) = client_id {
-            url.push_str("&client_id=");
+            // userAssignedIdentityID is a client ID or the identity's resource ID; the
+            // latter is asked for as msi_res_id, as cloud-provider-azure's library does
+            // (pkg/azclient/auth_func.go: a "/subscriptions/" inside makes it a resource ID).
+            let parameter = if id.to_ascii_uppercase().contains("/SUBSCRIPTIONS/") {
+                "&msi_res_id="
+            } else {
+                "&client_id="
+            };
+            url.push_str(parameter);
             url.push_str(&encode(id));
         }
         let what = format!(

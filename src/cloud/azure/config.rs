@@ -65,6 +65,86 @@ pub const KEYS: &[&str] = &[
     "aadFederatedTokenFile",
     "useFederatedWorkloadIdentityExtension",
     "routeTableRouteLimit",
+    "networkResourceSubscriptionID",
+    "networkResourceTenantID",
+    "aadClientCertPath",
+    "aadClientCertPassword",
+    "aadMSIDataPlaneIdentityPath",
+    "resourceManagerEndpoint",
+];
+
+/// The other keys of cloud-provider-azure's `azure.json`
+/// (`pkg/provider/config/azure.go`, `pkg/azclient` `ARMClientConfig` and
+/// `AzureAuthConfig`): accepted, each with a line saying it does not concern routes.
+pub const OTHER_KEYS: &[&str] = &[
+    "identitySystem",
+    "userAgent",
+    "cloudConfigType",
+    "cloudProviderBackoff",
+    "cloudProviderBackoffRetries",
+    "cloudProviderBackoffExponent",
+    "cloudProviderBackoffDuration",
+    "cloudProviderBackoffJitter",
+    "cloudProviderRateLimit",
+    "cloudProviderRateLimitQPS",
+    "cloudProviderRateLimitBucket",
+    "cloudProviderRateLimitQPSWrite",
+    "cloudProviderRateLimitBucketWrite",
+    "disableAzureStackCloud",
+    "enableMinimumRetryAfter",
+    "auxiliaryTokenProvider",
+    "useInstanceMetadata",
+    "vmType",
+    "subnetName",
+    "securityGroupName",
+    "securityGroupResourceGroup",
+    "primaryAvailabilitySetName",
+    "primaryScaleSetName",
+    "disableAvailabilitySetNodes",
+    "enableVmssFlexNodes",
+    "loadBalancerName",
+    "loadBalancerResourceGroup",
+    "loadBalancerSku",
+    "preConfiguredBackendPoolLoadBalancerTypes",
+    "excludeMasterFromStandardLB",
+    "disableOutboundSNAT",
+    "maximumLoadBalancerRuleCount",
+    "loadBalancerBackendPoolConfigurationType",
+    "putVMSSVMBatchSize",
+    "privateLinkServiceResourceGroup",
+    "enableMigrateToIPBasedBackendPoolAPI",
+    "enableIPTagMutationForExistingPublicIP",
+    "multipleStandardLoadBalancerConfigurations",
+    "loadBalancerBackendPoolUpdateIntervalInSeconds",
+    "clusterServiceLoadBalancerHealthProbeMode",
+    "clusterServiceSharedLoadBalancerHealthProbePort",
+    "clusterServiceSharedLoadBalancerHealthProbePath",
+    "serviceGatewayEnabled",
+    "enableMultipleStandardLoadBalancers",
+    "nodePoolsWithoutDedicatedSLB",
+    "extendedLocationName",
+    "extendedLocationType",
+    "routeUpdateIntervalInSeconds",
+    "routeUpdateWaitingInSeconds",
+    "nodeInstanceNotFoundGracePeriodInSeconds",
+    "tags",
+    "tagsMap",
+    "systemTags",
+    "disableAPICallCache",
+    "nonVmssUniformNodesCacheTTLInSeconds",
+    "availabilitySetNodesCacheTTLInSeconds",
+    "vmssCacheTTLInSeconds",
+    "vmssVirtualMachinesCacheTTLInSeconds",
+    "listVmssVirtualMachinesWithoutInstanceView",
+    "vmssFlexCacheTTLInSeconds",
+    "vmssFlexVMCacheTTLInSeconds",
+    "vmCacheTTLInSeconds",
+    "loadBalancerCacheTTLInSeconds",
+    "nsgCacheTTLInSeconds",
+    "routeTableCacheTTLInSeconds",
+    "plsCacheTTLInSeconds",
+    "availabilitySetsCacheTTLInSeconds",
+    "publicIPCacheTTLInSeconds",
 ];
 
 /// A wrong or missing setting, naming the key or variable and the fix.
@@ -252,7 +332,7 @@ impl Identity {
             }
             Identity::ManagedIdentity {
                 client_id: Some(id),
-            } => format!("user-assigned managed identity {id}"),
+            } => format!("user-assigned managed identity {id} (userAssignedIdentityID)"),
             Identity::WorkloadIdentity {
                 client_id,
                 token_file,
@@ -279,6 +359,9 @@ pub struct Config {
     pub route_table_name: String,
     /// `routeTableResourceGroup` (default: `resourceGroup`).
     pub route_table_resource_group: String,
+    /// The route table's subscription: `networkResourceSubscriptionID` where it is
+    /// given and differs from `subscriptionId`, else `subscriptionId`.
+    pub network_subscription_id: String,
     /// `location`, for log lines only (the table exists already).
     pub location: String,
     /// How the provider signs in.
@@ -349,16 +432,36 @@ struct File {
     use_federated_workload_identity_extension: bool,
     #[serde(rename = "routeTableRouteLimit")]
     route_table_route_limit: Option<u64>,
+    #[serde(rename = "networkResourceSubscriptionID")]
+    network_resource_subscription_id: String,
+    #[serde(rename = "networkResourceTenantID")]
+    network_resource_tenant_id: String,
+    #[serde(rename = "aadClientCertPath")]
+    aad_client_cert_path: String,
+    #[serde(rename = "aadMSIDataPlaneIdentityPath")]
+    aad_msi_data_plane_identity_path: String,
+    #[serde(rename = "resourceManagerEndpoint")]
+    resource_manager_endpoint: String,
 }
 
 impl Config {
     /// Reads `azure.json` (`text`) with the variables of `env` (the process
     /// environment in the binary, a map in tests). Every error names its key.
     pub fn parse(text: &str, env: &dyn Fn(&str) -> Option<String>) -> Result<Config, ConfigError> {
+        Config::parse_with_warnings(text, env).map(|(config, _)| config)
+    }
+
+    /// As [`Config::parse`], also returning a line for each key that does not concern
+    /// routes and each key cloud-provider-azure does not know either (with the
+    /// closest known one), for the log.
+    pub fn parse_with_warnings(
+        text: &str,
+        env: &dyn Fn(&str) -> Option<String>,
+    ) -> Result<(Config, Vec<String>), ConfigError> {
         // cloud-provider-azure reads the file as JSON or YAML (its config loader); a
         // file that is neither is reported with the JSON error, the usual form.
-        let file: File = match serde_json::from_str(text) {
-            Ok(f) => f,
+        let value: serde_json::Value = match serde_json::from_str(text) {
+            Ok(v) => v,
             Err(json) => serde_saphyr::from_str(text).map_err(|_| {
                 ConfigError::new(
                     "--cloud-config",
@@ -369,6 +472,13 @@ impl Config {
                 )
             })?,
         };
+        let (value, warnings) = fold_keys(value)?;
+        let file: File = serde_json::from_value(value)
+            .map_err(|e| ConfigError::new("--cloud-config", format!("azure.json: {e}")))?;
+        Ok((Config::from_file(&file, env)?, warnings))
+    }
+
+    fn from_file(file: &File, env: &dyn Fn(&str) -> Option<String>) -> Result<Config, ConfigError> {
         let var = |k: &str| env(k).filter(|v| !v.trim().is_empty());
         let required = |key: &'static str, value: &str| {
             if value.trim().is_empty() {
@@ -383,18 +493,43 @@ impl Config {
             }
         };
         let subscription_id = required("subscriptionId", &file.subscription_id)?;
-        let resource_group = required("resourceGroup", &file.resource_group)?;
+        // cloud-provider-azure lower-cases the resource group as it reads the file
+        // (pkg/provider/config/env.go); the table's own group is taken as given.
+        let resource_group = required("resourceGroup", &file.resource_group)?.to_lowercase();
         let route_table_name = required("routeTableName", &file.route_table_name)?;
         let route_table_resource_group = match file.route_table_resource_group.trim() {
             "" => resource_group.clone(),
             rg => rg.to_string(),
         };
-        let mut endpoints = endpoints(&file.cloud, &var)?;
-        let identity = identity(&file, &var)?;
-        let tenant_id = match (&identity, var(ENV_TENANT_ID)) {
-            (Identity::WorkloadIdentity { .. }, Some(t)) => t,
-            _ => file.tenant_id.trim().to_string(),
+        // The network's own subscription, where it differs (azure_standard.go).
+        let network_subscription_id = match file.network_resource_subscription_id.trim() {
+            "" => subscription_id.clone(),
+            n if n.eq_ignore_ascii_case(&subscription_id) => subscription_id.clone(),
+            n => n.to_string(),
         };
+        if !file.resource_manager_endpoint.trim().is_empty() {
+            return Err(ConfigError::new(
+                "resourceManagerEndpoint",
+                "reading the cloud's endpoints from Resource Manager's metadata is not \
+                 supported; remove it and name the cloud with \"cloud\" (for Azure Stack Hub, \
+                 \"AzureStackCloud\" with AZURE_ENVIRONMENT_FILEPATH)",
+            ));
+        }
+        let mut endpoints = endpoints(&file.cloud, &var)?;
+        let identity = identity(file, &var)?;
+        // The variables win over the file for every identity (GetTenantID).
+        let tenant_id = var(ENV_TENANT_ID).unwrap_or_else(|| file.tenant_id.trim().to_string());
+        let network_tenant = file.network_resource_tenant_id.trim();
+        if !network_tenant.is_empty() && !network_tenant.eq_ignore_ascii_case(&tenant_id) {
+            return Err(ConfigError::new(
+                "networkResourceTenantID",
+                format!(
+                    "a network in another tenant ({network_tenant}) than the cluster's \
+                     ({tenant_id}) is not supported; run the route controller with an identity \
+                     of the network's tenant, or remove the key"
+                ),
+            ));
+        }
         if tenant_id.is_empty() && !matches!(identity, Identity::ManagedIdentity { .. }) {
             return Err(ConfigError::new(
                 "tenantId",
@@ -427,6 +562,7 @@ impl Config {
             resource_group,
             route_table_name,
             route_table_resource_group,
+            network_subscription_id,
             location: file.location.trim().to_string(),
             identity,
             route_table_limit,
@@ -447,9 +583,49 @@ impl Config {
     pub fn route_table_id(&self) -> String {
         format!(
             "/subscriptions/{}/resourceGroups/{}/providers/Microsoft.Network/routeTables/{}",
-            self.subscription_id, self.route_table_resource_group, self.route_table_name
+            self.network_subscription_id, self.route_table_resource_group, self.route_table_name
         )
     }
+}
+
+/// Matches the keys of `azure.json` to [`KEYS`] and [`OTHER_KEYS`] as Go's
+/// `encoding/json` matches them to cloud-provider-azure's fields: the exact spelling
+/// first, then without case (`"userAssignedIdentityId"` is `userAssignedIdentityID`).
+/// Returns the object with the known spellings, and a warning for each key that does
+/// not concern routes and each unknown one (with the closest known key).
+fn fold_keys(value: serde_json::Value) -> Result<(serde_json::Value, Vec<String>), ConfigError> {
+    let serde_json::Value::Object(object) = value else {
+        return Err(ConfigError::new(
+            "--cloud-config",
+            "azure.json is not an object of settings (cloud-provider-azure's file is one JSON \
+             object)",
+        ));
+    };
+    let mut folded = serde_json::Map::new();
+    let mut warnings = Vec::new();
+    let find = |list: &[&'static str], key: &str| {
+        list.iter()
+            .find(|k| **k == key)
+            .or_else(|| list.iter().find(|k| k.eq_ignore_ascii_case(key)))
+            .copied()
+    };
+    for (key, v) in object {
+        if let Some(known) = find(KEYS, &key) {
+            folded.insert(known.to_string(), v);
+        } else if find(OTHER_KEYS, &key).is_some() {
+            warnings.push(format!("{key} does not concern routes; ignored"));
+        } else {
+            let all = KEYS.iter().chain(OTHER_KEYS).copied();
+            warnings.push(match crate::spelling::closest(&key, all) {
+                Some(c) => format!(
+                    "unknown key {key:?}; ignored, as cloud-provider-azure ignores it (did you \
+                     mean {c}?)"
+                ),
+                None => format!("unknown key {key:?}; ignored, as cloud-provider-azure ignores it"),
+            });
+        }
+    }
+    Ok((serde_json::Value::Object(folded), warnings))
 }
 
 /// The cloud's endpoints: a named cloud, or `AzureStackCloud` from its file.
@@ -529,6 +705,25 @@ fn identity(file: &File, var: &dyn Fn(&str) -> Option<String>) -> Result<Identit
     }
     let secret = var(ENV_CLIENT_SECRET).unwrap_or_else(|| file.aad_client_secret.clone());
     let client_id = var(ENV_CLIENT_ID).unwrap_or_else(|| file.aad_client_id.trim().to_string());
+    // cloud-provider-azure's next two identities, after a client secret: said plainly
+    // rather than read as "no identity".
+    if secret.is_empty() {
+        if !file.aad_client_cert_path.trim().is_empty() {
+            return Err(ConfigError::new(
+                "aadClientCertPath",
+                "a client certificate is not supported as the identity; give \
+                 \"aadClientSecret\", a managed identity (\"useManagedIdentityExtension\": \
+                 true) or workload identity",
+            ));
+        }
+        if !file.aad_msi_data_plane_identity_path.trim().is_empty() {
+            return Err(ConfigError::new(
+                "aadMSIDataPlaneIdentityPath",
+                "an msi-dataplane identity file is not supported as the identity; give \
+                 \"aadClientSecret\", a managed identity or workload identity",
+            ));
+        }
+    }
     match (client_id.is_empty(), secret.is_empty()) {
         (false, false) => Ok(Identity::ClientSecret {
             client_id,
@@ -618,6 +813,127 @@ mod tests {
             }
         );
         assert_eq!(c.route_table_resource_group, "net-rg");
+    }
+
+    /// cloud-provider-azure reads azure.json with encoding/json (through
+    /// sigs.k8s.io/yaml): keys match without case, unknown keys pass. Here they also
+    /// give a line each, so that a typo is not lost.
+    #[test]
+    fn keys_match_without_case_and_unknown_ones_are_named() {
+        let text = r#"{ "cloud": "AzurePublicCloud", "TENANTID": "t-1", "SubscriptionID": "sub-1",
+            "ResourceGroup": "RG-1", "routetablename": "rt-1", "useManagedIdentityExtension": true,
+            "userAssignedIdentityId": "uami-1", "loadBalancerSku": "standard",
+            "routeTabelName": "typo", "cloudProviderRatelimit": true }"#;
+        let (c, w) = Config::parse_with_warnings(text, &|_| None).unwrap();
+        assert_eq!(c.subscription_id, "sub-1");
+        assert_eq!(c.tenant_id, "t-1");
+        assert_eq!(c.route_table_name, "rt-1");
+        // cloud-provider-azure lower-cases the resource group (env.go).
+        assert_eq!(c.route_table_resource_group, "rg-1");
+        assert_eq!(
+            c.identity,
+            Identity::ManagedIdentity {
+                client_id: Some("uami-1".into())
+            }
+        );
+        assert_eq!(w.len(), 3, "{w:?}");
+        assert!(
+            w.iter()
+                .any(|w| w.contains("cloudProviderRatelimit does not concern routes"))
+        );
+        assert!(
+            w.iter()
+                .any(|w| w.contains("loadBalancerSku does not concern routes"))
+        );
+        assert!(
+            w.iter()
+                .any(|w| w.contains("\"routeTabelName\"")
+                    && w.contains("did you mean routeTableName?")),
+            "{w:?}"
+        );
+    }
+
+    /// The route table's subscription and the identity's variables as
+    /// cloud-provider-azure takes them (azure_standard.go, arm_conf.go).
+    #[test]
+    fn a_network_subscription_and_the_variables_choose_the_table_and_tenant() {
+        let text = format!(
+            r#"{{ {BASE}, "networkResourceSubscriptionID": "net-sub", "aadClientId": "a",
+            "aadClientSecret": "s" }}"#
+        );
+        let c = parse(&text, &[("AZURE_TENANT_ID", "t-env")]).unwrap();
+        assert_eq!(
+            c.route_table_id(),
+            "/subscriptions/net-sub/resourceGroups/rg-1/providers/Microsoft.Network/routeTables/rt-1"
+        );
+        assert_eq!(c.tenant_id, "t-env");
+        let same = format!(
+            r#"{{ {BASE}, "networkResourceSubscriptionID": "SUB-1", "aadClientId": "a", "aadClientSecret": "s" }}"#
+        );
+        assert!(
+            parse(&same, &[])
+                .unwrap()
+                .route_table_id()
+                .starts_with("/subscriptions/sub-1/")
+        );
+        let other_tenant = format!(
+            r#"{{ {BASE}, "networkResourceTenantID": "t-2", "aadClientId": "a", "aadClientSecret": "s" }}"#
+        );
+        assert_eq!(
+            parse(&other_tenant, &[]).unwrap_err().key,
+            "networkResourceTenantID"
+        );
+        let cert = format!(r#"{{ {BASE}, "aadClientId": "a", "aadClientCertPath": "/c.pfx" }}"#);
+        assert_eq!(parse(&cert, &[]).unwrap_err().key, "aadClientCertPath");
+        let rm = format!(
+            r#"{{ {BASE}, "resourceManagerEndpoint": "https://rm", "aadClientId": "a", "aadClientSecret": "s" }}"#
+        );
+        assert_eq!(parse(&rm, &[]).unwrap_err().key, "resourceManagerEndpoint");
+    }
+
+    /// cloud-provider-azure's TestNewCloudFromJSON, the keys that concern routes.
+    #[test]
+    fn the_peers_own_json_test_reads_the_same() {
+        let text = r#"{
+            "tenantId": "--tenant-id--", "subscriptionId": "--subscription-id--",
+            "aadClientId": "--aad-client-id--", "aadClientSecret": "--aad-client-secret--",
+            "aadClientCertPath": "--aad-client-cert-path--",
+            "aadClientCertPassword": "--aad-client-cert-password--",
+            "resourceGroup": "--resource-group--",
+            "routeTableResourceGroup": "--route-table-resource-group--",
+            "securityGroupResourceGroup": "--security-group-resource-group--",
+            "privateLinkServiceResourceGroup": "--private-link-service-resource-group--",
+            "location": "--location--", "subnetName": "--subnet-name--",
+            "securityGroupName": "--security-group-name--", "vnetName": "--vnet-name--",
+            "routeTableName": "--route-table-name--",
+            "primaryAvailabilitySetName": "--primary-availability-set-name--",
+            "cloudProviderBackoff": true, "cloudProviderRatelimit": true,
+            "cloudProviderRateLimitQPS": 0.5, "cloudProviderRateLimitBucket": 5,
+            "availabilitySetNodesCacheTTLInSeconds": 100, "vmssCacheTTLInSeconds": 100,
+            "vmssVirtualMachinesCacheTTLInSeconds": 100, "vmCacheTTLInSeconds": 100,
+            "loadBalancerCacheTTLInSeconds": 100, "nsgCacheTTLInSeconds": 100,
+            "routeTableCacheTTLInSeconds": 100, "vmType": "vmss",
+            "disableAvailabilitySetNodes": true
+        }"#;
+        let vars = [("AZURE_FEDERATED_TOKEN_FILE", "--aad-federated-token-file--")];
+        let c = parse(text, &vars).unwrap();
+        assert_eq!(c.tenant_id, "--tenant-id--");
+        assert_eq!(c.subscription_id, "--subscription-id--");
+        assert_eq!(c.resource_group, "--resource-group--");
+        assert_eq!(
+            c.route_table_resource_group,
+            "--route-table-resource-group--"
+        );
+        assert_eq!(c.route_table_name, "--route-table-name--");
+        assert_eq!(c.location, "--location--");
+        // The variable turns workload identity on, before the file's secret.
+        assert_eq!(
+            c.identity,
+            Identity::WorkloadIdentity {
+                client_id: "--aad-client-id--".into(),
+                token_file: PathBuf::from("--aad-federated-token-file--"),
+            }
+        );
     }
 
     #[test]

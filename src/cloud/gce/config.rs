@@ -325,12 +325,16 @@ impl Config {
         let mut warnings = Vec::new();
         let mut token_url = None;
         let mut token_body = None;
+        let mut ignored_sections = std::collections::BTreeSet::new();
         for entry in parse_gcfg(text.unwrap_or(""))? {
             if entry.section != "global" {
-                warnings.push(format!(
-                    "gce.conf line {}: section [{}] does not concern routes; ignored",
-                    entry.line, entry.section
-                ));
+                // One line for the section, not one for each of its names.
+                if ignored_sections.insert(entry.section.clone()) {
+                    warnings.push(format!(
+                        "gce.conf line {}: section [{}] does not concern routes; ignored",
+                        entry.line, entry.section
+                    ));
+                }
                 continue;
             }
             let value = entry.value.clone();
@@ -360,13 +364,23 @@ impl Config {
                     "gce.conf line {}: {name} does not concern routes; ignored",
                     entry.line
                 )),
+                // cloud-provider-gcp reads the file with gcfg.FatalOnly, which lets an
+                // unknown name pass; a warning keeps a typo from passing in silence.
                 name => {
-                    return Err(ConfigError::new(format!(
-                        "gce.conf line {}: unknown name {name:?} in [global]; the route \
-                         controller reads {}",
-                        entry.line,
-                        ROUTE_KEYS.join(", ")
-                    )));
+                    let known = ROUTE_KEYS.iter().chain(OTHER_KEYS).copied();
+                    warnings.push(match crate::spelling::closest(name, known) {
+                        Some(c) => format!(
+                            "gce.conf line {}: unknown name {name:?} in [global]; ignored (did \
+                             you mean {c}?)",
+                            entry.line
+                        ),
+                        None => format!(
+                            "gce.conf line {}: unknown name {name:?} in [global]; ignored (the \
+                             route controller reads {})",
+                            entry.line,
+                            ROUTE_KEYS.join(", ")
+                        ),
+                    });
                 }
             }
         }
@@ -467,8 +481,10 @@ fn boolean(entry: &Entry) -> Result<bool, ConfigError> {
 /// One `name = value` of a gcfg file.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct Entry {
-    /// The section, lower-cased (`global`); a subsection is dropped.
+    /// The section, lower-cased (`global`).
     pub section: String,
+    /// The subsection, as given (`[ServiceOverride "1"]` gives `1`).
+    pub subsection: Option<String>,
     /// The name, lower-cased.
     pub name: String,
     /// The value; `None` for a name alone (a boolean `true`).
@@ -480,7 +496,7 @@ pub(crate) struct Entry {
 /// Parses gcfg text into its entries, in order. Errors name the line.
 pub(crate) fn parse_gcfg(text: &str) -> Result<Vec<Entry>, ConfigError> {
     let mut entries = Vec::new();
-    let mut section: Option<String> = None;
+    let mut section: Option<(String, Option<String>)> = None;
     for (i, raw) in text.lines().enumerate() {
         let line = i + 1;
         let trimmed = raw.trim();
@@ -500,10 +516,13 @@ pub(crate) fn parse_gcfg(text: &str) -> Result<Vec<Entry>, ConfigError> {
                     "gce.conf line {line}: empty section name"
                 )));
             }
-            section = Some(name.to_ascii_lowercase());
+            let subsection = inner[name.len()..].trim();
+            let subsection =
+                (!subsection.is_empty()).then(|| subsection.trim_matches('"').to_string());
+            section = Some((name.to_ascii_lowercase(), subsection));
             continue;
         }
-        let Some(section) = section.clone() else {
+        let Some((section, subsection)) = section.clone() else {
             return Err(ConfigError::new(format!(
                 "gce.conf line {line}: {trimmed:?} comes before any section; put it under [global]"
             )));
@@ -522,6 +541,7 @@ pub(crate) fn parse_gcfg(text: &str) -> Result<Vec<Entry>, ConfigError> {
         }
         entries.push(Entry {
             section,
+            subsection,
             name: name.to_ascii_lowercase(),
             value,
             line,
@@ -653,7 +673,6 @@ api-endpoint = http://127.0.0.1:1/compute/v1
                 .unwrap_err()
                 .message
         };
-        assert!(err("[global]\nproject-idd = p").contains("line 2: unknown name \"project-idd\""));
         assert!(err("project-id = p").contains("put it under [global]"));
         assert!(err("[global\n").contains("lacks its ']'"));
         assert!(err("[global]\nnetwork-name = \"open").contains("quote is not closed"));
@@ -661,11 +680,65 @@ api-endpoint = http://127.0.0.1:1/compute/v1
         assert!(err("[global]\napi-endpoint = ftp://x/").contains("not an http(s) URL"));
     }
 
+    /// cloud-provider-gcp reads gce.conf with gcfg.FatalOnly: an unknown name passes
+    /// (its TestExtraKeyInConfig); here it also gives a warning naming the closest.
+    #[test]
+    fn an_unknown_name_is_a_warning_naming_the_closest_as_the_peer_lets_it_pass() {
+        let text = "[Global]\nproject-id = my-project\nunknown-key = abc\nnetwork-name = \
+                    my-network\n   ";
+        let (c, w) = Config::from_gce_conf(Some(text), |_| None).unwrap();
+        assert_eq!(c.project_id.as_deref(), Some("my-project"));
+        assert_eq!(c.network_name.as_deref(), Some("my-network"));
+        assert_eq!(w.len(), 1);
+        assert!(
+            w[0].contains("line 3: unknown name \"unknown-key\""),
+            "{w:?}"
+        );
+        let (_, w) = Config::from_gce_conf(Some("[global]\nproject-idd = p"), |_| None).unwrap();
+        assert!(w[0].contains("did you mean project-id?"), "{w:?}");
+    }
+
+    /// cloud-provider-gcp's TestReadConfigFile, whole: what concerns routes is read,
+    /// the rest accepted with a line each.
+    #[test]
+    fn the_peers_own_config_file_test_reads_the_same() {
+        let text = "[Global]\ntoken-url = my-token-url\ntoken-body = my-token-body\n\
+                    project-id = my-project\nnetwork-project-id = my-network-project\n\
+                    network-name = my-network\nsubnetwork-name = my-subnetwork\n\
+                    secondary-range-name = my-secondary-range\nnode-tags = my-node-tag1\n\
+                    node-instance-prefix = my-prefix\nmultizone = true\nregional = true\n   ";
+        let (c, w) = Config::from_gce_conf(Some(text), |_| None).unwrap();
+        assert_eq!(c.project_id.as_deref(), Some("my-project"));
+        assert_eq!(c.network_project_id.as_deref(), Some("my-network-project"));
+        assert_eq!(c.network_name.as_deref(), Some("my-network"));
+        assert_eq!(c.node_tags, ["my-node-tag1"]);
+        assert!(c.multizone);
+        assert_eq!(
+            c.credentials,
+            Credentials::TokenUrl {
+                url: "my-token-url".into(),
+                body: Secret::new("my-token-body"),
+            }
+        );
+        let ignored: Vec<&str> = w.iter().filter_map(|w| w.split(": ").nth(1)).collect();
+        assert_eq!(
+            ignored,
+            [
+                "subnetwork-name does not concern routes; ignored",
+                "secondary-range-name does not concern routes; ignored",
+                "node-instance-prefix does not concern routes; ignored",
+                "regional does not concern routes; ignored",
+            ]
+        );
+    }
+
     #[test]
     fn other_sections_are_ignored_with_a_warning() {
-        let (_, warnings) =
-            Config::from_gce_conf(Some("[global]\n[LoadBalancer \"x\"]\nfoo = 1\n"), |_| None)
-                .unwrap();
+        let (_, warnings) = Config::from_gce_conf(
+            Some("[global]\n[LoadBalancer \"x\"]\nfoo = 1\nbar = 2\n"),
+            |_| None,
+        )
+        .unwrap();
         assert_eq!(warnings.len(), 1);
         assert!(warnings[0].contains("[loadbalancer]"), "{warnings:?}");
     }

@@ -192,20 +192,26 @@ impl Config {
             .map_err(|e| ConfigError::new(e.message.replace("gce.conf", "cloud.conf")))?;
         let mut raw = Raw::default();
         let mut warnings = Vec::new();
+        let mut ignored_sections = std::collections::BTreeSet::new();
         for Entry {
             section,
             name,
             value,
             line,
+            ..
         } in entries
         {
             let known = match section.as_str() {
                 "global" => GLOBAL_KEYS.contains(&name.as_str()),
                 "route" => ROUTE_KEYS.contains(&name.as_str()),
                 _ => {
-                    warnings.push(format!(
-                        "cloud.conf line {line}: section [{section}] does not concern routes; ignored"
-                    ));
+                    // One line for the section, not one for each of its names.
+                    if ignored_sections.insert(section.clone()) {
+                        warnings.push(format!(
+                            "cloud.conf line {line}: section [{section}] does not concern \
+                             routes; ignored"
+                        ));
+                    }
                     continue;
                 }
             };
