@@ -7,14 +7,29 @@
 use std::fs;
 use std::path::{Path, PathBuf};
 
-/// The text of README.md from the `## ` or `### ` heading `title` to the next
-/// heading of the same or a higher level (not counting `#` lines of code blocks).
-fn section(readme: &str, title: &str) -> String {
-    let mut lines = readme.lines();
-    let heading = lines
-        .by_ref()
-        .find(|l| l.trim_start_matches('#').trim() == title && l.starts_with('#'))
-        .unwrap_or_else(|| panic!("README.md has no section {title:?}"));
+/// The READMEs whose sections these checks read: the manual and, beside their code, the
+/// accounts of the measurements and of the tests.
+const DOCS: [&str; 3] = ["README.md", "benches/README.md", "tests/README.md"];
+
+/// The text of the section `title`, in whichever of `DOCS` holds it: from its heading to
+/// the next heading of the same or a higher level (not counting `#` lines of code
+/// blocks). Exactly one of them must hold it, so a moved section is followed.
+fn section(root: &Path, title: &str) -> String {
+    let is_heading = |l: &&str| l.starts_with('#') && l.trim_start_matches('#').trim() == title;
+    let holders: Vec<(&str, String)> = DOCS
+        .iter()
+        .map(|d| {
+            let text = fs::read_to_string(root.join(d)).unwrap_or_else(|e| panic!("read {d}: {e}"));
+            (*d, text)
+        })
+        .filter(|(_, text)| text.lines().any(|l| is_heading(&l)))
+        .collect();
+    let [(_, text)] = holders.as_slice() else {
+        let names: Vec<&str> = holders.iter().map(|(d, _)| *d).collect();
+        panic!("the section {title:?} must be in exactly one of {DOCS:?}, not in {names:?}");
+    };
+    let mut lines = text.lines();
+    let heading = lines.by_ref().find(is_heading).expect("found above");
     let level = heading.chars().take_while(|c| *c == '#').count();
     let mut in_code = false;
     lines
@@ -81,7 +96,6 @@ fn declares_test(source: &str, name: &str) -> bool {
 #[test]
 fn every_test_the_readme_names_for_a_rule_or_a_mutant_exists() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let readme = fs::read_to_string(root.join("README.md")).expect("read README.md");
     let mut files = Vec::new();
     rust_files(&root.join("tests"), &mut files);
     rust_files(&root.join("src"), &mut files);
@@ -92,8 +106,8 @@ fn every_test_the_readme_names_for_a_rule_or_a_mutant_exists() {
             (p, text)
         })
         .collect();
-    for title in ["How it decides", "Mutation testing"] {
-        let names = test_names(&section(&readme, title));
+    for title in ["The rules and the tests that pin them", "Mutation testing"] {
+        let names = test_names(&section(root, title));
         assert!(
             names.len() >= 10,
             "README section {title:?} names only {names:?}: has the section moved?"
@@ -172,9 +186,8 @@ fn git_knows(root: &Path, commit: &str) -> bool {
 #[test]
 fn every_benchmark_table_names_its_command_and_a_commit_git_knows() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let readme = fs::read_to_string(root.join("README.md")).expect("read README.md");
     for title in ["What `simulate` shows", "Benchmarks"] {
-        let tables = tables_with_lead_ins(&section(&readme, title));
+        let tables = tables_with_lead_ins(&section(root, title));
         assert!(
             tables.len() >= 2,
             "README section {title:?} has only {} table(s): has the section moved?",
