@@ -238,9 +238,9 @@ fn names_a_measuring_command(text: &str) -> bool {
 fn check_command_and_commit(what: &str, text: &str) {
     let measured = names_a_measuring_command(text);
     assert!(
-        measured || text.contains("`cargo test"),
+        measured || text.contains("`cargo test") || text.contains("`.ci/mutants"),
         "{what} names no command that prints or asserts it (`cargo bench -- …`, \
-         `cargo run --release -- simulate …` or `cargo test …`)"
+         `cargo run --release -- simulate …`, `cargo test …` or `.ci/mutants …`)"
     );
     if !measured {
         return;
@@ -259,17 +259,20 @@ fn check_command_and_commit(what: &str, text: &str) {
     );
 }
 
-/// Guards every table of benches/README.md and of the README's "Try it": a table of
+/// Guards every table of benches/README.md, tests/README.md and the README's "Try it": a
+/// table of
 /// measured figures must say which command prints it and on which commit it was
 /// measured, so a reader can re-run it and see what changed since. A table whose
 /// lead-in names a `cargo bench` or `simulate` command is measured, and needs a commit
 /// that git knows (delete "measured on `…`" above a table, or cite a commit that does
 /// not exist, and this fails naming the table); one that names only a `cargo test`
-/// holds counts the test asserts, which keeps them true without a commit.
+/// holds counts the test asserts, which keeps them true without a commit, and the
+/// mutation-testing table names `.ci/mutants`, whose runs its text dates.
 #[test]
 fn every_benchmark_table_names_its_command_and_a_commit_git_knows() {
     let sources = [
         ("benches/README.md", read("benches/README.md")),
+        ("tests/README.md", read("tests/README.md")),
         ("README.md, Try it", section("Try it")),
     ];
     for (doc, text) in &sources {
