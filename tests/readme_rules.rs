@@ -10,6 +10,7 @@
 //!   command that prints it and a commit git knows;
 //! - every relative link between them reaches a file, and a heading of it by GitHub's
 //!   anchor rules;
+//! - tests/README.md says what each test file runs against;
 //! - the README stays a manual: under 1 500 lines.
 
 use std::collections::HashSet;
@@ -465,6 +466,50 @@ fn anchors_follow_githubs_rules() {
     assert_eq!(
         repeated,
         HashSet::from(["tests".to_string(), "tests-1".to_string()])
+    );
+}
+
+/// Guards tests/README.md's table of what each test file runs against: every file of
+/// `tests/*.rs` has its row, and every row names a file that exists. Add a test file
+/// without its row, or rename one, and this fails naming it.
+#[test]
+fn every_test_file_has_a_row_saying_what_it_runs_against() {
+    let tables = tables_with_lead_ins(&section("What runs against what"));
+    let (_, table) = tables
+        .first()
+        .expect("tests/README.md's \"What runs against what\" has no table");
+    let rows: HashSet<&str> = table
+        .lines()
+        .skip(2)
+        .filter_map(|row| row.split('`').nth(1))
+        .collect();
+    let files: HashSet<String> = fs::read_dir(root().join("tests"))
+        .expect("read tests/")
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|name| name.ends_with(".rs"))
+        .map(|name| format!("tests/{name}"))
+        .collect();
+    let mut without_row: Vec<&String> = files
+        .iter()
+        .filter(|f| !rows.contains(f.as_str()))
+        .collect();
+    without_row.sort();
+    assert!(
+        without_row.is_empty(),
+        "tests/README.md's table \"What runs against what\" has no row for {without_row:?}: \
+         add one saying what each runs against (a real kube-apiserver, moto, a double, …)"
+    );
+    let mut stale: Vec<&&str> = rows.iter().filter(|r| !files.contains(**r)).collect();
+    stale.sort();
+    assert!(
+        stale.is_empty(),
+        "tests/README.md's table \"What runs against what\" names files that do not exist: \
+         {stale:?} (renamed? fix the row)"
+    );
+    println!(
+        "tests/README.md: a row for each of the {} test files",
+        files.len()
     );
 }
 
