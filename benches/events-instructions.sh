@@ -3,7 +3,7 @@
 # (heartbeat MODIFIED events of 10.6 KiB nodes, decoded by the watch's Reflector and
 # filtered by the controller) built on each commit given and counted by valgrind's
 # cachegrind. Unlike CPU seconds, the count does not move with the machine's load, so
-# it says whether code made decoding slower (README, Benchmarks).
+# it says whether code made decoding slower (benches/README.md, Benchmarks).
 #
 #   benches/events-instructions.sh [COMMIT...]   (default: the commits the README names)
 #
@@ -15,7 +15,7 @@
 #
 # CPU_ROUNDS=N (default 0) then runs the binaries natively, interleaved, N rounds of
 # three runs each over 50 000 events, and prints events per CPU second of the loop's
-# thread: the spread that made CPU time useless for this question (README, Benchmarks).
+# thread: the spread that made CPU time useless for this question (benches/README.md, Benchmarks).
 set -euo pipefail
 command -v valgrind >/dev/null || {
     echo "events-instructions: needs valgrind (Debian: apt-get install valgrind)" >&2

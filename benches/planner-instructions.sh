@@ -2,7 +2,7 @@
 # Instructions per plan, commit by commit: `plan::plan` over the `planner` bench's
 # nodes and routes (`node-0` … in that order, one pod CIDR and one route each), built
 # on each commit given and counted by valgrind's cachegrind. Unlike CPU seconds, the
-# count does not move with the machine's load (README, Benchmarks).
+# count does not move with the machine's load (benches/README.md, Benchmarks).
 #
 #   benches/planner-instructions.sh [COMMIT...]   (default: 8953d92, the last commit
 #                                                  before the compact node, and HEAD)

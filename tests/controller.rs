@@ -2069,7 +2069,7 @@ fn a_burst_of_creates_stays_under_the_api_rate_limit_and_finishes_near_the_minim
     );
 }
 
-// --- found by mutation testing (README, "Mutation testing") ---------------------------
+// --- found by mutation testing (tests/README.md, "Mutation testing") -----------------
 
 fn creates_to(d: &Driver, cidr: &str) -> usize {
     d.sent
@@ -2832,7 +2832,7 @@ fn a_deleted_route_leaves_the_view_so_no_pass_deletes_it_twice() {
 }
 
 // --- mutation testing of the rest of src/controller/mod.rs (issue 16) -----------------
-// Each test names the mutants of `src/controller/mod.rs` it kills (README, "Mutation
+// Each test names the mutants of `src/controller/mod.rs` it kills (tests/README.md, "Mutation
 // testing").
 
 /// Kills: `Controller::is_synced` made true or false. The drivers read it: synced from

@@ -1341,7 +1341,7 @@ proptest! {
     })]
 
     /// Guards every invariant listed in the module docs; each was seen to fail when
-    /// the rule it checks was broken in the controller (see the README).
+    /// the rule it checks was broken in the controller (see tests/README.md, Reliability).
     #[test]
     fn random_runs_keep_the_invariants_and_converge(case in case()) {
         if let Err(e) = run_case(&case) {

@@ -1,4 +1,4 @@
-//! The controller's rules that mutation testing (`.ci/mutants`, README "Mutation
+//! The controller's rules that mutation testing (`.ci/mutants`, tests/README.md "Mutation
 //! testing") found unpinned, each test killing the mutants its comment names, in
 //! virtual time against the in-memory cloud.
 

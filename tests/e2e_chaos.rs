@@ -70,7 +70,7 @@ fn a_chaos_run_with_the_hetzner_double_keeps_the_invariants_and_converges() {
 /// across the two tables, throttling and replies lost after the change. Seen failing
 /// on the code of this commit, in some runs: a write after the lease was lost (the
 /// missing fencing of issue 11) and a create answered `RouteAlreadyExists` after a
-/// partial failure (README, Reliability).
+/// partial failure (tests/README.md, Reliability).
 #[test]
 fn a_chaos_run_with_moto_keeps_the_invariants_and_converges() {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());

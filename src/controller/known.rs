@@ -9,7 +9,7 @@
 //! (the layout is [`Known`]'s), the well-known words (address types, condition status
 //! and reason) as a byte each, the pod CIDRs parsed once; and the view's [`NodeSet`] is
 //! a sorted vector of such nodes, 24 bytes each. About 150 bytes a node with malloc's
-//! overhead for a node of the benchmarks (README, Benchmarks).
+//! overhead for a node of the benchmarks (benches/README.md, Benchmarks).
 //!
 //! Nothing of the node's JSON outlives its decoding, and nothing here is kept that no
 //! decision reads: the condition's message is dropped (the skip rule reads status and

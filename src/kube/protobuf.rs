@@ -2,10 +2,11 @@
 //! stream=watch`), read for the fields the controller keeps.
 //!
 //! The kube-apiserver encodes a node in protobuf about four times faster than in JSON (a
-//! list of 5 000 realistic nodes: 0.25–0.34 s against 0.87–1.4 s, README → Benchmarks),
-//! and at 5 000 nodes that was most of our start-up: upstream's client-go asks for
-//! protobuf. Protobuf is length-delimited, so a field nobody reads (managed fields,
-//! images) is stepped over in one move, without looking at its bytes.
+//! list of 5 000 realistic nodes: 0.25–0.34 s against 0.87–1.4 s; benches/README.md,
+//! "Protobuf against JSON, by hand"), and at 5 000 nodes that was most of our start-up:
+//! upstream's client-go asks for protobuf. Protobuf is length-delimited, so a field
+//! nobody reads (managed fields, images) is stepped over in one move, without looking at
+//! its bytes.
 //!
 //! A stream is frames, each a 4-byte big-endian length and a `metav1.WatchEvent`:
 //! `type` (1) and `object` (2, a `RawExtension` whose `raw` (1) is the object as the
