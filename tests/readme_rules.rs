@@ -524,3 +524,39 @@ fn the_readme_stays_under_1500_lines() {
     );
     println!("README.md: {lines} lines");
 }
+
+/// The README's table of `run`'s flags, between its two markers.
+const FLAG_TABLE_START: &str = "<!-- the table below is `run --help`'s, made by cli::flags::markdown_table; tests/readme_rules.rs keeps it so -->\n";
+const FLAG_TABLE_END: &str = "\n<!-- end of run --help's table -->";
+
+/// Guards that the README's flag table says what `run --help` says: both come from
+/// the flag table of `run` (names, defaults, meaning). With `RC_UPDATE_README=1` the
+/// test writes the table into the README instead of failing.
+#[test]
+fn the_run_flag_table_is_what_run_help_says() {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("README.md");
+    let readme = fs::read_to_string(&path).expect("read README.md");
+    let start = readme
+        .find(FLAG_TABLE_START)
+        .expect("README.md has the start marker of run's flag table")
+        + FLAG_TABLE_START.len();
+    let end = start
+        + readme[start..]
+            .find(FLAG_TABLE_END)
+            .expect("README.md has the end marker of run's flag table");
+    let expected = route_controller::cli::flags::markdown_table(&route_controller::cli::run::SPEC);
+    let expected = expected.trim_end();
+    if readme[start..end] == *expected {
+        return;
+    }
+    if std::env::var_os("RC_UPDATE_README").is_some() {
+        let updated = format!("{}{expected}{}", &readme[..start], &readme[end..]);
+        fs::write(&path, updated).expect("write README.md");
+        return;
+    }
+    panic!(
+        "README.md's table of run's flags differs from `run --help` (the flag table in \
+         src/cli/run.rs and src/cli/ccm.rs); write it anew with \
+         `RC_UPDATE_README=1 cargo test --test readme_rules the_run_flag_table`.\nExpected:\n{expected}"
+    );
+}

@@ -1042,19 +1042,37 @@ pub fn exec_provider(
         _ => ProviderError::Outage(e.message),
     })?;
     let d = provider.description();
+    let budget = match &d.budget {
+        Some(b) => format!(
+            "{} requests a second, a burst of {}, {} changes at once",
+            b.requests_per_second, b.burst, b.mutations_at_once
+        ),
+        None => "none declared".to_string(),
+    };
+    let tables: Vec<String> = d
+        .tables
+        .iter()
+        .map(|(name, limit)| match limit {
+            Some(n) => format!("{name} ({n} routes)"),
+            None => name.clone(),
+        })
+        .collect();
     log::info!(
-        "--cloud-provider=exec: plugin {} ({}describe; budget {:?}, batch size {} ({}), tables \
-         {:?})",
+        "--cloud-provider=exec: plugin {} ({}describe; budget {budget}; batch size {} ({}); \
+         tables {})",
         provider.plugin_name(),
         if d.implemented { "" } else { "no " },
-        d.budget,
         d.batch_size,
         if d.batch_size > 1 {
             "changes go out in apply calls"
         } else {
             "one create or delete per call"
         },
-        d.tables
+        if tables.is_empty() {
+            "not named".to_string()
+        } else {
+            tables.join(", ")
+        }
     );
     Ok(provider)
 }

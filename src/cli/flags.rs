@@ -466,6 +466,32 @@ fn flag_help(out: &mut String, flag: &Flag) {
     out.push('\n');
 }
 
+/// The flags of `spec` that apply (not the accepted-and-ignored ones of the CCM), as
+/// a Markdown table of flag, default and meaning: the README's table of `run`'s flags
+/// is this text, so that it says what `--help` says (a test compares them).
+pub fn markdown_table(spec: &Spec) -> String {
+    let mut out = String::from("| flag | default | meaning |\n|---|---|---|\n");
+    for flag in spec.flags().filter(|f| f.role == Use::Applies) {
+        let name = match flag.short {
+            Some(short) => format!("`--{}`, `-{short}`", flag.name),
+            None => format!("`--{}`", flag.name),
+        };
+        let default = if flag.required {
+            "required".to_string()
+        } else if flag.default.is_empty() || flag.default == "[]" {
+            "none".to_string()
+        } else {
+            format!("`{}`", flag.default)
+        };
+        let _ = writeln!(
+            out,
+            "| {name} | {default} | {} |",
+            flag.help.replace('|', "\\|")
+        );
+    }
+    out
+}
+
 /// Ignored flags, several to a line: their meaning is upstream's, and here they have
 /// none.
 fn ignored_list(out: &mut String, flags: &[&Flag]) {

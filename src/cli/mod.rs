@@ -38,20 +38,17 @@ pub(crate) const CLOUD_PROVIDER: Flag = Flag::new(
 pub(crate) const CLOUD_CONFIG: Flag = Flag::new(
     "cloud-config",
     Kind::String,
-    "provider settings file: for hcloud, HCLOUD_*=value lines (instead of environment \
-     variables); for aws, the AWS cloud config (its [Global] RouteTableID applies, \
-     repeated or comma-separated for several tables; without it every table tagged for \
-     the cluster is used); for azure, cloud-provider-azure's azure.json (JSON or YAML; its \
-     route-table keys and identity apply, every other key is ignored); for exec, the plugin: Command=PATH, then Arg=VALUE and \
-     Env=NAME=VALUE lines (repeated, in order), Timeout=DURATION (default 10s), Name=, \
-     MaxOutputBytes= (see route-controller plugin-check --help); for gce, cloud-provider-gcp's \
-     gce.conf (gcfg: [global] project-id, network-name, network-project-id, multizone, \
-     token-url, token-body, api-endpoint, ...); for openstack, cloud-provider-openstack's \
-     cloud.conf (gcfg: [Global] auth-url, region, application-credential-id and \
-     application-credential-secret, or username/user-id, password, tenant-id/tenant-name and \
-     their domains, or use-clouds, clouds-file and cloud for a clouds.yaml entry; [Route] \
-     router-id, max-routes (default 30, Neutron's max_routes), network-endpoint, \
-     requests-per-second, burst)",
+    "the provider's settings file, read as its cloud-controller-manager reads it: for \
+     hcloud, HCLOUD_*=value lines (instead of environment variables); for aws, \
+     cloud-provider-aws's cloud config ([Global] RouteTableID, repeated or comma-separated, \
+     else the tables tagged with KubernetesClusterID or --cluster-name; Region or Zone; \
+     RoleARN; [ServiceOverride] of EC2); for azure (required), cloud-provider-azure's \
+     azure.json (JSON or YAML, keys without case); for gce, cloud-provider-gcp's gce.conf; \
+     for openstack (required), cloud-provider-openstack's cloud.conf ([Global] and [Route] \
+     router-id); for exec, the plugin's Command=, Arg=, Env=, Timeout= lines (see \
+     plugin-check --help). The peer's keys that do not concern routes, and unknown ones \
+     (with the closest known key), are logged once at start; check-config shows what was \
+     read",
 );
 pub(crate) const CLUSTER_NAME: Flag = Flag::new(
     "cluster-name",

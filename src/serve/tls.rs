@@ -115,12 +115,14 @@ fn self_signed(cert_dir: Option<&Path>, hosts: &[String]) -> Result<Pair, String
     if let Some(dir) = cert_dir {
         write_pair(dir, &cert.pem(), &key.serialize_pem())?;
         log::info!(
-            "serving with a new self-signed certificate for {names:?}, written to {}",
+            "serving with a new self-signed certificate for {}, written to {}",
+            names.join(", "),
             dir.join(SELF_SIGNED_CERT).display()
         );
     } else {
         log::info!(
-            "serving with a self-signed certificate for {names:?} made at start (give --tls-cert-file for a real one)"
+            "serving with a self-signed certificate for {} made at start (give --tls-cert-file for a real one)",
+            names.join(", ")
         );
     }
     let der_key = PrivateKeyDer::try_from(key.serialize_der())
