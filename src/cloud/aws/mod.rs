@@ -33,15 +33,23 @@
 //! its own: an uncertain outcome is reported as ambiguous for the controller to check.
 
 #[doc(hidden)]
+pub mod container;
+#[doc(hidden)]
 pub mod credentials;
 #[doc(hidden)]
 pub mod ec2;
+#[doc(hidden)]
+pub mod process;
+#[doc(hidden)]
+pub mod profile;
 #[doc(hidden)]
 pub mod query;
 #[doc(hidden)]
 pub mod quotas;
 #[doc(hidden)]
 pub mod sigv4;
+#[doc(hidden)]
+pub mod sts;
 #[doc(hidden)]
 pub mod xml;
 
@@ -52,7 +60,7 @@ use std::time::{Duration, Instant};
 
 use rand::RngExt;
 
-use self::credentials::{AwsEnv, CredentialSource, Imds, resolve_region};
+use self::credentials::{AwsEnv, ChainSettings, CredentialSource, Imds, resolve_region};
 use self::ec2::{
     CREATE_ROUTE, CallError, CallKind, DELETE_ROUTE, DESCRIBE_INSTANCES, DESCRIBE_ROUTE_TABLES,
     Instance, LEGACY_CLUSTER_TAG, MODIFY_INSTANCE_ATTRIBUTE, REPLACE_ROUTE, RouteTable,
@@ -123,6 +131,10 @@ pub struct AwsConfig {
     /// instance still checks is refused with reason `SourceDestCheckEnabled` and the
     /// fix, since EC2 would drop its pods' traffic.
     pub disable_source_dest_check: bool,
+    /// A role assumed on top of the credential chain with STS `AssumeRole`, signed
+    /// with the chain's credentials (`RoleARN` in `--cloud-config`, as
+    /// cloud-provider-aws assumes it). Default: none, the chain's own identity.
+    pub role_arn: Option<String>,
 }
 
 /// The client-side bucket of one EC2 action: its refill rate and size.
@@ -188,6 +200,7 @@ impl Default for AwsConfig {
             route_table_limit: None,
             service_quotas_endpoint: None,
             disable_source_dest_check: true,
+            role_arn: None,
         }
     }
 }
@@ -278,8 +291,12 @@ impl AwsProvider {
                 &region,
             )?),
         };
-        let credentials = CredentialSource::resolve(env, imds)?;
-        if let CredentialSource::Instance(_) = &credentials {
+        let chain = ChainSettings::new(&region).with_role_arn(config.role_arn.as_deref());
+        let credentials = CredentialSource::resolve(env, imds, &chain)?;
+        // Temporary credentials are fetched now, so that a pod without its web
+        // identity, a role it may not assume or a machine without an instance role
+        // fails at start, not at its first route.
+        if let CredentialSource::Temporary(_) = &credentials {
             credentials.current(env.now())?;
         }
         let mut tables: Vec<String> = Vec::new();
@@ -295,7 +312,7 @@ impl AwsProvider {
             tables.push(t.to_string());
         }
         log::info!(
-            "AWS provider: region {region}, endpoint {}, credentials from {}, route tables {}, \
+            "AWS provider: region {region}, endpoint {}, credentials: {}, route tables {}, \
              route-table limit {}",
             endpoint.url,
             credentials.origin(),
@@ -417,7 +434,7 @@ impl AwsProvider {
                     error: Box::new(error),
                     backoff,
                     endpoint: self.ec2.endpoint().url.clone(),
-                    credentials: self.ec2.credentials().origin(),
+                    credentials: self.ec2.credentials_origin(),
                 })
             }
         }

@@ -9,7 +9,7 @@
 use std::fmt;
 use std::time::Duration;
 
-use super::credentials::{Clock, CredentialSource};
+use super::credentials::{Clock, CredentialSource, Credentials};
 use super::sigv4::{self, RequestParts, SigningKey};
 use super::xml::{Element, ErrorReply};
 use crate::provider::CloudError;
@@ -189,7 +189,8 @@ pub struct QueryClient {
     region: String,
     service: &'static str,
     version: &'static str,
-    credentials: CredentialSource,
+    /// `None` for the one API called unsigned (STS `AssumeRoleWithWebIdentity`).
+    credentials: Option<CredentialSource>,
     clock: Clock,
 }
 
@@ -199,7 +200,10 @@ impl fmt::Debug for QueryClient {
             .field("endpoint", &self.endpoint.url)
             .field("region", &self.region)
             .field("service", &self.service)
-            .field("credentials", &self.credentials.origin())
+            .field(
+                "credentials",
+                &self.credentials.as_ref().map(CredentialSource::origin),
+            )
             .finish_non_exhaustive()
     }
 }
@@ -220,9 +224,31 @@ pub struct QueryClientConfig {
 
 impl QueryClient {
     pub fn new(config: QueryClientConfig) -> QueryClient {
+        let mut client = QueryClient::unsigned(
+            config.endpoint,
+            config.region,
+            config.service,
+            config.version,
+            config.clock,
+            config.timeout,
+        );
+        client.credentials = Some(config.credentials);
+        client
+    }
+
+    /// A client whose requests carry no signature: STS `AssumeRoleWithWebIdentity`
+    /// is called so, the web identity token being the proof of identity.
+    pub fn unsigned(
+        endpoint: Endpoint,
+        region: String,
+        service: &'static str,
+        version: &'static str,
+        clock: Clock,
+        timeout: Duration,
+    ) -> QueryClient {
         let agent = crate::http::agent_config()
-            .timeout_connect(Some(config.timeout.min(Duration::from_secs(5))))
-            .timeout_global(Some(config.timeout))
+            .timeout_connect(Some(timeout.min(Duration::from_secs(5))))
+            .timeout_global(Some(timeout))
             .http_status_as_error(false)
             // A redirect would need a new signature; the Query APIs never send one.
             .max_redirects(0)
@@ -231,12 +257,12 @@ impl QueryClient {
             .new_agent();
         QueryClient {
             agent,
-            endpoint: config.endpoint,
-            region: config.region,
-            service: config.service,
-            version: config.version,
-            credentials: config.credentials,
-            clock: config.clock,
+            endpoint,
+            region,
+            service,
+            version,
+            credentials: None,
+            clock,
         }
     }
 
@@ -248,8 +274,17 @@ impl QueryClient {
         &self.region
     }
 
-    pub fn credentials(&self) -> &CredentialSource {
-        &self.credentials
+    /// What signs the requests; `None` for an [`unsigned`](QueryClient::unsigned) one.
+    pub fn credentials(&self) -> Option<&CredentialSource> {
+        self.credentials.as_ref()
+    }
+
+    /// Where the signing credentials come from, for messages.
+    pub fn credentials_origin(&self) -> String {
+        match &self.credentials {
+            Some(source) => source.origin(),
+            None => "no credentials (unsigned requests)".into(),
+        }
     }
 
     /// Sends `action` with `params` and returns the reply's root element.
@@ -312,45 +347,49 @@ impl QueryClient {
         body: &str,
     ) -> Result<(u16, String), QueryError> {
         let now = (self.clock)();
-        let credentials = self
-            .credentials
-            .current(now)
-            .map_err(QueryError::Credentials)?;
+        let credentials = match &self.credentials {
+            Some(source) => Some(source.current(now).map_err(QueryError::Credentials)?),
+            None => None,
+        };
         let amz_date = sigv4::amz_date(now);
         let mut headers: Vec<(&str, &str)> = vec![
             ("Content-Type", content_type),
             ("Host", &endpoint.host),
             ("X-Amz-Date", &amz_date),
         ];
-        if let Some(token) = credentials.session_token() {
+        if let Some(token) = credentials.as_ref().and_then(Credentials::session_token) {
             headers.push(("X-Amz-Security-Token", token));
         }
         if let Some(target) = target {
             headers.push(("X-Amz-Target", target));
         }
-        let signature = sigv4::sign(
-            SigningKey {
-                access_key_id: credentials.access_key_id(),
-                secret_access_key: credentials.secret_access_key(),
-                region: &self.region,
-                service,
-            },
-            RequestParts {
-                method: "POST",
-                path: &endpoint.path,
-                query: &[],
-                headers: &headers,
-                payload: body.as_bytes(),
-            },
-            &amz_date,
-        );
+        let authorization = credentials.as_ref().map(|credentials| {
+            sigv4::sign(
+                SigningKey {
+                    access_key_id: credentials.access_key_id(),
+                    secret_access_key: credentials.secret_access_key(),
+                    region: &self.region,
+                    service,
+                },
+                RequestParts {
+                    method: "POST",
+                    path: &endpoint.path,
+                    query: &[],
+                    headers: &headers,
+                    payload: body.as_bytes(),
+                },
+                &amz_date,
+            )
+            .authorization
+        });
         let mut request = self.agent.post(&endpoint.url);
         for (name, value) in &headers {
             request = request.header(*name, *value);
         }
-        let result = request
-            .header("Authorization", &signature.authorization)
-            .send(body.as_bytes());
+        if let Some(authorization) = &authorization {
+            request = request.header("Authorization", authorization);
+        }
+        let result = request.send(body.as_bytes());
         let mut response = result.map_err(|e| transport_error(&e))?;
         let status = response.status().as_u16();
         let text = response
