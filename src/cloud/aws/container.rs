@@ -301,4 +301,27 @@ mod tests {
         assert_eq!(creds.session_token(), Some("t"));
         assert!(parse_container_credentials(r#"{"code":"x"}"#).is_err());
     }
+
+    /// Invariant 8 for the container endpoint's document (IMDS's shape).
+    mod fuzz {
+        use proptest::prelude::*;
+
+        use super::*;
+        use crate::fuzz::{check, config, text};
+        use crate::fuzz_seed;
+
+        static DOCUMENTS: &[&[u8]] = &[fuzz_seed!("aws-role-credentials.json")];
+
+        proptest! {
+            #![proptest_config(config())]
+
+            #[test]
+            fn container_credentials(input in text(DOCUMENTS)) {
+                check("the container credentials parser", move || {
+                    let _ = parse_container_credentials(&input).map(|_| ());
+                    let _ = error_text(&input);
+                });
+            }
+        }
+    }
 }

@@ -240,4 +240,26 @@ mod tests {
             err.message
         );
     }
+
+    /// Invariant 8 for a credential process's output.
+    mod fuzz {
+        use proptest::prelude::*;
+
+        use super::*;
+        use crate::fuzz::{check, config, text};
+        use crate::fuzz_seed;
+
+        static OUTPUTS: &[&[u8]] = &[fuzz_seed!("aws-process-credentials.json")];
+
+        proptest! {
+            #![proptest_config(config())]
+
+            #[test]
+            fn process_output(input in text(OUTPUTS)) {
+                check("the credential_process output parser", move || {
+                    let _ = parse_process_output(&input).map(|_| ());
+                });
+            }
+        }
+    }
 }

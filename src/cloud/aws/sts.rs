@@ -346,4 +346,28 @@ mod tests {
         let err = credentials_from_reply(&no_token, "AssumeRole").expect_err("no token");
         assert!(err.message.contains("SessionToken"), "{}", err.message);
     }
+
+    /// Invariant 8 for STS replies (moto's shape, mutated).
+    mod fuzz {
+        use proptest::prelude::*;
+
+        use super::*;
+        use crate::fuzz::{check, config, text};
+        use crate::fuzz_seed;
+
+        static REPLIES: &[&[u8]] = &[fuzz_seed!("sts-assume-role-with-web-identity.xml")];
+
+        proptest! {
+            #![proptest_config(config())]
+
+            #[test]
+            fn sts_credentials(input in text(REPLIES)) {
+                check("the STS credentials reader", move || {
+                    if let Ok(root) = Element::parse(&input) {
+                        let _ = credentials_from_reply(&root, "AssumeRoleWithWebIdentity").map(|_| ());
+                    }
+                });
+            }
+        }
+    }
 }
