@@ -10,7 +10,8 @@
 //! key moto would accept (its environment holds none, the metadata service is off),
 //! so each EC2 and Service Quotas request it made was signed with the STS-issued key
 //! and allowed by the role's own policy, which moto evaluates for an assumed-role
-//! key. The start-up log names the web identity as the source.
+//! key. The start-up log names the web identity as the source, and no log line, at
+//! debug level, shows the token or the session token STS issued.
 
 #[path = "support/controller_process.rs"]
 mod controller_process;
@@ -138,6 +139,8 @@ fn irsa_web_identity_token_from_the_apiserver_routes_a_node_with_the_assumed_rol
         .env("AWS_REGION", moto::REGION)
         .env("AWS_ENDPOINT_URL", moto.url())
         .env("AWS_EC2_METADATA_DISABLED", "true")
+        // Debug, so that the check below covers every line the credentials touch.
+        .env("RUST_LOG", "debug")
         .spawn("aws-irsa");
     ctl.wait_ready(PATIENCE);
     let started = format!(
@@ -196,5 +199,16 @@ fn irsa_web_identity_token_from_the_apiserver_routes_a_node_with_the_assumed_rol
         ),
         1.0
     );
+    // Never logged: the service account token, nor the session token STS issued
+    // (moto's all start alike).
+    let log = ctl.log();
+    for (what, secret) in [
+        ("the web identity token", token.as_str()),
+        ("an STS session token", "FQoGZXIvYXdzEBYaD"),
+    ] {
+        if log.contains(secret) {
+            ctl.fail(&format!("the log shows {what}"));
+        }
+    }
     ctl.terminate();
 }
