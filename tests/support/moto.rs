@@ -374,10 +374,10 @@ fn query_client(
         region: region.to_string(),
         service,
         version,
-        credentials: CredentialSource::Static {
+        credentials: Some(CredentialSource::Static {
             credentials: Credentials::new(key_id, secret),
             origin: "the moto test harness".into(),
-        },
+        }),
         clock: Arc::new(SystemTime::now),
         timeout: Duration::from_secs(30),
     })
@@ -754,10 +754,10 @@ pub fn caller_arn(moto: &Moto, credentials: Credentials) -> Result<String, Query
         region: REGION.to_string(),
         service: "sts",
         version: "2011-06-15",
-        credentials: CredentialSource::Static {
+        credentials: Some(CredentialSource::Static {
             credentials,
             origin: "the credentials under test".into(),
-        },
+        }),
         clock: Arc::new(SystemTime::now),
         timeout: Duration::from_secs(30),
     });

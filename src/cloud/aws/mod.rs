@@ -333,7 +333,7 @@ impl AwsProvider {
                 region,
                 service: "ec2",
                 version: EC2_API_VERSION,
-                credentials,
+                credentials: Some(credentials),
                 clock: env.clock(),
                 timeout: config.timeout,
             }),

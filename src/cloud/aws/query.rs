@@ -216,7 +216,9 @@ pub struct QueryClientConfig {
     pub service: &'static str,
     /// The API version: `2016-11-15` for EC2, `2010-05-08` for IAM.
     pub version: &'static str,
-    pub credentials: CredentialSource,
+    /// What signs the requests; `None`: they go unsigned (STS
+    /// `AssumeRoleWithWebIdentity`, where the web identity token is the proof).
+    pub credentials: Option<CredentialSource>,
     pub clock: Clock,
     /// Whole-request timeout; connecting has its own, shorter one.
     pub timeout: Duration,
@@ -224,31 +226,9 @@ pub struct QueryClientConfig {
 
 impl QueryClient {
     pub fn new(config: QueryClientConfig) -> QueryClient {
-        let mut client = QueryClient::unsigned(
-            config.endpoint,
-            config.region,
-            config.service,
-            config.version,
-            config.clock,
-            config.timeout,
-        );
-        client.credentials = Some(config.credentials);
-        client
-    }
-
-    /// A client whose requests carry no signature: STS `AssumeRoleWithWebIdentity`
-    /// is called so, the web identity token being the proof of identity.
-    pub fn unsigned(
-        endpoint: Endpoint,
-        region: String,
-        service: &'static str,
-        version: &'static str,
-        clock: Clock,
-        timeout: Duration,
-    ) -> QueryClient {
         let agent = crate::http::agent_config()
-            .timeout_connect(Some(timeout.min(Duration::from_secs(5))))
-            .timeout_global(Some(timeout))
+            .timeout_connect(Some(config.timeout.min(Duration::from_secs(5))))
+            .timeout_global(Some(config.timeout))
             .http_status_as_error(false)
             // A redirect would need a new signature; the Query APIs never send one.
             .max_redirects(0)
@@ -257,12 +237,12 @@ impl QueryClient {
             .new_agent();
         QueryClient {
             agent,
-            endpoint,
-            region,
-            service,
-            version,
-            credentials: None,
-            clock,
+            endpoint: config.endpoint,
+            region: config.region,
+            service: config.service,
+            version: config.version,
+            credentials: config.credentials,
+            clock: config.clock,
         }
     }
 
@@ -274,7 +254,7 @@ impl QueryClient {
         &self.region
     }
 
-    /// What signs the requests; `None` for an [`unsigned`](QueryClient::unsigned) one.
+    /// What signs the requests; `None` when they go unsigned.
     pub fn credentials(&self) -> Option<&CredentialSource> {
         self.credentials.as_ref()
     }

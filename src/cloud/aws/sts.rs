@@ -87,14 +87,15 @@ impl WebIdentity {
         token_file: PathBuf,
         session_name: Option<&str>,
     ) -> Result<WebIdentity, CloudError> {
-        let sts = QueryClient::unsigned(
-            endpoint(env, &settings.region)?,
-            settings.region.clone(),
-            "sts",
-            STS_API_VERSION,
-            env.clock(),
-            settings.timeout,
-        );
+        let sts = QueryClient::new(QueryClientConfig {
+            endpoint: endpoint(env, &settings.region)?,
+            region: settings.region.clone(),
+            service: "sts",
+            version: STS_API_VERSION,
+            credentials: None,
+            clock: env.clock(),
+            timeout: settings.timeout,
+        });
         Ok(WebIdentity {
             sts,
             role_arn: role_arn.to_string(),
@@ -164,7 +165,7 @@ impl AssumeRole {
             region: settings.region.clone(),
             service: "sts",
             version: STS_API_VERSION,
-            credentials: source,
+            credentials: Some(source),
             clock: env.clock(),
             timeout: settings.timeout,
         });
