@@ -524,3 +524,65 @@ fn the_provider_signs_ec2_with_the_web_identity_key_under_the_roles_policy() {
         err.message
     );
 }
+
+/// A node-local credentials endpoint that serves the `base` user's keys: as the
+/// container endpoint (`/creds`, with an Authorization header) or as IMDSv2.
+fn local_endpoint(server: &Server) -> StubServer {
+    let document = format!(
+        "{{\"Code\":\"Success\",\"Type\":\"AWS-HMAC\",\"AccessKeyId\":\"{}\",\
+         \"SecretAccessKey\":\"{}\",\"Token\":\"\",\"Expiration\":\"2999-01-01T00:00:00Z\"}}",
+        server.base.0, server.base.1
+    );
+    StubServer::start(move |req| match (req.method.as_str(), req.path.as_str()) {
+        ("PUT", "/latest/api/token") => Reply::text(200, "imds-token"),
+        ("GET", "/latest/meta-data/iam/security-credentials/") => Reply::text(200, "node-role"),
+        ("GET", "/latest/meta-data/iam/security-credentials/node-role") | ("GET", "/creds") => {
+            Reply::text(200, document.clone())
+        }
+        _ => Reply::text(404, "not found"),
+    })
+}
+
+#[test]
+fn credential_source_ecs_container_and_ec2_instance_metadata_sign_the_assume_role() {
+    let server = server();
+    let local = local_endpoint(&server);
+    let dir = scratch("credential-source-local");
+    let config = |source: &str| {
+        format!(
+            "[profile routes]\nrole_arn = {}\ncredential_source = {source}\nrole_session_name = {source}\n",
+            server.role_arn
+        )
+    };
+    for source in ["EcsContainer", "Ec2InstanceMetadata"] {
+        let env = write_profiles(&dir, &config(source), "")
+            .with_var("AWS_PROFILE", "routes")
+            .with_var("AWS_ENDPOINT_URL_STS", server.moto.url())
+            .with_var(
+                "AWS_CONTAINER_CREDENTIALS_FULL_URI",
+                &format!("{}/creds", local.url()),
+            )
+            .with_var("AWS_CONTAINER_AUTHORIZATION_TOKEN", "pod-token");
+        let imds = route_controller::cloud::aws::credentials::Imds::new(&local.url(), env.clock());
+        let source_of = CredentialSource::resolve(&env, Some(imds), &settings()).expect("resolves");
+        let origin = source_of.origin();
+        let expected_inner = match source {
+            "EcsContainer" => "assumed with container credentials (",
+            _ => "assumed with the instance role (IMDS at ",
+        };
+        assert!(origin.contains(expected_inner), "{source}: {origin}");
+        // moto checks AssumeRole's signature with base's secret: the local endpoint's
+        // keys signed it.
+        let credentials = source_of.current(SystemTime::now()).expect("AssumeRole");
+        assert_eq!(
+            moto::caller_arn(&server.moto, credentials).expect("moto knows the key"),
+            assumed_role_arn(&server.role_arn, source)
+        );
+    }
+    let asked: Vec<_> = local.requests().iter().map(|r| r.path.clone()).collect();
+    assert!(asked.contains(&"/creds".to_string()), "{asked:?}");
+    assert!(
+        asked.contains(&"/latest/meta-data/iam/security-credentials/node-role".to_string()),
+        "{asked:?}"
+    );
+}

@@ -160,9 +160,10 @@ impl Credentials {
         }
     }
 
-    /// Temporary credentials carry a session token, sent as `X-Amz-Security-Token`.
+    /// Temporary credentials carry a session token, sent as `X-Amz-Security-Token`;
+    /// an empty one is none (a header with no value would be refused).
     pub fn with_session_token(mut self, token: &str) -> Credentials {
-        self.session_token = Some(Secret::new(token));
+        self.session_token = (!token.is_empty()).then(|| Secret::new(token));
         self
     }
 
