@@ -374,10 +374,10 @@ fn query_client(
         region: region.to_string(),
         service,
         version,
-        credentials: CredentialSource::Static {
+        credentials: Some(CredentialSource::Static {
             credentials: Credentials::new(key_id, secret),
             origin: "the moto test harness".into(),
-        },
+        }),
         clock: Arc::new(SystemTime::now),
         timeout: Duration::from_secs(30),
     })
@@ -685,4 +685,82 @@ pub fn allow_policy(actions: &[&str]) -> String {
         "{{\"Version\":\"2012-10-17\",\"Statement\":[{{\"Effect\":\"Allow\",\"Action\":[{}],\"Resource\":\"*\"}}]}}",
         actions.join(",")
     )
+}
+
+// --- STS and IAM roles, for the credential chain --------------------------------------
+
+impl Moto {
+    /// Turns moto's signature and IAM policy checks on after the next `n` actions
+    /// (`0`: at once). STS `AssumeRoleWithWebIdentity` is unsigned, and moto cannot
+    /// check an unsigned request: leave one unchecked action for each.
+    pub fn check_auth_after(&self, n: u32) {
+        let url = format!("{}/moto-api/reset-auth", self.url);
+        let response = self
+            .agent
+            .post(&url)
+            .header("Content-Type", "text/plain")
+            .send(n.to_string().as_bytes())
+            .unwrap_or_else(|e| panic!("POST {url}: {e}"));
+        assert!(
+            response.status().is_success(),
+            "POST {url} answered {}",
+            response.status()
+        );
+    }
+}
+
+/// Creates IAM role `role` (any principal may assume it: moto does not check trust
+/// policies) with an inline policy; returns its ARN.
+pub fn create_iam_role(moto: &Moto, role: &str, policy_json: &str) -> String {
+    let iam = query_client(
+        moto.url(),
+        "us-east-1",
+        "iam",
+        "2010-05-08",
+        TEST_KEY_ID,
+        TEST_SECRET,
+    );
+    let call = |action: &str, params: Params| {
+        iam.call(action, &params)
+            .unwrap_or_else(|e| panic!("moto IAM {action} failed: {e}"))
+    };
+    let trust = "{\"Version\":\"2012-10-17\",\"Statement\":[{\"Effect\":\"Allow\",\
+                 \"Principal\":{\"AWS\":\"*\"},\"Action\":[\"sts:AssumeRole\",\
+                 \"sts:AssumeRoleWithWebIdentity\"]}]}";
+    let root = call(
+        "CreateRole",
+        Params::new()
+            .add("RoleName", role)
+            .add("AssumeRolePolicyDocument", trust),
+    );
+    call(
+        "PutRolePolicy",
+        Params::new()
+            .add("RoleName", role)
+            .add("PolicyName", format!("{role}-policy"))
+            .add("PolicyDocument", policy_json),
+    );
+    root.find("Arn")
+        .expect("CreateRole returns the Arn")
+        .text
+        .clone()
+}
+
+/// Who moto's STS says `credentials` belong to (`GetCallerIdentity`'s `Arn`): an
+/// error when moto does not know them or their signature fails its checks.
+pub fn caller_arn(moto: &Moto, credentials: Credentials) -> Result<String, QueryError> {
+    let sts = QueryClient::new(QueryClientConfig {
+        endpoint: Endpoint::parse(moto.url()).expect("moto URL"),
+        region: REGION.to_string(),
+        service: "sts",
+        version: "2011-06-15",
+        credentials: Some(CredentialSource::Static {
+            credentials,
+            origin: "the credentials under test".into(),
+        }),
+        clock: Arc::new(SystemTime::now),
+        timeout: Duration::from_secs(30),
+    });
+    let root = sts.call("GetCallerIdentity", &Params::new())?;
+    Ok(root.find("Arn").map(|a| a.text.clone()).unwrap_or_default())
 }

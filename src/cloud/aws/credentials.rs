@@ -1,11 +1,16 @@
-//! Where the AWS provider gets its identity and region: the standard environment
-//! variables, the shared credentials and config files, and the instance metadata
-//! service (IMDSv2), in that order, like the AWS SDKs.
+//! Where the AWS provider gets its identity and region: the credential chain of the
+//! AWS SDKs, in the Go SDK's order (cloud-provider-aws is built on it): environment
+//! keys, web identity (IRSA), the shared config and credentials files' profile,
+//! container credentials (ECS, EKS Pod Identity), the instance role (IMDSv2); then
+//! the cloud config's `RoleARN` on top. STS lives in `sts.rs`, profiles in
+//! `profile.rs`, the container endpoint in `container.rs`, `credential_process` in
+//! `process.rs`.
 //!
 //! Every input comes through [`AwsEnv`], so tests pass variables, a home directory and
 //! a clock explicitly instead of mutating the process environment. Secrets live only
-//! in [`Credentials`], whose `Debug` output redacts them; nothing here logs a secret,
-//! and error messages name variables, files and URLs, never their secret values.
+//! in [`Credentials`] (as [`Secret`]s, whose `Debug` output is redacted); nothing here
+//! logs a secret, and error messages name variables, files and URLs, never their
+//! secret values.
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -17,6 +22,7 @@ use serde::Deserialize;
 
 use super::sigv4::parse_rfc3339_utc;
 use crate::provider::{CloudError, CloudErrorKind};
+use crate::secret::Secret;
 
 /// A source of wall-clock time (signing dates, credential expiry).
 pub type Clock = Arc<dyn Fn() -> SystemTime + Send + Sync>;
@@ -34,6 +40,13 @@ pub const VARIABLES: &[&str] = &[
     "AWS_ACCESS_KEY_ID",
     "AWS_SECRET_ACCESS_KEY",
     "AWS_SESSION_TOKEN",
+    "AWS_ROLE_ARN",
+    "AWS_WEB_IDENTITY_TOKEN_FILE",
+    "AWS_ROLE_SESSION_NAME",
+    "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI",
+    "AWS_CONTAINER_CREDENTIALS_FULL_URI",
+    "AWS_CONTAINER_AUTHORIZATION_TOKEN",
+    "AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE",
     "AWS_PROFILE",
     "AWS_SHARED_CREDENTIALS_FILE",
     "AWS_CONFIG_FILE",
@@ -42,6 +55,7 @@ pub const VARIABLES: &[&str] = &[
     "AWS_ENDPOINT_URL",
     "AWS_ENDPOINT_URL_EC2",
     "AWS_ENDPOINT_URL_SERVICE_QUOTAS",
+    "AWS_ENDPOINT_URL_STS",
     "AWS_EC2_METADATA_DISABLED",
     "AWS_EC2_METADATA_SERVICE_ENDPOINT",
 ];
@@ -99,14 +113,14 @@ impl AwsEnv {
         self.clock.clone()
     }
 
-    fn home_file(&self, var: &str, relative: &str) -> Option<PathBuf> {
+    pub(super) fn home_file(&self, var: &str, relative: &str) -> Option<PathBuf> {
         match self.var(var) {
             Some(path) => Some(PathBuf::from(path)),
             None => self.home.as_ref().map(|h| h.join(relative)),
         }
     }
 
-    fn profile(&self) -> &str {
+    pub(super) fn profile(&self) -> &str {
         self.var("AWS_PROFILE").unwrap_or("default")
     }
 }
@@ -131,8 +145,8 @@ impl fmt::Debug for AwsEnv {
 #[derive(Clone, PartialEq, Eq)]
 pub struct Credentials {
     access_key_id: String,
-    secret_access_key: String,
-    session_token: Option<String>,
+    secret_access_key: Secret,
+    session_token: Option<Secret>,
     expires: Option<SystemTime>,
 }
 
@@ -140,15 +154,16 @@ impl Credentials {
     pub fn new(access_key_id: &str, secret_access_key: &str) -> Credentials {
         Credentials {
             access_key_id: access_key_id.to_string(),
-            secret_access_key: secret_access_key.to_string(),
+            secret_access_key: Secret::new(secret_access_key),
             session_token: None,
             expires: None,
         }
     }
 
-    /// Temporary credentials carry a session token, sent as `X-Amz-Security-Token`.
+    /// Temporary credentials carry a session token, sent as `X-Amz-Security-Token`;
+    /// an empty one is none (a header with no value would be refused).
     pub fn with_session_token(mut self, token: &str) -> Credentials {
-        self.session_token = Some(token.to_string());
+        self.session_token = (!token.is_empty()).then(|| Secret::new(token));
         self
     }
 
@@ -162,11 +177,11 @@ impl Credentials {
     }
 
     pub fn secret_access_key(&self) -> &str {
-        &self.secret_access_key
+        self.secret_access_key.expose()
     }
 
     pub fn session_token(&self) -> Option<&str> {
-        self.session_token.as_deref()
+        self.session_token.as_ref().map(Secret::expose)
     }
 
     pub fn expires(&self) -> Option<SystemTime> {
@@ -200,6 +215,41 @@ impl fmt::Debug for Credentials {
 
 // --- the chain ------------------------------------------------------------------------
 
+/// What the chain needs besides the environment.
+#[derive(Clone, Debug)]
+pub struct ChainSettings {
+    /// The region whose STS endpoint assumes roles (`https://sts.<region>.amazonaws.com/`
+    /// unless `AWS_ENDPOINT_URL_STS` or `AWS_ENDPOINT_URL` names another).
+    pub region: String,
+    /// A role assumed on top of whatever the chain found, with STS `AssumeRole` signed
+    /// by the chain's credentials: the CCM cloud config's `RoleARN`, as
+    /// cloud-provider-aws assumes it. Default: none.
+    pub role_arn: Option<String>,
+    /// How long a profile's `credential_process` may run (default 60 s, the Go SDK's).
+    pub process_timeout: Duration,
+    /// Timeout of one STS or container-endpoint request (default 10 s).
+    pub timeout: Duration,
+}
+
+impl ChainSettings {
+    pub fn new(region: &str) -> ChainSettings {
+        ChainSettings {
+            region: region.to_string(),
+            role_arn: None,
+            process_timeout: Duration::from_secs(60),
+            timeout: Duration::from_secs(10),
+        }
+    }
+
+    pub fn with_role_arn(mut self, role_arn: Option<&str>) -> ChainSettings {
+        self.role_arn = role_arn
+            .map(str::trim)
+            .filter(|r| !r.is_empty())
+            .map(str::to_string);
+        self
+    }
+}
+
 /// Where the signing credentials come from, decided once at start.
 #[derive(Debug)]
 pub enum CredentialSource {
@@ -210,48 +260,154 @@ pub enum CredentialSource {
         /// and file.
         origin: String,
     },
-    /// The instance role, through IMDSv2, refreshed before expiry.
-    Instance(InstanceRole),
+    /// Temporary credentials (STS, a container endpoint, a process, the instance
+    /// role), fetched on first use and refreshed before they expire.
+    Temporary(Refreshing),
 }
 
 impl CredentialSource {
-    /// Walks the chain: environment variables, then the shared credentials file's
-    /// profile, then the instance role (unless `AWS_EC2_METADATA_DISABLED=true`).
-    pub fn resolve(env: &AwsEnv, imds: Option<Imds>) -> Result<CredentialSource, CloudError> {
-        if let Some(source) = from_env_vars(env)? {
+    /// Walks the chain in the Go SDK's order (which cloud-provider-aws uses):
+    /// environment keys; web identity (`AWS_ROLE_ARN` + `AWS_WEB_IDENTITY_TOKEN_FILE`);
+    /// the profile of the shared config and credentials files (keys, `role_arn` with
+    /// `source_profile` or `credential_source`, `web_identity_token_file`,
+    /// `credential_process`); container credentials (ECS, EKS Pod Identity); the
+    /// instance role (unless `AWS_EC2_METADATA_DISABLED=true`). Then, when
+    /// `settings.role_arn` is set, that role is assumed on top.
+    pub fn resolve(
+        env: &AwsEnv,
+        imds: Option<Imds>,
+        settings: &ChainSettings,
+    ) -> Result<CredentialSource, CloudError> {
+        let mut resolver = Resolver {
+            env,
+            imds,
+            settings,
+        };
+        let base = resolver.chain()?;
+        match &settings.role_arn {
+            Some(role_arn) => resolver.assume_role(
+                base,
+                super::sts::AssumeRoleSettings::new(role_arn, "RoleARN"),
+            ),
+            None => Ok(base),
+        }
+    }
+
+    /// Credentials valid now (refreshing temporary ones if due).
+    pub fn current(&self, now: SystemTime) -> Result<Credentials, CloudError> {
+        match self {
+            CredentialSource::Static { credentials, .. } => Ok(credentials.clone()),
+            CredentialSource::Temporary(refreshing) => refreshing.current(now),
+        }
+    }
+
+    /// Where the credentials come from, for the start-up log and error messages.
+    pub fn origin(&self) -> String {
+        match self {
+            CredentialSource::Static { origin, .. } => origin.clone(),
+            CredentialSource::Temporary(refreshing) => refreshing.fetch.origin(),
+        }
+    }
+}
+
+/// The chain's inputs while it is walked; the instance metadata client goes to the
+/// one source that uses it.
+pub(super) struct Resolver<'a> {
+    pub(super) env: &'a AwsEnv,
+    pub(super) imds: Option<Imds>,
+    pub(super) settings: &'a ChainSettings,
+}
+
+impl Resolver<'_> {
+    fn chain(&mut self) -> Result<CredentialSource, CloudError> {
+        if let Some(source) = from_env_vars(self.env)? {
             return Ok(source);
         }
-        if let Some(source) = from_credentials_file(env)? {
+        if let Some(source) = self.web_identity_from_env()? {
             return Ok(source);
         }
-        match imds {
-            Some(imds) => Ok(CredentialSource::Instance(InstanceRole::new(imds))),
+        if let Some(source) = super::profile::resolve(self)? {
+            return Ok(source);
+        }
+        if let Some(source) = self.container()? {
+            return Ok(source);
+        }
+        match self.instance_role() {
+            Some(source) => Ok(source),
             None => Err(CloudError::invalid(format!(
                 "no AWS credentials: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or \
-                 put profile {:?} in {}, or run on EC2 with an instance role (the instance \
-                 metadata service is disabled by AWS_EC2_METADATA_DISABLED)",
-                env.profile(),
-                display_path(env.home_file("AWS_SHARED_CREDENTIALS_FILE", ".aws/credentials"))
+                 AWS_ROLE_ARN and AWS_WEB_IDENTITY_TOKEN_FILE (IRSA), or put profile {:?} in \
+                 {}, or AWS_CONTAINER_CREDENTIALS_FULL_URI (EKS Pod Identity), or run on EC2 \
+                 with an instance role (the instance metadata service is disabled by \
+                 AWS_EC2_METADATA_DISABLED)",
+                self.env.profile(),
+                display_path(
+                    self.env
+                        .home_file("AWS_SHARED_CREDENTIALS_FILE", ".aws/credentials")
+                )
             ))),
         }
     }
 
-    /// Credentials valid now (refreshing the instance role's if due).
-    pub fn current(&self, now: SystemTime) -> Result<Credentials, CloudError> {
-        match self {
-            CredentialSource::Static { credentials, .. } => Ok(credentials.clone()),
-            CredentialSource::Instance(role) => role.current(now),
-        }
+    fn web_identity_from_env(&self) -> Result<Option<CredentialSource>, CloudError> {
+        let Some(token_file) = self.env.var("AWS_WEB_IDENTITY_TOKEN_FILE") else {
+            return Ok(None);
+        };
+        let Some(role_arn) = self.env.var("AWS_ROLE_ARN") else {
+            return Err(CloudError::invalid(
+                "AWS_WEB_IDENTITY_TOKEN_FILE is set but AWS_ROLE_ARN is not: set the role to \
+                 assume (on EKS, annotate the ServiceAccount with eks.amazonaws.com/role-arn)",
+            ));
+        };
+        self.web_identity(
+            role_arn,
+            PathBuf::from(token_file),
+            self.env.var("AWS_ROLE_SESSION_NAME"),
+        )
+        .map(Some)
     }
 
-    /// Where the credentials come from, for error messages.
-    pub fn origin(&self) -> String {
-        match self {
-            CredentialSource::Static { origin, .. } => origin.clone(),
-            CredentialSource::Instance(role) => {
-                format!("the instance role (IMDS at {})", role.imds.endpoint)
-            }
-        }
+    pub(super) fn web_identity(
+        &self,
+        role_arn: &str,
+        token_file: PathBuf,
+        session_name: Option<&str>,
+    ) -> Result<CredentialSource, CloudError> {
+        let fetch = super::sts::WebIdentity::new(
+            self.env,
+            self.settings,
+            role_arn,
+            token_file,
+            session_name,
+        )?;
+        Ok(CredentialSource::Temporary(Refreshing::new(fetch)))
+    }
+
+    pub(super) fn assume_role(
+        &self,
+        source: CredentialSource,
+        role: super::sts::AssumeRoleSettings,
+    ) -> Result<CredentialSource, CloudError> {
+        let fetch = super::sts::AssumeRole::new(self.env, self.settings, source, role)?;
+        Ok(CredentialSource::Temporary(Refreshing::new(fetch)))
+    }
+
+    pub(super) fn container(&self) -> Result<Option<CredentialSource>, CloudError> {
+        let Some(fetch) = super::container::Container::from_env(self.env, self.settings)? else {
+            return Ok(None);
+        };
+        Ok(Some(CredentialSource::Temporary(Refreshing::new(fetch))))
+    }
+
+    pub(super) fn instance_role(&mut self) -> Option<CredentialSource> {
+        let imds = self.imds.take()?;
+        Some(CredentialSource::Temporary(Refreshing::new(InstanceRole {
+            imds,
+        })))
+    }
+
+    pub(super) fn environment_keys(&self) -> Result<Option<CredentialSource>, CloudError> {
+        from_env_vars(self.env)
     }
 }
 
@@ -284,57 +440,122 @@ fn from_env_vars(env: &AwsEnv) -> Result<Option<CredentialSource>, CloudError> {
     }))
 }
 
-fn from_credentials_file(env: &AwsEnv) -> Result<Option<CredentialSource>, CloudError> {
-    let Some(path) = env.home_file("AWS_SHARED_CREDENTIALS_FILE", ".aws/credentials") else {
-        return Ok(None);
-    };
-    let profile = env.profile();
-    let text = match std::fs::read_to_string(&path) {
-        Ok(text) => text,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            if env.var("AWS_SHARED_CREDENTIALS_FILE").is_some() {
-                return Err(CloudError::invalid(format!(
-                    "AWS_SHARED_CREDENTIALS_FILE names {}, which does not exist",
-                    path.display()
-                )));
-            }
-            return Ok(None);
-        }
-        Err(e) => {
-            return Err(CloudError::invalid(format!(
-                "cannot read the AWS credentials file {}: {e}",
-                path.display()
-            )));
-        }
-    };
-    let sections = parse_ini(&text);
-    let Some(section) = sections.get(profile) else {
-        if env.var("AWS_PROFILE").is_some() {
-            return Err(CloudError::invalid(format!(
-                "AWS_PROFILE is {profile:?} but {} has no [{profile}] section",
-                path.display()
-            )));
-        }
-        return Ok(None);
-    };
-    let origin = format!("profile {profile:?} in {}", path.display());
-    let id = section.get("aws_access_key_id").filter(|v| !v.is_empty());
-    let secret = section
-        .get("aws_secret_access_key")
-        .filter(|v| !v.is_empty());
-    let (Some(id), Some(secret)) = (id, secret) else {
-        return Err(CloudError::invalid(format!(
-            "{origin} needs both aws_access_key_id and aws_secret_access_key"
-        )));
-    };
-    let mut credentials = Credentials::new(id, secret);
-    if let Some(token) = section.get("aws_session_token").filter(|v| !v.is_empty()) {
-        credentials = credentials.with_session_token(token);
+// --- refreshing temporary credentials ---------------------------------------------------
+
+/// One source of temporary credentials: one fetch is one request (or process run).
+pub trait Fetch: Send + Sync {
+    /// Fresh credentials. An error's kind says whether asking again may help
+    /// (`Retry`) or a setting must change (`Invalid`).
+    fn fetch(&self, now: SystemTime) -> Result<Credentials, CloudError>;
+    /// Where they come from, for the log and messages; never a secret.
+    fn origin(&self) -> String;
+}
+
+/// Temporary credentials, fetched on first use and again [`REFRESH_BEFORE_EXPIRY`]
+/// before they expire (as the SDKs' credential caches do), by whichever thread needs
+/// them first; the others wait for that one fetch rather than all asking at once.
+pub struct Refreshing {
+    fetch: Box<dyn Fetch>,
+    cached: Mutex<Option<Fetched>>,
+}
+
+struct Fetched {
+    credentials: Credentials,
+    /// `None`: they never expire (a `credential_process` without `Expiration`).
+    refresh_at: Option<SystemTime>,
+}
+
+impl fmt::Debug for Refreshing {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Refreshing")
+            .field("origin", &self.fetch.origin())
+            .finish_non_exhaustive()
     }
-    Ok(Some(CredentialSource::Static {
-        credentials,
-        origin,
-    }))
+}
+
+/// When credentials fetched at `fetched` and expiring at `expires` should be fetched
+/// again: [`REFRESH_BEFORE_EXPIRY`] ahead of expiry, but not sooner than
+/// [`MIN_REFRESH_INTERVAL`] after the fetch (nor after the expiry itself).
+pub fn refresh_at(fetched: SystemTime, expires: Option<SystemTime>) -> Option<SystemTime> {
+    let expires = expires?;
+    let early = expires
+        .checked_sub(REFRESH_BEFORE_EXPIRY)
+        .unwrap_or(expires);
+    let not_before = (fetched + MIN_REFRESH_INTERVAL).min(expires);
+    Some(early.max(not_before))
+}
+
+impl Refreshing {
+    pub fn new(fetch: impl Fetch + 'static) -> Refreshing {
+        Refreshing {
+            fetch: Box::new(fetch),
+            cached: Mutex::new(None),
+        }
+    }
+
+    pub fn current(&self, now: SystemTime) -> Result<Credentials, CloudError> {
+        let mut cached = crate::sync::lock(&self.cached);
+        if let Some(f) = cached.as_ref()
+            && f.refresh_at.is_none_or(|at| now < at)
+        {
+            return Ok(f.credentials.clone());
+        }
+        match self.fetch.fetch(now) {
+            Ok(credentials) => {
+                log::debug!(
+                    "fetched AWS credentials {} from {}",
+                    credentials.key_hint(),
+                    self.fetch.origin()
+                );
+                *cached = Some(Fetched {
+                    refresh_at: refresh_at(now, credentials.expires()),
+                    credentials: credentials.clone(),
+                });
+                Ok(credentials)
+            }
+            Err(e) => match cached.as_ref() {
+                // Still valid: keep using them and try again on the next request.
+                Some(f) if f.credentials.expires().is_none_or(|exp| now < exp) => {
+                    log::warn!(
+                        "refreshing the AWS credentials from {} failed: {}",
+                        self.fetch.origin(),
+                        e.message
+                    );
+                    Ok(f.credentials.clone())
+                }
+                _ => Err(CloudError::new(
+                    e.kind,
+                    format!(
+                        "no AWS credentials from {}: {}",
+                        self.fetch.origin(),
+                        e.message
+                    ),
+                )),
+            },
+        }
+    }
+}
+
+/// Reads a small file named by a setting (a token), at most `limit` bytes, trimmed.
+pub(super) fn read_bounded(
+    path: &std::path::Path,
+    limit: u64,
+    what: &str,
+) -> Result<String, String> {
+    use std::io::Read;
+    let file = std::fs::File::open(path)
+        .map_err(|e| format!("cannot read {what} {}: {e}", path.display()))?;
+    let mut text = String::new();
+    file.take(limit + 1)
+        .read_to_string(&mut text)
+        .map_err(|e| format!("cannot read {what} {}: {e}", path.display()))?;
+    if text.len() as u64 > limit {
+        return Err(format!(
+            "{what} {} is larger than {limit} bytes: is it the right file?",
+            path.display()
+        ));
+    }
+    Ok(text.trim().to_string())
 }
 
 /// The region: the configured one, `AWS_REGION`, `AWS_DEFAULT_REGION`, the profile's
@@ -384,7 +605,7 @@ fn region_from_config_file(env: &AwsEnv) -> Option<String> {
 
 /// The AWS flavour of INI: `[section]`, `key = value`, `#`/`;` comments. Keys are
 /// case-sensitive like the SDKs'; indented lines (nested values) are ignored.
-fn parse_ini(text: &str) -> BTreeMap<String, BTreeMap<String, String>> {
+pub(super) fn parse_ini(text: &str) -> BTreeMap<String, BTreeMap<String, String>> {
     let mut sections: BTreeMap<String, BTreeMap<String, String>> = BTreeMap::new();
     let mut current: Option<String> = None;
     for line in text.lines() {
@@ -425,6 +646,21 @@ pub const REFRESH_BEFORE_EXPIRY: Duration = Duration::from_secs(300);
 /// If IMDS still hands out credentials close to expiry, ask again only this often.
 pub const MIN_REFRESH_INTERVAL: Duration = Duration::from_secs(60);
 
+/// The HTTP agent of the node-local credential endpoints (IMDS, the container
+/// endpoint): connecting gives up after a second, since off EC2, ECS or EKS their
+/// link-local addresses do not answer; never through an HTTP(S)_PROXY, which could
+/// not reach them.
+pub(super) fn local_agent(timeout: Duration) -> ureq::Agent {
+    crate::http::agent_config()
+        .timeout_connect(Some(timeout.min(Duration::from_secs(1))))
+        .timeout_global(Some(timeout))
+        .http_status_as_error(false)
+        .max_redirects(0)
+        .proxy(None)
+        .build()
+        .new_agent()
+}
+
 /// A client of the instance metadata service, version 2 (session tokens).
 pub struct Imds {
     agent: ureq::Agent,
@@ -459,18 +695,9 @@ impl Imds {
     }
 
     pub fn new(endpoint: &str, clock: Clock) -> Imds {
-        // Off EC2 the link-local address does not answer; fail fast, not after 30 s.
-        let agent = crate::http::agent_config()
-            .timeout_connect(Some(Duration::from_secs(1)))
-            .timeout_global(Some(Duration::from_secs(3)))
-            .http_status_as_error(false)
-            .max_redirects(0)
-            // The metadata service is link-local: never through an HTTP(S)_PROXY.
-            .proxy(None)
-            .build()
-            .new_agent();
         Imds {
-            agent,
+            // Off EC2 the link-local address does not answer; fail fast, not after 30 s.
+            agent: local_agent(Duration::from_secs(3)),
             endpoint: endpoint.trim_end_matches('/').to_string(),
             clock,
             token: Mutex::new(None),
@@ -596,85 +823,26 @@ fn parse_role_credentials(body: &str) -> Result<Credentials, String> {
     )
 }
 
-/// The instance role's credentials, fetched on first use and refreshed before expiry.
-/// Threads that need credentials during a refresh wait for it rather than all asking
-/// IMDS at once.
+/// The instance role's credentials, from IMDSv2.
 pub struct InstanceRole {
     imds: Imds,
-    cached: Mutex<Option<Fetched>>,
 }
 
-struct Fetched {
-    credentials: Credentials,
-    refresh_at: SystemTime,
-}
-
-impl fmt::Debug for InstanceRole {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("InstanceRole")
-            .field("imds", &self.imds)
-            .finish_non_exhaustive()
-    }
-}
-
-/// When credentials fetched at `fetched` and expiring at `expires` should be fetched
-/// again: [`REFRESH_BEFORE_EXPIRY`] ahead of expiry, but not sooner than
-/// [`MIN_REFRESH_INTERVAL`] after the fetch (nor after the expiry itself).
-pub fn refresh_at(fetched: SystemTime, expires: Option<SystemTime>) -> Option<SystemTime> {
-    let expires = expires?;
-    let early = expires
-        .checked_sub(REFRESH_BEFORE_EXPIRY)
-        .unwrap_or(expires);
-    let not_before = (fetched + MIN_REFRESH_INTERVAL).min(expires);
-    Some(early.max(not_before))
-}
-
-impl InstanceRole {
-    pub fn new(imds: Imds) -> InstanceRole {
-        InstanceRole {
-            imds,
-            cached: Mutex::new(None),
-        }
+impl Fetch for InstanceRole {
+    fn fetch(&self, _now: SystemTime) -> Result<Credentials, CloudError> {
+        self.imds.role_credentials().map_err(|e| {
+            CloudError::new(
+                CloudErrorKind::Retry { after: None },
+                format!(
+                    "{e}; set AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, web identity or a \
+                     profile if this is not an EC2 instance with a role"
+                ),
+            )
+        })
     }
 
-    pub fn current(&self, now: SystemTime) -> Result<Credentials, CloudError> {
-        let mut cached = crate::sync::lock(&self.cached);
-        if let Some(f) = cached.as_ref()
-            && now < f.refresh_at
-        {
-            return Ok(f.credentials.clone());
-        }
-        match self.imds.role_credentials() {
-            Ok(credentials) => {
-                let refresh_at = refresh_at(now, credentials.expires())
-                    .unwrap_or(now + Duration::from_secs(3600));
-                log::debug!(
-                    "fetched instance role credentials {} from {}",
-                    credentials.key_hint(),
-                    self.imds.endpoint
-                );
-                *cached = Some(Fetched {
-                    credentials: credentials.clone(),
-                    refresh_at,
-                });
-                Ok(credentials)
-            }
-            Err(e) => match cached.as_ref() {
-                // Still valid: keep using them and try again on the next request.
-                Some(f) if f.credentials.expires().is_none_or(|exp| now < exp) => {
-                    log::warn!("refreshing the instance role credentials failed: {e}");
-                    Ok(f.credentials.clone())
-                }
-                _ => Err(CloudError::new(
-                    CloudErrorKind::Retry { after: None },
-                    format!(
-                        "no AWS credentials from the instance role: {e}; set \
-                         AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY or a profile if this is not \
-                         an EC2 instance with a role"
-                    ),
-                )),
-            },
-        }
+    fn origin(&self) -> String {
+        format!("the instance role (IMDS at {})", self.imds.endpoint)
     }
 }
 
@@ -690,7 +858,8 @@ mod tests {
             .with_var("AWS_SECRET_ACCESS_KEY", "secret-env")
             .with_var("AWS_SESSION_TOKEN", "token-env")
             .with_var("AWS_SHARED_CREDENTIALS_FILE", "/nonexistent/file");
-        let source = CredentialSource::resolve(&env, None).expect("resolves");
+        let source = CredentialSource::resolve(&env, None, &ChainSettings::new("eu-west-1"))
+            .expect("resolves");
         let creds = source.current(UNIX_EPOCH).expect("static");
         assert_eq!(creds.access_key_id(), "AKIDENV");
         assert_eq!(creds.secret_access_key(), "secret-env");
@@ -701,7 +870,8 @@ mod tests {
     #[test]
     fn half_set_environment_credentials_are_an_error_naming_the_missing_variable() {
         let env = AwsEnv::new().with_var("AWS_ACCESS_KEY_ID", "AKIDENV");
-        let err = CredentialSource::resolve(&env, None).expect_err("half set");
+        let err = CredentialSource::resolve(&env, None, &ChainSettings::new("eu-west-1"))
+            .expect_err("half set");
         assert_eq!(err.kind, CloudErrorKind::Invalid);
         assert!(
             err.message.contains("AWS_SECRET_ACCESS_KEY"),
@@ -725,7 +895,8 @@ mod tests {
         let env = AwsEnv::new()
             .with_var("AWS_SHARED_CREDENTIALS_FILE", &path.display().to_string())
             .with_var("AWS_PROFILE", "prod");
-        let err = CredentialSource::resolve(&env, None).expect_err("no [prod]");
+        let err = CredentialSource::resolve(&env, None, &ChainSettings::new("eu-west-1"))
+            .expect_err("no [prod]");
         assert!(err.message.contains("[prod]"), "{}", err.message);
         assert!(
             err.message.contains(&path.display().to_string()),
@@ -735,7 +906,8 @@ mod tests {
         // The default profile exists but lacks its secret.
         let env =
             AwsEnv::new().with_var("AWS_SHARED_CREDENTIALS_FILE", &path.display().to_string());
-        let err = CredentialSource::resolve(&env, None).expect_err("no secret");
+        let err = CredentialSource::resolve(&env, None, &ChainSettings::new("eu-west-1"))
+            .expect_err("no secret");
         assert!(
             err.message.contains("aws_secret_access_key"),
             "{}",
@@ -750,7 +922,8 @@ mod tests {
             "AWS_SHARED_CREDENTIALS_FILE",
             "/nonexistent/aws/credentials",
         );
-        let err = CredentialSource::resolve(&env, None).expect_err("missing file");
+        let err = CredentialSource::resolve(&env, None, &ChainSettings::new("eu-west-1"))
+            .expect_err("missing file");
         assert!(
             err.message.contains("/nonexistent/aws/credentials"),
             "{}",
@@ -759,12 +932,119 @@ mod tests {
         // Without the variable, a missing ~/.aws/credentials just moves on (here to
         // "no credentials", the metadata service being disabled).
         let env = AwsEnv::new().with_home("/nonexistent-home");
-        let err = CredentialSource::resolve(&env, None).expect_err("nothing at all");
+        let err = CredentialSource::resolve(&env, None, &ChainSettings::new("eu-west-1"))
+            .expect_err("nothing at all");
         assert!(
             err.message.contains("no AWS credentials"),
             "{}",
             err.message
         );
+    }
+
+    fn origin_of(env: &AwsEnv, imds: bool) -> Result<String, String> {
+        let imds = imds.then(|| Imds::new("http://127.0.0.1:9", env.clock()));
+        CredentialSource::resolve(env, imds, &ChainSettings::new("eu-west-1"))
+            .map(|s| s.origin())
+            .map_err(|e| e.message)
+    }
+
+    /// The Go SDK's order, each source shadowing the ones after it; resolving sends
+    /// nothing (temporary credentials are fetched on first use).
+    #[test]
+    fn the_chain_takes_env_keys_then_web_identity_then_profile_then_container_then_imds() {
+        let dir = std::env::temp_dir().join(format!("aws-chain-order-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("temp dir");
+        let credentials = dir.join("credentials");
+        std::fs::write(
+            &credentials,
+            "[default]\naws_access_key_id=AKIDFILE\naws_secret_access_key=s\n",
+        )
+        .expect("write");
+        let imds_only = AwsEnv::new().with_home("/nonexistent-home");
+        let container = imds_only
+            .clone()
+            .with_var(
+                "AWS_CONTAINER_CREDENTIALS_FULL_URI",
+                "http://169.254.170.23/v1/credentials",
+            )
+            .with_var(
+                "AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE",
+                "/var/run/pod-identity/token",
+            );
+        let profile = container.clone().with_var(
+            "AWS_SHARED_CREDENTIALS_FILE",
+            &credentials.display().to_string(),
+        );
+        let web_identity = profile
+            .clone()
+            .with_var("AWS_ROLE_ARN", "arn:aws:iam::123456789012:role/x")
+            .with_var("AWS_WEB_IDENTITY_TOKEN_FILE", "/var/run/secrets/eks/token");
+        let keys = web_identity
+            .clone()
+            .with_var("AWS_ACCESS_KEY_ID", "AKIDENV")
+            .with_var("AWS_SECRET_ACCESS_KEY", "s");
+        let expect = |env: &AwsEnv, origin: &str| {
+            let got = origin_of(env, true).expect("resolves");
+            assert!(got.starts_with(origin), "expected {origin}…, got {got}");
+        };
+        expect(&keys, "the environment variables AWS_ACCESS_KEY_ID");
+        expect(
+            &web_identity,
+            "web identity (role arn:aws:iam::123456789012:role/x, token file /var/run/secrets/eks/token)",
+        );
+        expect(&profile, "profile \"default\" in ");
+        expect(
+            &container,
+            "container credentials (http://169.254.170.23/v1/credentials, token file \
+             /var/run/pod-identity/token)",
+        );
+        expect(&imds_only, "the instance role (IMDS at http://127.0.0.1:9)");
+        let err = origin_of(&imds_only, false).expect_err("nothing left");
+        assert!(err.contains("no AWS credentials"), "{err}");
+        let _ = std::fs::remove_dir_all(dir);
+    }
+
+    #[test]
+    fn profile_roles_without_a_source_or_in_a_loop_and_a_token_file_without_a_role_are_refused() {
+        let dir = std::env::temp_dir().join(format!("aws-chain-refusals-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("temp dir");
+        let config = dir.join("config");
+        std::fs::write(
+            &config,
+            "[profile lone]\nrole_arn=arn:aws:iam::1:role/r\n\
+             [profile a]\nrole_arn=arn:aws:iam::1:role/a\nsource_profile=b\n\
+             [profile b]\nrole_arn=arn:aws:iam::1:role/b\nsource_profile=a\n\
+             [profile odd]\nrole_arn=arn:aws:iam::1:role/o\ncredential_source=Somewhere\n\
+             [profile long]\nrole_arn=arn:aws:iam::1:role/l\ncredential_source=Environment\n\
+             duration_seconds=99999\n",
+        )
+        .expect("write");
+        let env = |profile: &str| {
+            AwsEnv::new()
+                .with_home("/nonexistent-home")
+                .with_var("AWS_CONFIG_FILE", &config.display().to_string())
+                .with_var("AWS_PROFILE", profile)
+        };
+        for (profile, expected) in [
+            (
+                "lone",
+                "no source_profile, credential_source or web_identity_token_file",
+            ),
+            ("a", "loop: a -> b -> a"),
+            (
+                "odd",
+                "\"Somewhere\" is not Environment, Ec2InstanceMetadata or EcsContainer",
+            ),
+            ("long", "duration_seconds \"99999\""),
+            ("missing", "AWS_PROFILE is \"missing\""),
+        ] {
+            let err = origin_of(&env(profile), false).expect_err(profile);
+            assert!(err.contains(expected), "{profile}: {err}");
+        }
+        let token_only = AwsEnv::new().with_var("AWS_WEB_IDENTITY_TOKEN_FILE", "/t");
+        let err = origin_of(&token_only, false).expect_err("no role");
+        assert!(err.contains("AWS_ROLE_ARN is not"), "{err}");
+        let _ = std::fs::remove_dir_all(dir);
     }
 
     #[test]

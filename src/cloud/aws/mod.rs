@@ -33,15 +33,23 @@
 //! its own: an uncertain outcome is reported as ambiguous for the controller to check.
 
 #[doc(hidden)]
+pub mod container;
+#[doc(hidden)]
 pub mod credentials;
 #[doc(hidden)]
 pub mod ec2;
+#[doc(hidden)]
+pub mod process;
+#[doc(hidden)]
+pub mod profile;
 #[doc(hidden)]
 pub mod query;
 #[doc(hidden)]
 pub mod quotas;
 #[doc(hidden)]
 pub mod sigv4;
+#[doc(hidden)]
+pub mod sts;
 #[doc(hidden)]
 pub mod xml;
 
@@ -52,7 +60,7 @@ use std::time::{Duration, Instant};
 
 use rand::RngExt;
 
-use self::credentials::{AwsEnv, CredentialSource, Imds, resolve_region};
+use self::credentials::{AwsEnv, ChainSettings, CredentialSource, Imds, resolve_region};
 use self::ec2::{
     CREATE_ROUTE, CallError, CallKind, DELETE_ROUTE, DESCRIBE_INSTANCES, DESCRIBE_ROUTE_TABLES,
     Instance, LEGACY_CLUSTER_TAG, MODIFY_INSTANCE_ATTRIBUTE, REPLACE_ROUTE, RouteTable,
@@ -132,8 +140,9 @@ pub struct AwsConfig {
     /// `Service = EC2`): used when the region resolved at start is one of them and no
     /// endpoint is configured above. Default: none.
     pub ec2_overrides: Vec<(String, String)>,
-    /// A role to assume on top of the credential chain (`RoleARN` of the cloud
-    /// config, as cloud-provider-aws assumes it). Default: none.
+    /// A role assumed on top of the credential chain with STS `AssumeRole`, signed
+    /// with the chain's credentials (`RoleARN` in `--cloud-config`, as
+    /// cloud-provider-aws assumes it). Default: none, the chain's own identity.
     pub role_arn: Option<String>,
 }
 
@@ -263,13 +272,6 @@ impl AwsProvider {
     /// credentials come from the instance role, they are fetched now, so that a
     /// machine without a role fails at start and not at its first route.
     pub fn new(config: AwsConfig, env: &AwsEnv) -> Result<AwsProvider, CloudError> {
-        if let Some(role) = &config.role_arn {
-            return Err(CloudError::invalid(format!(
-                "RoleARN {role}: assuming a role from the cloud config is not supported by this \
-                 build; remove RoleARN and give the role's credentials through the credential \
-                 chain (e.g. AWS_ROLE_ARN with a web identity token)"
-            )));
-        }
         if config.requests_per_second.is_nan()
             || config.requests_per_second <= 0.0
             || config.burst == 0
@@ -307,8 +309,12 @@ impl AwsProvider {
                 &region,
             )?),
         };
-        let credentials = CredentialSource::resolve(env, imds)?;
-        if let CredentialSource::Instance(_) = &credentials {
+        let chain = ChainSettings::new(&region).with_role_arn(config.role_arn.as_deref());
+        let credentials = CredentialSource::resolve(env, imds, &chain)?;
+        // Temporary credentials are fetched now, so that a pod without its web
+        // identity, a role it may not assume or a machine without an instance role
+        // fails at start, not at its first route.
+        if let CredentialSource::Temporary(_) = &credentials {
             credentials.current(env.now())?;
         }
         let mut tables: Vec<String> = Vec::new();
@@ -324,7 +330,7 @@ impl AwsProvider {
             tables.push(t.to_string());
         }
         log::info!(
-            "AWS provider: region {region}, endpoint {}, credentials from {}, route tables {}, \
+            "AWS provider: region {region}, endpoint {}, credentials: {}, route tables {}, \
              route-table limit {}",
             endpoint.url,
             credentials.origin(),
@@ -345,7 +351,7 @@ impl AwsProvider {
                 region,
                 service: "ec2",
                 version: EC2_API_VERSION,
-                credentials,
+                credentials: Some(credentials),
                 clock: env.clock(),
                 timeout: config.timeout,
             }),
@@ -447,7 +453,7 @@ impl AwsProvider {
                     error: Box::new(error),
                     backoff,
                     endpoint: self.ec2.endpoint().url.clone(),
-                    credentials: self.ec2.credentials().origin(),
+                    credentials: self.ec2.credentials_origin(),
                 })
             }
         }

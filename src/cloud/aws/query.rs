@@ -9,7 +9,7 @@
 use std::fmt;
 use std::time::Duration;
 
-use super::credentials::{Clock, CredentialSource};
+use super::credentials::{Clock, CredentialSource, Credentials};
 use super::sigv4::{self, RequestParts, SigningKey};
 use super::xml::{Element, ErrorReply};
 use crate::provider::CloudError;
@@ -189,7 +189,8 @@ pub struct QueryClient {
     region: String,
     service: &'static str,
     version: &'static str,
-    credentials: CredentialSource,
+    /// `None` for the one API called unsigned (STS `AssumeRoleWithWebIdentity`).
+    credentials: Option<CredentialSource>,
     clock: Clock,
 }
 
@@ -199,7 +200,10 @@ impl fmt::Debug for QueryClient {
             .field("endpoint", &self.endpoint.url)
             .field("region", &self.region)
             .field("service", &self.service)
-            .field("credentials", &self.credentials.origin())
+            .field(
+                "credentials",
+                &self.credentials.as_ref().map(CredentialSource::origin),
+            )
             .finish_non_exhaustive()
     }
 }
@@ -212,7 +216,9 @@ pub struct QueryClientConfig {
     pub service: &'static str,
     /// The API version: `2016-11-15` for EC2, `2010-05-08` for IAM.
     pub version: &'static str,
-    pub credentials: CredentialSource,
+    /// What signs the requests; `None`: they go unsigned (STS
+    /// `AssumeRoleWithWebIdentity`, where the web identity token is the proof).
+    pub credentials: Option<CredentialSource>,
     pub clock: Clock,
     /// Whole-request timeout; connecting has its own, shorter one.
     pub timeout: Duration,
@@ -248,8 +254,17 @@ impl QueryClient {
         &self.region
     }
 
-    pub fn credentials(&self) -> &CredentialSource {
-        &self.credentials
+    /// What signs the requests; `None` when they go unsigned.
+    pub fn credentials(&self) -> Option<&CredentialSource> {
+        self.credentials.as_ref()
+    }
+
+    /// Where the signing credentials come from, for messages.
+    pub fn credentials_origin(&self) -> String {
+        match &self.credentials {
+            Some(source) => source.origin(),
+            None => "no credentials (unsigned requests)".into(),
+        }
     }
 
     /// Sends `action` with `params` and returns the reply's root element.
@@ -312,45 +327,49 @@ impl QueryClient {
         body: &str,
     ) -> Result<(u16, String), QueryError> {
         let now = (self.clock)();
-        let credentials = self
-            .credentials
-            .current(now)
-            .map_err(QueryError::Credentials)?;
+        let credentials = match &self.credentials {
+            Some(source) => Some(source.current(now).map_err(QueryError::Credentials)?),
+            None => None,
+        };
         let amz_date = sigv4::amz_date(now);
         let mut headers: Vec<(&str, &str)> = vec![
             ("Content-Type", content_type),
             ("Host", &endpoint.host),
             ("X-Amz-Date", &amz_date),
         ];
-        if let Some(token) = credentials.session_token() {
+        if let Some(token) = credentials.as_ref().and_then(Credentials::session_token) {
             headers.push(("X-Amz-Security-Token", token));
         }
         if let Some(target) = target {
             headers.push(("X-Amz-Target", target));
         }
-        let signature = sigv4::sign(
-            SigningKey {
-                access_key_id: credentials.access_key_id(),
-                secret_access_key: credentials.secret_access_key(),
-                region: &self.region,
-                service,
-            },
-            RequestParts {
-                method: "POST",
-                path: &endpoint.path,
-                query: &[],
-                headers: &headers,
-                payload: body.as_bytes(),
-            },
-            &amz_date,
-        );
+        let authorization = credentials.as_ref().map(|credentials| {
+            sigv4::sign(
+                SigningKey {
+                    access_key_id: credentials.access_key_id(),
+                    secret_access_key: credentials.secret_access_key(),
+                    region: &self.region,
+                    service,
+                },
+                RequestParts {
+                    method: "POST",
+                    path: &endpoint.path,
+                    query: &[],
+                    headers: &headers,
+                    payload: body.as_bytes(),
+                },
+                &amz_date,
+            )
+            .authorization
+        });
         let mut request = self.agent.post(&endpoint.url);
         for (name, value) in &headers {
             request = request.header(*name, *value);
         }
-        let result = request
-            .header("Authorization", &signature.authorization)
-            .send(body.as_bytes());
+        if let Some(authorization) = &authorization {
+            request = request.header("Authorization", authorization);
+        }
+        let result = request.send(body.as_bytes());
         let mut response = result.map_err(|e| transport_error(&e))?;
         let status = response.status().as_u16();
         let text = response
