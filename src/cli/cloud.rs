@@ -220,7 +220,7 @@ impl CloudSettings {
                 }
             }
             Provider::Hcloud(c) => describe_hcloud(c, &mut lines),
-            Provider::Aws(c, _) => describe_aws(c, &mut lines),
+            Provider::Aws(c, identity) => describe_aws(c, &identity.env, &mut lines),
             Provider::Azure(c) => describe_azure(c, &mut lines),
             Provider::Gce(c) => describe_gce(c, &mut lines),
             Provider::OpenStack(c) => describe_openstack(c, &mut lines),
@@ -275,7 +275,11 @@ fn describe_hcloud(c: &crate::cloud::hcloud::Config, lines: &mut Vec<(&'static s
     ));
 }
 
-fn describe_aws(c: &crate::cloud::aws::AwsConfig, lines: &mut Vec<(&'static str, String)>) {
+fn describe_aws(
+    c: &crate::cloud::aws::AwsConfig,
+    env: &crate::cloud::aws::credentials::AwsEnv,
+    lines: &mut Vec<(&'static str, String)>,
+) {
     lines.push((
         "route tables",
         if c.route_table_ids.is_empty() {
@@ -301,11 +305,17 @@ fn describe_aws(c: &crate::cloud::aws::AwsConfig, lines: &mut Vec<(&'static str,
     if let Some(endpoint) = &c.endpoint {
         lines.push(("EC2 endpoint", endpoint.clone()));
     }
+    // The chain is walked without a request: temporary credentials are fetched on
+    // first use, which here never comes.
+    use crate::cloud::aws::credentials::{ChainSettings, CredentialSource, Imds};
+    let settings = ChainSettings::new(c.region.as_deref().unwrap_or("us-east-1"))
+        .with_role_arn(c.role_arn.as_deref());
+    let imds = Imds::from_env(env, c.imds_endpoint.as_deref());
     lines.push((
         "identity",
-        match &c.role_arn {
-            Some(role) => format!("the role {role} (RoleARN), assumed with the credential chain's"),
-            None => "the AWS credential chain (see run --help)".to_string(),
+        match CredentialSource::resolve(env, imds, &settings) {
+            Ok(source) => source.origin(),
+            Err(e) => format!("none found: {}", e.message),
         },
     ));
     lines.push((

@@ -198,8 +198,9 @@ pub(crate) const ENV: &[(&str, &str)] = &[
     ),
     (
         "AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN, AWS_REGION, AWS_PROFILE, ...",
-        "--cloud-provider=aws: the usual AWS credential chain (environment, shared files, \
-             web identity, instance metadata); the routes a route table may hold are the \
+        "--cloud-provider=aws: the AWS credential chain, in the Go SDK's order (environment \
+             keys, web identity, the shared files' profile, container credentials, instance \
+             metadata), and RoleARN of --cloud-config assumed on top; the routes a route table may hold are the \
              account's \"Routes per route table\" from Service Quotas (needs \
              servicequotas:GetServiceQuota; else AWS's default, 500), unless \
              RouteTableRouteLimit in --cloud-config sets them",
