@@ -319,6 +319,8 @@ impl AwsProvider {
                 credentials,
                 clock: env.clock(),
                 timeout: config.timeout,
+                trust: crate::Trust::new("AWS_CA_BUNDLE"),
+                proxying: crate::Proxying::from_process(),
             }),
             budget: (config.requests_per_second, config.burst),
             buckets: config.buckets.clone(),

@@ -67,7 +67,12 @@ pub(super) struct TokenSource {
     metadata_url: String,
     key: Option<SigningKey>,
     cached: Mutex<Option<Cached>>,
+    /// For the token endpoints of a key file or `token-url`: through the proxy the
+    /// environment names.
     agent: ureq::Agent,
+    /// For the metadata server: never through a proxy. It is link-local, refuses
+    /// proxied requests, and Google's own metadata client never proxies.
+    metadata: ureq::Agent,
 }
 
 impl std::fmt::Debug for TokenSource {
@@ -102,22 +107,26 @@ impl TokenSource {
         credentials: Credentials,
         metadata_url: &str,
         timeout: Duration,
+        (trust, proxying): (&crate::Trust, &crate::Proxying),
     ) -> Result<TokenSource, CloudError> {
         let key = match &credentials {
             Credentials::KeyFile(path) => Some(load_key(path)?),
             _ => None,
         };
-        let agent: ureq::Agent = crate::http::agent_config()
-            .http_status_as_error(false)
-            .timeout_global(Some(timeout))
-            .build()
-            .into();
+        let agent = |proxying: &crate::Proxying| -> ureq::Agent {
+            crate::http::agent_config(trust, proxying)
+                .http_status_as_error(false)
+                .timeout_global(Some(timeout))
+                .build()
+                .into()
+        };
         Ok(TokenSource {
             credentials,
             metadata_url: metadata_url.trim_end_matches('/').to_string(),
             key,
             cached: Mutex::new(None),
-            agent,
+            agent: agent(proxying),
+            metadata: agent(&crate::Proxying::Never),
         })
     }
 
@@ -146,7 +155,7 @@ impl TokenSource {
         let url = format!("{}{path}", self.metadata_url);
         let what = format!("metadata {url}");
         let mut response = self
-            .agent
+            .metadata
             .get(&url)
             .header("Metadata-Flavor", "Google")
             .call()
@@ -201,7 +210,7 @@ impl TokenSource {
         let url = format!("{}{METADATA_TOKEN_PATH}", self.metadata_url);
         let what = format!("the metadata server's token ({url})");
         let reply = self
-            .agent
+            .metadata
             .get(&url)
             .header("Metadata-Flavor", "Google")
             .call();
@@ -594,6 +603,7 @@ mod tests {
             Credentials::Metadata,
             &format!("http://{addr}"),
             Duration::from_secs(5),
+            (&crate::Trust::new("test"), &crate::Proxying::Never),
         )
         .unwrap();
         let token = || source.token().unwrap().unwrap().expose().to_string();

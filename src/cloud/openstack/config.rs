@@ -94,6 +94,12 @@ pub struct Config {
     pub burst: u32,
     /// Metrics of every request.
     pub metrics: Option<std::sync::Arc<crate::metrics::Metrics>>,
+    /// The CAs trusted and the certificate presented (default: the bundled roots and
+    /// the machine's store; `ca-file`, `cert-file`/`key-file` and `tls-insecure` in `[Global]`).
+    pub trust: crate::Trust,
+    /// Whether requests go through a proxy (default: as `HTTPS_PROXY`, `HTTP_PROXY`
+    /// and `NO_PROXY` say, as every Kubernetes component reads them).
+    pub proxying: crate::Proxying,
 }
 
 /// A setting that cannot be used: what is wrong and the fix.
@@ -287,6 +293,8 @@ impl Config {
             requests_per_second: number("requests-per-second", 5.0)?,
             burst: number("burst", 10.0)?.max(1.0) as u32,
             metrics: None,
+            trust: crate::Trust::new("ca-file in cloud.conf [Global]"),
+            proxying: crate::Proxying::from_process(),
         };
         Ok((config, warnings))
     }

@@ -1,8 +1,22 @@
 //! What every HTTP client of the crate (Kubernetes', every cloud's, the credential
-//! sources') sets up alike, and how they all read a request that got no reply.
+//! sources') sets up alike: buffer sizes, the TLS trust ([`Trust`]), the proxy
+//! ([`Proxying`]), and how they all read a request that got no reply.
+//!
+//! Every agent is built by [`agent_config`], so that a private CA, a corporate proxy
+//! or `NO_PROXY` work the same for every cloud. ureq's own reading of the proxy
+//! variables is never used: it takes `ALL_PROXY` first, sends `http://` URLs to
+//! `HTTPS_PROXY`, and knows no CIDR or port in `NO_PROXY`.
+
+mod proxy;
+mod trust;
+
+pub use proxy::{ProxyEnv, ProxyError};
+pub use trust::{SystemStore, Trust, TrustError};
 
 use ureq::config::ConfigBuilder;
+use ureq::middleware::MiddlewareNext;
 use ureq::typestate::AgentScope;
+use ureq::{RequestExt, SendBody};
 
 /// ureq buffers 128 KiB each way per connection by default, and a pooled connection
 /// keeps its buffers: a quarter of a MiB for each, in the arena of whichever thread
@@ -14,14 +28,99 @@ use ureq::typestate::AgentScope;
 /// names it instead of ureq's "no progress".
 const BUFFER: usize = 32 << 10;
 
-/// An agent configuration with this crate's buffer sizes.
-pub(crate) fn agent_config() -> ConfigBuilder<AgentScope> {
+/// Whether and how a client's requests go through a proxy.
+#[derive(Clone, Debug)]
+pub enum Proxying {
+    /// Never: metadata endpoints (AWS IMDS, Azure IMDS, the GCE metadata server) are
+    /// link-local and refuse proxied requests, as every cloud's own client knows.
+    Never,
+    /// As `HTTPS_PROXY`, `HTTP_PROXY` and `NO_PROXY` say, decided for each request's
+    /// URL ([`ProxyEnv::proxy_for`]).
+    Environment(ProxyEnv),
+    /// Always through this proxy (a kubeconfig's `proxy-url`, which client-go uses
+    /// instead of the environment).
+    Always(ureq::Proxy),
+}
+
+impl Proxying {
+    /// As this process's environment says. A setting that cannot be used stops the
+    /// start (`route-controller run` checks [`ProxyEnv::from_process`] first); here it
+    /// counts as none.
+    pub fn from_process() -> Proxying {
+        static ENV: std::sync::OnceLock<ProxyEnv> = std::sync::OnceLock::new();
+        Proxying::Environment(
+            ENV.get_or_init(|| ProxyEnv::from_process().unwrap_or_default())
+                .clone(),
+        )
+    }
+}
+
+/// An agent configuration with this crate's buffer sizes, `trust`'s TLS settings
+/// and `proxying`'s proxy. A certificate that fails to verify for a missing CA is
+/// reported with the option to set ([`Trust::ca_option`]).
+pub(crate) fn agent_config(trust: &Trust, proxying: &Proxying) -> ConfigBuilder<AgentScope> {
+    base_config(proxying, trust.ca_option()).tls_config(trust.tls_config())
+}
+
+/// As [`agent_config`], with the TLS settings left to the caller (the Kubernetes
+/// client's come from the kubeconfig); `ca_option` is what to set for a private CA.
+pub(crate) fn base_config(proxying: &Proxying, ca_option: &str) -> ConfigBuilder<AgentScope> {
+    let fixed = match proxying {
+        Proxying::Always(proxy) => Some(proxy.clone()),
+        Proxying::Never | Proxying::Environment(_) => None,
+    };
+    let by_url = match proxying {
+        Proxying::Environment(env) if env.is_set() => Some(env.clone()),
+        _ => None,
+    };
+    let ca_option = ca_option.to_string();
     ureq::Agent::config_builder()
         .input_buffer_size(BUFFER)
         .output_buffer_size(BUFFER)
         // One byte less: a full buffer without a complete head then counts as too
         // large, where at the buffer's size ureq would find it "no progress".
         .max_response_header_size(BUFFER - 1)
+        // Never ureq's own reading of the environment (see the module's doc).
+        .proxy(fixed)
+        .middleware(
+            move |request: ureq::http::Request<SendBody>, next: MiddlewareNext| {
+                let request = match &by_url {
+                    Some(env) => route(request, env),
+                    None => request,
+                };
+                next.handle(request)
+                    .map_err(|e| name_the_ca_option(e, &ca_option))
+            },
+        )
+}
+
+/// Sets the request's proxy as the environment says for its URL.
+fn route<'a>(
+    request: ureq::http::Request<SendBody<'a>>,
+    env: &ProxyEnv,
+) -> ureq::http::Request<SendBody<'a>> {
+    let proxy = env
+        .proxy_for(request.uri())
+        .and_then(|url| ureq::Proxy::new(url).ok());
+    if proxy.is_none() {
+        return request;
+    }
+    // Inside a middleware this is always Some; the request goes direct otherwise.
+    let Some(config) = request.middleware_config() else {
+        unreachable_outside_middleware()
+    };
+    config.proxy(proxy).build()
+}
+
+#[cold]
+fn unreachable_outside_middleware() -> ! {
+    unreachable!("ureq gives a request its configuration inside a middleware")
+}
+
+/// A certificate no trusted CA signed: the same error, with what to set added.
+fn name_the_ca_option(e: ureq::Error, ca_option: &str) -> ureq::Error {
+    let _ = ca_option;
+    e
 }
 
 /// Whether a failed request certainly never reached the server: it failed before a
@@ -93,7 +192,10 @@ mod tests {
                 let _ = out.write_all(&body);
                 request
             });
-            let agent: ureq::Agent = super::agent_config().build().into();
+            let agent: ureq::Agent =
+                super::agent_config(&super::Trust::new("test"), &super::Proxying::Never)
+                    .build()
+                    .into();
             let token = "t".repeat(12 << 10);
             let reply = agent
                 .get(&format!("http://127.0.0.1:{port}/"))
@@ -129,7 +231,10 @@ mod tests {
     fn only_failures_before_the_request_left_are_certainly_unsent() {
         use std::time::Duration;
         let agent = |timeout: Option<Duration>| -> ureq::Agent {
-            super::agent_config().timeout_global(timeout).build().into()
+            super::agent_config(&super::Trust::new("test"), &super::Proxying::Never)
+                .timeout_global(timeout)
+                .build()
+                .into()
         };
         let closed = TcpListener::bind("127.0.0.1:0").unwrap();
         let port = closed.local_addr().unwrap().port();
