@@ -334,7 +334,8 @@ mod tests {
     /// and IDNA names are compared as written.
     #[test]
     fn go_proxy_for_url_cases() {
-        let cases: &[(&[(&str, &str)], &str, Option<&str>)] = &[
+        type Case<'a> = (&'a [(&'a str, &'a str)], &'a str, Option<&'a str>);
+        let cases: &[Case] = &[
             (
                 &[("HTTP_PROXY", "127.0.0.1:8080")],
                 "http://example.com",
