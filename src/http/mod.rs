@@ -29,7 +29,7 @@ use ureq::{RequestExt, SendBody};
 const BUFFER: usize = 32 << 10;
 
 /// Whether and how a client's requests go through a proxy.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Proxying {
     /// Never: metadata endpoints (AWS IMDS, Azure IMDS, the GCE metadata server) are
     /// link-local and refuse proxied requests, as every cloud's own client knows.
@@ -117,10 +117,54 @@ fn unreachable_outside_middleware() -> ! {
     unreachable!("ureq gives a request its configuration inside a middleware")
 }
 
-/// A certificate no trusted CA signed: the same error, with what to set added.
+/// A certificate no trusted CA signed: the same error (ureq's `Io` of rustls'
+/// `InvalidCertificate(UnknownIssuer)`), with what to set added.
 fn name_the_ca_option(e: ureq::Error, ca_option: &str) -> ureq::Error {
-    let _ = ca_option;
-    e
+    match e {
+        ureq::Error::Io(io) if unknown_issuer(&io) => {
+            let kind = io.kind();
+            let message = format!(
+                "{io}: no CA this client trusts signed the server's certificate; set \
+                 {ca_option} to a PEM file with the CA that did"
+            );
+            ureq::Error::Io(std::io::Error::new(kind, UnverifiedPeer(message)))
+        }
+        other => other,
+    }
+}
+
+fn unknown_issuer(io: &std::io::Error) -> bool {
+    io.get_ref()
+        .and_then(|inner| inner.downcast_ref::<rustls::Error>())
+        .is_some_and(|e| {
+            matches!(
+                e,
+                rustls::Error::InvalidCertificate(rustls::CertificateError::UnknownIssuer)
+            )
+        })
+}
+
+/// A server certificate that failed to verify, in words that name the fix.
+#[derive(Debug)]
+struct UnverifiedPeer(String);
+
+impl std::fmt::Display for UnverifiedPeer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for UnverifiedPeer {}
+
+/// Whether `io` is a server certificate that failed verification: the handshake
+/// stopped before any request byte was sent.
+fn failed_verification(io: &std::io::Error) -> bool {
+    io.get_ref().is_some_and(|inner| {
+        inner.is::<UnverifiedPeer>()
+            || inner
+                .downcast_ref::<rustls::Error>()
+                .is_some_and(|e| matches!(e, rustls::Error::InvalidCertificate(_)))
+    })
 }
 
 /// Whether a failed request certainly never reached the server: it failed before a
@@ -138,10 +182,12 @@ pub(crate) fn certainly_unsent(e: &ureq::Error) -> bool {
         | ureq::Error::InvalidProxyUrl
         | ureq::Error::Tls(_)
         | ureq::Error::Timeout(Timeout::Connect | Timeout::Resolve) => true,
-        ureq::Error::Io(io) => matches!(
-            io.kind(),
-            std::io::ErrorKind::ConnectionRefused | std::io::ErrorKind::AddrNotAvailable
-        ),
+        ureq::Error::Io(io) => {
+            matches!(
+                io.kind(),
+                std::io::ErrorKind::ConnectionRefused | std::io::ErrorKind::AddrNotAvailable
+            ) || failed_verification(io)
+        }
         _ => false,
     }
 }
