@@ -147,3 +147,212 @@ fn hcloud_goes_through_https_proxy_unless_no_proxy_names_the_host() {
         "NO_PROXY kept it off the proxy: {err}"
     );
 }
+
+// ---------------------------------------------------------------- OpenStack
+
+mod openstack {
+    use super::*;
+    use neutron_double::NeutronDouble;
+    use route_controller::Cidr;
+    use route_controller::cloud::openstack::{Config, OpenStackRoutes};
+
+    const ROUTER: &str = "router-1";
+
+    /// The double's cloud.conf with Keystone and Neutron at `base` (the TLS front)
+    /// and `extra` lines added to `[Global]`.
+    fn conf(double: &NeutronDouble, base: &str, extra: &str) -> (Config, Vec<String>) {
+        let plain = double.auth_url();
+        let plain_base = plain.trim_end_matches("/v3");
+        let text = double.cloud_conf(ROUTER).replace(plain_base, base).replace(
+            "[Route]\n",
+            &format!("{extra}[Route]\nnetwork-endpoint = {base}/network\n"),
+        );
+        let cidrs = [Cidr::parse("10.244.0.0/16").unwrap()];
+        Config::from_cloud_conf(&text, &cidrs, |_| Err("no clouds.yaml".into()))
+            .expect("the cloud.conf parses")
+    }
+
+    fn double() -> NeutronDouble {
+        let d = NeutronDouble::start(ROUTER, true);
+        d.attach_network("net-nodes", "10.0.0.1");
+        d
+    }
+
+    /// cloud-provider-openstack's `ca-file`, `cert-file`/`key-file`: Keystone and
+    /// Neutron behind a front that wants a client certificate. Without `ca-file` the
+    /// start fails with `UnknownIssuer` naming it; without the client certificate the
+    /// front refuses the handshake; with both the provider connects.
+    #[test]
+    fn openstack_ca_file_and_client_certificate() {
+        let ca = TestCa::new("openstack");
+        let double = double();
+        let front = TlsFront::start(&ca, addr_of(&double.auth_url()), true);
+        let base = front.url("");
+        let client = ca.client("route-controller");
+        let ca_line = format!("ca-file = {}\n", ca.ca_path.display());
+        let pair = format!(
+            "cert-file = {}\nkey-file = {}\n",
+            client.cert_path.display(),
+            client.key_path.display()
+        );
+        let with_store = |(mut c, w): (Config, Vec<String>)| {
+            c.trust = rebase(c.trust);
+            (c, w)
+        };
+
+        let (config, _) = with_store(conf(&double, &base, &pair));
+        let err = OpenStackRoutes::connect(config).expect_err("no ca-file, no trust");
+        assert!(err.message.contains("UnknownIssuer"), "{err}");
+        assert!(err.message.contains("set ca-file in cloud.conf"), "{err}");
+
+        let (config, _) = with_store(conf(&double, &base, &ca_line));
+        let err = OpenStackRoutes::connect(config).expect_err("no client certificate");
+        assert!(!err.message.contains("UnknownIssuer"), "{err}");
+
+        let (config, _) = with_store(conf(&double, &base, &format!("{ca_line}{pair}")));
+        OpenStackRoutes::connect(config)
+            .expect("trusted through ca-file, known by its certificate");
+    }
+
+    /// The system store of these tests is empty: the CA must come from the option.
+    fn rebase(trust: Trust) -> Trust {
+        trust.system_store(no_store())
+    }
+
+    /// `tls-insecure = true`: no CA needed, and a warning says what it costs.
+    #[test]
+    fn openstack_tls_insecure_connects_without_a_ca_and_warns() {
+        let ca = TestCa::new("openstack-insecure");
+        let double = double();
+        let front = TlsFront::start(&ca, addr_of(&double.auth_url()), false);
+        let (mut config, warnings) = conf(&double, &front.url(""), "tls-insecure = true\n");
+        config.trust = rebase(config.trust);
+        assert!(
+            warnings
+                .iter()
+                .any(|w| w.contains("tls-insecure") && w.contains("NOT verified")),
+            "{warnings:?}"
+        );
+        assert_eq!(
+            config.trust.insecure(),
+            Some("cloud.conf [Global] tls-insecure")
+        );
+        OpenStackRoutes::connect(config).expect("verification is off");
+    }
+
+    /// Keystone and Neutron through `HTTPS_PROXY`.
+    #[test]
+    fn openstack_goes_through_https_proxy() {
+        let ca = TestCa::new("openstack-proxy");
+        let double = double();
+        let front = TlsFront::start(&ca, addr_of(&double.auth_url()), false);
+        let proxy = ForwardProxy::start();
+        let ca_line = format!("ca-file = {}\n", ca.ca_path.display());
+        let (mut config, _) = conf(&double, &front.named_url("openstack", ""), &ca_line);
+        config.proxying = proxy_env(&[("HTTPS_PROXY", &proxy.url())]);
+        if let Err(e) = OpenStackRoutes::connect(config) {
+            panic!("not through the proxy: {e}\n{}", proxy.log());
+        }
+        let host = format!("openstack.{}:{}", tls_front::TEST_DOMAIN, front.port);
+        assert!(proxy.journal().contains(&host), "{:?}", proxy.journal());
+    }
+}
+
+// ---------------------------------------------------------------- GCE
+
+mod gce {
+    use super::*;
+    use gce_double::GceDouble;
+    use route_controller::NodeDirectory;
+    use route_controller::Routes;
+    use route_controller::cloud::gce::{Config, Credentials, GceRoutes};
+
+    fn config(api: String, metadata: String) -> Config {
+        Config {
+            project_id: Some("e2e-project".into()),
+            network_name: Some("k8s".into()),
+            api_endpoint: api,
+            metadata_url: metadata,
+            credentials: Credentials::Metadata,
+            request_timeout: Duration::from_secs(5),
+            ..Config::default()
+        }
+    }
+
+    /// The Compute API path of the double's endpoint (`/compute/v1/`).
+    fn api_path(double: &GceDouble) -> String {
+        let api = double.api_endpoint();
+        let rest = api.strip_prefix("http://").unwrap();
+        rest[rest.find('/').unwrap()..].to_string()
+    }
+
+    /// cloud-provider-gcp and Google's Go libraries have no CA option: Go's
+    /// `SSL_CERT_FILE` is how a private CA (a TLS-inspecting proxy, a private API
+    /// endpoint) is trusted, and so it is here.
+    #[test]
+    fn gce_trusts_a_private_ca_through_ssl_cert_file_only() {
+        let ca = TestCa::new("gce");
+        let double = GceDouble::start("e2e-project", "k8s", None);
+        let front = TlsFront::start(&ca, addr_of(&double.api_endpoint()), false);
+        let metadata = format!("http://{}", double.metadata_host());
+
+        let mut c = config(front.url(&api_path(&double)), metadata.clone());
+        c.trust = Trust::with_system_store("SSL_CERT_FILE", no_store());
+        // The start reads the project's quotas: the first request.
+        let err = GceRoutes::connect(c).expect_err("a CA nobody named is not trusted");
+        assert!(err.message.contains("UnknownIssuer"), "{err}");
+        assert!(err.message.contains("set SSL_CERT_FILE"), "{err}");
+
+        let mut c = config(front.url(&api_path(&double)), metadata);
+        c.trust = Trust::with_system_store("SSL_CERT_FILE", store_with_cert_file(&ca.ca_path));
+        let gce = GceRoutes::connect(c).expect("connects");
+        gce.list_routes("e2e", &NodeDirectory::default())
+            .expect("the CA in SSL_CERT_FILE is trusted");
+    }
+
+    /// The Compute API through `HTTPS_PROXY`, while the metadata server is never
+    /// asked through it, though `HTTP_PROXY` names the proxy too: Google's metadata
+    /// client never proxies, and the metadata server refuses proxied requests.
+    #[test]
+    fn gce_api_goes_through_the_proxy_and_the_metadata_server_never_does() {
+        let ca = TestCa::new("gce-proxy");
+        let double = GceDouble::start("e2e-project", "k8s", None);
+        let front = TlsFront::start(&ca, addr_of(&double.api_endpoint()), false);
+        let proxy = ForwardProxy::start();
+        let both = || proxy_env(&[("HTTPS_PROXY", &proxy.url()), ("HTTP_PROXY", &proxy.url())]);
+        let trusted =
+            || Trust::with_system_store("SSL_CERT_FILE", store_with_cert_file(&ca.ca_path));
+
+        let mut c = config(
+            front.named_url("compute", &api_path(&double)),
+            format!("http://{}", double.metadata_host()),
+        );
+        c.trust = trusted();
+        c.proxying = both();
+        let gce = GceRoutes::connect(c).expect("connects");
+        if let Err(e) = gce.list_routes("e2e", &NodeDirectory::default()) {
+            panic!(
+                "the API is not reached through the proxy: {e}\n{}",
+                proxy.log()
+            );
+        }
+        let host = format!("compute.{}:{}", tls_front::TEST_DOMAIN, front.port);
+        assert!(proxy.journal().contains(&host), "{:?}", proxy.journal());
+
+        // The metadata server by a name only the proxy could resolve: asked directly,
+        // the token request fails, and the proxy never hears of it.
+        let port = addr_of(&format!("http://{}", double.metadata_host())).port();
+        let metadata = format!("http://metadata.{}:{port}", tls_front::TEST_DOMAIN);
+        let mut c = config(front.named_url("compute", &api_path(&double)), metadata);
+        c.trust = trusted();
+        c.proxying = both();
+        let err =
+            GceRoutes::connect(c).expect_err("the metadata server's name does not resolve here");
+        assert!(
+            proxy.journal().iter().all(|h| !h.starts_with("metadata.")),
+            "a metadata request went to the proxy: {:?} ({err})",
+            proxy.journal()
+        );
+        assert!(err.message.contains("metadata"), "{err}");
+    }
+}

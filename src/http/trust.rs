@@ -182,6 +182,12 @@ impl Trust {
         }
     }
 
+    /// The same trust on another system store (tests: a machine without one).
+    pub fn system_store(mut self, system: Arc<SystemStore>) -> Trust {
+        self.system = system;
+        self
+    }
+
     /// Also trusts the CA certificates of the PEM file `path`, which `option` named.
     pub fn add_ca_file(&mut self, path: &Path, option: &str) -> Result<(), TrustError> {
         let pem = std::fs::read(path).map_err(|e| {
