@@ -8,12 +8,16 @@
 // Each double brings its own copy of the wire helpers; they are used apart.
 #![allow(clippy::duplicate_mod)]
 
+#[path = "support/arm_stub.rs"]
+mod arm_stub;
 #[path = "support/forward_proxy.rs"]
 mod forward_proxy;
 #[path = "support/gce_double.rs"]
 mod gce_double;
 #[path = "support/hcloud_double.rs"]
 mod hcloud_double;
+#[path = "support/moto.rs"]
+mod moto;
 #[path = "support/neutron_double.rs"]
 mod neutron_double;
 #[path = "support/tls_front.rs"]
@@ -354,5 +358,179 @@ mod gce {
             proxy.journal()
         );
         assert!(err.message.contains("metadata"), "{err}");
+    }
+}
+
+// ---------------------------------------------------------------- Azure
+
+mod azure {
+    use super::*;
+    use arm_stub::ArmStub;
+    use route_controller::cloud::azure::{AzureRoutes, Config};
+
+    /// The stub's azure.json, with both endpoints at `base` (the TLS front or the
+    /// stub itself) in the environment file.
+    fn config(stub: &ArmStub, dir: &tls_front::TempDir, base: &str) -> Config {
+        let (text, vars) = stub.config(dir.path());
+        let env_file = &vars[0].1;
+        let plain = stub.server.url();
+        let environment = std::fs::read_to_string(env_file)
+            .unwrap()
+            .replace(&plain, base);
+        std::fs::write(env_file, environment).unwrap();
+        let mut config = Config::parse(&text, &|k| {
+            vars.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone())
+        })
+        .expect("the azure.json parses");
+        config.request_timeout = Duration::from_secs(5);
+        config
+    }
+
+    /// cloud-provider-azure and the Azure SDK for Go have no CA option: Azure Stack
+    /// Hub's and Microsoft's own guides put a private CA in the system store, which
+    /// Go reads from `SSL_CERT_FILE`; so it is here.
+    #[test]
+    fn azure_trusts_a_private_ca_through_ssl_cert_file_only() {
+        let ca = TestCa::new("azure");
+        let stub = ArmStub::start();
+        let front = TlsFront::start(&ca, addr_of(&stub.server.url()), false);
+
+        let mut c = config(&stub, &ca.dir, &front.url(""));
+        c.trust = Trust::with_system_store("SSL_CERT_FILE", no_store());
+        let err = AzureRoutes::connect(c).expect_err("a CA nobody named is not trusted");
+        assert!(err.message.contains("UnknownIssuer"), "{err}");
+        assert!(err.message.contains("set SSL_CERT_FILE"), "{err}");
+
+        let mut c = config(&stub, &ca.dir, &front.url(""));
+        c.trust = Trust::with_system_store("SSL_CERT_FILE", store_with_cert_file(&ca.ca_path));
+        AzureRoutes::connect(c).expect("the CA in SSL_CERT_FILE is trusted");
+    }
+
+    /// Entra ID and Resource Manager through `HTTPS_PROXY`.
+    #[test]
+    fn azure_goes_through_https_proxy() {
+        let ca = TestCa::new("azure-proxy");
+        let stub = ArmStub::start();
+        let front = TlsFront::start(&ca, addr_of(&stub.server.url()), false);
+        let proxy = ForwardProxy::start();
+        let mut c = config(&stub, &ca.dir, &front.named_url("management", ""));
+        c.trust = Trust::with_system_store("SSL_CERT_FILE", store_with_cert_file(&ca.ca_path));
+        c.proxying = proxy_env(&[("HTTPS_PROXY", &proxy.url())]);
+        if let Err(e) = AzureRoutes::connect(c) {
+            panic!("not through the proxy: {e}\n{}", proxy.log());
+        }
+        let host = format!("management.{}:{}", tls_front::TEST_DOMAIN, front.port);
+        assert!(proxy.journal().contains(&host), "{:?}", proxy.journal());
+    }
+
+    /// Azure Stack Hub serves only its profile's api-versions (here the
+    /// 2020-09-01-hybrid profile's Network and Compute versions) and answers others
+    /// `NoRegisteredProviderFound`: the start stops with a message that says Stack Hub
+    /// is not supported and what to run instead. An AD FS authority is refused when
+    /// the environment file is read.
+    #[test]
+    fn azure_stack_hub_is_refused_at_start_with_what_to_run_instead() {
+        let dir = tls_front::TempDir::new("azure-stack");
+        let stub = ArmStub::start();
+        stub.state().profile = Some(vec!["2018-11-01", "2020-06-01"]);
+        let err = AzureRoutes::connect(config(&stub, &dir, &stub.server.url()))
+            .expect_err("the public api-versions are not served");
+        assert!(err.message.contains("NoRegisteredProviderFound"), "{err}");
+        assert!(
+            err.message.contains("Azure Stack Hub is not supported"),
+            "{err}"
+        );
+        assert!(err.message.contains("cloud-provider-azure"), "{err}");
+
+        let (text, vars) = stub.config(dir.path());
+        let env_file = &vars[0].1;
+        let adfs = format!("{}/adfs/", stub.server.url());
+        let environment = std::fs::read_to_string(env_file).unwrap();
+        let mut environment: serde_json::Value = serde_json::from_str(&environment).unwrap();
+        environment["activeDirectoryEndpoint"] = adfs.into();
+        std::fs::write(env_file, environment.to_string()).unwrap();
+        let err = Config::parse(&text, &|k| {
+            vars.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone())
+        })
+        .expect_err("AD FS is refused");
+        assert!(err.message.contains("AD FS"), "{err}");
+        assert!(
+            err.message.contains("Azure Stack Hub is not supported"),
+            "{err}"
+        );
+    }
+}
+
+// ---------------------------------------------------------------- AWS
+
+mod aws {
+    use super::*;
+    use route_controller::cloud::aws::credentials::AwsEnv;
+    use route_controller::cloud::aws::{AwsConfig, AwsProvider};
+    use route_controller::{NodeDirectory, Routes};
+
+    fn env(bundle: Option<&std::path::Path>) -> AwsEnv {
+        let env = AwsEnv::new()
+            .with_var("AWS_ACCESS_KEY_ID", moto::TEST_KEY_ID)
+            .with_var("AWS_SECRET_ACCESS_KEY", moto::TEST_SECRET)
+            .with_var("AWS_EC2_METADATA_DISABLED", "true");
+        match bundle {
+            Some(path) => env.with_var("AWS_CA_BUNDLE", &path.display().to_string()),
+            None => env,
+        }
+    }
+
+    fn provider(endpoint: String, env: &AwsEnv, proxying: Proxying) -> AwsProvider {
+        AwsProvider::new(
+            AwsConfig {
+                region: Some(moto::REGION.into()),
+                endpoint: Some(endpoint),
+                route_table_limit: Some(50),
+                timeout: Duration::from_secs(10),
+                proxying,
+                ..AwsConfig::default()
+            },
+            env,
+        )
+        .expect("the provider starts (no request yet)")
+    }
+
+    /// EC2 (moto) answered: with no table tagged for the cluster, by saying so.
+    fn reached_ec2<T: std::fmt::Debug>(listed: Result<T, route_controller::CloudError>) {
+        let err = listed.expect_err("moto holds no table for the cluster");
+        assert!(err.message.contains("is tagged for cluster"), "{err}");
+    }
+
+    /// The AWS SDKs' `AWS_CA_BUNDLE`: moto behind HTTPS with a CA made for the test.
+    /// Without it the first call fails with `UnknownIssuer` naming the variable.
+    #[test]
+    fn aws_trusts_a_private_ca_through_aws_ca_bundle() {
+        let ca = TestCa::new("aws");
+        let moto = moto::Moto::start();
+        let front = TlsFront::start(&ca, addr_of(moto.url()), false);
+
+        let untrusted = provider(front.url("/"), &env(None), Proxying::Never);
+        let err = untrusted
+            .list_routes("e2e", &NodeDirectory::default())
+            .expect_err("a CA nobody named is not trusted");
+        assert!(err.message.contains("UnknownIssuer"), "{err}");
+        assert!(err.message.contains("set AWS_CA_BUNDLE"), "{err}");
+
+        let trusted = provider(front.url("/"), &env(Some(&ca.ca_path)), Proxying::Never);
+        reached_ec2(trusted.list_routes("e2e", &NodeDirectory::default()));
+    }
+
+    /// EC2 through `HTTPS_PROXY`.
+    #[test]
+    fn aws_goes_through_https_proxy() {
+        let ca = TestCa::new("aws-proxy");
+        let moto = moto::Moto::start();
+        let front = TlsFront::start(&ca, addr_of(moto.url()), false);
+        let proxy = ForwardProxy::start();
+        let via = proxy_env(&[("HTTPS_PROXY", &proxy.url())]);
+        let aws = provider(front.named_url("ec2", "/"), &env(Some(&ca.ca_path)), via);
+        reached_ec2(aws.list_routes("e2e", &NodeDirectory::default()));
+        let host = format!("ec2.{}:{}", tls_front::TEST_DOMAIN, front.port);
+        assert!(proxy.journal().contains(&host), "{:?}", proxy.journal());
     }
 }

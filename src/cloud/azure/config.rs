@@ -175,6 +175,14 @@ impl Endpoints {
                 "resourceManagerEndpoint and activeDirectoryEndpoint must both be set".into(),
             );
         }
+        // An AD FS authority is Azure Stack Hub's disconnected identity: its token path
+        // (`/adfs/oauth2/token`, v1, resource-based) is not the one this provider asks.
+        if authority.to_ascii_lowercase().ends_with("/adfs") {
+            return Err(format!(
+                "activeDirectoryEndpoint {authority} is AD FS (Azure Stack Hub): {}",
+                super::AZURE_STACK_HUB
+            ));
+        }
         let audience = match file.token_audience.trim() {
             "" => format!("{rm}/"),
             a => a.to_string(),
