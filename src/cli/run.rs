@@ -835,6 +835,13 @@ pub fn connect_provider(
     metrics: Option<Arc<crate::metrics::Metrics>>,
     fence: &Fence,
 ) -> Result<Arc<dyn Routes>, ProviderError> {
+    // Every cloud client reads the proxy variables; one that cannot be used stops the
+    // start here, named, rather than being ignored as Go would.
+    match crate::ProxyEnv::from_process() {
+        Ok(env) if env.is_set() => log::info!("cloud and API server requests: {env}"),
+        Ok(_) => {}
+        Err(e) => return Err(ProviderError::Config(UsageError(e.0))),
+    }
     if name == "azure" {
         return azure_provider(cloud_config, metrics, fence);
     }

@@ -59,7 +59,31 @@ impl Proxying {
 /// and `proxying`'s proxy. A certificate that fails to verify for a missing CA is
 /// reported with the option to set ([`Trust::ca_option`]).
 pub(crate) fn agent_config(trust: &Trust, proxying: &Proxying) -> ConfigBuilder<AgentScope> {
+    if let Some(option) = trust.insecure() {
+        crate::sync::lock(&INSECURE).insert(option.to_string());
+    }
     base_config(proxying, trust.ca_option()).tls_config(trust.tls_config())
+}
+
+/// The options that turned TLS verification off for a client built so far, so that
+/// `/readyz` keeps saying so after the start-up warning has scrolled away. Written
+/// when an agent is built, read by each probe; never cleared (an agent lives as long
+/// as its provider, which is the process).
+static INSECURE: std::sync::Mutex<std::collections::BTreeSet<String>> =
+    std::sync::Mutex::new(std::collections::BTreeSet::new());
+
+/// A sentence for `/readyz` naming each option that turned TLS verification off,
+/// or `None` when every client verifies.
+pub(crate) fn insecure_warning() -> Option<String> {
+    let options = crate::sync::lock(&INSECURE);
+    if options.is_empty() {
+        return None;
+    }
+    let list: Vec<&str> = options.iter().map(String::as_str).collect();
+    Some(format!(
+        "WARNING: TLS verification is off ({}): anyone on the path can read the credentials",
+        list.join(", ")
+    ))
 }
 
 /// As [`agent_config`], with the TLS settings left to the caller (the Kubernetes

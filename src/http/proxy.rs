@@ -134,6 +134,40 @@ impl ProxyEnv {
     }
 }
 
+/// For the start-up log: the proxies and `NO_PROXY` in force (a proxy URL's password
+/// is not shown).
+impl fmt::Display for ProxyEnv {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let shown = |p: &Option<ProxyUrl>| match p {
+            Some(p) => format!("{} ({})", redact(&p.url), p.variable),
+            None => "direct".to_string(),
+        };
+        let no_proxy = match &self.no_proxy {
+            NoProxy::All => "everything".to_string(),
+            NoProxy::List(l) => format!("{} entries", l.len()),
+        };
+        write!(
+            f,
+            "https:// through {}, http:// through {}; NO_PROXY exempts {no_proxy}, and \
+             localhost and loopback addresses always",
+            shown(&self.https),
+            shown(&self.http)
+        )
+    }
+}
+
+/// `http://user:secret@host:port` shown as `http://user:***@host:port`.
+fn redact(url: &str) -> String {
+    match (url.split_once("://"), url.rfind('@')) {
+        (Some((scheme, rest)), Some(_)) => {
+            let (userinfo, host) = rest.rsplit_once('@').unwrap_or(("", rest));
+            let user = userinfo.split(':').next().unwrap_or("");
+            format!("{scheme}://{user}:***@{host}")
+        }
+        _ => url.to_string(),
+    }
+}
+
 impl ProxyUrl {
     /// Go's `parseProxy`: a full URL, or `host[:port]` taken as `http://host[:port]`.
     fn parse(variable: &'static str, value: &str) -> Result<ProxyUrl, ProxyError> {
@@ -529,6 +563,17 @@ mod tests {
         }
         // Go's TestInvalidNoProxy: a malformed entry is skipped, not fatal.
         assert!(env(&[("NO_PROXY", ":1")]).use_proxy("example.com", "80"));
+    }
+
+    /// A proxy password never reaches the log.
+    #[test]
+    fn the_start_up_line_hides_a_proxy_password() {
+        let shown = env(&[("HTTPS_PROXY", "http://me:s3cret@proxy:3128")]).to_string();
+        assert!(
+            shown.contains("http://me:***@proxy:3128 (HTTPS_PROXY)"),
+            "{shown}"
+        );
+        assert!(!shown.contains("s3cret"), "{shown}");
     }
 
     /// What Go would take and fail with later, or take as SOCKS, is refused at start

@@ -352,3 +352,132 @@ impl Trust {
         builder.build()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ca_pem(name: &str) -> String {
+        let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+        params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+        params
+            .distinguished_name
+            .push(rcgen::DnType::CommonName, name);
+        let key = rcgen::KeyPair::generate().unwrap();
+        params.self_signed(&key).unwrap().pem()
+    }
+
+    fn dir(label: &str) -> PathBuf {
+        let d = std::env::temp_dir().join(format!("rc-trust-{label}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(&d).unwrap();
+        d
+    }
+
+    fn vars(pairs: &[(&str, &Path)]) -> impl Fn(&str) -> Option<String> {
+        let pairs: Vec<(String, String)> = pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.display().to_string()))
+            .collect();
+        move |name| {
+            pairs
+                .iter()
+                .find(|(k, _)| k == name)
+                .map(|(_, v)| v.clone())
+        }
+    }
+
+    /// As Go: `SSL_CERT_FILE` replaces the list of bundles, `SSL_CERT_DIR` the list
+    /// of directories, every file of a directory is read, and a link to a file of the
+    /// same directory (OpenSSL's hash names) is not read twice. Fails if either
+    /// variable is ignored or the directory is not read.
+    #[test]
+    fn ssl_cert_file_and_ssl_cert_dir_are_read_as_go_reads_them() {
+        let d = dir("store");
+        let file = d.join("bundle.pem");
+        std::fs::write(&file, ca_pem("in the file")).unwrap();
+        let certs = d.join("certs");
+        std::fs::create_dir_all(&certs).unwrap();
+        std::fs::write(certs.join("a.pem"), ca_pem("in the directory")).unwrap();
+        std::os::unix::fs::symlink("a.pem", certs.join("0a1b2c3d.0")).unwrap();
+        std::fs::write(certs.join("README"), "not a certificate").unwrap();
+
+        let store =
+            SystemStore::from_vars(vars(&[("SSL_CERT_FILE", &file), ("SSL_CERT_DIR", &certs)]));
+        assert_eq!(store.len(), 2, "one from the file, one from the directory");
+        assert_eq!(store.sources, vec![file.clone(), certs.clone()]);
+        assert_eq!(unique_entries(&certs).len(), 2, "the hash link is skipped");
+
+        let missing = d.join("missing.pem");
+        let only_dir = SystemStore::from_vars(vars(&[
+            ("SSL_CERT_FILE", &missing),
+            ("SSL_CERT_DIR", &certs),
+        ]));
+        assert_eq!(only_dir.len(), 1);
+        let none = SystemStore::from_vars(vars(&[
+            ("SSL_CERT_FILE", &missing),
+            ("SSL_CERT_DIR", &missing),
+        ]));
+        assert!(none.is_empty());
+    }
+
+    /// A machine without a store (a static image) keeps ureq's bundled roots; with
+    /// one, the bundled roots are still there beside it. Fails if a store or a CA
+    /// file replaced the bundled roots.
+    #[test]
+    fn the_bundled_roots_stay_beside_the_store_and_the_ca_files() {
+        let static_image = Trust::with_system_store("X", Arc::new(SystemStore::default()));
+        assert!(matches!(
+            static_image.tls_config().root_certs(),
+            RootCerts::WebPki
+        ));
+        let d = dir("bundled");
+        let file = d.join("ca.pem");
+        std::fs::write(&file, ca_pem("private")).unwrap();
+        let mut with_ca = static_image.clone();
+        with_ca.add_ca_file(&file, "ca-file").unwrap();
+        match with_ca.tls_config().root_certs() {
+            RootCerts::Specific(certs) => assert_eq!(
+                certs.len(),
+                webpki_root_certs::TLS_SERVER_ROOT_CERTS.len() + 1
+            ),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    /// Every unusable file is named with the option that named it.
+    #[test]
+    fn unusable_files_are_named_with_their_option() {
+        let d = dir("bad");
+        let mut trust = Trust::with_system_store("X", Arc::new(SystemStore::default()));
+        let missing = trust
+            .add_ca_file(&d.join("nope.pem"), "ca-file")
+            .unwrap_err();
+        assert!(missing.0.starts_with("ca-file: cannot read"), "{missing}");
+        let text = d.join("text.pem");
+        std::fs::write(&text, "hello").unwrap();
+        let empty = trust.add_ca_file(&text, "AWS_CA_BUNDLE").unwrap_err();
+        assert!(
+            empty.0.contains("AWS_CA_BUNDLE") && empty.0.contains("no PEM certificate"),
+            "{empty}"
+        );
+
+        let cert = rcgen::generate_simple_self_signed(vec!["client".to_string()]).unwrap();
+        let other = rcgen::KeyPair::generate().unwrap();
+        let cert_path = d.join("client.crt");
+        let key_path = d.join("other.key");
+        std::fs::write(&cert_path, cert.cert.pem()).unwrap();
+        std::fs::write(&key_path, other.serialize_pem()).unwrap();
+        let mismatch = trust
+            .set_client_identity(&cert_path, &key_path, "cert-file/key-file")
+            .unwrap_err();
+        assert!(
+            mismatch.0.contains("cert-file/key-file") && mismatch.0.contains("does the key belong"),
+            "{mismatch}"
+        );
+        std::fs::write(&key_path, cert.signing_key.serialize_pem()).unwrap();
+        trust
+            .set_client_identity(&cert_path, &key_path, "cert-file/key-file")
+            .expect("the matching key");
+    }
+}
