@@ -10,6 +10,8 @@
 
 #[path = "support/arm_stub.rs"]
 mod arm_stub;
+#[path = "support/fake_apiserver.rs"]
+mod fake_apiserver;
 #[path = "support/forward_proxy.rs"]
 mod forward_proxy;
 #[path = "support/gce_double.rs"]
@@ -531,6 +533,42 @@ mod aws {
         let aws = provider(front.named_url("ec2", "/"), &env(Some(&ca.ca_path)), via);
         reached_ec2(aws.list_routes("e2e", &NodeDirectory::default()));
         let host = format!("ec2.{}:{}", tls_front::TEST_DOMAIN, front.port);
+        assert!(proxy.journal().contains(&host), "{:?}", proxy.journal());
+    }
+}
+
+// ---------------------------------------------------------------- the API server
+
+mod api_server {
+    use super::*;
+    use fake_apiserver::FakeApiServer;
+    use route_controller::kube::{Client, ClientOptions, Env, KubeConfig, LoadOptions};
+
+    /// As client-go: without `proxy-url` in the kubeconfig, the API server is reached
+    /// as the proxy variables say (here `HTTP_PROXY`, the fake API server speaking
+    /// plain HTTP), by a name only the proxy resolves.
+    #[test]
+    fn the_api_server_goes_through_the_proxy_the_variables_name() {
+        let server = FakeApiServer::start();
+        let port = addr_of(&server.url()).port();
+        let proxy = ForwardProxy::start();
+        let kube = KubeConfig::load(
+            &LoadOptions {
+                master: Some(format!("http://kube.{}:{port}", tls_front::TEST_DOMAIN)),
+                ..LoadOptions::default()
+            },
+            &Env::empty(),
+        )
+        .expect("the master URL is enough");
+        let options = ClientOptions {
+            proxying: proxy_env(&[("HTTP_PROXY", &proxy.url())]),
+            ..ClientOptions::default()
+        };
+        let client = Client::new(&kube, options).expect("the client builds");
+        if let Err(e) = client.get_json::<serde_json::Value>("/api/v1/nodes") {
+            panic!("not through the proxy: {e}\n{}", proxy.log());
+        }
+        let host = format!("kube.{}:{port}", tls_front::TEST_DOMAIN);
         assert!(proxy.journal().contains(&host), "{:?}", proxy.journal());
     }
 }

@@ -45,6 +45,9 @@ pub struct ClientOptions {
     pub list_body_limit: u64,
     /// How often a token file is re-read (default 60 s, as client-go).
     pub token_refresh: Duration,
+    /// The proxy when the kubeconfig names none (`proxy-url`, which wins): default
+    /// as `HTTPS_PROXY`, `HTTP_PROXY` and `NO_PROXY` say, as client-go reads them.
+    pub proxying: crate::Proxying,
 }
 
 impl Default for ClientOptions {
@@ -57,6 +60,7 @@ impl Default for ClientOptions {
             connect_timeout: Duration::from_secs(10),
             list_body_limit: 64 << 20,
             token_refresh: Duration::from_secs(60),
+            proxying: crate::Proxying::from_process(),
         }
     }
 }
@@ -137,7 +141,7 @@ impl Client {
             Some(url) => crate::Proxying::Always(ureq::Proxy::new(url).map_err(|e| {
                 ConfigError(format!("kubeconfig proxy-url {url:?} is not usable: {e}"))
             })?),
-            None => crate::Proxying::from_process(),
+            None => options.proxying.clone(),
         };
         if config.tls.insecure_skip_verify {
             log::warn!(
