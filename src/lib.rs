@@ -125,6 +125,7 @@ pub use controller::{
     NodeEventRecord, OpId, PassReport, RouteList, StatusRequest, Trigger, WriteError,
 };
 pub use fence::Fence;
+pub use http::{ProxyEnv, ProxyError, Proxying, SystemStore, Trust, TrustError};
 pub use metrics::{CloudOperation, CloudOutcome, Metrics, SyncOutcome, TriggerKind};
 pub use model::{Cidr, Condition, Node, NodeAddress, Route};
 pub use provider::{

@@ -432,13 +432,16 @@ fn health(metrics: &Metrics, state: &State) -> Health {
     }
     let running = state.running.load(Ordering::Relaxed);
     let synced = metrics.synced.get() == 1;
+    let insecure = crate::http::insecure_warning()
+        .map(|w| format!("; {w}"))
+        .unwrap_or_default();
     let watching = metrics.watch_healthy.get() == 1;
     let leading = metrics.leader.get() == 1;
     Health {
         live: running,
         ready: running && synced,
         detail: format!(
-            "{}; watch {}; {}; {}",
+            "{}; watch {}; {}; {}{insecure}",
             if running { "running" } else { "stopped" },
             if watching {
                 "connected"
@@ -579,5 +582,31 @@ impl Drop for Handle {
             }
             self.teardown(false);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A client built with verification off keeps `/readyz` saying so, with the
+    /// option to undo. Fails if agents stop recording it or the detail drops it.
+    #[test]
+    fn readyz_names_the_option_that_turned_tls_verification_off() {
+        let mut trust = crate::Trust::new("ca-file in cloud.conf [Global]");
+        trust.set_insecure("cloud.conf [Global] tls-insecure");
+        let _agent = crate::http::agent_config(&trust, &crate::Proxying::Never);
+        let state = State {
+            started: AtomicBool::new(true),
+            running: AtomicBool::new(true),
+            waiting_for: Mutex::new(String::new()),
+        };
+        let h = health(&Metrics::new(), &state);
+        assert!(
+            h.detail
+                .contains("TLS verification is off (cloud.conf [Global] tls-insecure)"),
+            "{}",
+            h.detail
+        );
     }
 }

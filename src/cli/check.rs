@@ -191,8 +191,17 @@ fn run_lines(settings: &run::RunSettings) -> Vec<(&'static str, String)> {
             },
         ),
     ];
-    lines.push(("proxy", crate::http::proxy_summary()));
-    lines.push(("TLS trust", crate::http::trust_summary()));
+    lines.push((
+        "proxy",
+        match crate::ProxyEnv::from_process() {
+            Ok(env) if env.is_set() => {
+                format!("{env}; the instance metadata services never through a proxy")
+            }
+            Ok(_) => "none: HTTPS_PROXY and HTTP_PROXY are unset".to_string(),
+            // cloud::read refused it already.
+            Err(e) => e.0,
+        },
+    ));
     lines
 }
 

@@ -94,6 +94,9 @@ pub fn read(
     cluster_cidrs: &[Cidr],
 ) -> Result<CloudSettings, UsageError> {
     let path = cloud_config.map(Path::to_path_buf);
+    // Every cloud client reads the proxy variables; one that cannot be used stops the
+    // start here, named, rather than being ignored as Go would.
+    crate::ProxyEnv::from_process().map_err(|e| UsageError(e.0))?;
     let (provider, warnings) = match name {
         "fake" => (fake_settings()?, Vec::new()),
         "hcloud" => hcloud_settings(cloud_config)?,
@@ -251,6 +254,7 @@ fn describe_hcloud(c: &crate::cloud::hcloud::Config, lines: &mut Vec<(&'static s
     use crate::cloud::hcloud::TokenSource;
     lines.push(("network", c.network.to_string()));
     lines.push(("API", c.endpoint.clone()));
+    lines.push(("TLS trust", c.trust.describe()));
     lines.push((
         "identity",
         match &c.token {
@@ -302,9 +306,20 @@ fn describe_aws(
             "from AWS_REGION, AWS_DEFAULT_REGION, the profile, then the instance metadata".into()
         }),
     ));
-    if let Some(endpoint) = &c.endpoint {
+    let overridden = c
+        .ec2_overrides
+        .iter()
+        .find(|(region, _)| Some(region) == c.region.as_ref());
+    if let Some(endpoint) = c.endpoint.as_ref().or(overridden.map(|(_, url)| url)) {
         lines.push(("EC2 endpoint", endpoint.clone()));
     }
+    lines.push((
+        "TLS trust",
+        match crate::cloud::aws::trust(env, None) {
+            Ok(trust) => trust.describe(),
+            Err(e) => format!("unusable: {}", e.message),
+        },
+    ));
     // The chain is walked without a request: temporary credentials are fetched on
     // first use, which here never comes.
     use crate::cloud::aws::credentials::{ChainSettings, CredentialSource, Imds};
@@ -345,6 +360,7 @@ fn describe_aws(
 
 fn describe_azure(c: &crate::cloud::azure::Config, lines: &mut Vec<(&'static str, String)>) {
     lines.push(("route table", c.route_table_id()));
+    lines.push(("TLS trust", c.trust.describe()));
     lines.push((
         "cloud",
         format!(
@@ -389,6 +405,7 @@ fn describe_gce(c: &crate::cloud::gce::Config, lines: &mut Vec<(&'static str, St
         ),
     ));
     lines.push(("API", c.api_endpoint.clone()));
+    lines.push(("TLS trust", c.trust.describe()));
     lines.push((
         "identity",
         match &c.credentials {
@@ -429,6 +446,7 @@ fn describe_openstack(
     use crate::cloud::openstack::{Credentials, ProjectRef, UserRef};
     lines.push(("router", c.router_id.clone()));
     lines.push(("Keystone", c.auth_url.clone()));
+    lines.push(("TLS trust", c.trust.describe()));
     if let Some(region) = &c.region {
         lines.push(("region", region.clone()));
     }

@@ -45,6 +45,9 @@ pub struct ClientOptions {
     pub list_body_limit: u64,
     /// How often a token file is re-read (default 60 s, as client-go).
     pub token_refresh: Duration,
+    /// The proxy when the kubeconfig names none (`proxy-url`, which wins): default
+    /// as `HTTPS_PROXY`, `HTTP_PROXY` and `NO_PROXY` say, as client-go reads them.
+    pub proxying: crate::Proxying,
 }
 
 impl Default for ClientOptions {
@@ -57,9 +60,14 @@ impl Default for ClientOptions {
             connect_timeout: Duration::from_secs(10),
             list_body_limit: 64 << 20,
             token_refresh: Duration::from_secs(60),
+            proxying: crate::Proxying::from_process(),
         }
     }
 }
+
+/// What an operator sets to trust the API server's CA, named when its certificate
+/// does not verify.
+const KUBE_CA_OPTION: &str = "certificate-authority in the kubeconfig";
 
 /// Bodies of error answers and small objects are read up to this size.
 const SMALL_BODY_LIMIT: u64 = 10 << 20;
@@ -78,7 +86,7 @@ pub struct Client {
 struct Shared {
     server: String,
     tls: TlsSettings,
-    proxy: Option<ureq::Proxy>,
+    proxy: crate::Proxying,
     auth: Authenticator,
     /// The API server's QPS for our writes (`--kube-api-qps`), as client-go keeps it.
     /// Not the cloud's budget, which the controller spends (`controller/budget.rs`):
@@ -128,11 +136,12 @@ impl Client {
     /// match) and its credentials now, so that a bad file fails at startup with a
     /// message naming it.
     pub fn new(config: &KubeConfig, options: ClientOptions) -> Result<Client, ConfigError> {
+        // As client-go: the kubeconfig's proxy-url, else the proxy variables.
         let proxy = match &config.proxy_url {
-            Some(url) => Some(ureq::Proxy::new(url).map_err(|e| {
+            Some(url) => crate::Proxying::Always(ureq::Proxy::new(url).map_err(|e| {
                 ConfigError(format!("kubeconfig proxy-url {url:?} is not usable: {e}"))
             })?),
-            None => None,
+            None => options.proxying.clone(),
         };
         if config.tls.insecure_skip_verify {
             log::warn!(
@@ -386,11 +395,10 @@ impl Client {
         let tls = tls_config(&self.shared.tls, creds.identity.as_ref())
             .map_err(|e| KubeError::Credentials(e.0))?;
         let o = &self.shared.options;
-        let mut config = crate::http::agent_config()
+        let mut config = crate::http::base_config(&self.shared.proxy, KUBE_CA_OPTION)
             .http_status_as_error(false)
             .user_agent(o.user_agent.as_str())
             .tls_config(tls)
-            .proxy(self.shared.proxy.clone())
             .timeout_connect(Some(o.connect_timeout))
             .max_redirects(0);
         config = match self.stream_idle {

@@ -37,8 +37,8 @@ pub struct KubeConfig {
     pub source: String,
     pub tls: TlsSettings,
     pub auth: Auth,
-    /// Kubeconfig `proxy-url`. Proxy environment variables are never used (see the
-    /// README): the API server is reached directly unless the kubeconfig says so.
+    /// Kubeconfig `proxy-url`. Without it the API server is reached as
+    /// `HTTPS_PROXY`, `HTTP_PROXY` and `NO_PROXY` say, as client-go does.
     pub proxy_url: Option<String>,
     /// The context's namespace (in-cluster: the pod's), default `default`.
     pub namespace: String,

@@ -86,6 +86,9 @@ pub struct State {
     pub no_etag: bool,
     /// Closed when the next PUT arrives: the lease is lost while the write is out.
     pub close_on_put: Option<route_controller::Fence>,
+    /// The api-versions served, as Azure Stack Hub serves only its profile's; any
+    /// other is answered 400 `NoRegisteredProviderFound` as there. `None`: all.
+    pub profile: Option<Vec<&'static str>>,
 }
 
 impl State {
@@ -251,6 +254,24 @@ fn handle(s: &mut State, base: &str, req: &Request) -> Reply {
     }
     if req.header("authorization") != Some(&format!("Bearer {TOKEN}")) {
         return arm_error(401, "InvalidAuthenticationToken", "no or a wrong token");
+    }
+    if let Some(profile) = &s.profile {
+        let version = req
+            .path
+            .split_once("api-version=")
+            .map(|(_, v)| v.split('&').next().unwrap_or(v))
+            .unwrap_or("");
+        if !profile.contains(&version) {
+            return arm_error(
+                400,
+                "NoRegisteredProviderFound",
+                &format!(
+                    "No registered resource provider found for location 'local' and API \
+                     version '{version}'. The supported api-versions are '{}'.",
+                    profile.join(", ")
+                ),
+            );
+        }
     }
     if s.throttle > 0 {
         s.throttle -= 1;

@@ -380,6 +380,8 @@ fn query_client(
         }),
         clock: Arc::new(SystemTime::now),
         timeout: Duration::from_secs(30),
+        trust: route_controller::Trust::new("AWS_CA_BUNDLE"),
+        proxying: route_controller::Proxying::Never,
     })
 }
 

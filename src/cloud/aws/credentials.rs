@@ -58,6 +58,7 @@ pub const VARIABLES: &[&str] = &[
     "AWS_ENDPOINT_URL_STS",
     "AWS_EC2_METADATA_DISABLED",
     "AWS_EC2_METADATA_SERVICE_ENDPOINT",
+    "AWS_CA_BUNDLE",
 ];
 
 impl AwsEnv {
@@ -651,12 +652,13 @@ pub const MIN_REFRESH_INTERVAL: Duration = Duration::from_secs(60);
 /// link-local addresses do not answer; never through an HTTP(S)_PROXY, which could
 /// not reach them.
 pub(super) fn local_agent(timeout: Duration) -> ureq::Agent {
-    crate::http::agent_config()
+    // The metadata and container endpoints are link-local or loopback: never through
+    // an HTTP(S)_PROXY.
+    crate::http::agent_config(&crate::Trust::new("AWS_CA_BUNDLE"), &crate::Proxying::Never)
         .timeout_connect(Some(timeout.min(Duration::from_secs(1))))
         .timeout_global(Some(timeout))
         .http_status_as_error(false)
         .max_redirects(0)
-        .proxy(None)
         .build()
         .new_agent()
 }

@@ -55,6 +55,7 @@ pub mod xml;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fmt;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -144,6 +145,10 @@ pub struct AwsConfig {
     /// with the chain's credentials (`RoleARN` in `--cloud-config`, as
     /// cloud-provider-aws assumes it). Default: none, the chain's own identity.
     pub role_arn: Option<String>,
+    /// Whether EC2 and Service Quotas requests go through a proxy (default: as
+    /// `HTTPS_PROXY`, `HTTP_PROXY` and `NO_PROXY` say, as the AWS SDKs read them).
+    /// IMDS never does.
+    pub proxying: crate::Proxying,
 }
 
 /// The client-side bucket of one EC2 action: its refill rate and size.
@@ -212,6 +217,7 @@ impl Default for AwsConfig {
             cluster_id: None,
             ec2_overrides: Vec::new(),
             role_arn: None,
+            proxying: crate::Proxying::from_process(),
         }
     }
 }
@@ -265,6 +271,23 @@ impl fmt::Debug for AwsProvider {
             .field("route_tables", &self.configured_tables)
             .finish_non_exhaustive()
     }
+}
+
+/// The CAs the AWS clients trust: the bundled roots and the machine's store, plus
+/// `AWS_CA_BUNDLE`, else the profile's `ca_bundle` (`profile_ca_bundle`), as the AWS
+/// SDKs read them.
+pub fn trust(env: &AwsEnv, profile_ca_bundle: Option<&Path>) -> Result<crate::Trust, CloudError> {
+    let mut trust = crate::Trust::new("AWS_CA_BUNDLE");
+    let bundle = match env.var("AWS_CA_BUNDLE") {
+        Some(path) => Some((PathBuf::from(path), "AWS_CA_BUNDLE")),
+        None => profile_ca_bundle.map(|p| (p.to_path_buf(), "ca_bundle of the AWS profile")),
+    };
+    if let Some((path, option)) = bundle {
+        trust
+            .add_ca_file(&path, option)
+            .map_err(|e| CloudError::invalid(e.0))?;
+    }
+    Ok(trust)
 }
 
 impl AwsProvider {
@@ -354,6 +377,8 @@ impl AwsProvider {
                 credentials: Some(credentials),
                 clock: env.clock(),
                 timeout: config.timeout,
+                trust: trust(env, None)?,
+                proxying: config.proxying.clone(),
             }),
             budget: (config.requests_per_second, config.burst),
             buckets: config.buckets.clone(),

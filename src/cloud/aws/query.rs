@@ -210,6 +210,9 @@ impl fmt::Debug for QueryClient {
 
 /// Settings of a [`QueryClient`].
 pub struct QueryClientConfig {
+    /// The CAs trusted (`AWS_CA_BUNDLE`).
+    pub trust: crate::Trust,
+    pub proxying: crate::Proxying,
     pub endpoint: Endpoint,
     pub region: String,
     /// The signing name: `ec2`, `iam`.
@@ -226,7 +229,7 @@ pub struct QueryClientConfig {
 
 impl QueryClient {
     pub fn new(config: QueryClientConfig) -> QueryClient {
-        let agent = crate::http::agent_config()
+        let agent = crate::http::agent_config(&config.trust, &config.proxying)
             .timeout_connect(Some(config.timeout.min(Duration::from_secs(5))))
             .timeout_global(Some(config.timeout))
             .http_status_as_error(false)

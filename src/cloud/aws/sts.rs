@@ -95,6 +95,9 @@ impl WebIdentity {
             credentials: None,
             clock: env.clock(),
             timeout: settings.timeout,
+            // STS is reached as EC2 is: the same CA bundle, the same proxy rule.
+            trust: super::trust(env, None)?,
+            proxying: crate::Proxying::from_process(),
         });
         Ok(WebIdentity {
             sts,
@@ -168,6 +171,9 @@ impl AssumeRole {
             credentials: Some(source),
             clock: env.clock(),
             timeout: settings.timeout,
+            // STS is reached as EC2 is: the same CA bundle, the same proxy rule.
+            trust: super::trust(env, None)?,
+            proxying: crate::Proxying::from_process(),
         });
         Ok(AssumeRole {
             sts,

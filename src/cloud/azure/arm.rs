@@ -132,7 +132,7 @@ impl std::fmt::Debug for Arm {
 
 impl Arm {
     pub(super) fn new(config: &Config) -> Arm {
-        let agent: ureq::Agent = crate::http::agent_config()
+        let agent: ureq::Agent = crate::http::agent_config(&config.trust, &config.proxying)
             .http_status_as_error(false)
             .timeout_global(Some(config.request_timeout))
             // A connect timeout of its own tells "never sent" apart from "no reply".

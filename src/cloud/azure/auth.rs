@@ -49,7 +49,7 @@ impl std::fmt::Debug for Tokens {
 
 impl Tokens {
     pub(super) fn new(config: &Config) -> Tokens {
-        let agent: ureq::Agent = crate::http::agent_config()
+        let agent: ureq::Agent = crate::http::agent_config(&config.trust, &config.proxying)
             .http_status_as_error(false)
             .timeout_global(Some(config.request_timeout))
             // A secret goes to the authority named in the settings and nowhere else.
@@ -57,18 +57,18 @@ impl Tokens {
             .user_agent(config.user_agent.as_str())
             .build()
             .into();
-        let imds_agent: ureq::Agent = crate::http::agent_config()
-            .http_status_as_error(false)
-            // Off Azure the link-local address does not answer; fail fast.
-            .timeout_connect(Some(Duration::from_secs(2)))
-            .timeout_global(Some(config.request_timeout))
-            .max_redirects(0)
-            // The metadata service is link-local: never through an HTTP(S)_PROXY (it
-            // refuses proxied requests).
-            .proxy(None)
-            .user_agent(config.user_agent.as_str())
-            .build()
-            .into();
+        // The metadata service is link-local: never through an HTTP(S)_PROXY (it
+        // refuses proxied requests).
+        let imds_agent: ureq::Agent =
+            crate::http::agent_config(&config.trust, &crate::Proxying::Never)
+                .http_status_as_error(false)
+                // Off Azure the link-local address does not answer; fail fast.
+                .timeout_connect(Some(Duration::from_secs(2)))
+                .timeout_global(Some(config.request_timeout))
+                .max_redirects(0)
+                .user_agent(config.user_agent.as_str())
+                .build()
+                .into();
         Tokens {
             identity: config.identity.clone(),
             endpoints: config.endpoints.clone(),

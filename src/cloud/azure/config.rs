@@ -255,6 +255,14 @@ impl Endpoints {
                 "resourceManagerEndpoint and activeDirectoryEndpoint must both be set".into(),
             );
         }
+        // An AD FS authority is Azure Stack Hub's disconnected identity: its token path
+        // (`/adfs/oauth2/token`, v1, resource-based) is not the one this provider asks.
+        if authority.to_ascii_lowercase().ends_with("/adfs") {
+            return Err(format!(
+                "activeDirectoryEndpoint {authority} is AD FS (Azure Stack Hub): {}",
+                super::AZURE_STACK_HUB
+            ));
+        }
         let audience = match file.token_audience.trim() {
             "" => format!("{rm}/"),
             a => a.to_string(),
@@ -387,6 +395,12 @@ pub struct Config {
     pub user_agent: String,
     /// Where the provider records its HTTP requests, if anywhere.
     pub metrics: Option<Arc<Metrics>>,
+    /// The CAs trusted and the certificate presented (default: the bundled roots and
+    /// the machine's store; a private CA through `SSL_CERT_FILE`).
+    pub trust: crate::Trust,
+    /// Whether requests go through a proxy (default: as `HTTPS_PROXY`, `HTTP_PROXY`
+    /// and `NO_PROXY` say, as every Kubernetes component reads them).
+    pub proxying: crate::Proxying,
 }
 
 impl fmt::Debug for Config {
@@ -576,6 +590,8 @@ impl Config {
             rate_limit_burst: 20,
             user_agent: format!("route-controller/{}", env!("CARGO_PKG_VERSION")),
             metrics: None,
+            trust: crate::Trust::new("SSL_CERT_FILE"),
+            proxying: crate::Proxying::from_process(),
         })
     }
 

@@ -58,6 +58,23 @@ use crate::provider::{
 /// The Microsoft.Network API version of route tables and NICs (armnetwork v9's, the
 /// SDK cloud-provider-azure builds on).
 pub const NETWORK_API_VERSION: &str = "2025-05-01";
+
+/// Why a cloud that does not serve [`NETWORK_API_VERSION`] is refused at start.
+/// Azure Stack Hub serves only its profile's older api-versions and signs in through
+/// AD FS or Entra ID's v1 path; this provider sends the public cloud's versions and
+/// the v2.0 token path, and no Stack Hub was at hand to prove a switch to its profile
+/// (as cloud-provider-azure makes), so it says so instead of failing at every pass.
+pub const AZURE_STACK_HUB: &str = "this cloud does not serve the public cloud's \
+    api-versions this provider sends (Azure Stack Hub serves only its profile's): Azure \
+    Stack Hub is not supported; run cloud-provider-azure's route controller there";
+
+/// ARM's codes for an api-version or resource type the cloud does not serve.
+fn is_unserved_api_version(code: &str) -> bool {
+    matches!(
+        code,
+        "NoRegisteredProviderFound" | "InvalidApiVersionParameter" | "InvalidResourceType"
+    )
+}
 /// The Microsoft.Compute API version of VMs and scale-set VMs (armcompute v8's).
 pub const COMPUTE_API_VERSION: &str = "2026-04-01";
 /// Scale-set VM NICs live under Microsoft.Compute, served at this version only.
@@ -197,6 +214,12 @@ impl AzureRoutes {
                              cluster's installer creates it)",
                             e.message
                         ),
+                        ..e
+                    }
+                } else if e.code.as_deref().is_some_and(is_unserved_api_version) {
+                    ArmError {
+                        kind: CloudErrorKind::Invalid,
+                        message: format!("{}; {AZURE_STACK_HUB}", e.message),
                         ..e
                     }
                 } else {

@@ -67,7 +67,12 @@ pub(super) struct TokenSource {
     metadata_url: String,
     key: Option<SigningKey>,
     cached: Mutex<Option<Cached>>,
+    /// For the token endpoints of a key file or `token-url`: through the proxy the
+    /// environment names.
     agent: ureq::Agent,
+    /// For the metadata server: never through a proxy. It is link-local, refuses
+    /// proxied requests, and Google's own metadata client never proxies.
+    metadata: ureq::Agent,
 }
 
 impl std::fmt::Debug for TokenSource {
@@ -102,22 +107,26 @@ impl TokenSource {
         credentials: Credentials,
         metadata_url: &str,
         timeout: Duration,
+        (trust, proxying): (&crate::Trust, &crate::Proxying),
     ) -> Result<TokenSource, CloudError> {
         let key = match &credentials {
             Credentials::KeyFile(path) => Some(load_key(path)?),
             _ => None,
         };
-        let agent: ureq::Agent = crate::http::agent_config()
-            .http_status_as_error(false)
-            .timeout_global(Some(timeout))
-            .build()
-            .into();
+        let agent = |proxying: &crate::Proxying| -> ureq::Agent {
+            crate::http::agent_config(trust, proxying)
+                .http_status_as_error(false)
+                .timeout_global(Some(timeout))
+                .build()
+                .into()
+        };
         Ok(TokenSource {
             credentials,
             metadata_url: metadata_url.trim_end_matches('/').to_string(),
             key,
             cached: Mutex::new(None),
-            agent,
+            agent: agent(proxying),
+            metadata: agent(&crate::Proxying::Never),
         })
     }
 
@@ -146,7 +155,7 @@ impl TokenSource {
         let url = format!("{}{path}", self.metadata_url);
         let what = format!("metadata {url}");
         let mut response = self
-            .agent
+            .metadata
             .get(&url)
             .header("Metadata-Flavor", "Google")
             .call()
@@ -201,7 +210,7 @@ impl TokenSource {
         let url = format!("{}{METADATA_TOKEN_PATH}", self.metadata_url);
         let what = format!("the metadata server's token ({url})");
         let reply = self
-            .agent
+            .metadata
             .get(&url)
             .header("Metadata-Flavor", "Google")
             .call();
@@ -339,8 +348,9 @@ fn load_key(path: &std::path::Path) -> Result<SigningKey, CloudError> {
     if file.kind != "service_account" {
         return Err(CloudError::invalid(format!(
             "gce: GOOGLE_APPLICATION_CREDENTIALS {shown}: credentials of type {:?} are not \
-             supported; use a service-account key (type service_account) or the metadata server",
-            file.kind
+             supported; {}",
+            file.kind,
+            instead_of(&file.kind)
         )));
     }
     let der = pem_body(&file.private_key).ok_or_else(|| {
@@ -370,6 +380,25 @@ fn load_key(path: &std::path::Path) -> Result<SigningKey, CloudError> {
     })
 }
 
+/// What to use instead of a credentials file this provider does not read. Workload
+/// identity federation and impersonation each need an STS or IAM Credentials
+/// exchange that cannot be tested here against Google, so they are refused by name
+/// rather than half supported.
+fn instead_of(kind: &str) -> &'static str {
+    match kind {
+        "external_account" => {
+            "for workload identity federation, run on GKE with Workload Identity (the metadata \
+             server then serves the federated token) or use a service-account key (type \
+             service_account)"
+        }
+        "impersonated_service_account" => {
+            "grant the route permissions to the service account itself and use its key (type \
+             service_account), or run on GCE or GKE as that account through the metadata server"
+        }
+        _ => "use a service-account key (type service_account) or the metadata server",
+    }
+}
+
 /// The DER inside a `-----BEGIN PRIVATE KEY-----` block.
 fn pem_body(pem: &str) -> Option<Vec<u8>> {
     let start = pem.find("-----BEGIN PRIVATE KEY-----")? + "-----BEGIN PRIVATE KEY-----".len();
@@ -383,8 +412,14 @@ fn pem_body(pem: &str) -> Option<Vec<u8>> {
 
 /// The JWT a key file's token is asked with: RS256, for one hour, for the compute
 /// scope, addressed to the key's token URI (RFC 7523, as Google's libraries send it).
+/// How far back a JWT's `iat` is dated (Google's libraries: 10 s).
+const CLOCK_SKEW_SECS: u64 = 10;
+
 fn sign_jwt(key: &SigningKey, now: u64) -> Result<Secret, CloudError> {
     let b64 = |bytes: &[u8]| base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes);
+    // As golang.org/x/oauth2/jws: issued 10 s in the past, so that a node whose clock
+    // runs a little ahead of Google's still gets a token (not `invalid_grant`).
+    let now = now.saturating_sub(CLOCK_SKEW_SECS);
     let header = serde_json::json!({"alg": "RS256", "typ": "JWT", "kid": key.key_id});
     let claims = serde_json::json!({
         "iss": key.email,
@@ -494,7 +529,8 @@ mod tests {
         assert_eq!(claims["scope"], COMPUTE_SCOPE);
         assert_eq!(
             (claims["iat"].as_u64(), claims["exp"].as_u64()),
-            (Some(1_000), Some(4_600))
+            (Some(990), Some(4_590)),
+            "back-dated 10 s as Google's libraries do, valid for an hour"
         );
         let public = ring::signature::UnparsedPublicKey::new(
             &ring::signature::RSA_PKCS1_2048_8192_SHA256,
@@ -520,6 +556,18 @@ mod tests {
         let err = load_key(&user).err().unwrap().message;
         assert!(
             err.contains("authorized_user") && err.contains("service_account"),
+            "{err}"
+        );
+        let federated = write("federated.json", r#"{"type": "external_account"}"#);
+        let err = load_key(&federated).err().unwrap().message;
+        assert!(
+            err.contains("external_account") && err.contains("Workload Identity"),
+            "{err}"
+        );
+        let impersonated = write("imp.json", r#"{"type": "impersonated_service_account"}"#);
+        let err = load_key(&impersonated).err().unwrap().message;
+        assert!(
+            err.contains("impersonated_service_account") && err.contains("its key"),
             "{err}"
         );
         let garbage = write(
@@ -594,6 +642,7 @@ mod tests {
             Credentials::Metadata,
             &format!("http://{addr}"),
             Duration::from_secs(5),
+            (&crate::Trust::new("test"), &crate::Proxying::Never),
         )
         .unwrap();
         let token = || source.token().unwrap().unwrap().expose().to_string();

@@ -267,8 +267,9 @@ impl Compute {
         tokens: TokenSource,
         request_timeout: Duration,
         metrics: Option<Arc<Metrics>>,
+        (trust, proxying): (&crate::Trust, &crate::Proxying),
     ) -> Compute {
-        let agent: ureq::Agent = crate::http::agent_config()
+        let agent: ureq::Agent = crate::http::agent_config(trust, proxying)
             .http_status_as_error(false)
             .timeout_global(Some(request_timeout))
             .timeout_connect(Some(request_timeout.min(Duration::from_secs(5))))

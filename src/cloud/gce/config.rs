@@ -255,6 +255,12 @@ pub struct Config {
     pub mutations_at_once: usize,
     /// Where to count HTTP requests, if anywhere.
     pub metrics: Option<Arc<Metrics>>,
+    /// The CAs trusted and the certificate presented (default: the bundled roots and
+    /// the machine's store; a private CA through `SSL_CERT_FILE`).
+    pub trust: crate::Trust,
+    /// Whether requests go through a proxy (default: as `HTTPS_PROXY`, `HTTP_PROXY`
+    /// and `NO_PROXY` say, as every Kubernetes component reads them).
+    pub proxying: crate::Proxying,
 }
 
 impl Default for Config {
@@ -274,6 +280,8 @@ impl Default for Config {
             rate_quotas: default_rate_quotas(),
             mutations_at_once: 100,
             metrics: None,
+            trust: crate::Trust::new("SSL_CERT_FILE"),
+            proxying: crate::Proxying::from_process(),
         }
     }
 }

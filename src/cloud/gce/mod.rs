@@ -188,6 +188,7 @@ impl GceRoutes {
             config.credentials.clone(),
             &config.metadata_url,
             config.request_timeout,
+            (&config.trust, &config.proxying),
         )
         .map_err(|e| ConfigError::new(e.message))?;
         // A setting error, not an outage, even when nothing answered: on GCE the
@@ -235,6 +236,7 @@ impl GceRoutes {
             tokens,
             config.request_timeout,
             config.metrics.clone(),
+            (&config.trust, &config.proxying),
         );
         let provider = GceRoutes {
             compute,

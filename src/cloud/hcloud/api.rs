@@ -163,7 +163,7 @@ impl fmt::Debug for Client {
 
 impl Client {
     pub(super) fn new(config: &Config) -> Client {
-        let agent: ureq::Agent = crate::http::agent_config()
+        let agent: ureq::Agent = crate::http::agent_config(&config.trust, &config.proxying)
             .http_status_as_error(false)
             .timeout_global(Some(config.request_timeout))
             // A connect timeout of its own tells "never sent" apart from "no reply".

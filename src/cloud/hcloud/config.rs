@@ -130,6 +130,12 @@ pub struct Config {
     pub user_agent: String,
     /// Where to record `route_controller_cloud_api_requests_total` (optional).
     pub metrics: Option<Arc<Metrics>>,
+    /// The CAs trusted and the certificate presented (default: the bundled roots and
+    /// the machine's store; a private CA through `SSL_CERT_FILE`, as hcloud-go).
+    pub trust: crate::Trust,
+    /// Whether requests go through a proxy (default: as `HTTPS_PROXY`, `HTTP_PROXY`
+    /// and `NO_PROXY` say, as every Kubernetes component reads them).
+    pub proxying: crate::Proxying,
 }
 
 impl Config {
@@ -153,6 +159,8 @@ impl Config {
             network_route_limit: 100,
             user_agent: format!("route-controller/{}", env!("CARGO_PKG_VERSION")),
             metrics: None,
+            trust: crate::Trust::new("SSL_CERT_FILE"),
+            proxying: crate::Proxying::from_process(),
         }
     }
 

@@ -94,6 +94,60 @@ pub struct Config {
     pub burst: u32,
     /// Metrics of every request.
     pub metrics: Option<std::sync::Arc<crate::metrics::Metrics>>,
+    /// The CAs trusted and the certificate presented (default: the bundled roots and
+    /// the machine's store; `ca-file`, `cert-file`/`key-file` and `tls-insecure` in `[Global]`).
+    pub trust: crate::Trust,
+    /// Whether requests go through a proxy (default: as `HTTPS_PROXY`, `HTTP_PROXY`
+    /// and `NO_PROXY` say, as every Kubernetes component reads them).
+    pub proxying: crate::Proxying,
+}
+
+/// Keystone's and Neutron's TLS settings, named as cloud-provider-openstack names
+/// them: `ca-file` (trusted besides the bundled roots and the machine's store),
+/// `cert-file` with `key-file` (a client certificate), `tls-insecure = true` (no
+/// verification at all; a warning at start and on `/readyz`).
+fn trust(raw: &Raw, warnings: &mut Vec<String>) -> Result<crate::Trust, ConfigError> {
+    let mut trust = crate::Trust::new("ca-file in cloud.conf [Global]");
+    let err = |e: crate::TrustError| ConfigError::new(format!("cloud.conf: [Global] {e}"));
+    if let Some(ca) = raw.get(&["ca-file"]) {
+        trust
+            .add_ca_file(std::path::Path::new(&ca), "ca-file")
+            .map_err(err)?;
+    }
+    match (raw.get(&["cert-file"]), raw.get(&["key-file"])) {
+        (Some(cert), Some(key)) => trust
+            .set_client_identity(cert.as_ref(), key.as_ref(), "cert-file/key-file")
+            .map_err(err)?,
+        (None, None) => {}
+        _ => {
+            return Err(ConfigError::new(
+                "cloud.conf: [Global] cert-file and key-file go together: set both for a \
+                 client certificate, or neither",
+            ));
+        }
+    }
+    match raw
+        .get(&["tls-insecure"])
+        .map(|v| v.to_ascii_lowercase())
+        .as_deref()
+    {
+        None | Some("false") => {}
+        Some("true") => {
+            trust.set_insecure("cloud.conf [Global] tls-insecure");
+            warnings.push(
+                "cloud.conf: tls-insecure = true: Keystone's and Neutron's certificates are \
+                 NOT verified, so anyone on the path can read the credentials; set ca-file to \
+                 their CA instead"
+                    .to_string(),
+            );
+        }
+        Some(other) => {
+            return Err(ConfigError::new(format!(
+                "cloud.conf: [Global] tls-insecure = {other:?} is neither true nor false"
+            )));
+        }
+    }
+    Ok(trust)
 }
 
 /// A setting that cannot be used: what is wrong and the fix.
@@ -124,14 +178,7 @@ impl std::error::Error for ConfigError {}
 
 /// `[Global]` names that matter elsewhere in cloud-provider-openstack (load
 /// balancers, block storage) and are accepted without effect here.
-const IGNORED_GLOBAL: &[&str] = &[
-    "ca-file",
-    "tls-insecure",
-    "cert-file",
-    "key-file",
-    "tenant-domain-id",
-    "tenant-domain-name",
-];
+const IGNORED_GLOBAL: &[&str] = &["tenant-domain-id", "tenant-domain-name"];
 
 /// The `[Global]`/`[Route]` names read, as collected before they are checked.
 #[derive(Default)]
@@ -170,6 +217,10 @@ const GLOBAL_KEYS: &[&str] = &[
     "use-clouds",
     "clouds-file",
     "cloud",
+    "ca-file",
+    "cert-file",
+    "key-file",
+    "tls-insecure",
 ];
 const ROUTE_KEYS: &[&str] = &[
     "router-id",
@@ -279,6 +330,7 @@ impl Config {
                  (Neutron's max_routes)"
             )));
         }
+        let trust = trust(&raw, &mut warnings)?;
         let config = Config {
             auth_url: auth_url.trim_end_matches('/').to_string(),
             region: raw.get(&["region"]),
@@ -293,6 +345,8 @@ impl Config {
             requests_per_second: number("requests-per-second", 5.0)?,
             burst: number("burst", 10.0)?.max(1.0) as u32,
             metrics: None,
+            trust,
+            proxying: crate::Proxying::from_process(),
         };
         Ok((config, warnings))
     }

@@ -100,7 +100,7 @@ impl OpenStackRoutes {
     /// network endpoint), the extensions (which mode) and the router (which must
     /// exist).
     pub fn connect(config: Config) -> Result<OpenStackRoutes, ConfigError> {
-        let agent = neutron::agent(config.request_timeout);
+        let agent = neutron::agent(config.request_timeout, &config.trust, &config.proxying);
         let keystone = Keystone::new(
             agent.clone(),
             &config.auth_url,

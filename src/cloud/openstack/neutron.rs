@@ -134,8 +134,12 @@ impl std::fmt::Debug for Neutron {
 }
 
 /// The agent both clients share: statuses are read, not turned into errors.
-pub(super) fn agent(request_timeout: Duration) -> ureq::Agent {
-    crate::http::agent_config()
+pub(super) fn agent(
+    request_timeout: Duration,
+    trust: &crate::Trust,
+    proxying: &crate::Proxying,
+) -> ureq::Agent {
+    crate::http::agent_config(trust, proxying)
         .http_status_as_error(false)
         .timeout_global(Some(request_timeout))
         .timeout_connect(Some(request_timeout.min(Duration::from_secs(5))))
