@@ -762,6 +762,8 @@ pub fn caller_arn(moto: &Moto, credentials: Credentials) -> Result<String, Query
         }),
         clock: Arc::new(SystemTime::now),
         timeout: Duration::from_secs(30),
+        trust: route_controller::Trust::new("AWS_CA_BUNDLE"),
+        proxying: route_controller::Proxying::Never,
     });
     let root = sts.call("GetCallerIdentity", &Params::new())?;
     Ok(root.find("Arn").map(|a| a.text.clone()).unwrap_or_default())
