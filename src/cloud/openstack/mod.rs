@@ -402,6 +402,25 @@ impl OpenStackRoutes {
     }
 }
 
+/// Neutron's `400 InvalidRoutes` of a router write: it validates the router's whole
+/// route set and refuses the request for any one route (a next hop on no subnet of the
+/// router), so the batch is refused whole ([`CloudErrorKind::BatchRefused`]) for the
+/// create whose destination and next hop its message names, if one is named, and the
+/// controller applies the rest without it.
+fn invalid_routes(e: CloudError, creates: &[Create]) -> CloudError {
+    if e.kind != CloudErrorKind::Invalid || !e.message.contains(" InvalidRoutes:") {
+        return e;
+    }
+    let at_fault = creates
+        .iter()
+        .find(|c| {
+            e.message.contains(&format!("'{}'", c.destination))
+                && e.message.contains(&format!("'{}'", c.hop))
+        })
+        .map(|c| c.index);
+    CloudError::batch_refused("InvalidRoutes", at_fault, e.message)
+}
+
 /// How a batch's router write failed.
 enum WriteFailure {
     /// Nothing of the batch went in (or, if ambiguous, anything may have).
@@ -703,6 +722,7 @@ impl Routes for OpenStackRoutes {
                 }
             }
             Err(WriteFailure::Whole(e)) => {
+                let e = invalid_routes(e, &creates);
                 // Refused as a whole: nothing changed, so the pairs go again. After an
                 // ambiguous write the routes may be in; their pairs stay for the retry.
                 if e.kind != CloudErrorKind::Ambiguous {
