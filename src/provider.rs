@@ -764,6 +764,12 @@ impl NodeDirectory {
             .map(|(_, &p)| (self.id_at(p), self.name_at(p)))
     }
 
+    /// Every node's name, in order (Azure reads a shortened route name back to the
+    /// node it was made from).
+    pub fn names(&self) -> impl Iterator<Item = &str> {
+        (0..self.by_name.len()).map(|i| self.at(self.by_name[i].0))
+    }
+
     /// Whether a node of that name exists (a fallback when a node has no provider ID).
     pub fn has_node(&self, name: &str) -> bool {
         self.position_of(name).is_some()
