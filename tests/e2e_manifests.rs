@@ -10,7 +10,7 @@ mod kube_apiserver;
 use std::time::{Duration, Instant};
 
 use kube_apiserver::KubeApiserver;
-use route_controller::manifests::{ManifestOptions, render};
+use route_controller::manifests::{ManifestOptions, PROVIDERS, render};
 use serde_json::{Value, json};
 
 /// The ServiceMonitor CRD of prometheus-operator (monitoring.coreos.com/v1), cut down
@@ -185,7 +185,13 @@ fn manifests_with_monitoring_apply_to_the_real_api_server_in_a_dry_run() {
     // A dry run does not create the Namespace, so the objects in it need a real one.
     let namespace = "e2e-manifests-routing";
     api.ensure_namespace(namespace);
-    for provider in ["hcloud", "aws", "azure", "fake"] {
+    // The exec provider twice: its plugin in the image, and copied from a plugin image
+    // by an init container.
+    let renderings = PROVIDERS
+        .into_iter()
+        .map(|p| (p, None))
+        .chain([("exec", Some("ghcr.io/acme/router-plugin:1.2"))]);
+    for (provider, plugin_image) in renderings {
         for (ns, monitoring) in [
             ("kube-system", false),
             ("kube-system", true),
@@ -196,6 +202,7 @@ fn manifests_with_monitoring_apply_to_the_real_api_server_in_a_dry_run() {
                 namespace: ns.into(),
                 monitoring,
                 cluster_cidr: "10.244.0.0/16".into(),
+                plugin_image: plugin_image.map(String::from),
                 ..ManifestOptions::default()
             };
             let kinds = dry_run_apply(api, &opts);

@@ -310,6 +310,13 @@ static MANIFESTS: Spec = Spec {
                  and a Grafana dashboard ConfigMap for the Grafana sidecar",
             )
             .default("false"),
+            Flag::new(
+                "plugin-image",
+                Kind::String,
+                "--cloud-provider=exec: an image with the plugin under /plugin/ and a cp, \
+                 copied by an init container into a read-only volume at \
+                 /usr/local/lib/route-controller (default: none, the plugin is in --image)",
+            ),
         ],
     )],
 };
@@ -327,6 +334,7 @@ pub struct ManifestsArgs {
     pub metrics_port: u16,
     pub replicas: u32,
     pub monitoring: bool,
+    pub plugin_image: Option<String>,
 }
 
 impl ManifestsArgs {
@@ -342,6 +350,7 @@ impl ManifestsArgs {
             metrics_port: p.number("metrics-port")?,
             replicas: p.number("replicas")?,
             monitoring: p.bool("monitoring"),
+            plugin_image: p.optional("plugin-image"),
         })
     }
 }
@@ -360,6 +369,7 @@ pub fn run_manifests(args: &ManifestsArgs) -> Result<String, UsageError> {
         metrics_port: args.metrics_port,
         replicas: args.replicas,
         monitoring: args.monitoring,
+        plugin_image: args.plugin_image.clone(),
     };
     options.validate().map_err(UsageError)?;
     Ok(crate::manifests::render(&options))
