@@ -889,3 +889,67 @@ fn invalid_options_are_refused_naming_the_flag() {
         "the cluster CIDR has no default"
     );
 }
+
+/// A placeholder copied from the README or an example ends in `ImagePullBackOff`, so it
+/// is refused; every real form of reference passes, the default (what the README's
+/// build tags) included.
+#[test]
+fn placeholder_images_are_refused_and_real_references_pass() {
+    for image in [
+        "REGISTRY/route-controller:0.1.0",
+        "<registry>/route-controller:0.1.0",
+        "YOUR_REGISTRY:5000/route-controller",
+        "example.com/route-controller:0.1.0",
+        "registry.example.com/route-controller:0.1.0",
+        "registry.example.org:5000/team/route-controller@sha256:0123",
+    ] {
+        let err = ManifestOptions {
+            image: image.into(),
+            ..options("hcloud")
+        }
+        .validate()
+        .expect_err(image);
+        assert!(err.starts_with("--image:"), "{err}");
+        assert!(err.contains("placeholder") && err.contains("push"), "{err}");
+    }
+    for image in [
+        ManifestOptions::default().image.as_str(),
+        "ghcr.io/acme/route-controller:0.1.0",
+        "localhost:5000/route-controller:0.1.0-RC1",
+        "registry.k8s.io/team/route-controller@sha256:0123abcd",
+        "examples.io/route-controller",
+    ] {
+        let opts = ManifestOptions {
+            image: image.into(),
+            ..options("hcloud")
+        };
+        assert_eq!(opts.validate(), Ok(()), "{image}");
+    }
+    let err = ManifestOptions {
+        plugin_image: Some("REGISTRY/router-plugin:1".into()),
+        ..options("exec")
+    }
+    .validate()
+    .expect_err("a placeholder plugin image");
+    assert!(err.starts_with("--plugin-image:"), "{err}");
+}
+
+/// Without --image, the first lines say that the image must be built and pushed; with
+/// one, they do not.
+#[test]
+fn the_default_image_comes_with_a_note_to_build_and_push_it() {
+    let default = render(&options("hcloud"));
+    let top: String = default.lines().take(6).collect::<Vec<_>>().join("\n");
+    assert!(
+        top.contains(&format!(
+            "{} exists only once you build it and push it",
+            ManifestOptions::default().image
+        )) && top.contains("Dockerfile"),
+        "{top}"
+    );
+    let given = render(&ManifestOptions {
+        image: "ghcr.io/acme/route-controller:0.1.0".into(),
+        ..options("hcloud")
+    });
+    assert!(!given.contains("exists only once you build it"), "{given}");
+}

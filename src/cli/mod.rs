@@ -179,6 +179,15 @@ const COMMANDS: &[(&str, &Spec, &str)] = &[
     ),
 ];
 
+/// The version `--version` and the start-up log give: the package's, and the commit it
+/// was built from when the build had one (build.rs), e.g. `0.1.0 (commit 8549467)`.
+pub fn version() -> String {
+    match option_env!("ROUTE_CONTROLLER_COMMIT") {
+        Some(commit) => format!("{} (commit {commit})", env!("CARGO_PKG_VERSION")),
+        None => env!("CARGO_PKG_VERSION").to_string(),
+    }
+}
+
 fn top_help() -> String {
     let mut out = String::from(
         "route-controller keeps a cloud's route table in step with the cluster's nodes: every \
@@ -206,7 +215,7 @@ pub fn parse_args(args: &[String]) -> Result<Invocation, UsageError> {
         "--version" | "version" => {
             return Ok(Invocation::Print(format!(
                 "route-controller {}\n",
-                env!("CARGO_PKG_VERSION")
+                version()
             )));
         }
         _ => {}
