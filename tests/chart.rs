@@ -221,3 +221,49 @@ fn the_chart_refuses_what_manifests_refuses() {
         assert!(stderr.contains(message), "{sets:?}: {stderr}");
     }
 }
+
+/// The Secrets an operator has already, by their names: the chart points the volumes
+/// and variables at them, and a real registry with a port passes.
+#[test]
+fn existing_secret_names_and_a_registry_with_a_port_are_taken() {
+    let yaml = helm::template(&[
+        "cloudProvider=hcloud".into(),
+        "clusterCIDR=10.244.0.0/16".into(),
+        "hcloud.secretName=hcloud-ccm".into(),
+        "image.repository=localhost:5000/route-controller".into(),
+    ]);
+    let deployment = &objects(&yaml)[&(
+        "Deployment".to_string(),
+        "kube-system".to_string(),
+        "route-controller".to_string(),
+    )];
+    let pod = &deployment["spec"]["template"]["spec"];
+    assert_eq!(pod["volumes"][0]["secret"]["secretName"], "hcloud-ccm");
+    let container = &pod["containers"][0];
+    assert_eq!(
+        container["image"],
+        format!(
+            "localhost:5000/route-controller:{}",
+            env!("CARGO_PKG_VERSION")
+        )
+    );
+    let network = container["env"]
+        .as_array()
+        .and_then(|env| env.iter().find(|e| e["name"] == "HCLOUD_NETWORK"))
+        .expect("HCLOUD_NETWORK");
+    assert_eq!(network["valueFrom"]["secretKeyRef"]["name"], "hcloud-ccm");
+
+    let yaml = helm::template(&[
+        "cloudProvider=openstack".into(),
+        "clusterCIDR=10.244.0.0/16".into(),
+        "cloudConfig.secretName=cloud-config".into(),
+    ]);
+    let deployment = &objects(&yaml)[&(
+        "Deployment".to_string(),
+        "kube-system".to_string(),
+        "route-controller".to_string(),
+    )];
+    let volume = &deployment["spec"]["template"]["spec"]["volumes"][0];
+    assert_eq!(volume["name"], "openstack-cloud-config");
+    assert_eq!(volume["secret"]["secretName"], "cloud-config");
+}

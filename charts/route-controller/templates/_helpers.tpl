@@ -25,8 +25,12 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 {{- if not .Values.clusterCIDR -}}
 {{- fail "clusterCIDR is required: the pod network, the CCM's --cluster-cidr (e.g. --set clusterCIDR=10.244.0.0/16)" -}}
 {{- end -}}
-{{- if regexMatch "^(REGISTRY|<|[^/]*example\\.(com|org|net)/)" .Values.image.repository -}}
-{{- fail (printf "image.repository: %q is a placeholder; build the image (README, \"In a cluster\"), push it to your registry and give its name" .Values.image.repository) -}}
+{{- /* As `manifests`: capitals or angle brackets (REGISTRY/..., <registry>/...), or a
+host of the domains reserved for examples. */ -}}
+{{- range $image := list .Values.image.repository .Values.exec.pluginImage -}}
+{{- if regexMatch "[A-Z<>]|^([^/]*\\.)?example(\\.(com|org|net))?(:[0-9]+)?/" (regexReplaceAll "(@.*|:[^:/]*)$" $image "") -}}
+{{- fail (printf "image: %q is a placeholder; build the image (README, \"In a cluster\"), push it to your registry and give its name" $image) -}}
+{{- end -}}
 {{- end -}}
 {{- if and .Values.exec.pluginImage (ne .Values.cloudProvider "exec") -}}
 {{- fail "exec.pluginImage: only cloudProvider=exec runs a plugin" -}}
