@@ -119,7 +119,7 @@ fn run(args: &RunArgs, warnings: &[String]) -> i32 {
     log::info!(
         "route-controller {} starting: mode {}, cluster {}, cluster CIDRs {}, provider {}, leader election {}, \
          API server {}",
-        env!("CARGO_PKG_VERSION"),
+        route_controller::cli::version(),
         c.mode.as_str(),
         c.cluster_name,
         c.cluster_cidrs

@@ -20,13 +20,13 @@ use crate::kube::status::StatusConfig;
 /// The name of every object the manifests create (and of the ServiceAccount).
 pub const NAME: &str = "route-controller";
 
-/// The providers `manifests` knows the credentials of.
-pub const PROVIDERS: [&str; 4] = ["hcloud", "aws", "azure", "fake"];
+/// The providers `manifests` renders: every one `run` takes.
+pub const PROVIDERS: [&str; 7] = ["hcloud", "aws", "azure", "gce", "openstack", "exec", "fake"];
 
 /// What to render. Field docs give the defaults.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ManifestOptions {
-    /// `--cloud-provider`: `hcloud`, `aws`, `azure` or `fake` (default `hcloud`).
+    /// `--cloud-provider`: one of [`PROVIDERS`] (default `hcloud`).
     pub provider: String,
     /// Namespace of the ServiceAccount, the Deployment and the lease (default
     /// `kube-system`).
@@ -50,6 +50,10 @@ pub struct ManifestOptions {
     /// A Service and a ServiceMonitor for the secure port, and the Grafana dashboard
     /// (default false).
     pub monitoring: bool,
+    /// `--cloud-provider=exec` only: an image holding the plugin under `/plugin/`,
+    /// copied by an init container into a volume at [`PLUGIN_DIR`] (default none: the
+    /// plugin is in the controller's image, one of the user's built `FROM` ours).
+    pub plugin_image: Option<String>,
 }
 
 impl Default for ManifestOptions {
@@ -66,6 +70,7 @@ impl Default for ManifestOptions {
             metrics_port: 10270,
             replicas: 2,
             monitoring: false,
+            plugin_image: None,
         }
     }
 }
@@ -94,12 +99,15 @@ impl ManifestOptions {
                 self.leader_elect_resource_name
             ));
         }
-        if self.image.trim().is_empty() || self.image.chars().any(char::is_whitespace) {
-            return Err(format!(
-                "--image: {:?} is not an image reference; give e.g. registry.example.com/route-controller:{}",
-                self.image,
-                env!("CARGO_PKG_VERSION")
-            ));
+        check_image("--image", &self.image)?;
+        if let Some(plugin_image) = &self.plugin_image {
+            if self.provider != "exec" {
+                return Err(format!(
+                    "--plugin-image: only --cloud-provider=exec runs a plugin, not {:?}",
+                    self.provider
+                ));
+            }
+            check_image("--plugin-image", plugin_image)?;
         }
         if self.cluster_name.trim().is_empty() {
             return Err("--cluster-name: must not be empty (default: kubernetes)".into());
@@ -112,6 +120,52 @@ impl ManifestOptions {
         }
         Ok(())
     }
+}
+
+/// An image reference the nodes can pull: not empty, no whitespace, and not a
+/// placeholder copied from the README (`REGISTRY/...`, `<registry>/...`, a host of
+/// example.com), which would only end in `ImagePullBackOff`.
+fn check_image(flag: &str, image: &str) -> Result<(), String> {
+    let example = format!(
+        "{flag}=<your registry>/route-controller:{}",
+        env!("CARGO_PKG_VERSION")
+    );
+    if image.trim().is_empty() || image.chars().any(char::is_whitespace) {
+        return Err(format!(
+            "{flag}: {image:?} is not an image reference; give the image you pushed, e.g. {example}"
+        ));
+    }
+    if let Some(why) = placeholder(image) {
+        return Err(format!(
+            "{flag}: {image:?} is a placeholder ({why}); build the image (README, \"In a \
+             cluster\"), push it to your registry and give its name, e.g. {example}"
+        ));
+    }
+    Ok(())
+}
+
+/// Why `image` is a placeholder rather than an image, if it is: its name (the part
+/// before the tag or digest) has capitals, which no registry's names have, or angle
+/// brackets, or its registry is a host of the domains reserved for examples (RFC 2606).
+fn placeholder(image: &str) -> Option<&'static str> {
+    let name = image.split('@').next().unwrap_or(image);
+    let name = match name.rsplit_once(':') {
+        Some((before, tag)) if !tag.contains('/') => before,
+        _ => name,
+    };
+    if name.contains(['<', '>']) {
+        return Some("angle brackets");
+    }
+    if name.chars().any(|c| c.is_ascii_uppercase()) {
+        return Some("capitals, as in REGISTRY");
+    }
+    let host = name.split_once('/').map(|(h, _)| h)?;
+    let host = host.split(':').next().unwrap_or(host);
+    let reserved = ["example.com", "example.org", "example.net", "example"];
+    reserved
+        .iter()
+        .any(|d| host == *d || host.ends_with(&format!(".{d}")))
+        .then_some("a host of a domain reserved for examples")
 }
 
 // --- permissions as data ------------------------------------------------------------
@@ -312,8 +366,19 @@ fn header(out: &mut String, opts: &ManifestOptions) {
         opts.provider,
         opts.namespace
     );
+    if opts.image == ManifestOptions::default().image {
+        let _ = writeln!(
+            out,
+            "#\n\
+             # The image {image} exists only once you build it and push it where\n\
+             # the nodes pull from: build it from this repository's Dockerfile (README, \"In a\n\
+             # cluster\"), push it, and render again with --image=<your registry>/{image}.",
+            image = opts.image
+        );
+    }
     out.push_str(
-        "# Generated by `route-controller manifests`; apply with `kubectl apply -f FILE`.\n\
+        "#\n\
+         # Generated by `route-controller manifests`; apply with `kubectl apply -f FILE`.\n\
          #\n\
          # Switch the cloud-controller-manager's own route controller off first, or both\n\
          # will manage the same routes:\n\
@@ -338,19 +403,139 @@ fn header(out: &mut String, opts: &ManifestOptions) {
             "# Credentials come preferably from IRSA or the instance role; static keys from\n\
              # the optional Secret \"aws-credentials\" are the fallback.\n",
         ),
-        "azure" => {
-            let _ = writeln!(
-                out,
-                "# It reads cloud-provider-azure's azure.json from the Secret \"azure-cloud-config\"\n\
-                 # (key azure.json), which you create from the CCM's file:\n\
-                 #   kubectl -n {} create secret generic azure-cloud-config --from-file=azure.json=/etc/kubernetes/azure.json\n\
-                 # Its identity needs Network Contributor on the route table and Reader on the\n\
-                 # nodes' VMs and NICs. For workload identity, label the pods\n\
-                 # azure.workload.identity/use=true and annotate the ServiceAccount.",
-                opts.namespace
-            );
-        }
         _ => {}
+    }
+    if let Some(file) = cloud_config_file(&opts.provider) {
+        cloud_config_header(out, opts, &file);
+    }
+    if opts.provider == "exec" {
+        plugin_header(out, opts);
+    }
+}
+
+/// How to create the provider's Secret from the file the CCM reads, and what the
+/// provider needs besides.
+fn cloud_config_header(out: &mut String, opts: &ManifestOptions, file: &CloudConfigFile) {
+    let _ = writeln!(
+        out,
+        "# It reads {what}\n\
+         # from the Secret \"{secret}\" (key {key}), which you create{from}:\n\
+         #   kubectl -n {ns} create secret generic {secret} --from-file={key}={source}\n\
+         # The Secret is mounted whole at {CLOUD_CONFIG_DIR}: a file the config names\n\
+         # (a CA, a key) goes in as another key, named there by its path in that directory.",
+        what = file.what,
+        secret = file.secret,
+        key = file.key,
+        from = if file.from_ccm {
+            " from the CCM's file"
+        } else {
+            ""
+        },
+        ns = opts.namespace,
+        source = file.source,
+    );
+    let notes = match opts.provider.as_str() {
+        "azure" => {
+            "# Its identity needs Network Contributor on the route table and Reader on the\n\
+             # nodes' VMs and NICs. For workload identity, label the pods\n\
+             # azure.workload.identity/use=true and annotate the ServiceAccount.\n"
+        }
+        "gce" => {
+            "# On GCE its identity is the instance's service account, from the metadata server;\n\
+             # roles/compute.networkAdmin holds what it needs (README, GCE: Permissions).\n\
+             # With a key file instead, add it to the Secret as key.json and set the container's\n\
+             # GOOGLE_APPLICATION_CREDENTIALS=/etc/kubernetes/route-controller/key.json.\n"
+        }
+        "openstack" => {
+            "# Keystone credentials are in cloud.conf ([Global]: an application credential, or\n\
+             # a user's password and project); [Route] router-id names the router.\n"
+        }
+        _ => "",
+    };
+    out.push_str(notes);
+}
+
+/// How the exec provider's plugin gets into the pod, both ways.
+fn plugin_header(out: &mut String, opts: &ManifestOptions) {
+    let _ = writeln!(
+        out,
+        "# The plugin runs in the controller's container: as user 65532, with no capabilities\n\
+         # and within its memory limit (a plugin that changes the host's routing table needs\n\
+         # NET_ADMIN added). plugin.conf's Command= names it in {PLUGIN_DIR}:\n\
+         #   Command={PLUGIN_DIR}/my-router\n\
+         # It gets into the pod one of two ways:\n\
+         #   - an image of yours built FROM this one that adds it (the image has nothing else:\n\
+         #     the plugin must be a static binary, or bring what it runs on), given as --image:\n\
+         #       FROM {image}\n\
+         #       COPY --chmod=0555 my-router {PLUGIN_DIR}/my-router\n\
+         #   - --plugin-image=IMAGE: an image of yours with the plugin under /plugin/ and a cp\n\
+         #     (e.g. FROM busybox); an init container copies it into an emptyDir mounted\n\
+         #     read-only at {PLUGIN_DIR}, so the root filesystem stays read-only.\n\
+         # {rendered}",
+        image = opts.image,
+        rendered = match &opts.plugin_image {
+            Some(image) => format!("Rendered the second way, --plugin-image={image}."),
+            None => "Rendered the first way: the plugin is in --image.".to_string(),
+        },
+    );
+}
+
+/// A provider's settings file, kept in a Secret (it may hold credentials, or name a
+/// key beside it) and mounted read-only where `--cloud-config` points.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CloudConfigFile {
+    /// The Secret, also the name of its volume.
+    pub secret: &'static str,
+    /// The key holding the file, also its name under [`CLOUD_CONFIG_DIR`].
+    pub key: &'static str,
+    /// Where the CCM keeps it, or a file of the user's: the source of the Secret.
+    pub source: &'static str,
+    /// Whether `source` is the CCM's own file.
+    pub from_ccm: bool,
+    /// What it is, for the header.
+    pub what: &'static str,
+}
+
+/// The settings file `run` reads with `--cloud-config` for `provider`, if it needs one
+/// (hcloud's and AWS's settings come from the environment).
+pub fn cloud_config_file(provider: &str) -> Option<CloudConfigFile> {
+    let file = |secret, key, source, from_ccm, what| CloudConfigFile {
+        secret,
+        key,
+        source,
+        from_ccm,
+        what,
+    };
+    match provider {
+        "azure" => Some(file(
+            "azure-cloud-config",
+            "azure.json",
+            "/etc/kubernetes/azure.json",
+            true,
+            "cloud-provider-azure's azure.json",
+        )),
+        "gce" => Some(file(
+            "gce-cloud-config",
+            "gce.conf",
+            "/etc/gce.conf",
+            true,
+            "cloud-provider-gcp's gce.conf",
+        )),
+        "openstack" => Some(file(
+            "openstack-cloud-config",
+            "cloud.conf",
+            "/etc/kubernetes/cloud.conf",
+            true,
+            "cloud-provider-openstack's cloud.conf",
+        )),
+        "exec" => Some(file(
+            "exec-cloud-config",
+            "plugin.conf",
+            "./plugin.conf",
+            false,
+            "the plugin's settings (Command=, Arg=, Env=, Timeout=; README)",
+        )),
+        _ => None,
     }
 }
 
@@ -465,7 +650,8 @@ fn deployment(out: &mut String, opts: &ManifestOptions) {
         runAsNonRoot: true
         runAsUser: 65532
         runAsGroup: 65532
-        # Mounted Secrets (the Hetzner token) are group-readable by this group.
+        # Mounted Secrets (the Hetzner token, a provider's settings) are group-readable
+        # by this group.
         fsGroup: 65532
         seccompProfile:
           type: RuntimeDefault
@@ -497,7 +683,7 @@ fn deployment(out: &mut String, opts: &ManifestOptions) {
                 labelSelector:
                   matchLabels:
                     app.kubernetes.io/name: {NAME}
-      containers:
+{init}      containers:
         - name: {NAME}
           image: {image}
           imagePullPolicy: IfNotPresent
@@ -535,19 +721,11 @@ fn deployment(out: &mut String, opts: &ManifestOptions) {
               memory: 16Mi
             limits:
               memory: 64Mi
-          securityContext:
-            allowPrivilegeEscalation: false
-            readOnlyRootFilesystem: true
-            runAsNonRoot: true
-            runAsUser: 65532
-            runAsGroup: 65532
-            capabilities:
-              drop: [\"ALL\"]
-            seccompProfile:
-              type: RuntimeDefault
-{volumes}",
+{security}{volumes}",
+        security = CONTAINER_SECURITY_CONTEXT,
+        init = init_containers(opts),
         replicas = opts.replicas,
-        volumes = volumes(&opts.provider),
+        volumes = volumes(opts),
         image = q(&opts.image),
         env = env(&opts.provider),
         port = opts.metrics_port,
@@ -576,29 +754,39 @@ pub fn container_args(opts: &ManifestOptions) -> Vec<String> {
         format!("--secure-port={}", opts.metrics_port),
         "--bind-address=0.0.0.0".to_string(),
     ];
-    if opts.provider == "azure" {
-        args.push(format!("--cloud-config={AZURE_CONFIG_DIR}/azure.json"));
+    if let Some(file) = cloud_config_file(&opts.provider) {
+        args.push(format!("--cloud-config={CLOUD_CONFIG_DIR}/{}", file.key));
     }
     args
 }
 
-/// Where the Azure provider's azure.json is mounted.
-const AZURE_CONFIG_DIR: &str = "/etc/kubernetes/route-controller";
+/// Where the provider's Secret of [`cloud_config_file`] is mounted.
+pub const CLOUD_CONFIG_DIR: &str = "/etc/kubernetes/route-controller";
+
+/// Where the exec provider's plugin is: in the image, or in the volume the init
+/// container of `--plugin-image` fills.
+pub const PLUGIN_DIR: &str = "/usr/local/lib/route-controller";
 
 /// Where the Hetzner token file is mounted.
 const HCLOUD_TOKEN_DIR: &str = "/var/run/secrets/hcloud";
 
-/// The Secret volume that holds the Hetzner token as a file, so that a rotated Secret
-/// reaches the running controller (it re-reads `HCLOUD_TOKEN_FILE` when it changes).
-fn volumes(provider: &str) -> String {
-    match provider {
-        "hcloud" => format!(
-            "          volumeMounts:
-            - name: hcloud-token
+/// The container's volume mounts and the pod's volumes: the Hetzner token as a file
+/// (so that a rotated Secret reaches the running controller, which re-reads
+/// `HCLOUD_TOKEN_FILE` when it changes), the provider's settings file, and the exec
+/// provider's plugin volume. Secrets are 0440: readable by the fsGroup, not by others.
+fn volumes(opts: &ManifestOptions) -> String {
+    let mut mounts = String::new();
+    let mut volumes = String::new();
+    if opts.provider == "hcloud" {
+        let _ = write!(
+            mounts,
+            "            - name: hcloud-token
               mountPath: {HCLOUD_TOKEN_DIR}
               readOnly: true
-      volumes:
-        - name: hcloud-token
+"
+        );
+        volumes.push_str(
+            "        - name: hcloud-token
           secret:
             secretName: hcloud
             items:
@@ -606,27 +794,93 @@ fn volumes(provider: &str) -> String {
                 path: token
             # 0440: readable by the fsGroup, not by others.
             defaultMode: 288
-"
-        ),
-        "azure" => format!(
-            "          volumeMounts:
-            - name: azure-cloud-config
-              mountPath: {AZURE_CONFIG_DIR}
+",
+        );
+    }
+    if let Some(file) = cloud_config_file(&opts.provider) {
+        let secret = file.secret;
+        let _ = write!(
+            mounts,
+            "            - name: {secret}
+              mountPath: {CLOUD_CONFIG_DIR}
               readOnly: true
-      volumes:
-        - name: azure-cloud-config
+"
+        );
+        let _ = write!(
+            volumes,
+            "        - name: {secret}
           secret:
-            secretName: azure-cloud-config
-            items:
-              - key: azure.json
-                path: azure.json
-            # 0440: readable by the fsGroup, not by others (it may hold a client secret).
+            secretName: {secret}
+            # 0440: readable by the fsGroup, not by others (it may hold credentials).
             defaultMode: 288
 "
-        ),
-        _ => String::new(),
+        );
     }
+    if opts.plugin_image.is_some() {
+        let _ = write!(
+            mounts,
+            "            - name: {PLUGIN_VOLUME}
+              mountPath: {PLUGIN_DIR}
+              readOnly: true
+"
+        );
+        let _ = write!(
+            volumes,
+            "        # Filled by the init container; the plugin's files only.
+        - name: {PLUGIN_VOLUME}
+          emptyDir:
+            sizeLimit: 64Mi
+"
+        );
+    }
+    if mounts.is_empty() {
+        return String::new();
+    }
+    format!("          volumeMounts:\n{mounts}      volumes:\n{volumes}")
 }
+
+/// The volume `--plugin-image`'s init container fills with the plugin.
+const PLUGIN_VOLUME: &str = "plugin";
+
+/// The init container of `--plugin-image`: copies `/plugin/` of the user's image into
+/// the plugin volume, as the controller's user, with the controller's restrictions.
+fn init_containers(opts: &ManifestOptions) -> String {
+    let Some(image) = &opts.plugin_image else {
+        return String::new();
+    };
+    format!(
+        "      initContainers:
+        - name: install-plugin
+          image: {image}
+          imagePullPolicy: IfNotPresent
+          command: [\"cp\", \"-R\", \"/plugin/.\", \"{PLUGIN_DIR}/\"]
+          volumeMounts:
+            - name: {PLUGIN_VOLUME}
+              mountPath: {PLUGIN_DIR}
+          resources:
+            requests:
+              cpu: 10m
+              memory: 16Mi
+            limits:
+              memory: 64Mi
+{security}",
+        image = q(image),
+        security = CONTAINER_SECURITY_CONTEXT,
+    )
+}
+
+/// Every container's restrictions: non-root, no capabilities, a read-only root.
+const CONTAINER_SECURITY_CONTEXT: &str = "          securityContext:
+            allowPrivilegeEscalation: false
+            readOnlyRootFilesystem: true
+            runAsNonRoot: true
+            runAsUser: 65532
+            runAsGroup: 65532
+            capabilities:
+              drop: [\"ALL\"]
+            seccompProfile:
+              type: RuntimeDefault
+";
 
 /// The allocator's settings every Deployment runs with: (variable, value, why). The
 /// memory figures of the README assume them; `cargo bench -- rss` and `-- scale` give

@@ -2,15 +2,18 @@
 //! dry run (`kubectl apply --server-side --dry-run=server`): every object, for each
 //! provider, in `kube-system` and in a namespace of its own, with `--monitoring`, is
 //! validated by the API server itself (schemas, defaulting, admission, unknown fields
-//! refused), not only parsed as YAML. Nothing is stored.
+//! refused), not only parsed as YAML. Nothing is stored. The Helm chart's objects
+//! (`helm template`, Helm built by tests/support/helm.rs) are applied the same way.
 
+#[path = "support/helm.rs"]
+mod helm;
 #[path = "support/kube_apiserver.rs"]
 mod kube_apiserver;
 
 use std::time::{Duration, Instant};
 
 use kube_apiserver::KubeApiserver;
-use route_controller::manifests::{ManifestOptions, render};
+use route_controller::manifests::{ManifestOptions, PROVIDERS, render};
 use serde_json::{Value, json};
 
 /// The ServiceMonitor CRD of prometheus-operator (monitoring.coreos.com/v1), cut down
@@ -149,11 +152,15 @@ fn path_of(object: &Value) -> String {
 /// Applies every object of `opts`' manifests with a server-side dry run and strict
 /// field validation; returns the kinds applied.
 fn dry_run_apply(api: &KubeApiserver, opts: &ManifestOptions) -> Vec<String> {
-    let yaml = render(opts);
+    dry_run_apply_yaml(api, &render(opts))
+}
+
+/// Applies every object of `yaml` as [`dry_run_apply`] does.
+fn dry_run_apply_yaml(api: &KubeApiserver, yaml: &str) -> Vec<String> {
     let docs: Vec<Value> =
-        serde_saphyr::from_multiple(&yaml).unwrap_or_else(|e| panic!("{e}\n{yaml}"));
+        serde_saphyr::from_multiple(yaml).unwrap_or_else(|e| panic!("{e}\n{yaml}"));
     let mut kinds = Vec::new();
-    for doc in docs {
+    for doc in docs.into_iter().filter(|d| !d.is_null()) {
         let path = format!(
             "{}?dryRun=All&fieldManager=route-controller-e2e&fieldValidation=Strict",
             path_of(&doc)
@@ -185,7 +192,13 @@ fn manifests_with_monitoring_apply_to_the_real_api_server_in_a_dry_run() {
     // A dry run does not create the Namespace, so the objects in it need a real one.
     let namespace = "e2e-manifests-routing";
     api.ensure_namespace(namespace);
-    for provider in ["hcloud", "aws", "azure", "fake"] {
+    // The exec provider twice: its plugin in the image, and copied from a plugin image
+    // by an init container.
+    let renderings = PROVIDERS
+        .into_iter()
+        .map(|p| (p, None))
+        .chain([("exec", Some("ghcr.io/acme/router-plugin:1.2"))]);
+    for (provider, plugin_image) in renderings {
         for (ns, monitoring) in [
             ("kube-system", false),
             ("kube-system", true),
@@ -196,6 +209,7 @@ fn manifests_with_monitoring_apply_to_the_real_api_server_in_a_dry_run() {
                 namespace: ns.into(),
                 monitoring,
                 cluster_cidr: "10.244.0.0/16".into(),
+                plugin_image: plugin_image.map(String::from),
                 ..ManifestOptions::default()
             };
             let kinds = dry_run_apply(api, &opts);
@@ -245,4 +259,40 @@ fn the_dry_run_refuses_a_field_the_service_monitor_does_not_have() {
     );
     assert!(!r.is_success(), "a misspelt field passed: {}", r.body);
     assert!(r.body.contains("bearerTokenFiles"), "{}", r.body);
+}
+
+/// The Helm chart applies as the manifests do: `helm template` for every provider, with
+/// monitoring, in kube-system and in a namespace of its own, every object accepted by the
+/// real API server with strict field validation. Its RBAC is the manifests' (tests/chart.rs
+/// compares them object by object), which the end-to-end tests of routes bind to the
+/// controller's identity and so prove sufficient.
+#[test]
+fn the_chart_applies_to_the_real_api_server_in_a_dry_run() {
+    let api = kube_apiserver::shared();
+    install_service_monitor_crd(api);
+    let namespace = "e2e-chart-routing";
+    api.ensure_namespace(namespace);
+    for provider in PROVIDERS {
+        for ns in ["kube-system", namespace] {
+            let mut sets = vec![
+                format!("cloudProvider={provider}"),
+                "clusterCIDR=10.244.0.0/16".to_string(),
+                format!("namespace={ns}"),
+                "monitoring.enabled=true".to_string(),
+            ];
+            if provider == "exec" {
+                sets.push("exec.pluginImage=ghcr.io/acme/router-plugin:1.2".into());
+            }
+            let kinds = dry_run_apply_yaml(api, &helm::template(&sets));
+            for kind in [
+                "Deployment",
+                "ClusterRole",
+                "Role",
+                "ServiceMonitor",
+                "ConfigMap",
+            ] {
+                assert!(kinds.contains(&kind.to_string()), "{provider}: {kinds:?}");
+            }
+        }
+    }
 }

@@ -8,7 +8,8 @@ use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{Container, EnvVar, ServiceAccount};
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, PolicyRule, Role, RoleBinding};
 use route_controller::manifests::{
-    METRICS_READER, ManifestOptions, NAME, RbacRule, metrics_reader_rule, rbac_rules, render,
+    CLOUD_CONFIG_DIR, METRICS_READER, ManifestOptions, NAME, PLUGIN_DIR, PROVIDERS, RbacRule,
+    cloud_config_file, metrics_reader_rule, rbac_rules, render,
 };
 use serde_json::Value;
 
@@ -97,7 +98,12 @@ fn policy(rules: &[RbacRule]) -> Vec<PolicyRule> {
 
 #[test]
 fn every_provider_renders_its_objects_with_their_names() {
-    for provider in ["hcloud", "aws", "azure", "fake"] {
+    assert_eq!(
+        PROVIDERS,
+        ["hcloud", "aws", "azure", "gce", "openstack", "exec", "fake"],
+        "every provider `run` takes"
+    );
+    for provider in PROVIDERS {
         let objects = parse(&options(provider));
         let ns = Some("kube-system".to_string());
         let names: Vec<(&str, &str, Option<&str>)> = objects
@@ -650,26 +656,150 @@ fn credentials_come_from_secrets_for_each_provider() {
     assert_eq!(secret_env(container(&parse(&options("fake")))), []);
 }
 
-/// The Azure Deployment mounts azure.json from its Secret, read-only and not
-/// world-readable, and points --cloud-config at it; with the mount's path changed in
-/// one place only, `run` would not find the file.
+/// The pod's spec of a rendering.
+fn pod_spec(objects: &Objects) -> &k8s_openapi::api::core::v1::PodSpec {
+    let spec = objects.deployment.spec.as_ref().expect("spec");
+    spec.template.spec.as_ref().expect("pod spec")
+}
+
+/// Every provider with a settings file (azure.json, gce.conf, cloud.conf, the exec
+/// plugin's) mounts it from its Secret, read-only and not world-readable, where
+/// --cloud-config points; the header says how to create the Secret from the CCM's
+/// file. With the mount's path changed in one place only, `run` would not find it.
 #[test]
-fn the_azure_deployment_mounts_azure_json_where_cloud_config_points() {
-    let objects = parse(&options("azure"));
-    let c = container(&objects);
-    let path = flags(&c.args.clone().unwrap())["cloud-config"].clone();
-    let mount = c
-        .volume_mounts
+fn each_settings_file_is_mounted_from_its_secret_where_cloud_config_points() {
+    let with_file: Vec<&str> = PROVIDERS
+        .into_iter()
+        .filter(|p| cloud_config_file(p).is_some())
+        .collect();
+    assert_eq!(with_file, ["azure", "gce", "openstack", "exec"]);
+    for provider in PROVIDERS {
+        let objects = parse(&options(provider));
+        let c = container(&objects);
+        let args = flags(&c.args.clone().unwrap());
+        let Some(file) = cloud_config_file(provider) else {
+            assert!(!args.contains_key("cloud-config"), "{provider}: {args:?}");
+            continue;
+        };
+        let path = &args["cloud-config"];
+        let mount = c
+            .volume_mounts
+            .iter()
+            .flatten()
+            .find(|m| m.name == file.secret)
+            .unwrap_or_else(|| panic!("{provider}: no mount of {}", file.secret));
+        assert_eq!(path, &format!("{}/{}", mount.mount_path, file.key));
+        assert_eq!(mount.mount_path, CLOUD_CONFIG_DIR);
+        assert_eq!(mount.read_only, Some(true), "{provider}");
+        let volume = pod_spec(&objects)
+            .volumes
+            .iter()
+            .flatten()
+            .find(|v| v.name == mount.name)
+            .expect("the mount's volume");
+        let secret = volume.secret.as_ref().expect("a Secret volume");
+        assert_eq!(secret.secret_name.as_deref(), Some(file.secret));
+        assert_eq!(secret.default_mode, Some(0o440), "{provider}");
+        assert_eq!(secret.optional, None, "{provider}: run needs the file");
+        let text = render(&options(provider));
+        let create = format!(
+            "kubectl -n kube-system create secret generic {} --from-file={}={}",
+            file.secret, file.key, file.source
+        );
+        assert!(text.contains(&create), "{provider}: {text}");
+    }
+    let sources: Vec<&str> = ["azure", "gce", "openstack"]
+        .into_iter()
+        .filter_map(cloud_config_file)
+        .map(|f| f.source)
+        .collect();
+    assert_eq!(
+        sources,
+        [
+            "/etc/kubernetes/azure.json",
+            "/etc/gce.conf",
+            "/etc/kubernetes/cloud.conf"
+        ],
+        "the CCMs' own files"
+    );
+    assert!(render(&options("azure")).contains("Network Contributor"));
+    assert!(render(&options("gce")).contains("GOOGLE_APPLICATION_CREDENTIALS"));
+}
+
+/// The exec provider's plugin: by default in the controller's image (the header shows
+/// the Dockerfile of an image built FROM it); with --plugin-image, copied by an init
+/// container that runs as restricted as the controller into an emptyDir that the
+/// controller mounts read-only where Command= points.
+#[test]
+fn the_exec_plugin_comes_from_the_image_or_from_a_plugin_image() {
+    let in_image = options("exec");
+    let objects = parse(&in_image);
+    assert_eq!(pod_spec(&objects).init_containers, None);
+    let text = render(&in_image);
+    assert!(
+        text.contains(&format!("#       FROM {}\n", in_image.image)),
+        "{text}"
+    );
+    assert!(
+        text.contains(&format!(
+            "COPY --chmod=0555 my-router {PLUGIN_DIR}/my-router"
+        )),
+        "{text}"
+    );
+    assert!(
+        container(&objects)
+            .volume_mounts
+            .iter()
+            .flatten()
+            .all(|m| m.mount_path != PLUGIN_DIR),
+        "the image's plugin is not hidden by a volume"
+    );
+
+    let objects = parse(&ManifestOptions {
+        plugin_image: Some("ghcr.io/acme/router-plugin:1.2".into()),
+        ..options("exec")
+    });
+    let pod = pod_spec(&objects);
+    let init = pod.init_containers.as_deref().expect("an init container");
+    assert_eq!(init.len(), 1);
+    let init = &init[0];
+    assert_eq!(
+        init.image.as_deref(),
+        Some("ghcr.io/acme/router-plugin:1.2")
+    );
+    let command = init.command.clone().unwrap_or_default();
+    assert_eq!(
+        command,
+        ["cp", "-R", "/plugin/.", &format!("{PLUGIN_DIR}/")]
+    );
+    let mount_of = |c: &Container| {
+        c.volume_mounts
+            .iter()
+            .flatten()
+            .find(|m| m.mount_path == PLUGIN_DIR)
+            .cloned()
+            .unwrap_or_else(|| panic!("{}: no mount at {PLUGIN_DIR}", c.name))
+    };
+    let (filled, used) = (mount_of(init), mount_of(container(&objects)));
+    assert_eq!(filled.name, used.name);
+    assert_ne!(filled.read_only, Some(true), "the init container writes it");
+    assert_eq!(used.read_only, Some(true), "the controller only runs it");
+    let volume = pod
+        .volumes
         .iter()
         .flatten()
-        .find(|m| m.name == "azure-cloud-config")
-        .expect("the azure.json mount");
-    assert_eq!(path, format!("{}/azure.json", mount.mount_path));
-    assert_eq!(mount.read_only, Some(true));
-    let text = render(&options("azure"));
-    assert!(text.contains("secretName: azure-cloud-config"), "{text}");
-    assert!(text.contains("defaultMode: 288"), "{text}");
-    assert!(text.contains("Network Contributor"), "{text}");
+        .find(|v| v.name == used.name)
+        .expect("the plugin's volume");
+    assert!(
+        volume.empty_dir.is_some(),
+        "an emptyDir, not the host's disk"
+    );
+    assert_eq!(
+        init.security_context,
+        container(&objects).security_context,
+        "the init container is as restricted as the controller"
+    );
+    assert!(init.resources.as_ref().is_some_and(|r| r.limits.is_some()));
 }
 
 /// Guards the allocator settings the memory figures depend on (README, Benchmarks:
@@ -678,7 +808,7 @@ fn the_azure_deployment_mounts_azure_json_where_cloud_config_points() {
 /// `MALLOC_MMAP_THRESHOLD_=131072`, and nothing else of the allocator's.
 #[test]
 fn every_deployment_sets_the_allocator_as_measured() {
-    for provider in ["hcloud", "aws", "azure", "fake"] {
+    for provider in PROVIDERS {
         let objects = parse(&options(provider));
         let set: Vec<(&str, Option<&str>)> = container(&objects)
             .env
@@ -720,9 +850,13 @@ fn invalid_options_are_refused_naming_the_flag() {
     assert_eq!(options("hcloud").validate(), Ok(()));
     for (change, flag) in [
         (
-            Box::new(|o: &mut ManifestOptions| o.provider = "gce".into())
+            Box::new(|o: &mut ManifestOptions| o.provider = "alibaba".into())
                 as Box<dyn Fn(&mut ManifestOptions)>,
             "--cloud-provider",
+        ),
+        (
+            Box::new(|o| o.plugin_image = Some("ghcr.io/acme/plugin:1".into())),
+            "--plugin-image",
         ),
         (
             Box::new(|o| o.cluster_cidr = String::new()),
@@ -754,4 +888,68 @@ fn invalid_options_are_refused_naming_the_flag() {
         ManifestOptions::default().validate().is_err(),
         "the cluster CIDR has no default"
     );
+}
+
+/// A placeholder copied from the README or an example ends in `ImagePullBackOff`, so it
+/// is refused; every real form of reference passes, the default (what the README's
+/// build tags) included.
+#[test]
+fn placeholder_images_are_refused_and_real_references_pass() {
+    for image in [
+        "REGISTRY/route-controller:0.1.0",
+        "<registry>/route-controller:0.1.0",
+        "YOUR_REGISTRY:5000/route-controller",
+        "example.com/route-controller:0.1.0",
+        "registry.example.com/route-controller:0.1.0",
+        "registry.example.org:5000/team/route-controller@sha256:0123",
+    ] {
+        let err = ManifestOptions {
+            image: image.into(),
+            ..options("hcloud")
+        }
+        .validate()
+        .expect_err(image);
+        assert!(err.starts_with("--image:"), "{err}");
+        assert!(err.contains("placeholder") && err.contains("push"), "{err}");
+    }
+    for image in [
+        ManifestOptions::default().image.as_str(),
+        "ghcr.io/acme/route-controller:0.1.0",
+        "localhost:5000/route-controller:0.1.0-RC1",
+        "registry.k8s.io/team/route-controller@sha256:0123abcd",
+        "examples.io/route-controller",
+    ] {
+        let opts = ManifestOptions {
+            image: image.into(),
+            ..options("hcloud")
+        };
+        assert_eq!(opts.validate(), Ok(()), "{image}");
+    }
+    let err = ManifestOptions {
+        plugin_image: Some("REGISTRY/router-plugin:1".into()),
+        ..options("exec")
+    }
+    .validate()
+    .expect_err("a placeholder plugin image");
+    assert!(err.starts_with("--plugin-image:"), "{err}");
+}
+
+/// Without --image, the first lines say that the image must be built and pushed; with
+/// one, they do not.
+#[test]
+fn the_default_image_comes_with_a_note_to_build_and_push_it() {
+    let default = render(&options("hcloud"));
+    let top: String = default.lines().take(6).collect::<Vec<_>>().join("\n");
+    assert!(
+        top.contains(&format!(
+            "{} exists only once you build it and push it",
+            ManifestOptions::default().image
+        )) && top.contains("Dockerfile"),
+        "{top}"
+    );
+    let given = render(&ManifestOptions {
+        image: "ghcr.io/acme/route-controller:0.1.0".into(),
+        ..options("hcloud")
+    });
+    assert!(!given.contains("exists only once you build it"), "{given}");
 }

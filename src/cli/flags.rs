@@ -254,7 +254,7 @@ pub fn parse(spec: &'static Spec, args: &[String]) -> Result<Outcome, UsageError
     if parsed.bool("version") {
         return Ok(Outcome::Version(format!(
             "route-controller {}",
-            env!("CARGO_PKG_VERSION")
+            super::version()
         )));
     }
     if let Some(missing) = spec.flags().find(|f| f.required && !parsed.given(f.name)) {

@@ -184,6 +184,15 @@ const COMMANDS: &[(&str, &Spec, &str)] = &[
     ),
 ];
 
+/// The version `--version` and the start-up log give: the package's, and the commit it
+/// was built from when the build had one (build.rs), e.g. `0.1.0 (commit 8549467)`.
+pub fn version() -> String {
+    match option_env!("ROUTE_CONTROLLER_COMMIT") {
+        Some(commit) => format!("{} (commit {commit})", env!("CARGO_PKG_VERSION")),
+        None => env!("CARGO_PKG_VERSION").to_string(),
+    }
+}
+
 fn top_help() -> String {
     let mut out = String::from(
         "route-controller keeps a cloud's route table in step with the cluster's nodes: every \
@@ -211,7 +220,7 @@ pub fn parse_args(args: &[String]) -> Result<Invocation, UsageError> {
         "--version" | "version" => {
             return Ok(Invocation::Print(format!(
                 "route-controller {}\n",
-                env!("CARGO_PKG_VERSION")
+                version()
             )));
         }
         _ => {}
@@ -316,6 +325,13 @@ static MANIFESTS: Spec = Spec {
                  and a Grafana dashboard ConfigMap for the Grafana sidecar",
             )
             .default("false"),
+            Flag::new(
+                "plugin-image",
+                Kind::String,
+                "--cloud-provider=exec: an image with the plugin under /plugin/ and a cp, \
+                 copied by an init container into a read-only volume at \
+                 /usr/local/lib/route-controller (default: none, the plugin is in --image)",
+            ),
         ],
     )],
 };
@@ -333,6 +349,7 @@ pub struct ManifestsArgs {
     pub metrics_port: u16,
     pub replicas: u32,
     pub monitoring: bool,
+    pub plugin_image: Option<String>,
 }
 
 impl ManifestsArgs {
@@ -348,6 +365,7 @@ impl ManifestsArgs {
             metrics_port: p.number("metrics-port")?,
             replicas: p.number("replicas")?,
             monitoring: p.bool("monitoring"),
+            plugin_image: p.optional("plugin-image"),
         })
     }
 }
@@ -366,6 +384,7 @@ pub fn run_manifests(args: &ManifestsArgs) -> Result<String, UsageError> {
         metrics_port: args.metrics_port,
         replicas: args.replicas,
         monitoring: args.monitoring,
+        plugin_image: args.plugin_image.clone(),
     };
     options.validate().map_err(UsageError)?;
     Ok(crate::manifests::render(&options))
