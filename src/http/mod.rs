@@ -123,9 +123,7 @@ fn route<'a>(
     request: ureq::http::Request<SendBody<'a>>,
     env: &ProxyEnv,
 ) -> ureq::http::Request<SendBody<'a>> {
-    let proxy = env
-        .proxy_for(request.uri())
-        .and_then(|url| ureq::Proxy::new(url).ok());
+    let proxy = env.ureq_proxy_for(request.uri());
     if proxy.is_none() {
         return request;
     }
