@@ -35,7 +35,7 @@ use std::time::Duration;
 use forward_proxy::ForwardProxy;
 use hcloud_double::HcloudDouble;
 use route_controller::cloud::hcloud::{Config as HcloudConfig, HcloudRoutes};
-use route_controller::{ProxyEnv, Proxying, SystemStore, Trust};
+use route_controller::{ProxyEnv, Proxying, Routes, SystemStore, Trust};
 use tls_front::{TestCa, TlsFront};
 
 const TOKEN: &str = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
@@ -132,15 +132,30 @@ fn hcloud_goes_through_https_proxy_unless_no_proxy_names_the_host() {
     let endpoint = front.named_url("hcloud", "/v1");
 
     let via_proxy = proxy_env(&[("HTTPS_PROXY", &proxy.url())]);
-    if let Err(e) = HcloudRoutes::connect(hcloud_config(endpoint.clone(), trusted(), via_proxy)) {
-        panic!(
+    let hcloud = match HcloudRoutes::connect(hcloud_config(endpoint.clone(), trusted(), via_proxy))
+    {
+        Ok(p) => p,
+        Err(e) => panic!(
             "not reached through the proxy: {e}\nproxy log:\n{}\njournal {:?}",
             proxy.log(),
             proxy.journal()
-        );
-    }
+        ),
+    };
+    hcloud
+        .list_routes("kubernetes", &route_controller::NodeDirectory::default())
+        .expect("routes listed through the proxy");
     let host = format!("hcloud.{}:{}", tls_front::TEST_DOMAIN, front.port);
-    assert!(proxy.journal().contains(&host), "{:?}", proxy.journal());
+    // One tunnel for every request: the per-request proxy keeps ureq's pool.
+    assert!(
+        double.requests().len() >= 3,
+        "{:?}",
+        double.requests().len()
+    );
+    assert_eq!(
+        proxy.journal(),
+        vec![host.clone()],
+        "one CONNECT, kept alive"
+    );
 
     let before = proxy.journal().len();
     let bypass = proxy_env(&[
