@@ -461,15 +461,15 @@ impl Imds {
 
     pub fn new(endpoint: &str, clock: Clock) -> Imds {
         // Off EC2 the link-local address does not answer; fail fast, not after 30 s.
-        // The metadata service is link-local: never through an HTTP(S)_PROXY.
-        let agent =
-            crate::http::agent_config(&crate::Trust::new("AWS_CA_BUNDLE"), &crate::Proxying::Never)
-                .timeout_connect(Some(Duration::from_secs(1)))
-                .timeout_global(Some(Duration::from_secs(3)))
-                .http_status_as_error(false)
-                .max_redirects(0)
-                .build()
-                .new_agent();
+        let agent = crate::http::metadata_config()
+            .timeout_connect(Some(Duration::from_secs(1)))
+            .timeout_global(Some(Duration::from_secs(3)))
+            .http_status_as_error(false)
+            .max_redirects(0)
+            // The metadata service is link-local: never through an HTTP(S)_PROXY.
+            .proxy(None)
+            .build()
+            .new_agent();
         Imds {
             agent,
             endpoint: endpoint.trim_end_matches('/').to_string(),
