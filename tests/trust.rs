@@ -10,6 +10,8 @@
 
 #[path = "support/arm_stub.rs"]
 mod arm_stub;
+#[path = "support/controller_process.rs"]
+mod controller_process;
 #[path = "support/fake_apiserver.rs"]
 mod fake_apiserver;
 #[path = "support/forward_proxy.rs"]
@@ -33,7 +35,7 @@ use std::time::Duration;
 use forward_proxy::ForwardProxy;
 use hcloud_double::HcloudDouble;
 use route_controller::cloud::hcloud::{Config as HcloudConfig, HcloudRoutes};
-use route_controller::{ProxyEnv, Proxying, SystemStore, Trust};
+use route_controller::{ProxyEnv, Proxying, Routes, SystemStore, Trust};
 use tls_front::{TestCa, TlsFront};
 
 const TOKEN: &str = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
@@ -130,15 +132,30 @@ fn hcloud_goes_through_https_proxy_unless_no_proxy_names_the_host() {
     let endpoint = front.named_url("hcloud", "/v1");
 
     let via_proxy = proxy_env(&[("HTTPS_PROXY", &proxy.url())]);
-    if let Err(e) = HcloudRoutes::connect(hcloud_config(endpoint.clone(), trusted(), via_proxy)) {
-        panic!(
+    let hcloud = match HcloudRoutes::connect(hcloud_config(endpoint.clone(), trusted(), via_proxy))
+    {
+        Ok(p) => p,
+        Err(e) => panic!(
             "not reached through the proxy: {e}\nproxy log:\n{}\njournal {:?}",
             proxy.log(),
             proxy.journal()
-        );
-    }
+        ),
+    };
+    hcloud
+        .list_routes("kubernetes", &route_controller::NodeDirectory::default())
+        .expect("routes listed through the proxy");
     let host = format!("hcloud.{}:{}", tls_front::TEST_DOMAIN, front.port);
-    assert!(proxy.journal().contains(&host), "{:?}", proxy.journal());
+    // One tunnel for every request: the per-request proxy keeps ureq's pool.
+    assert!(
+        double.requests().len() >= 3,
+        "{:?}",
+        double.requests().len()
+    );
+    assert_eq!(
+        proxy.journal(),
+        vec![host.clone()],
+        "one CONNECT, kept alive"
+    );
 
     let before = proxy.journal().len();
     let bypass = proxy_env(&[
@@ -570,5 +587,48 @@ mod api_server {
         }
         let host = format!("kube.{}:{port}", tls_front::TEST_DOMAIN);
         assert!(proxy.journal().contains(&host), "{:?}", proxy.journal());
+    }
+}
+
+// ---------------------------------------------------------------- the binary
+
+mod binary {
+    use super::*;
+    use controller_process::Spawn;
+    use fake_apiserver::FakeApiServer;
+
+    /// The process reads `SSL_CERT_FILE` and `HTTPS_PROXY` from its environment:
+    /// `route-controller run` against the hcloud double behind HTTPS (its CA only in
+    /// `SSL_CERT_FILE`) by a name only the proxy resolves, becomes ready, and says at
+    /// start which proxy it uses.
+    #[test]
+    fn the_binary_takes_ssl_cert_file_and_https_proxy_from_its_environment() {
+        let ca = TestCa::new("binary");
+        let double = hcloud_double();
+        let front = TlsFront::start(&ca, addr_of(&double.endpoint()), false);
+        let proxy = ForwardProxy::start();
+        let api = FakeApiServer::start();
+        let mut process = Spawn::new()
+            .args([
+                "--cloud-provider=hcloud",
+                "--cluster-cidr=10.244.0.0/16",
+                &format!("--master={}", api.url()),
+            ])
+            .env("HCLOUD_TOKEN", TOKEN)
+            .env("HCLOUD_NETWORK", "4711")
+            .env("HCLOUD_ENDPOINT", front.named_url("hcloud", "/v1"))
+            .env("SSL_CERT_FILE", ca.ca_path.display().to_string())
+            .env("SSL_CERT_DIR", "/nonexistent-route-controller-test")
+            .env("HTTPS_PROXY", proxy.url())
+            .env("RUST_LOG", "info")
+            .spawn("trust-binary");
+        process.wait_ready(Duration::from_secs(30));
+        let host = format!("hcloud.{}:{}", tls_front::TEST_DOMAIN, front.port);
+        assert!(proxy.journal().contains(&host), "{:?}", proxy.journal());
+        process.wait_for_log(
+            &format!("https:// through {} (HTTPS_PROXY)", proxy.url()),
+            Duration::from_secs(5),
+        );
+        process.terminate();
     }
 }

@@ -65,6 +65,12 @@ pub(crate) fn agent_config(trust: &Trust, proxying: &Proxying) -> ConfigBuilder<
     base_config(proxying, trust.ca_option()).tls_config(trust.tls_config())
 }
 
+/// An agent configuration for a link-local metadata endpoint (AWS IMDS): the
+/// bundled roots and the machine's store, never a proxy.
+pub(crate) fn metadata_config() -> ConfigBuilder<AgentScope> {
+    agent_config(&Trust::new("SSL_CERT_FILE"), &Proxying::Never)
+}
+
 /// The options that turned TLS verification off for a client built so far, so that
 /// `/readyz` keeps saying so after the start-up warning has scrolled away. Written
 /// when an agent is built, read by each probe; never cleared (an agent lives as long
@@ -123,9 +129,7 @@ fn route<'a>(
     request: ureq::http::Request<SendBody<'a>>,
     env: &ProxyEnv,
 ) -> ureq::http::Request<SendBody<'a>> {
-    let proxy = env
-        .proxy_for(request.uri())
-        .and_then(|url| ureq::Proxy::new(url).ok());
+    let proxy = env.ureq_proxy_for(request.uri());
     if proxy.is_none() {
         return request;
     }

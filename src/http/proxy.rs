@@ -41,10 +41,11 @@ pub struct ProxyEnv {
     no_proxy: NoProxy,
 }
 
-/// A proxy's URL, checked to be one ureq can use.
+/// A proxy's URL, and ureq's proxy for it (built once, not per request).
 #[derive(Clone, Debug, PartialEq, Eq)]
 struct ProxyUrl {
     url: String,
+    proxy: ureq::Proxy,
     /// The variable it came from, for messages.
     variable: &'static str,
 }
@@ -99,6 +100,15 @@ impl ProxyEnv {
     /// The proxy URL a request to `url` goes through, or `None` for a direct
     /// connection.
     pub fn proxy_for(&self, url: &Uri) -> Option<&str> {
+        self.proxy_url_for(url).map(|p| p.url.as_str())
+    }
+
+    /// ureq's proxy for a request to `url`, as [`ProxyEnv::proxy_for`] decides.
+    pub(crate) fn ureq_proxy_for(&self, url: &Uri) -> Option<ureq::Proxy> {
+        self.proxy_url_for(url).map(|p| p.proxy.clone())
+    }
+
+    fn proxy_url_for(&self, url: &Uri) -> Option<&ProxyUrl> {
         let proxy = match url.scheme_str() {
             Some("https") => self.https.as_ref(),
             Some("http") => self.http.as_ref(),
@@ -114,7 +124,7 @@ impl ProxyEnv {
             None if url.scheme_str() == Some("https") => "443".to_string(),
             None => "80".to_string(),
         };
-        self.use_proxy(host, &port).then_some(proxy.url.as_str())
+        self.use_proxy(host, &port).then_some(proxy)
     }
 
     /// Go's `useProxy`: whether a request to `host:port` goes through the proxy.
@@ -183,13 +193,17 @@ impl ProxyUrl {
             }
             None => format!("http://{value}"),
         };
-        ureq::Proxy::new(&url).map_err(|e| {
+        let proxy = ureq::Proxy::new(&url).map_err(|e| {
             ProxyError(format!(
                 "{variable}={value:?} is not a usable proxy URL ({e}); write it as \
                  http://host:port or https://host:port"
             ))
         })?;
-        Ok(ProxyUrl { url, variable })
+        Ok(ProxyUrl {
+            url,
+            proxy,
+            variable,
+        })
     }
 }
 

@@ -126,8 +126,9 @@ fn unique_entries(dir: &Path) -> Vec<PathBuf> {
     entries
         .filter_map(Result::ok)
         .map(|e| e.path())
+        // Go's isSameDirSymlink: a link whose target has no `/` is in the directory.
         .filter(|path| match std::fs::read_link(path) {
-            Ok(target) => !(target.parent().is_none_or(|p| p.as_os_str().is_empty())),
+            Ok(target) => target.to_string_lossy().contains('/'),
             Err(_) => true,
         })
         .filter(|path| path.is_file())

@@ -654,7 +654,7 @@ pub const MIN_REFRESH_INTERVAL: Duration = Duration::from_secs(60);
 pub(super) fn local_agent(timeout: Duration) -> ureq::Agent {
     // The metadata and container endpoints are link-local or loopback: never through
     // an HTTP(S)_PROXY.
-    crate::http::agent_config(&crate::Trust::new("AWS_CA_BUNDLE"), &crate::Proxying::Never)
+    crate::http::metadata_config()
         .timeout_connect(Some(timeout.min(Duration::from_secs(1))))
         .timeout_global(Some(timeout))
         .http_status_as_error(false)

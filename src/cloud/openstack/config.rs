@@ -428,6 +428,11 @@ struct CloudsFile {
 struct CloudEntry {
     auth: CloudAuth,
     region_name: Option<String>,
+    /// TLS, as openstacksdk names it: `cacert`, `cert`/`key`, `verify: false`.
+    cacert: Option<String>,
+    cert: Option<String>,
+    key: Option<String>,
+    verify: Option<bool>,
 }
 
 #[derive(Deserialize, Default)]
@@ -481,6 +486,10 @@ fn from_clouds_yaml(text: &str, file: &str, cloud: &str, raw: &mut Raw) -> Resul
             &a.application_credential_secret,
         ),
         ("region", &entry.region_name),
+        ("ca-file", &entry.cacert),
+        ("cert-file", &entry.cert),
+        ("key-file", &entry.key),
+        ("tls-insecure", &entry.verify.map(|v| (!v).to_string())),
     ];
     for (name, value) in fields {
         if let Some(v) = value
@@ -556,6 +565,27 @@ mod tests {
         let (c, _) = Config::from_cloud_conf(text, &cidrs(), read).unwrap();
         assert_eq!(c.region.as_deref(), Some("R1"));
         assert_eq!(c.auth_url, "https://ks/v3");
+        assert_eq!(c.trust.insecure(), None);
+        // openstacksdk's `verify: false` is cloud.conf's tls-insecure; `cacert` its
+        // ca-file (a missing file is named as that).
+        let insecure = yaml.replace("    region_name", "    verify: false\n    region_name");
+        let (c, warnings) =
+            Config::from_cloud_conf(text, &cidrs(), |_| Ok(insecure.clone())).unwrap();
+        assert_eq!(c.trust.insecure(), Some("cloud.conf [Global] tls-insecure"));
+        assert!(
+            warnings.iter().any(|w| w.contains("tls-insecure")),
+            "{warnings:?}"
+        );
+        let cacert = yaml.replace(
+            "    region_name",
+            "    cacert: /nonexistent/ca.pem\n    region_name",
+        );
+        let err = Config::from_cloud_conf(text, &cidrs(), |_| Ok(cacert.clone())).unwrap_err();
+        assert!(
+            err.message
+                .contains("ca-file: cannot read the CA file /nonexistent/ca.pem"),
+            "{err}"
+        );
         let missing =
             Config::from_cloud_conf(&text.replace("prod", "dev"), &cidrs(), read).unwrap_err();
         assert!(missing.message.contains("no cloud \"dev\""), "{missing}");
