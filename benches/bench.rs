@@ -6,7 +6,9 @@
 //! 2. Planner time at 5 000 and 50 000 nodes.
 //! 3. Peak RSS of `route-controller run --cloud-provider fake` with 5 000 and 50 000
 //!    nodes served by a minimal API server in this process.
-//! 4. Cloud calls per node change in each simulated scenario, per mode.
+//! 4. Cloud calls per node change in each simulated scenario, per mode; and the time
+//!    `route-controller simulate` takes (`simulate`): its default run and each scenario,
+//!    wall and CPU of the whole process, as a user who runs it sees them.
 //! 5. Upstream's real route controller (the Go program in
 //!    `tests/kube-apiserver/upstream-route-controller`) beside ours, one at a time
 //!    against one real kube-apiserver, in poll and watch mode, on a scripted rolling
@@ -21,7 +23,7 @@
 //!    memory, CPU for an hour of status reports, bytes read at start and on a relist.
 //!
 //! `cargo bench -- NAME` runs only the parts whose name contains NAME (`events`,
-//! `planner`, `rss`, `calls`, `upstream`, `peers`, `chaos`, `scale`).
+//! `planner`, `rss`, `calls`, `simulate`, `upstream`, `peers`, `chaos`, `scale`).
 //!
 //! The first line names the commit measured (`-dirty` if the tree differs from it), and
 //! `RC_BENCH_RUNS=N` (default 1) runs `events`, `planner`, `calls`, `upstream`,
@@ -104,6 +106,9 @@ fn main() {
     }
     if wanted("calls") {
         calls();
+    }
+    if wanted("simulate") {
+        simulate();
     }
     if wanted("upstream") {
         upstream();
@@ -1112,6 +1117,79 @@ fn calls() {
             range(&ratios[2], 2)
         );
     }
+}
+
+/// The time `route-controller simulate` takes, the binary run as a user runs it: the
+/// default (every scenario) and each scenario alone, wall and CPU (user + system, of
+/// the finished child), each a range over `RC_BENCH_RUNS` runs. Issue 39's bound: the
+/// default run within 10 s of wall time on a 2-core machine.
+fn simulate() {
+    let runs = bench_runs();
+    println!(
+        "\n[simulate] route-controller simulate --seed 1, the whole process, range over {runs} run(s):"
+    );
+    println!("  {:<24} {:>16} {:>16}", "scenario", "wall s", "cpu s");
+    let scenarios = std::iter::once("all").chain(Scenario::ALL.iter().map(|s| s.name()));
+    for scenario in scenarios {
+        let (mut wall, mut cpu) = (Vec::new(), Vec::new());
+        for _ in 0..runs {
+            let (w, c) = time_child(
+                std::process::Command::new(env!("CARGO_BIN_EXE_route-controller")).args([
+                    "simulate",
+                    "--scenario",
+                    scenario,
+                ]),
+            );
+            wall.push(w);
+            cpu.push(c);
+        }
+        println!(
+            "  {:<24} {:>16} {:>16}",
+            scenario,
+            range(&wall, 2),
+            range(&cpu, 2)
+        );
+    }
+}
+
+/// Runs `command` to its end with its output thrown away; its wall seconds and the CPU
+/// seconds (user + system) the system accounted to it, read from getrusage of the
+/// children before and after.
+fn time_child(command: &mut std::process::Command) -> (f64, f64) {
+    let before = children_cpu();
+    let started = Instant::now();
+    let status = command
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .status()
+        .expect("run route-controller");
+    let wall = started.elapsed().as_secs_f64();
+    assert!(
+        status.success(),
+        "route-controller simulate failed: {status}"
+    );
+    (wall, children_cpu() - before)
+}
+
+/// CPU seconds of the waited-for children so far, from /proc/self/stat (cutime and
+/// cstime, in clock ticks of 1/100 s on Linux).
+fn children_cpu() -> f64 {
+    let stat = std::fs::read_to_string("/proc/self/stat").expect("read /proc/self/stat");
+    // The fields after the command name (which may hold spaces) start after ") ".
+    let fields: Vec<&str> = stat
+        .rsplit_once(") ")
+        .map_or("", |(_, rest)| rest)
+        .split(' ')
+        .collect();
+    // cutime and cstime are fields 16 and 17 of stat(5); what follows the name starts
+    // at field 3.
+    let ticks = |i: usize| {
+        fields
+            .get(i)
+            .and_then(|f| f.parse::<f64>().ok())
+            .unwrap_or(0.0)
+    };
+    (ticks(13) + ticks(14)) / 100.0
 }
 
 // --- 5. upstream's real controller beside ours ---------------------------------------

@@ -249,6 +249,9 @@ pub struct ModeReport {
     pub unserved: usize,
     /// From the first node change to the last route created, in seconds.
     pub completion_seconds: Option<f64>,
+    /// What bounded node-to-route latency in this run, or left routes missing: the
+    /// API's rate, the cloud's latency, the poll period... `-` when no route was wanted.
+    pub limited_by: String,
     #[serde(skip)]
     pub calls_per_minute: Vec<u64>,
     #[serde(skip)]
@@ -942,6 +945,24 @@ impl<'a> World<'a> {
             }
         }
         let counters = self.cloud.counters();
+        let node_to_route = Percentiles::of(self.node_to_route);
+        let completion_seconds = match (self.first_change, self.last_fulfilled) {
+            (Some(a), Some(b)) if b >= a => Some(round3((b - a) as f64 / NANOS as f64)),
+            _ => None,
+        };
+        let limited_by = Limits {
+            mode: self.mode,
+            config: self.controller.config(),
+            script: self.script,
+            latency: Duration::from_nanos(self.latency),
+        }
+        .limited_by(
+            &node_to_route,
+            self.wanted.len(),
+            counters.rate_limited.load(Ordering::Relaxed),
+            counters.table_full.load(Ordering::Relaxed),
+            completion_seconds,
+        );
         ModeReport {
             mode: self.mode.as_str(),
             cloud_calls: CloudCalls {
@@ -955,15 +976,78 @@ impl<'a> World<'a> {
             refused_creates: counters.table_full.load(Ordering::Relaxed),
             latency_seconds: Latencies {
                 trigger_to_pass: Percentiles::of(trigger_to_pass),
-                node_to_route: Percentiles::of(self.node_to_route),
+                node_to_route,
             },
             unserved: self.wanted.len(),
-            completion_seconds: match (self.first_change, self.last_fulfilled) {
-                (Some(a), Some(b)) if b >= a => Some(round3((b - a) as f64 / NANOS as f64)),
-                _ => None,
-            },
+            completion_seconds,
+            limited_by,
             calls_per_minute: self.calls_per_minute,
             resync_period: self.controller.resync_period(),
+        }
+    }
+}
+
+/// What a mode's run was up against, to say what bounded it.
+struct Limits<'a> {
+    mode: Mode,
+    config: &'a Config,
+    script: &'a Script,
+    latency: Duration,
+}
+
+impl Limits<'_> {
+    /// The first that applies: routes left missing; nothing wanted; the API's rate
+    /// (429s, or a completion near the least its rate allows); room in a full table;
+    /// calls that failed and waited for their retry; else the mode's own pace.
+    fn limited_by(
+        &self,
+        node_to_route: &Percentiles,
+        missing: usize,
+        refused_for_rate: u64,
+        refused_for_room: u64,
+        completion: Option<f64>,
+    ) -> String {
+        let period = crate::duration::format(self.config.route_reconciliation_period);
+        if missing > 0 {
+            let routes = if missing == 1 { "route" } else { "routes" };
+            return format!("{missing} {routes} missing");
+        }
+        if node_to_route.count == 0 {
+            return "-".into();
+        }
+        if let Some((rate, burst)) = self.script.rate_limit {
+            let beyond_burst = self.script.route_mutations.saturating_sub(u64::from(burst));
+            let least = beyond_burst as f64 / rate;
+            let near_least = least > 0.0 && completion.is_some_and(|c| c >= 0.9 * least);
+            // Held by it: routes waited longer than the mode's own pace allows (a poll
+            // period, upstream's token bucket; ours' goal of a second).
+            let pace = match self.mode {
+                Mode::Watch => 1.0,
+                Mode::Poll | Mode::UpstreamWatch => {
+                    self.config.route_reconciliation_period.as_secs_f64()
+                }
+            };
+            if (refused_for_rate > 0 || near_least) && node_to_route.p99 > pace {
+                return format!("the API's {rate} request/s");
+            }
+        }
+        if self.script.route_limit.is_some() && (refused_for_room > 0 || node_to_route.max > 60.0) {
+            return "room in the route table".into();
+        }
+        if self.script.failure_rate > 0.0 {
+            return match self.mode {
+                Mode::Poll => "failed calls: next poll".into(),
+                Mode::UpstreamWatch => "failed calls: next pass".into(),
+                Mode::Watch => "failed calls, retried".into(),
+            };
+        }
+        match self.mode {
+            Mode::Poll => format!("the {period} poll period"),
+            Mode::UpstreamWatch => format!("its {period} token bucket"),
+            Mode::Watch => format!(
+                "the cloud's latency ({})",
+                crate::duration::format(self.latency)
+            ),
         }
     }
 }
@@ -1117,8 +1201,8 @@ pub fn mode_label(mode: &str) -> String {
     }
 }
 
-/// One line that sums a scenario up: our calls and latency beside the references, and
-/// the goals' tally.
+/// One line that sums a scenario up: our calls and latency beside the references, what
+/// held ours, and the goals' tally (left out when the scenario has no goal).
 pub fn verdict(report: &ScenarioReport) -> String {
     let find = |name: &str| report.modes.iter().find(|m| m.mode == name);
     let Some(ours) = find("watch") else {
@@ -1130,30 +1214,47 @@ pub fn verdict(report: &ScenarioReport) -> String {
         .filter(|m| m.mode != "watch")
         .map(|m| format!("{} {}", m.mode, m.cloud_calls.total()))
         .collect();
-    let goals = goals(report);
-    let count = |met: Option<bool>| goals.iter().filter(|g| g.met == met).count();
     let latency = &ours.latency_seconds.node_to_route;
-    format!(
-        "verdict: watch (ours) made {} cloud calls ({}), node->route p99 {}, {} routes missing; goals: {} met, {} not met, {} not measured",
+    let mut verdict = format!(
+        "verdict: watch (ours) made {} cloud calls ({}), {} routes missing",
         ours.cloud_calls.total(),
         others.join(", "),
-        if latency.count == 0 {
-            "-".to_string()
-        } else {
-            short(latency.p99)
-        },
         ours.unserved,
-        count(Some(true)),
-        count(Some(false)),
-        count(None)
-    )
+    );
+    if latency.count > 0 {
+        let _ = write!(
+            verdict,
+            ", node->route p99 {} (limited by {})",
+            short(latency.p99),
+            ours.limited_by
+        );
+    }
+    let goals = goals(report);
+    let tally: Vec<String> = [
+        (Some(true), "met"),
+        (Some(false), "not met"),
+        (None, "not measured"),
+    ]
+    .into_iter()
+    .filter_map(|(met, word)| {
+        let n = goals.iter().filter(|g| g.met == met).count();
+        (n > 0).then(|| format!("{n} {word}"))
+    })
+    .collect();
+    if !tally.is_empty() {
+        let _ = write!(verdict, "; goals: {}", tally.join(", "));
+    }
+    verdict
 }
 
-/// The report as the people-readable table.
-pub fn table(report: &ScenarioReport) -> String {
+/// The width the table keeps to by default; `--wide` has every column and may exceed it.
+pub const TABLE_WIDTH: usize = 100;
+
+/// The report as the people-readable table: by default the columns that tell the modes
+/// apart, within [`TABLE_WIDTH`] columns; `wide`, every column.
+pub fn table(report: &ScenarioReport, wide: bool) -> String {
     let mut out = String::new();
-    let _ = writeln!(
-        out,
+    let header = format!(
         "scenario {}: {} nodes, {}, seed {}, cloud latency {}{}{}",
         report.scenario,
         report.nodes,
@@ -1169,43 +1270,27 @@ pub fn table(report: &ScenarioReport) -> String {
             String::new()
         },
     );
-    let _ = writeln!(
-        out,
-        "  {:<15} {:>7} {:>7} {:>7} {:>8} {:>9} {:>7} {:>6}  {:<23}  {:<23} {:>8}",
-        "mode",
-        "list",
-        "create",
-        "delete",
-        "calls",
-        "mutations",
-        "passes",
-        "429s",
-        "trigger->pass p50/p99/max",
-        "node->route p50/p99/max",
-        "missing"
-    );
-    for m in &report.modes {
-        let l = &m.latency_seconds;
-        let _ = writeln!(
-            out,
-            "  {:<15} {:>7} {:>7} {:>7} {:>8} {:>9} {:>7} {:>6}  {:<25}  {:<23} {:>8}",
-            mode_label(m.mode),
-            m.cloud_calls.list,
-            m.cloud_calls.create,
-            m.cloud_calls.delete,
-            m.cloud_calls.total(),
-            m.route_mutations,
-            m.passes,
-            m.rate_limited,
-            triple(&l.trigger_to_pass),
-            triple(&l.node_to_route),
-            m.unserved
-        );
+    wrap(&mut out, "", &header);
+    let columns = if wide { WIDE } else { NARROW };
+    let cells =
+        |m: Option<&ModeReport>| -> Vec<String> { columns.iter().map(|c| (c.cell)(m)).collect() };
+    let mut rows = vec![cells(None)];
+    rows.extend(report.modes.iter().map(|m| cells(Some(m))));
+    for row in rows {
+        let mut line = String::from(" ");
+        for (c, cell) in columns.iter().zip(row) {
+            line.push_str(&" ".repeat(c.gap));
+            if c.right {
+                let _ = write!(line, "{cell:>w$}", w = c.width);
+            } else {
+                let _ = write!(line, "{cell:<w$}", w = c.width);
+            }
+        }
+        let _ = writeln!(out, "{}", line.trim_end());
     }
     for g in goals(report) {
-        let _ = writeln!(
-            out,
-            "  goal {}: {} -> {}",
+        let line = format!(
+            "goal {}: {} -> {}",
             match g.met {
                 Some(true) => "met",
                 Some(false) => "NOT MET",
@@ -1214,16 +1299,182 @@ pub fn table(report: &ScenarioReport) -> String {
             g.goal,
             g.measured
         );
+        wrap(&mut out, "  ", &line);
     }
-    let _ = writeln!(out, "  {}", verdict(report));
+    wrap(&mut out, "  ", &verdict(report));
     out
 }
 
+/// The lines under the tables: what a dash and "limited by" mean, and where the other
+/// columns are.
+pub fn legend(wide: bool) -> String {
+    let mut out = String::new();
+    wrap(
+        &mut out,
+        "",
+        "-: nothing to measure (no node changed, no route was wanted). limited by: what held \
+         node->route latency back, or left routes missing at the end. at once: the pass \
+         started on the trigger.",
+    );
+    if !wide {
+        wrap(
+            &mut out,
+            "",
+            "--wide adds list, create and delete calls, passes, trigger->pass and the max.",
+        );
+    }
+    out
+}
+
+/// Appends `text` in lines of at most [`TABLE_WIDTH`] columns, the first indented by
+/// `indent`, the rest by two more (a word longer than a line stays whole).
+fn wrap(out: &mut String, indent: &str, text: &str) {
+    let mut line = String::from(indent);
+    let mut first_word = true;
+    for word in text.split(' ').filter(|w| !w.is_empty()) {
+        let len = line.chars().count() + 1 + word.chars().count();
+        if !first_word && len > TABLE_WIDTH {
+            let _ = writeln!(out, "{line}");
+            line = format!("{indent}  ");
+            first_word = true;
+        }
+        if !first_word {
+            line.push(' ');
+        }
+        line.push_str(word);
+        first_word = false;
+    }
+    let _ = writeln!(out, "{line}");
+}
+
+/// A column of the table: its heading, its width, and its cell for a mode (`None`:
+/// the heading).
+struct Column {
+    gap: usize,
+    width: usize,
+    right: bool,
+    cell: fn(Option<&ModeReport>) -> String,
+}
+
+const fn column(
+    gap: usize,
+    width: usize,
+    right: bool,
+    cell: fn(Option<&ModeReport>) -> String,
+) -> Column {
+    Column {
+        gap,
+        width,
+        right,
+        cell,
+    }
+}
+
+fn mode_cell(m: Option<&ModeReport>) -> String {
+    m.map_or("mode".into(), |m| mode_label(m.mode))
+}
+
+fn calls_cell(m: Option<&ModeReport>) -> String {
+    m.map_or("calls".into(), |m| m.cloud_calls.total().to_string())
+}
+
+fn lists_cell(m: Option<&ModeReport>) -> String {
+    m.map_or("lists".into(), |m| m.cloud_calls.list.to_string())
+}
+
+fn creates_cell(m: Option<&ModeReport>) -> String {
+    m.map_or("creates".into(), |m| m.cloud_calls.create.to_string())
+}
+
+fn deletes_cell(m: Option<&ModeReport>) -> String {
+    m.map_or("deletes".into(), |m| m.cloud_calls.delete.to_string())
+}
+
+fn mutations_cell(m: Option<&ModeReport>) -> String {
+    m.map_or("mutations".into(), |m| m.route_mutations.to_string())
+}
+
+fn passes_cell(m: Option<&ModeReport>) -> String {
+    m.map_or("passes".into(), |m| m.passes.to_string())
+}
+
+fn refused_cell(m: Option<&ModeReport>) -> String {
+    m.map_or("429s".into(), |m| m.rate_limited.to_string())
+}
+
+fn trigger_cell(m: Option<&ModeReport>) -> String {
+    m.map_or("trigger->pass p50/p99/max".into(), |m| {
+        triple(&m.latency_seconds.trigger_to_pass)
+    })
+}
+
+fn node_to_route_cell(m: Option<&ModeReport>) -> String {
+    m.map_or("node->route p50/p99".into(), |m| {
+        pair(&m.latency_seconds.node_to_route)
+    })
+}
+
+fn node_to_route_wide_cell(m: Option<&ModeReport>) -> String {
+    m.map_or("node->route p50/p99/max".into(), |m| {
+        triple(&m.latency_seconds.node_to_route)
+    })
+}
+
+fn missing_cell(m: Option<&ModeReport>) -> String {
+    m.map_or("missing".into(), |m| m.unserved.to_string())
+}
+
+fn limited_cell(m: Option<&ModeReport>) -> String {
+    m.map_or("limited by".into(), |m| m.limited_by.clone())
+}
+
+/// The default columns: 2 + 14 + 8 + 7 + 7 + 22 + 8 + 2 = 70, which leaves 30 for
+/// "limited by", whose longest text ("the cloud's latency (100ms)") is 27.
+const NARROW: &[Column] = &[
+    column(1, 14, false, mode_cell),
+    column(1, 7, true, calls_cell),
+    column(1, 6, true, lists_cell),
+    column(1, 6, true, refused_cell),
+    column(2, 20, false, node_to_route_cell),
+    column(1, 7, true, missing_cell),
+    column(2, 0, false, limited_cell),
+];
+
+const WIDE: &[Column] = &[
+    column(1, 14, false, mode_cell),
+    column(1, 7, true, calls_cell),
+    column(1, 6, true, lists_cell),
+    column(1, 7, true, creates_cell),
+    column(1, 7, true, deletes_cell),
+    column(1, 9, true, mutations_cell),
+    column(1, 6, true, passes_cell),
+    column(1, 6, true, refused_cell),
+    column(2, 25, false, trigger_cell),
+    column(2, 23, false, node_to_route_wide_cell),
+    column(1, 7, true, missing_cell),
+    column(2, 0, false, limited_cell),
+];
+
+/// p50/p99/max, `-` when nothing was measured and "at once" when all three are zero.
 fn triple(p: &Percentiles) -> String {
     if p.count == 0 {
         return "-".into();
     }
+    if p.max == 0.0 {
+        return "at once".into();
+    }
     format!("{}/{}/{}", short(p.p50), short(p.p99), short(p.max))
+}
+
+/// p50/p99, as [`triple`].
+fn pair(p: &Percentiles) -> String {
+    if p.count == 0 {
+        return "-".into();
+    }
+    if p.max == 0.0 {
+        return "at once".into();
+    }
+    format!("{}/{}", short(p.p50), short(p.p99))
 }
 
 fn short(secs: f64) -> String {

@@ -1,8 +1,9 @@
 //! `route-controller plugin-check` against real plugins: it passes the reference Linux
 //! router (in a network namespace of the test's own, with a route of others in the
 //! same table) with batching (its apply checked) and without, and the README's
-//! example plugin, and it fails, with the fix, a plugin
-//! that is not idempotent, one that prints garbage and one that hangs.
+//! example plugin as the README prints it (with and without a route of others in its
+//! file), and it fails, with a fix specific to what went wrong, a plugin that is not
+//! idempotent, one that prints garbage and one that hangs.
 //!
 //! The Linux router test needs root, `ip` and python3; without them it fails saying
 //! what to install or how to run it. The others need sh and jq.
@@ -39,11 +40,23 @@ fn executable(dir: &TempDir, name: &str, script: &str) -> PathBuf {
     path
 }
 
+/// The example plugin exactly as the README prints it, between its markers, so that
+/// what a reader copies is what passes here.
 fn example() -> String {
-    std::fs::read_to_string(
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("testdata/plugins/example-file-router"),
-    )
-    .unwrap()
+    let readme =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("README.md")).unwrap();
+    let (begin, end) = (
+        "<!-- example-file-router: begin -->\n```sh\n",
+        "```\n<!-- example-file-router: end -->",
+    );
+    let start = readme
+        .find(begin)
+        .unwrap_or_else(|| panic!("README.md lost the marker {begin:?}"))
+        + begin.len();
+    let len = readme[start..]
+        .find(end)
+        .unwrap_or_else(|| panic!("README.md lost the marker {end:?}"));
+    readme[start..start + len].to_string()
 }
 
 fn require_jq() {
@@ -119,36 +132,90 @@ fn the_reference_linux_router_passes_every_check_without_batching() {
     );
 }
 
+/// The README's example, as printed there, with nothing but its Command: it keeps its
+/// routes in its default place (under `XDG_STATE_HOME`, pointed at the test's directory
+/// so that the check starts from an empty table) and creates the file itself.
 #[test]
-fn the_example_plugin_of_the_readme_passes() {
+fn the_example_plugin_of_the_readme_passes_as_written() {
     require_jq();
     let dir = TempDir::new("plugin-check-example");
     let plugin = executable(&dir, "example-file-router", &example());
+    let state = dir.path().join("state");
     let config = dir.write(
         "plugin.conf",
         format!(
-            "Command={}\nEnv=ROUTES_FILE={}\nTimeout=5s\n",
+            "Command={}\nEnv=XDG_STATE_HOME={}\nTimeout=5s\n",
             plugin.display(),
-            dir.path().join("routes.json").display()
+            state.display()
         ),
     );
     let (code, out) = plugin_check(&config, &[]);
     assert_eq!(code, 0, "{out}");
     assert!(out.contains("9 passed, 0 failed, 2 skipped"), "{out}");
+    let routes = std::fs::read_to_string(state.join("example-file-router/routes.json"))
+        .expect("the example keeps its routes under XDG_STATE_HOME by default");
+    assert_eq!(routes.trim(), "[]", "the check's route is gone");
+}
+
+/// The README's example with a route of others in its file (as the README's "try it"
+/// puts one there): it neither lists, replaces nor deletes it.
+#[test]
+fn the_example_plugin_of_the_readme_leaves_a_route_of_others_alone() {
+    require_jq();
+    let dir = TempDir::new("plugin-check-example-foreign");
+    let plugin = executable(&dir, "example-file-router", &example());
+    let others = r#"[{"destinationCIDR":"10.254.0.0/24","targetNode":"vpn"}]"#;
+    let routes = dir.write("routes.json", others);
+    let config = dir.write(
+        "plugin.conf",
+        format!(
+            "Command={}\nEnv=ROUTES_FILE={}\nTimeout=5s\n",
+            plugin.display(),
+            routes.display()
+        ),
+    );
+    let (code, out) = plugin_check(&config, &["--foreign-destination", "10.254.0.0/24"]);
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("10 passed, 0 failed, 1 skipped"), "{out}");
+    assert!(
+        out.contains("PASS  a route of others is left alone"),
+        "{out}"
+    );
+    let after: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&routes).unwrap()).unwrap();
+    let before: serde_json::Value = serde_json::from_str(others).unwrap();
+    assert_eq!(
+        after, before,
+        "the route of others is there, untouched, alone"
+    );
+}
+
+/// The copy under testdata/ (to install from) is the README's, byte for byte.
+#[test]
+fn the_example_plugin_file_is_the_readmes() {
+    let file = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("testdata/plugins/example-file-router"),
+    )
+    .unwrap();
+    assert_eq!(
+        file,
+        example(),
+        "copy the README's example to the file, or back"
+    );
 }
 
 #[test]
 fn a_plugin_that_is_not_idempotent_fails_create_again_with_the_fix() {
     require_jq();
     let dir = TempDir::new("plugin-check-not-idempotent");
-    let idempotent = "if has \"$node\"; then ok '{}'; exit 0; fi";
+    let idempotent = "if has '.by == $me and .targetNode == $n'; then ok '{}'; exit 0; fi";
     let script = example();
     assert!(
         script.contains(idempotent),
         "the example changed; update this test"
     );
     // The same plugin, but an existing route makes create fail.
-    let script = script.replace(idempotent, "has \"\" && err AlreadyExists \"$dst exists\"");
+    let script = script.replace(idempotent, "has true && err AlreadyExists \"$dst exists\"");
     let plugin = executable(&dir, "not-idempotent", &script);
     let config = dir.write(
         "plugin.conf",
@@ -189,6 +256,12 @@ fn a_plugin_that_prints_garbage_fails_with_the_fix() {
         out.contains("anything else (logs, progress) on stderr"),
         "{out}"
     );
+    // The fix names what went wrong, not the contract of the step.
+    assert!(
+        out.contains("fix: the plugin printed something besides its reply"),
+        "{out}"
+    );
+    assert!(!out.contains("fix: list must reply"), "{out}");
     assert!(out.contains("0 passed"), "{out}");
 }
 
@@ -205,6 +278,11 @@ fn a_plugin_that_hangs_is_killed_at_its_timeout_and_fails_every_check() {
     assert_eq!(code, 1, "{out}");
     assert!(out.contains("FAIL  list on an empty table: plugin hangs: list did not finish within 500ms; killed it"), "{out}");
     assert!(out.contains("raise Timeout= in --cloud-config"), "{out}");
+    assert!(
+        out.contains("fix: the plugin hung: reply within Timeout= (500ms)"),
+        "{out}"
+    );
+    assert!(!out.contains("fix: list must reply"), "{out}");
     assert!(out.contains("0 passed"), "{out}");
     // Ten checks of one call each (and a cleanup), each bounded by the timeout.
     assert!(

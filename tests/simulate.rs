@@ -186,11 +186,8 @@ fn the_table_reports_the_goals_and_the_chart_is_svg() {
     assert!(table.contains("  watch (ours) "), "{table}");
     assert!(
         table
-            .trim_end()
             .lines()
-            .last()
-            .unwrap()
-            .starts_with("  verdict: "),
+            .any(|l| l.starts_with("  verdict: watch (ours)")),
         "{table}"
     );
     let _ = std::fs::remove_dir_all(dir);
@@ -378,4 +375,144 @@ fn the_azure_comparison_sets_ours_beside_the_model_of_the_updater() {
     }
     let table = String::from_utf8_lossy(&simulate(&["--cloud", "azure"]).stdout).to_string();
     assert!(table.contains("MODEL of cloud-provider-azure"), "{table}");
+}
+
+fn stdout(args: &[&str]) -> String {
+    let out = simulate(args);
+    assert!(
+        out.status.success(),
+        "{args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).expect("UTF-8 on stdout")
+}
+
+/// Guards the default table's width (issue 39): every line of every scenario fits 100
+/// columns, and `--wide` brings back the columns left out (and may pass 100).
+#[test]
+fn the_table_fits_100_columns_and_wide_has_every_column() {
+    let args = ["--nodes", "40", "--duration", "20m"];
+    let table = stdout(&args);
+    for line in table.lines() {
+        assert!(
+            line.chars().count() <= 100,
+            "{} columns: {line:?}\n{table}",
+            line.chars().count()
+        );
+    }
+    assert!(table.matches("limited by").count() >= 6, "{table}");
+    assert!(
+        table.contains("--wide adds"),
+        "the legend says where the rest is: {table}"
+    );
+    assert!(!table.contains("trigger->pass p50"), "{table}");
+    let wide = stdout(&[&args[..], &["--wide"]].concat());
+    assert!(wide.contains("trigger->pass p50/p99/max"), "{wide}");
+    assert!(
+        wide.contains("creates") && wide.contains("passes"),
+        "{wide}"
+    );
+    assert!(wide.lines().any(|l| l.chars().count() > 100), "{wide}");
+}
+
+/// Guards that no cell reads as a measurement when nothing was measured: a pass that
+/// starts on its trigger says "at once", not 0ms/0ms/0ms, and a scenario without goals
+/// prints no tally of zeros.
+#[test]
+fn nothing_unmeasured_reads_as_a_measurement() {
+    let wide = stdout(&[
+        "--scenario",
+        "address-churn",
+        "--nodes",
+        "30",
+        "--duration",
+        "10m",
+        "--wide",
+    ]);
+    assert!(!wide.contains("0ms/0ms/0ms"), "{wide}");
+    assert!(
+        wide.contains("at once"),
+        "ours starts its pass on the trigger: {wide}"
+    );
+    assert!(!wide.contains("0 met"), "{wide}");
+    assert!(
+        !wide.contains("goals:"),
+        "address-churn has no goal: {wide}"
+    );
+    let steady = stdout(&["--scenario", "steady", "--nodes", "10", "--duration", "10m"]);
+    let ours = steady
+        .lines()
+        .find(|l| l.starts_with("  watch (ours)"))
+        .expect("our row");
+    // mode, calls, lists, 429s, node->route, missing, limited by
+    let cells: Vec<&str> = ours["  watch (ours)".len()..].split_whitespace().collect();
+    assert_eq!(cells[3..], ["-", "0", "-"], "{steady}");
+}
+
+/// Guards "limited by": in a scale-out against an API of 1 request/s, ours and poll are
+/// held by that rate and upstream's watch mode by the routes it left missing; in a
+/// rolling upgrade each mode by its own pace; in a steady cluster nothing is measured.
+#[test]
+fn each_row_says_what_limited_it() {
+    let args = [
+        "--scenario",
+        "scale-out",
+        "--nodes",
+        "150",
+        "--duration",
+        "10m",
+        "--output",
+        "json",
+    ];
+    let r = json(&args);
+    assert_eq!(
+        mode(&r, "watch")["limitedBy"],
+        "the API's 1 request/s",
+        "{r}"
+    );
+    assert_eq!(
+        mode(&r, "poll")["limitedBy"],
+        "the API's 1 request/s",
+        "{r}"
+    );
+    let upstream = mode(&r, "upstream-watch");
+    let missing = upstream["unserved"].as_u64().unwrap();
+    assert!(missing > 0, "{upstream}");
+    assert_eq!(
+        upstream["limitedBy"],
+        format!("{missing} routes missing"),
+        "{upstream}"
+    );
+    let r = json(&[
+        "--scenario",
+        "rolling-upgrade",
+        "--nodes",
+        "20",
+        "--duration",
+        "10m",
+        "--output",
+        "json",
+    ]);
+    assert_eq!(
+        mode(&r, "watch")["limitedBy"],
+        "the cloud's latency (100ms)",
+        "{r}"
+    );
+    assert_eq!(mode(&r, "poll")["limitedBy"], "the 10s poll period", "{r}");
+    assert_eq!(
+        mode(&r, "upstream-watch")["limitedBy"],
+        "its 10s token bucket",
+        "{r}"
+    );
+    let steady = json(&[
+        "--scenario",
+        "steady",
+        "--nodes",
+        "10",
+        "--duration",
+        "10m",
+        "--output",
+        "json",
+    ]);
+    assert_eq!(mode(&steady, "watch")["limitedBy"], "-", "{steady}");
 }

@@ -395,9 +395,11 @@ pub fn run_manifests(args: &ManifestsArgs) -> Result<String, UsageError> {
 static SIMULATE: Spec = Spec {
     name: "simulate",
     about: "Simulate the controller in virtual time against an in-memory cloud, in each mode \
-            side by side (poll, upstream-style watch, ours), and print the cloud calls and \
-            latencies. The real controller code runs; only the cluster and the cloud are \
-            simulated. A 24-hour scenario takes seconds.",
+            side by side (poll, upstream-style watch, ours), and print the cloud calls, \
+            latencies and what limited each. The real controller code runs; only the cluster \
+            and the cloud are simulated. The default run (all six scenarios) takes about 30 s \
+            of CPU, 25 s of it the 24 h of 1000 nodes of steady (8640 passes in poll mode); \
+            any other single scenario, one to three seconds.",
     env: &[],
     groups: &[(
         "Flags",
@@ -444,6 +446,14 @@ static SIMULATE: Spec = Spec {
             .default("100ms"),
             OUTPUT,
             Flag::new(
+                "wide",
+                Kind::Bool,
+                "with --output table: every column (list, create and delete calls, passes, \
+                 trigger->pass, max latencies), past 100 columns; without it the table fits \
+                 100 columns",
+            )
+            .default("false"),
+            Flag::new(
                 "chart",
                 Kind::String,
                 "write an SVG chart of cloud calls and node-to-route latency to FILE (with \
@@ -463,6 +473,7 @@ pub struct SimulateArgs {
     pub seed: u64,
     pub latency: String,
     pub output: String,
+    pub wide: bool,
     pub chart: Option<String>,
 }
 
@@ -479,6 +490,7 @@ impl SimulateArgs {
             seed: p.number("seed")?,
             latency: p.string("latency"),
             output: p.string("output"),
+            wide: p.bool("wide"),
             chart: p.optional("chart"),
         })
     }
@@ -615,11 +627,10 @@ pub fn run_simulate(args: &SimulateArgs) -> Result<String, UsageError> {
             serde_json::to_string_pretty(&with_goals[0]).unwrap_or_default() + "\n"
         }
         "json" => serde_json::to_string_pretty(&with_goals).unwrap_or_default() + "\n",
-        _ => reports
-            .iter()
-            .map(sim::table)
-            .collect::<Vec<_>>()
-            .join("\n"),
+        _ => {
+            let tables: Vec<String> = reports.iter().map(|r| sim::table(r, args.wide)).collect();
+            format!("{}\n{}", tables.join("\n"), sim::legend(args.wide))
+        }
     })
 }
 

@@ -381,8 +381,8 @@ impl Checker<'_> {
                     }
                 ))
             }
-            Err(e) => fail(
-                e.message,
+            Err(e) => self.failed(
+                e,
                 "describe is optional: reply {\"apiVersion\": \"route-controller.plugin/v1\", \
                  \"error\": {\"kind\": \"UnknownVerb\"}} if you do not implement it, or a \
                  budget, batchSize and tables as the README shows",
@@ -421,8 +421,8 @@ impl Checker<'_> {
                     ),
                 }
             }
-            Err(e) => fail(
-                e.message,
+            Err(e) => self.failed(
+                e,
                 "list must reply {\"apiVersion\": \"route-controller.plugin/v1\", \"routes\": \
                  []} on an empty table, within the timeout",
             ),
@@ -431,8 +431,8 @@ impl Checker<'_> {
 
     fn check_create(&self, d: &str) -> Verdict {
         if let Err(e) = self.create(d) {
-            return fail(
-                e.message,
+            return self.failed(
+                e,
                 "create must add the route and reply {\"apiVersion\": \"route-controller.plugin/v1\"}",
             );
         }
@@ -452,15 +452,15 @@ impl Checker<'_> {
                 format!("create succeeded but list does not return {d}"),
                 "create must add the route so that the next list returns it",
             ),
-            Err(e) => fail(e.message, "list must succeed after a create"),
+            Err(e) => self.failed(e, "list must succeed after a create"),
         }
     }
 
     fn check_create_again(&self, d: &str) -> Verdict {
         match self.create(d) {
             Ok(()) => Verdict::Pass("an identical create is a success".into()),
-            Err(e) => fail(
-                e.message,
+            Err(e) => self.failed(
+                e,
                 "an identical route that already exists counts as created: reply without \
                  \"error\" (AlreadyExists is only for a route to another target)",
             ),
@@ -469,8 +469,8 @@ impl Checker<'_> {
 
     fn check_delete(&self, d: &str) -> Verdict {
         if let Err(e) = self.delete(d) {
-            return fail(
-                e.message,
+            return self.failed(
+                e,
                 "delete must remove the route and reply {\"apiVersion\": \"route-controller.plugin/v1\"}",
             );
         }
@@ -480,7 +480,7 @@ impl Checker<'_> {
                 format!("delete succeeded but list still returns {d}"),
                 "delete must remove the route before it replies",
             ),
-            Err(e) => fail(e.message, "list must succeed after a delete"),
+            Err(e) => self.failed(e, "list must succeed after a delete"),
         }
     }
 
@@ -494,8 +494,8 @@ impl Checker<'_> {
                 "reply \"error\": {\"kind\": \"NotFound\"} (or exit 3) for a route that is not \
                  there, so the controller can tell it from a delete that happened",
             ),
-            Err(e) => fail(
-                e.message,
+            Err(e) => self.failed(
+                e,
                 "reply \"error\": {\"kind\": \"NotFound\"} (or exit 3) for a route that is not there",
             ),
         }
@@ -598,10 +598,10 @@ impl Checker<'_> {
                    change, in order: {\"outcomes\": [{}, {}]}";
         let outcomes = match self.apply(&[self.create_change(d), self.create_change(second)]) {
             Ok(outcomes) => outcomes,
-            Err(e) => return fail(e.message, fix),
+            Err(e) => return self.failed(e, fix),
         };
         if let Some(e) = outcomes.iter().find_map(|o| o.as_ref().err()) {
-            return fail(e.message.clone(), fix);
+            return self.failed(e.clone(), fix);
         }
         for destination in [d, second] {
             match self.listed(destination) {
@@ -622,7 +622,7 @@ impl Checker<'_> {
                          returns it",
                     );
                 }
-                Err(e) => return fail(e.message, "list must succeed after an apply"),
+                Err(e) => return self.failed(e, "list must succeed after an apply"),
             }
         }
         Verdict::Pass(format!("{d} and {second} are listed"))
@@ -632,8 +632,8 @@ impl Checker<'_> {
         match self.delete(second) {
             Ok(()) => {}
             Err(e) => {
-                return fail(
-                    e.message,
+                return self.failed(
+                    e,
                     "delete must remove a route that apply created (the step before this apply)",
                 );
             }
@@ -641,8 +641,8 @@ impl Checker<'_> {
         let outcomes = match self.apply(&[self.create_change(d), self.delete_change(second)]) {
             Ok(outcomes) => outcomes,
             Err(e) => {
-                return fail(
-                    e.message,
+                return self.failed(
+                    e,
                     "a change that fails in an apply fails in its place among the outcomes, not \
                      the whole call: reply {\"outcomes\": [{}, {\"error\": {\"kind\": \
                      \"NotFound\"}}]}",
@@ -668,8 +668,8 @@ impl Checker<'_> {
                 ),
                 "reply the outcomes in the order of the request's changes",
             ),
-            (Err(e), _) => fail(
-                e.message.clone(),
+            (Err(e), _) => self.failed(
+                e.clone(),
                 "an identical route that already exists counts as created: its outcome is {} \
                  (AlreadyExists is only for a route to another target)",
             ),
@@ -678,8 +678,8 @@ impl Checker<'_> {
                 "the outcome of a delete of a route that is not there is {\"error\": {\"kind\": \
                  \"NotFound\"}}, so the controller can tell it from a delete that happened",
             ),
-            (Ok(()), Err(e)) => fail(
-                e.message.clone(),
+            (Ok(()), Err(e)) => self.failed(
+                e.clone(),
                 "the outcome of a delete of a route that is not there is {\"error\": {\"kind\": \
                  \"NotFound\"}}, in the delete's place among the outcomes",
             ),
@@ -691,10 +691,10 @@ impl Checker<'_> {
         match self.apply(&[self.delete_change(d)]) {
             Ok(outcomes) => {
                 if let Some(e) = outcomes.iter().find_map(|o| o.as_ref().err()) {
-                    return fail(e.message.clone(), fix);
+                    return self.failed(e.clone(), fix);
                 }
             }
-            Err(e) => return fail(e.message, fix),
+            Err(e) => return self.failed(e, fix),
         }
         match self.listed(d) {
             Ok(None) => Verdict::Pass(format!("{d} is gone from the list")),
@@ -702,7 +702,7 @@ impl Checker<'_> {
                 format!("apply's delete succeeded but list still returns {d}"),
                 "apply must remove each route it reports deleted before it replies",
             ),
-            Err(e) => fail(e.message, "list must succeed after an apply"),
+            Err(e) => self.failed(e, "list must succeed after an apply"),
         }
     }
 
@@ -723,7 +723,7 @@ impl Checker<'_> {
                      with its proto number)",
                 );
             }
-            Err(e) => return fail(e.message, "list must succeed"),
+            Err(e) => return self.failed(e, "list must succeed"),
         }
         match self.create(f) {
             Err(e) if e.kind == CloudErrorKind::AlreadyExists => {}
@@ -735,8 +735,8 @@ impl Checker<'_> {
                 );
             }
             Err(e) => {
-                return fail(
-                    e.message,
+                return self.failed(
+                    e,
                     "a create whose destination holds a route of others must leave it and \
                      reply \"error\": {\"kind\": \"AlreadyExists\"}",
                 );
@@ -750,8 +750,8 @@ impl Checker<'_> {
                 format!("delete of {f} succeeded: the plugin deleted a route of others"),
                 "delete only routes this plugin made; reply NotFound for any other",
             ),
-            Err(e) => fail(
-                e.message,
+            Err(e) => self.failed(
+                e,
                 "delete only routes this plugin made; reply NotFound for any other",
             ),
         }
@@ -764,7 +764,7 @@ impl Checker<'_> {
                 format!("the plugin replied {}", summary(&reply)),
                 fix.to_string(),
             ),
-            Err(e) if e.kind == CloudErrorKind::Ambiguous => fail(e.message, fix.to_string()),
+            Err(e) if e.kind == CloudErrorKind::Ambiguous => self.failed(e, fix),
             Err(e) => Verdict::Pass(format!("refused: {}", protocol::excerpt(&e.message, 120))),
         }
     }
@@ -807,6 +807,121 @@ impl Checker<'_> {
     }
 }
 
+/// How a call failed, when the plugin did not answer in the protocol: each has a fix of
+/// its own, whatever the step. A reply in the protocol that is the wrong answer gets the
+/// step's contract instead.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Symptom {
+    /// Killed at its timeout.
+    Hang,
+    /// Killed by a signal, or exited non-zero with nothing on stdout.
+    Crash,
+    /// Exited 0 with nothing on stdout.
+    Silent,
+    /// Printed something that is not one JSON object.
+    Garbage,
+    /// Printed more than `MaxOutputBytes`.
+    TooMuch,
+    /// Replied with another apiVersion.
+    OtherVersion,
+    /// Replied without apiVersion.
+    NoVersion,
+    /// Replied with an error kind the protocol does not have.
+    UnknownKind,
+    /// Replied UnknownVerb to a verb every plugin must implement.
+    Unimplemented,
+}
+
+/// The symptom `e` shows, read from the words the exec provider's messages use for it.
+/// `None`: the plugin answered in the protocol. (The unit test below runs a plugin of
+/// each kind through the provider, so a reworded message cannot slip past this.)
+fn symptom(e: &CloudError) -> Option<Symptom> {
+    let m = e.message.as_str();
+    let is = |words: &str| m.contains(words);
+    Some(if is("did not finish within") {
+        Symptom::Hang
+    } else if is("was killed by signal") || (is("failed with exit status") && is("and no reply")) {
+        Symptom::Crash
+    } else if is("printed nothing on stdout") {
+        Symptom::Silent
+    } else if is("is not one JSON object") {
+        Symptom::Garbage
+    } else if is("bytes on stdout; killed it") {
+        Symptom::TooMuch
+    } else if is("replied with apiVersion") {
+        Symptom::OtherVersion
+    } else if is("reply has no apiVersion") {
+        Symptom::NoVersion
+    } else if is("is unknown, so the call is treated as ambiguous") {
+        Symptom::UnknownKind
+    } else if is("failed: UnknownVerb") {
+        Symptom::Unimplemented
+    } else {
+        return None;
+    })
+}
+
+impl Checker<'_> {
+    /// A step failed with `e`: the fix for what went wrong if the plugin did not
+    /// answer in the protocol, else `contract`, what the step expects.
+    fn failed(&self, e: CloudError, contract: &str) -> Verdict {
+        let fix = match symptom(&e) {
+            None => contract.to_string(),
+            Some(s) => self.fix(s),
+        };
+        fail(e.message, fix)
+    }
+
+    fn fix(&self, symptom: Symptom) -> String {
+        let command = std::iter::once(&self.config.command)
+            .chain(&self.config.args)
+            .map(String::as_str)
+            .collect::<Vec<_>>()
+            .join(" ");
+        let by_hand = format!(
+            "run it by hand to see where: echo '{{\"apiVersion\":\"{API_VERSION}\",\"verb\":\"list\",\
+             \"clusterName\":\"{}\"}}' | {command}",
+            self.args.cluster_name
+        );
+        match symptom {
+            Symptom::Hang => format!(
+                "the plugin hung: reply within Timeout= ({}) or raise it in --cloud-config; a \
+                 plugin that waits on a lock, a prompt or a second read of stdin never ends; \
+                 {by_hand}",
+                crate::duration::format(self.config.timeout)
+            ),
+            Symptom::Crash => format!(
+                "the plugin crashed before it replied: its stderr is in the log above; reply \
+                 {{\"error\": {{\"kind\": ...}}}} and exit 0 for a failure it knows; {by_hand}"
+            ),
+            Symptom::Silent => "the plugin exited 0 without a reply: end every path with one \
+                JSON reply on stdout ({\"apiVersion\": \"route-controller.plugin/v1\"} at least)"
+                .into(),
+            Symptom::Garbage => "the plugin printed something besides its reply: print exactly \
+                one JSON object on stdout, and logs or progress on stderr (>&2)"
+                .into(),
+            Symptom::TooMuch => "the plugin printed more than one reply's worth: logs go to \
+                stderr; raise MaxOutputBytes= in --cloud-config only for a very large table"
+                .into(),
+            Symptom::OtherVersion | Symptom::NoVersion => format!(
+                "put \"apiVersion\": \"{API_VERSION}\" in every reply, error replies too (the \
+                 version the request names)"
+            ),
+            Symptom::UnknownKind => format!(
+                "use one of the protocol's error kinds: {}",
+                protocol::ERROR_KINDS
+                    .iter()
+                    .map(|(k, _)| *k)
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+            Symptom::Unimplemented => {
+                "implement this verb: every plugin implements list, create and delete".into()
+            }
+        }
+    }
+}
+
 fn summary(reply: &Reply) -> String {
     match &reply.routes {
         Some(r) => format!("success, with {} route(s)", r.len()),
@@ -816,4 +931,83 @@ fn summary(reply: &Reply) -> String {
 
 fn ms(d: Duration) -> String {
     format!("{} ms", d.as_millis())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::PermissionsExt;
+
+    /// What list of a plugin that runs `script` (after reading its request) fails with.
+    fn error_of(label: &str, script: &str) -> CloudError {
+        let dir =
+            std::env::temp_dir().join(format!("rc-plugin-check-{label}-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("plugin");
+        std::fs::write(&path, format!("#!/bin/sh\ncat >/dev/null\n{script}\n")).unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let pairs: Vec<(String, String)> = [
+            ("Command", path.to_str().unwrap()),
+            ("Timeout", "500ms"),
+            ("MaxOutputBytes", "4096"),
+        ]
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+        let plugin = ExecRoutes::new(Config::from_pairs(&pairs).unwrap());
+        let error = plugin
+            .list_routes("kubernetes", &NodeDirectory::default())
+            .expect_err(label);
+        let _ = std::fs::remove_dir_all(&dir);
+        error
+    }
+
+    /// Guards the specific fix lines: each way of not answering in the protocol, made
+    /// by a real plugin through the exec provider, is told apart (a reworded message in
+    /// the provider fails this), and a reply in the protocol that is wrong is left to
+    /// the step's contract.
+    #[test]
+    fn each_way_of_breaking_the_protocol_is_told_apart() {
+        let v = API_VERSION;
+        for (label, script, want) in [
+            ("hang", "sleep 5".to_string(), Some(Symptom::Hang)),
+            ("signal", "kill -9 $$".into(), Some(Symptom::Crash)),
+            ("exit", "echo oops >&2; exit 1".into(), Some(Symptom::Crash)),
+            ("silent", "exit 0".into(), Some(Symptom::Silent)),
+            ("garbage", "echo hello".into(), Some(Symptom::Garbage)),
+            (
+                "too-much",
+                "head -c 8192 /dev/zero | tr '\\0' x".into(),
+                Some(Symptom::TooMuch),
+            ),
+            (
+                "version",
+                "echo '{\"apiVersion\":\"route-controller.plugin/v0\"}'".into(),
+                Some(Symptom::OtherVersion),
+            ),
+            (
+                "no-version",
+                "echo '{\"routes\":[]}'".into(),
+                Some(Symptom::NoVersion),
+            ),
+            (
+                "kind",
+                format!("echo '{{\"apiVersion\":\"{v}\",\"error\":{{\"kind\":\"Oops\"}}}}'"),
+                Some(Symptom::UnknownKind),
+            ),
+            (
+                "unknown-verb",
+                format!("echo '{{\"apiVersion\":\"{v}\",\"error\":{{\"kind\":\"UnknownVerb\"}}}}'"),
+                Some(Symptom::Unimplemented),
+            ),
+            (
+                "invalid",
+                format!("echo '{{\"apiVersion\":\"{v}\",\"error\":{{\"kind\":\"Invalid\"}}}}'"),
+                None,
+            ),
+        ] {
+            let e = error_of(label, &script);
+            assert_eq!(symptom(&e), want, "{label}: {}", e.message);
+        }
+    }
 }

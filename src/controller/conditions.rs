@@ -227,12 +227,15 @@ impl Controller {
             }
             _ => plan::network_condition(created, current.as_ref()),
         };
-        let uid = known.uid().to_string();
-        if created {
+        // Most nodes of a pass were routed long ago: no clock runs for them and they
+        // are not marked, so there is nothing to stop and no need to find them again.
+        let waits = known.waits_since_list || self.nodes.route_clock_running();
+        let uid = condition.as_ref().map(|_| known.uid().to_string());
+        if created && waits {
             // The route exists: this node no longer counts towards node-to-route latency.
             self.nodes.all_routed(node);
         }
-        let Some(condition) = condition else {
+        let (Some(condition), Some(uid)) = (condition, uid) else {
             return false;
         };
         self.conditions.sent(node, condition.clone());

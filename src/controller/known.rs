@@ -130,12 +130,6 @@ impl Known {
         (header, r)
     }
 
-    /// The name's bytes, for ordering the view without checking them as text again.
-    fn name_bytes(&self) -> &[u8] {
-        let (_, mut r) = self.header();
-        r.field()
-    }
-
     pub fn resource_version(&self) -> &str {
         self.fixed(2)
     }
@@ -299,6 +293,12 @@ impl NodeFacts for Known {
             reason: label(reason, CONDITION_WORDS),
             message: "".into(),
         })
+    }
+
+    /// The name's bytes, for ordering the view without checking them as text again.
+    fn name_bytes(&self) -> &[u8] {
+        let (_, mut r) = self.header();
+        r.field()
     }
 }
 

@@ -82,6 +82,7 @@ impl RouteView {
 
     /// The destinations of the usable routes to `node`.
     pub(super) fn routes_to(&self, node: &str) -> Vec<Cidr> {
+        let node = node.as_bytes();
         let start = self.by_node.partition_point(|&p| self.target(p) < node);
         self.by_node[start..]
             .iter()
@@ -90,14 +91,16 @@ impl RouteView {
             .collect()
     }
 
-    fn target(&self, position: u32) -> &str {
-        self.routes.0[position as usize].target_node()
+    /// The target node's bytes (byte order is name order).
+    fn target(&self, position: u32) -> &[u8] {
+        self.routes.0[position as usize].target_node_bytes()
     }
 
     /// Where in `by_node` a new route to `node` goes: after the routes to it, before
     /// those to the nodes after it.
     fn first_after(&self, node: &str) -> usize {
-        self.by_node.partition_point(|&p| self.target(p) <= node)
+        self.by_node
+            .partition_point(|&p| self.target(p) <= node.as_bytes())
     }
 }
 
@@ -233,6 +236,10 @@ impl RouteFacts for KeptRoute {
 
     fn target_node(&self) -> &str {
         self.at_text(1).text()
+    }
+
+    fn target_node_bytes(&self) -> &[u8] {
+        self.at_text(1).field()
     }
 
     fn destination_text(&self) -> &str {
