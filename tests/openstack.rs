@@ -376,6 +376,18 @@ fn a_password_is_sent_scoped_to_its_project_and_wrong_credentials_name_the_fix()
         "Default"
     );
     assert_eq!(body["scope"]["project"]["name"], "cluster");
+    assert_eq!(body["scope"]["project"]["domain"]["name"], "Default");
+
+    // cloud-provider-openstack's tenant-domain-* name the project's domain.
+    let corp = conf.replace("domain-name = Default", "tenant-domain-name = corp");
+    let (config, _) = Config::from_cloud_conf(&corp, &cidrs, |_| Err("no".into())).unwrap();
+    OpenStackRoutes::connect(config).expect("a password connects");
+    let body = &d.auth_bodies()[1]["auth"];
+    assert_eq!(body["scope"]["project"]["domain"]["name"], "corp");
+    assert_eq!(
+        body["identity"]["password"]["user"]["domain"]["name"], "Default",
+        "the user's domain stays"
+    );
 
     let wrong = conf.replace("password = pw", "password = nope");
     let (config, _) = Config::from_cloud_conf(&wrong, &cidrs, |_| Err("no".into())).unwrap();

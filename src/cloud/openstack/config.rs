@@ -124,14 +124,7 @@ impl std::error::Error for ConfigError {}
 
 /// `[Global]` names that matter elsewhere in cloud-provider-openstack (load
 /// balancers, block storage) and are accepted without effect here.
-const IGNORED_GLOBAL: &[&str] = &[
-    "ca-file",
-    "tls-insecure",
-    "cert-file",
-    "key-file",
-    "tenant-domain-id",
-    "tenant-domain-name",
-];
+const IGNORED_GLOBAL: &[&str] = &["ca-file", "tls-insecure", "cert-file", "key-file"];
 
 /// The `[Global]`/`[Route]` names read, as collected before they are checked.
 #[derive(Default)]
@@ -167,6 +160,10 @@ const GLOBAL_KEYS: &[&str] = &[
     "user-domain-name",
     "project-domain-id",
     "project-domain-name",
+    // cloud-provider-openstack maps these to the project's domain (ProjectDomainID,
+    // ProjectDomainName), not to a domain of their own.
+    "tenant-domain-id",
+    "tenant-domain-name",
     "use-clouds",
     "clouds-file",
     "cloud",
@@ -341,7 +338,10 @@ fn credentials(raw: &Raw) -> Result<Credentials, ConfigError> {
         (Some(id), _) => ProjectRef::Id(id),
         (None, Some(name)) => ProjectRef::Name {
             name,
-            domain: domain(&["project-domain-id"], &["project-domain-name"]),
+            domain: domain(
+                &["project-domain-id", "tenant-domain-id"],
+                &["project-domain-name", "tenant-domain-name"],
+            ),
         },
         (None, None) => {
             return Err(ConfigError::new(
