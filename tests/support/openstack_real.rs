@@ -456,6 +456,23 @@ fn free_port() -> u16 {
         .expect("a free loopback port")
 }
 
+/// The directories of servers whose test process has exited (`<pid>-<n>`): the shared
+/// servers live until their process exits, so no drop removes theirs.
+fn remove_of_dead_processes(servers: &Path) {
+    let Ok(entries) = fs::read_dir(servers) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name().to_string_lossy().to_string();
+        let Some(pid) = name.split('-').next() else {
+            continue;
+        };
+        if pid.parse::<u32>().is_ok() && !Path::new("/proc").join(pid).exists() {
+            let _ = fs::remove_dir_all(entry.path());
+        }
+    }
+}
+
 /// One gunicorn server under its watchdog.
 struct Server {
     watchdog: Child,
@@ -624,9 +641,9 @@ impl RealCloud {
         let templates = templates();
         let started = Instant::now();
         let n = STARTED.fetch_add(1, Ordering::SeqCst);
-        let dir = target_dir()
-            .join("openstack-servers")
-            .join(format!("{}-{n}", std::process::id()));
+        let servers = target_dir().join("openstack-servers");
+        remove_of_dead_processes(&servers);
+        let dir = servers.join(format!("{}-{n}", std::process::id()));
         if dir.exists() {
             let _ = fs::remove_dir_all(&dir);
         }
