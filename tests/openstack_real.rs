@@ -412,3 +412,31 @@ fn a_port_at_max_allowed_address_pair_refuses_its_node_not_the_router() {
     );
     assert_eq!(site.pairs(1), vips, "the VIPs stay");
 }
+
+#[test]
+fn an_auth_url_without_a_version_is_found_in_keystones_version_document() {
+    let cloud = RealCloud::shared(Options::new(Mode::Atomic));
+    let mut site = Site::new(cloud, "discovery");
+    site.node(0);
+    // cloud-provider-openstack's files often name Keystone's root; gophercloud finds
+    // v3 in the version document Keystone serves there. And the catalog's internal
+    // interface, as os-endpoint-type asks.
+    let global = cloud.cloud_conf_global().replace(
+        &format!("auth-url = {}/v3\n", cloud.keystone_url),
+        &format!(
+            "auth-url = {}/\nos-endpoint-type = internal\n",
+            cloud.keystone_url
+        ),
+    );
+    assert!(!global.contains("/v3"), "{global}");
+    let text = format!("{global}[Route]\nrouter-id = {}\n", site.router);
+    let cidrs = [Cidr::parse("10.244.0.0/16").expect("the cluster CIDR")];
+    let (config, _) =
+        Config::from_cloud_conf(&text, &cidrs, |_| Err("no".into())).expect("cloud.conf");
+    let p = OpenStackRoutes::connect(config).expect("connects through the version document");
+    all_ok(
+        &p.apply_changes(CLUSTER, &[site.create(0, &ip(0))])
+            .expect("a create"),
+    );
+    assert_eq!(site.routes(), vec![(cidr(0), ip(0))]);
+}

@@ -73,6 +73,9 @@ pub struct Config {
     /// The region whose network endpoint is taken from the catalog (`region`); none:
     /// the first network endpoint.
     pub region: Option<String>,
+    /// The catalog interface of the network endpoint: `public` (default), `internal`
+    /// or `admin` (`os-endpoint-type`, clouds.yaml `interface`).
+    pub interface: String,
     /// The credentials.
     pub credentials: Credentials,
     /// The router whose routes are managed (`[Route] router-id`).
@@ -164,6 +167,7 @@ const GLOBAL_KEYS: &[&str] = &[
     // ProjectDomainName), not to a domain of their own.
     "tenant-domain-id",
     "tenant-domain-name",
+    "os-endpoint-type",
     "use-clouds",
     "clouds-file",
     "cloud",
@@ -270,9 +274,23 @@ impl Config {
                  (Neutron's max_routes)"
             )));
         }
+        let interface = match raw.get(&["os-endpoint-type"]) {
+            None => "public".to_string(),
+            // Keystone v2's spelling (publicURL, internalURL), still seen in old files.
+            Some(v) => match v.to_ascii_lowercase().trim_end_matches("url") {
+                i @ ("public" | "internal" | "admin") => i.to_string(),
+                _ => {
+                    return Err(ConfigError::new(format!(
+                        "cloud.conf: [Global] os-endpoint-type = {v:?} is not a catalog \
+                         interface; use public, internal or admin"
+                    )));
+                }
+            },
+        };
         let config = Config {
             auth_url: auth_url.trim_end_matches('/').to_string(),
             region: raw.get(&["region"]),
+            interface,
             credentials,
             router_id,
             max_routes: max_routes as usize,
@@ -368,6 +386,7 @@ struct CloudsFile {
 struct CloudEntry {
     auth: CloudAuth,
     region_name: Option<String>,
+    interface: Option<String>,
 }
 
 #[derive(Deserialize, Default)]
@@ -421,6 +440,7 @@ fn from_clouds_yaml(text: &str, file: &str, cloud: &str, raw: &mut Raw) -> Resul
             &a.application_credential_secret,
         ),
         ("region", &entry.region_name),
+        ("os-endpoint-type", &entry.interface),
     ];
     for (name, value) in fields {
         if let Some(v) = value
@@ -438,6 +458,37 @@ mod tests {
 
     fn cidrs() -> Vec<Cidr> {
         vec![Cidr::parse("10.244.0.0/16").unwrap()]
+    }
+
+    #[test]
+    fn os_endpoint_type_is_the_catalog_interface_in_either_spelling() {
+        let conf = |extra: &str| {
+            format!(
+                "[Global]\nauth-url=https://ks\napplication-credential-id=a\n\
+                 application-credential-secret=s\n{extra}[Route]\nrouter-id=r\n"
+            )
+        };
+        let interface = |extra: &str| {
+            Config::from_cloud_conf(&conf(extra), &cidrs(), |_| Err("no".into()))
+                .map(|(c, _)| c.interface)
+        };
+        assert_eq!(interface("").as_deref(), Ok("public"));
+        assert_eq!(
+            interface("os-endpoint-type=internal\n").as_deref(),
+            Ok("internal")
+        );
+        assert_eq!(
+            interface("os-endpoint-type=internalURL\n").as_deref(),
+            Ok("internal")
+        );
+        let e = interface("os-endpoint-type=private\n").expect_err("not an interface");
+        assert!(e.message.contains("public, internal or admin"), "{e}");
+        let yaml = "clouds:\n  openstack:\n    interface: admin\n";
+        let text = "[Global]\nuse-clouds=true\nauth-url=https://ks\napplication-credential-id=a\n\
+                    application-credential-secret=s\n[Route]\nrouter-id=r\n";
+        let (c, _) =
+            Config::from_cloud_conf(text, &cidrs(), |_| Ok(yaml.to_string())).expect("clouds.yaml");
+        assert_eq!(c.interface, "admin");
     }
     fn no_file(_: &str) -> Result<String, String> {
         Err("none".into())

@@ -151,19 +151,6 @@ impl OpenStackRoutes {
     /// exist).
     pub fn connect(config: Config) -> Result<OpenStackRoutes, ConfigError> {
         let agent = neutron::agent(config.request_timeout);
-        let keystone = Keystone::new(
-            agent.clone(),
-            &config.auth_url,
-            config.region.clone(),
-            config.credentials.clone(),
-        );
-        let neutron = Neutron::new(
-            agent,
-            keystone,
-            config.network_endpoint.clone(),
-            config.request_timeout,
-            config.metrics.clone(),
-        );
         let at_start = |e: CloudError| ConfigError {
             outage: matches!(
                 e.kind,
@@ -173,6 +160,21 @@ impl OpenStackRoutes {
             ),
             message: e.message,
         };
+        let auth_url = keystone::discover(&agent, &config.auth_url).map_err(at_start)?;
+        let keystone = Keystone::new(
+            agent.clone(),
+            &auth_url,
+            config.region.clone(),
+            config.interface.clone(),
+            config.credentials.clone(),
+        );
+        let neutron = Neutron::new(
+            agent,
+            keystone,
+            config.network_endpoint.clone(),
+            config.request_timeout,
+            config.metrics.clone(),
+        );
         let extensions = neutron.extensions().map_err(at_start)?;
         let atomic = extensions.iter().any(|a| a == EXTRAROUTE_ATOMIC);
         let if_match = extensions.iter().any(|a| a == REVISION_IF_MATCH);
