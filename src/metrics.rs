@@ -362,6 +362,11 @@ pub struct Metrics {
     /// `route_controller_route_table_routes{table}` and `…_limit{table}`: routes in each
     /// route table (anyone's) and how many it may hold, from the provider.
     route_tables: Mutex<BTreeMap<String, (usize, usize)>>,
+    /// `route_controller_route_refusals_total{reason}`: route changes refused for
+    /// their node alone, by the rule they broke (the provider's pre-check, or the
+    /// cloud refusing a batch for them); the reasons are the providers' constants, so
+    /// the set stays small.
+    route_refusals: Mutex<BTreeMap<&'static str, u64>>,
 }
 
 impl Default for Metrics {
@@ -400,6 +405,7 @@ impl Metrics {
             leader: Gauge::default(),
             leader_transitions: Counter::default(),
             route_tables: Mutex::new(BTreeMap::new()),
+            route_refusals: Mutex::new(BTreeMap::new()),
         }
     }
 
@@ -496,6 +502,21 @@ impl Metrics {
     /// Routes and limit of route table `table`, if the provider reported it.
     pub fn route_table(&self, table: &str) -> Option<(usize, usize)> {
         crate::sync::lock(&self.route_tables).get(table).copied()
+    }
+
+    /// Counts a route change refused for its node alone, by the rule it broke.
+    pub fn route_refused(&self, reason: &'static str) {
+        *crate::sync::lock(&self.route_refusals)
+            .entry(reason)
+            .or_default() += 1;
+    }
+
+    /// Route changes refused for the rule `reason`.
+    pub fn route_refusals(&self, reason: &str) -> u64 {
+        crate::sync::lock(&self.route_refusals)
+            .get(reason)
+            .copied()
+            .unwrap_or(0)
     }
 
     /// The Prometheus text exposition format (version 0.0.4).
@@ -615,6 +636,21 @@ impl Metrics {
             let _ = writeln!(
                 out,
                 "route_controller_cloud_api_requests_total{{provider=\"{provider}\",endpoint=\"{endpoint}\",code=\"{code}\"}} {n}"
+            );
+        }
+        header(
+            &mut out,
+            "route_controller_route_refusals_total",
+            "counter",
+            "Route changes refused for their node alone, by the cloud's rule they broke (the \
+             node's NetworkUnavailable reason): by the provider's check before any write, or by \
+             the cloud refusing a batch for them.",
+        );
+        for (reason, n) in crate::sync::lock(&self.route_refusals).iter() {
+            let _ = writeln!(
+                out,
+                "route_controller_route_refusals_total{{reason=\"{}\"}} {n}",
+                label_value(reason)
             );
         }
         let tables = crate::sync::lock(&self.route_tables).clone();

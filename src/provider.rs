@@ -93,14 +93,18 @@ pub trait Routes: Send + Sync {
     }
 
     /// Applies `changes` to the provider's route tables in one request, when
-    /// [`Routes::batch_size`] says it can. `Ok` carries one outcome per change, in
-    /// order, with the same meaning as the outcome of a single create or delete
-    /// (`NotFound` for a delete of a route that is gone, `Refused` from the pre-flight
-    /// check of a create, which then leaves the rest of the batch to go). `Err` means
+    /// [`Routes::batch_size`] says it can. Every change has passed
+    /// [`Routes::precheck`] (the worker leaves out those it refuses). `Ok` carries one
+    /// outcome per change, in order, with the same meaning as the outcome of a single
+    /// create or delete (`NotFound` for a delete of a route that is gone). `Err` means
     /// the request as a whole failed, and stands for every change: a refused write
     /// (`Conflict` for another writer's change of the table, `RateLimited`) changed
-    /// nothing; `Ambiguous` may have changed everything. Never report a change done
-    /// that the table does not hold. The default applies the changes one by one.
+    /// nothing; `Ambiguous` may have changed everything;
+    /// [`CloudErrorKind::BatchRefused`] says the cloud held one of the changes invalid
+    /// and applied none (name the change at fault when the cloud's message does: the
+    /// controller then needs one more write instead of a search). Never report a
+    /// change done that the table does not hold. The default applies the changes one
+    /// by one.
     fn apply_changes(
         &self,
         cluster_name: &str,
@@ -125,6 +129,21 @@ pub trait Routes: Send + Sync {
     /// runs it alone. Default: no check.
     fn preflight(&self, _route: &Route, _target: &RouteTarget) -> Result<(), CloudError> {
         Ok(())
+    }
+
+    /// Checks one change of a batch against the rules its cloud would refuse it for
+    /// (name rules, next-hop rules, per-port limits), before the batch is written:
+    /// `Err` with [`CloudErrorKind::Refused`] (the rule as the node's reason, the
+    /// fix in the message) keeps the change out of [`Routes::apply_changes`], so one
+    /// bad node never fails the write of the others. The worker calls it for every
+    /// change of a batch; a [`CloudErrorKind::Fenced`] answer stops the whole batch,
+    /// any other error is that change's outcome alone. Default: a create is
+    /// [`Routes::preflight`]ed, a delete passes.
+    fn precheck(&self, change: &RouteChange) -> Result<(), CloudError> {
+        match change {
+            RouteChange::Create { route, target, .. } => self.preflight(route, target),
+            RouteChange::Delete { .. } => Ok(()),
+        }
     }
 }
 
@@ -745,6 +764,12 @@ impl NodeDirectory {
             .map(|(_, &p)| (self.id_at(p), self.name_at(p)))
     }
 
+    /// Every node's name, in order (Azure reads a shortened route name back to the
+    /// node it was made from).
+    pub fn names(&self) -> impl Iterator<Item = &str> {
+        (0..self.by_name.len()).map(|i| self.at(self.by_name[i].0))
+    }
+
     /// Whether a node of that name exists (a fallback when a node has no provider ID).
     pub fn has_node(&self, name: &str) -> bool {
         self.position_of(name).is_some()
@@ -823,6 +848,21 @@ pub enum CloudErrorKind {
         /// Nothing but a change of the node can fix it.
         lasting: bool,
     },
+    /// The cloud refused a batch ([`Routes::apply_changes`]) as a whole because it
+    /// holds one of its changes invalid (ARM's `400 InvalidResourceName`, Neutron's
+    /// `400 InvalidRoutes`): nothing of it was applied. The controller refuses the
+    /// change at fault for its node alone (`reason` as its `NetworkUnavailable`
+    /// reason, the message as the fix) and applies the rest; when the cloud does not
+    /// say which change it is, the controller splits the batch until it finds it. A
+    /// single create or delete refused this way is refused for its node the same way.
+    BatchRefused {
+        /// The cloud's rule, as the node's `NetworkUnavailable` reason
+        /// (e.g. `InvalidResourceName`).
+        reason: &'static str,
+        /// The change the cloud's message names, by its position in the changes
+        /// given to [`Routes::apply_changes`]; `None` when the cloud does not say.
+        at_fault: Option<usize>,
+    },
 }
 
 impl CloudError {
@@ -849,6 +889,16 @@ impl CloudError {
         CloudError::new(CloudErrorKind::Refused { reason, lasting }, message)
     }
 
+    /// A [`CloudErrorKind::BatchRefused`] error: the cloud refused the whole batch for
+    /// the change at position `at_fault` of it (`None`: it did not say which).
+    pub fn batch_refused(
+        reason: &'static str,
+        at_fault: Option<usize>,
+        message: impl Into<String>,
+    ) -> CloudError {
+        CloudError::new(CloudErrorKind::BatchRefused { reason, at_fault }, message)
+    }
+
     /// The outcome label used in metrics and logs.
     pub fn outcome(&self) -> &'static str {
         self.kind.outcome().as_str()
@@ -867,7 +917,9 @@ impl CloudErrorKind {
             CloudErrorKind::Invalid => CloudOutcome::Invalid,
             CloudErrorKind::Ambiguous => CloudOutcome::Ambiguous,
             CloudErrorKind::Fenced => CloudOutcome::Fenced,
-            CloudErrorKind::TableFull | CloudErrorKind::Refused { .. } => CloudOutcome::Invalid,
+            CloudErrorKind::TableFull
+            | CloudErrorKind::Refused { .. }
+            | CloudErrorKind::BatchRefused { .. } => CloudOutcome::Invalid,
         }
     }
 }

@@ -14,7 +14,7 @@ use crossbeam_channel::{Receiver, Sender};
 use crate::controller::{CloudJob, CloudOp, CloudReply, OpId, RouteList};
 use crate::fence::Fence;
 use crate::metrics::{CloudOutcome, Metrics};
-use crate::provider::{Budget, CloudError, CloudErrorKind, Meter, Routes};
+use crate::provider::{Budget, CloudError, CloudErrorKind, Meter, RouteChange, Routes};
 
 /// Runs one operation against the provider, recording it in the metrics. What it
 /// spent of the cloud's budget is dropped: the controller keeps the cost it
@@ -78,21 +78,7 @@ fn call(provider: &dyn Routes, cluster_name: &str, op: &CloudOp, metrics: &Metri
             (CloudReply::Done(r), outcome)
         }
         CloudOp::Apply { changes } => {
-            let outcomes = match provider.apply_changes(cluster_name, changes) {
-                Ok(outcomes) if outcomes.len() == changes.len() => outcomes,
-                Ok(outcomes) => {
-                    // The provider broke its contract: what happened to the changes it
-                    // did not answer for is unknown, so none of them is trusted.
-                    let e = CloudError::ambiguous(format!(
-                        "{}: {} outcomes for a batch of {} changes",
-                        provider.provider_name(),
-                        outcomes.len(),
-                        changes.len()
-                    ));
-                    vec![Err(e); changes.len()]
-                }
-                Err(e) => vec![Err(e); changes.len()],
-            };
+            let outcomes = apply_prechecked(provider, cluster_name, changes);
             // The request's outcome: the first failure of a change that was sent (a
             // pre-flight refusal sent nothing), else success.
             let outcome = outcomes
@@ -105,6 +91,61 @@ fn call(provider: &dyn Routes, cluster_name: &str, op: &CloudOp, metrics: &Metri
     };
     metrics.cloud_request(op.operation(), outcome, start.elapsed());
     reply
+}
+
+/// A batch: each change is [`Routes::precheck`]ed, and only those that pass go to
+/// [`Routes::apply_changes`], so a change the cloud would refuse never fails the write
+/// of the others. One outcome per change of `changes`, in order; an error of the
+/// whole write stands for each change that was in it, with the change at fault of a
+/// [`CloudErrorKind::BatchRefused`] given by its position in `changes`.
+fn apply_prechecked(
+    provider: &dyn Routes,
+    cluster_name: &str,
+    changes: &[RouteChange],
+) -> Vec<Result<(), CloudError>> {
+    let mut outcomes: Vec<Result<(), CloudError>> = vec![Ok(()); changes.len()];
+    let mut passed = Vec::with_capacity(changes.len());
+    let mut positions = Vec::with_capacity(changes.len());
+    for (i, change) in changes.iter().enumerate() {
+        match provider.precheck(change) {
+            Ok(()) => {
+                passed.push(change.clone());
+                positions.push(i);
+            }
+            // Nothing more may be sent: none of the batch was.
+            Err(e) if e.kind == CloudErrorKind::Fenced => return vec![Err(e); changes.len()],
+            Err(e) => outcomes[i] = Err(e),
+        }
+    }
+    if passed.is_empty() {
+        return outcomes;
+    }
+    let written = match provider.apply_changes(cluster_name, &passed) {
+        Ok(written) if written.len() == passed.len() => written,
+        Ok(written) => {
+            // The provider broke its contract: what happened to the changes it did
+            // not answer for is unknown, so none of them is trusted.
+            let e = CloudError::ambiguous(format!(
+                "{}: {} outcomes for a batch of {} changes",
+                provider.provider_name(),
+                written.len(),
+                passed.len()
+            ));
+            vec![Err(e); passed.len()]
+        }
+        Err(mut e) => {
+            if let CloudErrorKind::BatchRefused { reason, at_fault } = e.kind {
+                // A position in what was written, turned into one in the batch.
+                let at_fault = at_fault.and_then(|k| positions.get(k).copied());
+                e.kind = CloudErrorKind::BatchRefused { reason, at_fault };
+            }
+            vec![Err(e); passed.len()]
+        }
+    };
+    for (i, outcome) in positions.into_iter().zip(written) {
+        outcomes[i] = outcome;
+    }
+    outcomes
 }
 
 /// The reply to an operation the fence kept from starting, counted like any other.

@@ -814,3 +814,114 @@ fn a_refused_poll_leaves_the_write_ambiguous_at_once() {
         "{listed:?}"
     );
 }
+
+/// A node of the double: its VM and NIC (forwarding on), and its providerID.
+fn double_node(arm: &arm_double::ArmDouble, name: &str, i: usize) -> Node {
+    let ip = format!("10.240.{}.{}", i / 200, i % 200 + 4);
+    let vm = format!("vm-{i}");
+    let nic = format!("vm-{i}-nic");
+    arm.create_nic("rg", &nic, &ip, true);
+    arm.create_vm("rg", &vm, &[&nic]);
+    let mut n = node(name, &vm, &ip, &format!("10.244.{i}.0/24"));
+    n.provider_id = Some(format!(
+        "azure://{}",
+        arm.resource_id("rg", "Microsoft.Compute/virtualMachines", &vm)
+    ));
+    n
+}
+
+/// Whole-table PUTs the double accepted or refused.
+fn table_puts(arm: &arm_double::ArmDouble) -> Vec<u16> {
+    arm.requests()
+        .into_iter()
+        .filter(|r| r.method == "PUT" && r.path.ends_with("/routeTables/rt"))
+        .map(|r| r.status)
+        .collect()
+}
+
+/// Guards ARM's name rule (issue 36, item 2): a node name of FQDN length makes
+/// cloud-provider-azure's `<node>____<CIDR>` longer than 80 characters, which ARM
+/// refuses (the double as ARM: 400 `InvalidResourceName` for the whole PUT). Its
+/// route gets a valid name instead, is written, and is read back as the node's: a
+/// restart adopts it with zero writes. A node whose cloud-provider-azure name is
+/// valid gets exactly that name, so routes pass between the two both ways.
+#[test]
+fn a_node_name_too_long_for_arm_gets_a_valid_name_adopted_after_a_restart() {
+    let arm = arm_double::ArmDouble::start("sub-id");
+    arm.create_route_table("rg", "rt", "westeurope");
+    let dir = tempdir::TempDir::new("azure-long-name");
+    let provider = double_provider(&arm, &dir);
+    let long = "aks-nodepool1-12345678-vmss000000.westeurope.internal.cloudapp.example.net";
+    let fits = "aks-nodepool1-12345678-vmss000001";
+    let nodes = [double_node(&arm, long, 1), double_node(&arm, fits, 2)];
+    let upstream = format!("{long}____102441024");
+    assert!(upstream.len() > 80);
+    let mut drive = Drive::new(&provider);
+    drive.start(&nodes);
+    let names: Vec<String> = arm.routes("rg", "rt").into_iter().map(|r| r.name).collect();
+    assert_eq!(names.len(), 2, "{names:?}");
+    assert!(names.contains(&format!("{fits}____102442024")), "{names:?}");
+    let short = names
+        .iter()
+        .find(|n| n.starts_with("aks-nodepool1-12345678-vmss0-") && n.ends_with("____102441024"))
+        .unwrap_or_else(|| panic!("no short name: {names:?}"));
+    assert!(
+        route_controller::cloud::azure::is_valid_route_name(short),
+        "{short}"
+    );
+    assert!(
+        table_puts(&arm).iter().all(|s| *s < 300),
+        "{:?}",
+        table_puts(&arm)
+    );
+    assert!(
+        drive
+            .conditions
+            .iter()
+            .all(|(_, c)| c.status == "False" && c.reason == "RouteCreated"),
+        "{:?}",
+        drive.conditions
+    );
+    // A restart: the list maps the short name back to its node; nothing is written.
+    let puts = table_puts(&arm).len();
+    let mut again = Drive::new(&provider);
+    again.start(&nodes);
+    assert_eq!(table_puts(&arm).len(), puts, "adopted with zero writes");
+    let pass = again.reports.last().expect("a pass ran");
+    assert_eq!((pass.kept, pass.created, pass.deleted), (2, 0, 0), "{pass}");
+}
+
+/// Guards the number of issue 36 on Azure: one route among 50 that ARM refuses (a
+/// rule no pre-check knows: the double refuses its name, as ARM refuses a name, for
+/// the whole PUT, naming it), the other 49 are routed within 3 writes (here 2: the
+/// refused PUT names the route, the next PUT leaves it out), and the refused node's
+/// condition names the rule.
+#[test]
+fn one_route_arm_refuses_among_50_holds_back_none_of_the_others() {
+    let arm = arm_double::ArmDouble::start("sub-id");
+    arm.create_route_table("rg", "rt", "westeurope");
+    let dir = tempdir::TempDir::new("azure-poison");
+    let provider = double_provider(&arm, &dir);
+    let nodes: Vec<Node> = (0..50)
+        .map(|i| double_node(&arm, &format!("node-{i}"), i))
+        .collect();
+    arm.refuse_route_names_containing("node-17____");
+    let mut drive = Drive::new(&provider);
+    drive.start(&nodes);
+    assert_eq!(arm.routes("rg", "rt").len(), 49);
+    let puts = table_puts(&arm);
+    assert_eq!(puts, [400, 200], "{puts:?}");
+    let (_, c) = drive
+        .conditions
+        .iter()
+        .rev()
+        .find(|(n, _)| n == "node-17")
+        .expect("a condition on node-17");
+    assert_eq!(
+        (&*c.status, &*c.reason),
+        ("True", "InvalidRouteName"),
+        "{c:?}"
+    );
+    assert!(c.message.contains("InvalidResourceName"), "{c:?}");
+    assert_eq!(drive.metrics.route_refusals("InvalidRouteName"), 1);
+}

@@ -889,3 +889,51 @@ fn the_strict_check_fails_on_replies_the_sdk_does_not_hold() {
         "{nic:#}"
     );
 }
+
+/// Guards the double's ARM name rule (issue 36, item 7): a table PUT holding one
+/// route whose name breaks the rule (81 characters, cloud-provider-azure's name for
+/// an FQDN-long node) is refused whole, 400 `InvalidResourceName` as the SDK decodes
+/// it, and nothing of it is written; a name of 80 characters ending in `_` passes.
+#[test]
+fn a_route_name_arm_refuses_fails_the_whole_put() {
+    let (double, mut sdk) = setup();
+    let etag = sdk.ok(json!({"op": "table_get"}))["result"]["etag"].clone();
+    let too_long = format!("{}____102441024", "n".repeat(68));
+    assert_eq!(too_long.len(), 81);
+    let put = json!({"op": "table_put", "location": "westeurope", "if_match": etag,
+        "routes": [route("node-a____102442024", "10.244.2.0/24", "10.0.0.4"),
+                   route(&too_long, "10.244.1.0/24", "10.0.0.5")]});
+    assert_eq!(sdk.response_error(put), (400, "InvalidResourceName".into()));
+    assert!(double.routes(RG, TABLE).is_empty());
+    let edge = format!("{}_", "n".repeat(79));
+    let etag = sdk.ok(json!({"op": "table_get"}))["result"]["etag"].clone();
+    sdk.ok(
+        json!({"op": "table_put", "location": "westeurope", "if_match": etag,
+        "routes": [route(&edge, "10.244.1.0/24", "10.0.0.5")]}),
+    );
+    assert_eq!(double.routes(RG, TABLE).len(), 1);
+}
+
+/// Guards the double's route limit: a PUT over it is refused whole (400, in ARM's
+/// error shape, the code the double's own: Azure documents none), one at it passes.
+#[test]
+fn a_table_over_its_route_limit_is_refused_whole() {
+    let (double, mut sdk) = setup();
+    double.set_route_limit(2);
+    let routes = |n: usize| -> Vec<Value> {
+        (0..n)
+            .map(|i| route(&format!("n{i}"), &format!("10.244.{i}.0/24"), "10.0.0.4"))
+            .collect()
+    };
+    let etag = sdk.ok(json!({"op": "table_get"}))["result"]["etag"].clone();
+    let (status, _) = sdk.response_error(json!({"op": "table_put", "location": "westeurope",
+        "if_match": etag, "routes": routes(3)}));
+    assert_eq!(status, 400);
+    assert!(double.routes(RG, TABLE).is_empty());
+    let etag = sdk.ok(json!({"op": "table_get"}))["result"]["etag"].clone();
+    sdk.ok(
+        json!({"op": "table_put", "location": "westeurope", "if_match": etag,
+        "routes": routes(2)}),
+    );
+    assert_eq!(double.routes(RG, TABLE).len(), 2);
+}

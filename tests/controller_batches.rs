@@ -385,3 +385,190 @@ fn no_write_goes_out_after_the_lease_is_lost() {
     d.advance(secs(30.0));
     assert_eq!(batches(&d).len(), 1, "{:?}", d.sent);
 }
+
+// --- one change the cloud refuses never holds back the others (issue 36, item 1) ---
+
+/// The cloud's rule in the isolation tests, as ARM names it.
+const RULE: &str = "InvalidResourceName";
+
+/// The writes answered until the cloud holds `wanted` routes, the controller woken
+/// at each of its deadlines in between (every write it sends is counted).
+fn writes_until_routed(d: &mut Driver, wanted: usize) -> usize {
+    let mut writes = 0;
+    while d.cloud_routes().len() < wanted {
+        let Some((_, op)) = d.pending.front() else {
+            match d.ctrl.next_deadline() {
+                Some(at) if at - d.t0 < secs(3600.0) => {
+                    d.now = d.now.max(at);
+                    d.feed(Input::Tick);
+                }
+                _ => panic!("never routed: {:?}", d.cloud_routes()),
+            }
+            continue;
+        };
+        if matches!(op, CloudOp::Apply { .. }) {
+            writes += 1;
+        }
+        d.answer_one();
+    }
+    writes
+}
+
+/// Guards the number to reach: one change the cloud refuses, naming it, among 50 in
+/// one write: the other 49 are routed by the next write (2 in all, within 3), and the
+/// node's condition names the cloud's rule. Without the isolation, the 50 fail
+/// together and are retried together for good.
+#[test]
+fn one_named_refusal_among_50_costs_one_more_write() {
+    let mut d = batching(100);
+    d.cloud.poison(cidr("10.0.17.0/24"), Some((RULE, true)));
+    d.list((1..=50).map(n).collect());
+    let writes = writes_until_routed(&mut d, 49);
+    assert_eq!(writes, 2, "{:?}", batches(&d));
+    d.settle();
+    assert_eq!(batches(&d)[1].len(), 49);
+    assert!(!batches(&d)[1].contains(&"create 10.0.17.0/24".to_string()));
+    let c = &d.conditions["n17"];
+    assert_eq!((&*c.status, &*c.reason), ("True", RULE), "{c:?}");
+    assert!(c.message.contains("10.0.17.0/24"), "{c:?}");
+    assert!(
+        d.events.iter().any(|e| e.node == "n17" && e.reason == RULE),
+        "{:?}",
+        d.events
+    );
+    assert_eq!(d.metrics.route_refusals(RULE), 1);
+    assert!(d.metrics.encode().contains(&format!(
+        "route_controller_route_refusals_total{{reason=\"{RULE}\"}} 1"
+    )));
+    for i in (1..=50).filter(|&i| i != 17) {
+        assert_eq!(d.conditions[&format!("n{i}")].status, "False", "n{i}");
+    }
+}
+
+/// Guards the search: the cloud refuses the 50 without saying which is at fault;
+/// halves of the suspects go alone until it is found: 1 + ⌈log₂ 50⌉ writes find it,
+/// and the other 49 are routed by then or by the next write. Without the splitting,
+/// nothing is ever routed.
+#[test]
+fn an_unnamed_refusal_among_50_is_found_by_halving() {
+    for poisoned in [1, 17, 26, 50] {
+        let mut d = batching(100);
+        d.cloud
+            .poison(cidr(&format!("10.0.{poisoned}.0/24")), Some((RULE, false)));
+        d.list((1..=50).map(n).collect());
+        let writes = writes_until_routed(&mut d, 49);
+        assert!(
+            writes <= 8,
+            "n{poisoned}: {writes} writes: {:?}",
+            batches(&d)
+        );
+        d.settle();
+        let c = &d.conditions[&format!("n{poisoned}")];
+        assert_eq!((&*c.status, &*c.reason), ("True", RULE), "{c:?}");
+        assert_eq!(d.metrics.route_refusals(RULE), 1);
+    }
+}
+
+/// Guards the elimination: the last change of the batch (the nodes go in name order,
+/// n9 last) at fault is found when the halves before it are applied (50, 25, 13, 6,
+/// 3, 2 changes: 6 writes), and is refused without being sent alone, its condition
+/// saying how it was found.
+#[test]
+fn the_last_suspect_is_refused_without_a_write() {
+    let mut d = batching(100);
+    d.cloud.poison(cidr("10.0.9.0/24"), Some((RULE, false)));
+    d.list((1..=50).map(n).collect());
+    d.settle();
+    let sizes: Vec<usize> = batches(&d).iter().map(Vec::len).collect();
+    assert_eq!(sizes, [50, 25, 13, 6, 3, 2], "{:?}", batches(&d));
+    assert_eq!(d.cloud_routes().len(), 49);
+    let c = &d.conditions["n9"];
+    assert_eq!((&*c.status, &*c.reason), ("True", RULE), "{c:?}");
+    assert!(c.message.contains("splitting"), "{c:?}");
+}
+
+/// Guards the pre-check: a change the provider's check refuses never reaches the
+/// cloud's write (here the cloud would refuse the whole write for it), so the other
+/// 49 take one write.
+#[test]
+fn a_change_the_precheck_refuses_never_enters_the_write() {
+    let mut d = batching(100);
+    let bad = cidr("10.0.17.0/24");
+    d.cloud.poison(bad, Some((RULE, false)));
+    d.cloud.refuse(bad, Some(("InvalidRouteName", false)));
+    d.list((1..=50).map(n).collect());
+    let writes = writes_until_routed(&mut d, 49);
+    assert_eq!(writes, 1, "{:?}", batches(&d));
+    d.settle();
+    assert_eq!(d.conditions["n17"].reason, "InvalidRouteName");
+    assert_eq!(d.metrics.route_refusals("InvalidRouteName"), 1);
+    assert_eq!(d.metrics.route_refusals(RULE), 0);
+}
+
+/// Guards "never again in a batch": the change the cloud refused is tried again in a
+/// write of its own, so a node added meanwhile is not held back by it (poll mode
+/// plans both at every poll), and once the operator fixes the cause it is routed.
+#[test]
+fn a_refused_change_is_retried_alone() {
+    let cloud = Arc::new(FakeCloud::new());
+    cloud.set_batch_size(Some(100));
+    let mut config = watch_config();
+    config.batch_size = Some(100);
+    config.mode = route_controller::Mode::Poll;
+    let mut d = Driver::with_cloud(config, cloud);
+    let bad = cidr("10.0.3.0/24");
+    d.cloud.poison(bad, Some((RULE, true)));
+    d.start((1..=5).map(n).collect());
+    assert_eq!(d.cloud_routes().len(), 4);
+    let before = batches(&d).len();
+    d.node_event(NodeEvent::Added(n(6)));
+    d.advance(secs(60.0));
+    let later = &batches(&d)[before..];
+    assert!(
+        later
+            .iter()
+            .any(|b| b.contains(&"create 10.0.6.0/24".to_string())),
+        "{later:?}"
+    );
+    for b in later {
+        assert!(
+            !b.contains(&"create 10.0.3.0/24".to_string()) || b.len() == 1,
+            "the refused change in a write with others: {later:?}"
+        );
+    }
+    let writes = later.len();
+    assert!(writes <= 8, "one write a poll at most: {later:?}");
+    assert!(d.cloud.route(&cidr("10.0.6.0/24")).is_some());
+    d.cloud.poison(bad, None);
+    d.advance(secs(60.0));
+    assert!(d.cloud.route(&bad).is_some());
+    assert_eq!(d.conditions["n3"].status, "False");
+}
+
+/// Guards the end of a search whose reasoning no longer holds: the node at fault is
+/// deleted while the first half is out, so the suspects left no longer hold a change
+/// at fault; without the end of the search the last of them (n8, healthy) would be
+/// refused by elimination. Everything still wanted is routed, nothing refused.
+#[test]
+fn a_search_ends_when_a_suspect_is_no_longer_wanted() {
+    let mut d = batching(100);
+    d.cloud.poison(cidr("10.0.5.0/24"), Some((RULE, false)));
+    d.list((1..=8).map(n).collect());
+    answer_list(&mut d);
+    d.answer_one(); // the 8 together: refused
+    assert_eq!(
+        batches(&d).last().map(Vec::len),
+        Some(4),
+        "{:?}",
+        batches(&d)
+    );
+    d.node_event(NodeEvent::Deleted(n(5)));
+    d.advance(secs(30.0));
+    assert_eq!(d.cloud_routes().len(), 7, "{:?}", batches(&d));
+    assert!(
+        d.conditions.values().all(|c| c.reason != RULE),
+        "{:?}",
+        d.conditions
+    );
+    assert_eq!(d.metrics.route_refusals(RULE), 0);
+}

@@ -130,6 +130,10 @@ enum Refusal {
     /// untrue the cloud answers as it would (the reply is then the true one).
     NotFound,
     AlreadyExists,
+    /// The cloud holds the request invalid as a whole without naming a change (a
+    /// batch, or a single create or delete): the controller searches for the change
+    /// at fault and refuses it for its node.
+    BatchRefused,
 }
 
 impl Refusal {
@@ -147,6 +151,10 @@ impl Refusal {
             Refusal::ServerError => CloudErrorKind::Ambiguous,
             Refusal::NotFound => CloudErrorKind::NotFound,
             Refusal::AlreadyExists => CloudErrorKind::AlreadyExists,
+            Refusal::BatchRefused => CloudErrorKind::BatchRefused {
+                reason: "InvalidRoutes",
+                at_fault: None,
+            },
         }
     }
 }
@@ -183,6 +191,7 @@ fn refusal() -> impl Strategy<Value = Refusal> {
         Just(Refusal::ServerError),
         Just(Refusal::NotFound),
         Just(Refusal::AlreadyExists),
+        Just(Refusal::BatchRefused),
     ]
 }
 
@@ -995,8 +1004,13 @@ impl Run {
             other => panic!("a reply this test does not know: {other:?}"),
         };
         self.seen.insert(format!("reply {outcome}"));
-        if let CloudReply::Applied(_) = &reply {
+        if let CloudReply::Applied(outcomes) = &reply {
             self.seen.insert(format!("batch reply {outcome}"));
+            if outcomes.iter().any(
+                |o| matches!(o, Err(e) if matches!(e.kind, CloudErrorKind::BatchRefused { .. })),
+            ) {
+                self.seen.insert("batch refused whole".into());
+            }
         }
         if let Fault::Lost { applied: true } = fault {
             self.seen.insert("lost after taking effect".into());
@@ -1378,6 +1392,7 @@ fn random_runs_reach_every_fault() {
         "batch reply ok",
         "batch reply conflict",
         "batch reply ambiguous",
+        "batch refused whole",
         "reply ok",
         "lost after taking effect",
         // A lost lease ends the process (Exit), so no reply reaches a replica that is
@@ -1590,5 +1605,132 @@ fn a_replacement_in_flight_is_not_planned_again_as_another_create() {
     };
     if let Err(e) = run_case(&case) {
         panic!("{e}");
+    }
+}
+
+// --- isolation: one change the cloud refuses never holds back the others ----------
+
+/// A controller against the in-memory cloud, driven by hand (tests/support/driver.rs).
+#[path = "support/driver.rs"]
+mod driver;
+
+/// The cloud's rule in the isolation runs.
+const RULE: &str = "InvalidRoutes";
+
+/// One isolation run: `n` nodes routed by one batching cloud that refuses any write
+/// holding node `poisoned`'s route (naming it when `named`), and whose pre-check
+/// refuses the nodes in `prechecked` (never the poisoned one). Returns the writes
+/// answered until every other node is routed, after checking on the way that no
+/// write holds two changes to one destination and that the poisoned change, once
+/// refused, never shares a write again; and at the end that its node's condition
+/// names the rule.
+fn isolation_run(
+    n: usize,
+    poisoned: usize,
+    named: bool,
+    prechecked: &BTreeSet<usize>,
+    seed: u64,
+) -> Result<usize, String> {
+    let cloud = Arc::new(route_controller::cloud::fake::FakeCloud::new());
+    cloud.set_batch_size(Some(100));
+    let node_cidr = |i: usize| format!("10.{}.{}.0/24", i / 200, i % 200);
+    let bad = Cidr::parse(&node_cidr(poisoned)).map_err(|e| e.to_string())?;
+    cloud.poison(bad, Some((RULE, named)));
+    for &i in prechecked {
+        let c = Cidr::parse(&node_cidr(i)).map_err(|e| e.to_string())?;
+        cloud.refuse(c, Some(("NextHopNotOnRouterSubnet", false)));
+    }
+    let mut config = driver::watch_config();
+    config.batch_size = Some(100);
+    config.seed = Some(seed);
+    let mut d = driver::Driver::with_cloud(config, cloud);
+    let nodes: Vec<Node> = (0..n)
+        .map(|i| {
+            driver::node(
+                &format!("n{i}"),
+                &[&node_cidr(i)],
+                &format!("192.168.{}.{}", i / 200, i % 200 + 1),
+            )
+        })
+        .collect();
+    d.list(nodes);
+    let wanted = n - 1 - prechecked.len();
+    let mut writes = 0;
+    let mut refused = false;
+    while d.cloud_routes().len() < wanted {
+        let Some((_, op)) = d.pending.front().cloned() else {
+            // Wake the controller at its next deadline, every write it then sends
+            // counted here.
+            match d.ctrl.next_deadline() {
+                Some(at) if at - d.t0 < Duration::from_secs(3600) => {
+                    d.now = d.now.max(at);
+                    d.feed(Input::Tick);
+                }
+                _ => return Err(format!("not routed in an hour: {:?}", d.cloud_routes())),
+            }
+            continue;
+        };
+        if let CloudOp::Apply { changes } = &op {
+            writes += 1;
+            let mut seen = BTreeSet::new();
+            for c in changes {
+                let cidr = c.route().destination_cidr.clone();
+                if !seen.insert(cidr.clone()) {
+                    return Err(format!("two changes of {cidr} in one write"));
+                }
+            }
+            if refused && changes.len() > 1 && seen.contains(&bad.to_string()) {
+                return Err(format!("the refused change shares a write: {changes:?}"));
+            }
+        }
+        d.answer_one();
+        refused |= d
+            .conditions
+            .get(&format!("n{poisoned}"))
+            .is_some_and(|c| c.reason == RULE);
+    }
+    d.settle();
+    let c = d
+        .conditions
+        .get(&format!("n{poisoned}"))
+        .ok_or("no condition on the poisoned node")?;
+    if c.status != "True" || c.reason != RULE {
+        return Err(format!("the poisoned node's condition: {c:?}"));
+    }
+    Ok(writes)
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig {
+        cases: cases() / 8,
+        failure_persistence: Some(Box::new(FileFailurePersistence::WithSource("regressions"))),
+        rng_algorithm: RngAlgorithm::XorShift,
+        ..ProptestConfig::default()
+    })]
+
+    /// Guards DESIGN.md's invariant 12: with one poisoned change among n in one
+    /// write, every other change is applied within 2 writes when the cloud names the
+    /// change at fault, and within 2 + ⌈log₂ n⌉ when it does not (the first write,
+    /// one per halving, and one for the halves set aside), whatever the position of
+    /// the poison and whichever other nodes the pre-check refuses.
+    #[test]
+    fn one_poisoned_change_never_holds_back_the_others(
+        n in 2usize..=100,
+        at in any::<proptest::sample::Index>(),
+        named in any::<bool>(),
+        prechecked in proptest::collection::btree_set(0usize..100, 0..4),
+        seed in any::<u64>(),
+    ) {
+        let poisoned = at.index(n);
+        let prechecked: BTreeSet<usize> =
+            prechecked.into_iter().filter(|&i| i < n && i != poisoned).collect();
+        let bound = if named { 2 } else { 2 + (n as f64).log2().ceil() as usize };
+        match isolation_run(n, poisoned, named, &prechecked, seed) {
+            Ok(writes) => prop_assert!(
+                writes <= bound,
+                "{writes} writes for {n} changes (bound {bound}), poison at {poisoned}"
+            ),
+            Err(e) => prop_assert!(false, "{e}"),
+        }
     }
 }

@@ -351,9 +351,10 @@ fn every_mapped_error_code_on_add_route_reaches_its_cloud_error_kind() {
     let cases: Vec<(Fault, CloudErrorKind)> = vec![
         (Fault::error(409, "conflict"), CloudErrorKind::Conflict),
         (Fault::error(423, "locked"), CloudErrorKind::Conflict),
+        // hcloud-go: "The resource is locked. The caller should contact support".
         (
             Fault::error(423, "resource_locked"),
-            CloudErrorKind::Conflict,
+            CloudErrorKind::Invalid,
         ),
         (Fault::error(403, "forbidden"), CloudErrorKind::Invalid),
         (Fault::error(403, "token_readonly"), CloudErrorKind::Invalid),
@@ -371,7 +372,15 @@ fn every_mapped_error_code_on_add_route_reaches_its_cloud_error_kind() {
         ),
         (Fault::error(502, "bad_gateway"), CloudErrorKind::Ambiguous),
         (Fault::error(504, "timeout"), CloudErrorKind::Ambiguous),
-        (Fault::error(503, "maintenance"), CloudErrorKind::Ambiguous),
+        // Refusals: nothing was applied, so the POST is not ambiguous.
+        (
+            Fault::error(403, "maintenance"),
+            CloudErrorKind::Retry { after: None },
+        ),
+        (
+            Fault::error(412, "resource_unavailable"),
+            CloudErrorKind::Retry { after: None },
+        ),
         (Fault::error(503, "unavailable"), CloudErrorKind::Ambiguous),
         (Fault::BareStatus(502), CloudErrorKind::Ambiguous),
         (Fault::Garbage, CloudErrorKind::Ambiguous),
@@ -894,9 +903,22 @@ mod controller_against_the_double {
         c: &mut Controller,
         provider: &dyn Routes,
         metrics: &Metrics,
-        mut commands: Vec<Command>,
+        commands: Vec<Command>,
         now: &mut Instant,
     ) {
+        let events = drive_with_events(c, provider, metrics, commands, now);
+        assert!(events.is_empty(), "unexpected events {events:?}");
+    }
+
+    /// [`drive`], returning the events the controller recorded.
+    fn drive_with_events(
+        c: &mut Controller,
+        provider: &dyn Routes,
+        metrics: &Metrics,
+        mut commands: Vec<Command>,
+        now: &mut Instant,
+    ) -> Vec<route_controller::NodeEventRecord> {
+        let mut events = Vec::new();
         let horizon = Duration::from_secs(5);
         for _ in 0..1000 {
             let mut inputs = Vec::new();
@@ -910,9 +932,7 @@ mod controller_against_the_double {
                         node,
                         result: Ok(()),
                     }),
-                    Command::RecordEvent { event, .. } => {
-                        panic!("unexpected event {event:?}")
-                    }
+                    Command::RecordEvent { event, .. } => events.push(event),
                     Command::PassFinished(_) => {}
                     other => panic!("a command this test does not know: {other:?}"),
                 }
@@ -924,7 +944,7 @@ mod controller_against_the_double {
                         commands = c.handle(Input::Tick, *now);
                         continue;
                     }
-                    _ => return,
+                    _ => return events,
                 }
             }
             for input in inputs {
@@ -996,6 +1016,46 @@ mod controller_against_the_double {
         assert_eq!(double.requests().len(), 2, "{:?}", double.requests());
         assert_eq!(double.throttled(), 0);
         assert_eq!(double.conflicts(), 0);
+    }
+
+    /// Guards hcloud-go's meaning of `maintenance` and `resource_unavailable` on a
+    /// POST (issue 36, item 6): the request was refused, not lost, so the route is
+    /// simply sent again after its backoff, with no list of the network in between
+    /// (as an ambiguous reply would need: one list each).
+    #[test]
+    fn a_post_refused_for_maintenance_is_retried_without_a_list() {
+        for (status, code) in [(403, "maintenance"), (412, "resource_unavailable")] {
+            let double = cluster(1);
+            double.set_action_duration(Duration::ZERO);
+            let provider = connect(&double);
+            let metrics = Arc::new(Metrics::new());
+            let mut config = ControllerConfig::new(vec![Cidr::parse("10.244.0.0/16").unwrap()]);
+            config.mode = Mode::Watch;
+            config.seed = Some(7);
+            let mut c = Controller::new(config, metrics.clone());
+            let mut now = Instant::now();
+            let add_route = format!("/networks/{NET}/actions/add_route");
+            double.inject("POST", &add_route, 1, Fault::error(status, code));
+            double.clear_requests();
+            let mut commands = c.handle(Input::Node(NodeEvent::Init), now);
+            commands.extend(c.handle(Input::Node(NodeEvent::InitApply(node(1))), now));
+            commands.extend(c.handle(Input::Node(NodeEvent::InitDone), now));
+            let events = drive_with_events(&mut c, &provider, &metrics, commands, &mut now);
+            assert_eq!(double.routes(NET), vec![(pod_cidr(1), ip(1))], "{code}");
+            assert!(
+                events
+                    .iter()
+                    .all(|e| e.message.contains("nothing was changed")),
+                "{events:?}"
+            );
+            assert_eq!(double.count("POST", &add_route), 2, "{code}");
+            assert_eq!(
+                double.count("GET", &format!("/networks/{NET}")),
+                1,
+                "{code}: listed again: {:?}",
+                double.requests()
+            );
+        }
     }
 
     /// Guards the move of Hetzner's one-change-at-a-time rule from a semaphore in the

@@ -111,6 +111,10 @@ struct State {
     /// Destinations whose creates the pre-flight check refuses: reason and whether
     /// for good.
     refused: BTreeMap<Cidr, (&'static str, bool)>,
+    /// Destinations whose create makes the cloud refuse the whole batch it is in
+    /// ([`CloudErrorKind::BatchRefused`]): the rule, and whether the refusal names
+    /// the change.
+    poisoned: BTreeMap<Cidr, (&'static str, bool)>,
 }
 
 /// A token bucket on the "server" side: calls beyond it get `RateLimited`.
@@ -145,6 +149,7 @@ impl FakeCloud {
                 limit: None,
                 route_limit: None,
                 refused: BTreeMap::new(),
+                poisoned: BTreeMap::new(),
             }),
             counters: Counters::default(),
             latency: Mutex::new(Duration::ZERO),
@@ -177,6 +182,18 @@ impl FakeCloud {
         match refusal {
             Some(r) => s.refused.insert(destination, r),
             None => s.refused.remove(&destination),
+        };
+    }
+
+    /// Makes the cloud refuse, as a whole, any batch (or single create) with a create
+    /// to `destination`, for the rule `reason`, naming the change at fault when
+    /// `named` (as ARM's and Neutron's messages name the route): nothing of such a
+    /// batch is applied. `None` lifts it.
+    pub fn poison(&self, destination: Cidr, poison: Option<(&'static str, bool)>) {
+        let mut s = self.lock();
+        match poison {
+            Some(p) => s.poisoned.insert(destination, p),
+            None => s.poisoned.remove(&destination),
         };
     }
 
@@ -436,6 +453,14 @@ impl Routes for FakeCloud {
         self.count(Call::Create);
         let mut s = self.lock();
         let lost = self.admit(&mut s, Call::Create, Some(&cidr))?;
+        poisoned(
+            &s,
+            &[RouteChange::Create {
+                route: route.clone(),
+                name_hint: String::new(),
+                target: _target.clone(),
+            }],
+        )?;
         let made = self.create_in(&mut s, cluster_name, route, cidr);
         if lost && made.is_ok() {
             return Err(lost_reply());
@@ -484,12 +509,13 @@ impl Routes for FakeCloud {
         self.sleep();
         self.count(Call::Apply);
         let mut s = self.lock();
-        let outcomes = self.admit(&mut s, Call::Apply, None).map(|lost| {
+        let outcomes = self.admit(&mut s, Call::Apply, None).and_then(|lost| {
+            poisoned(&s, changes)?;
             let outcomes: Vec<_> = changes
                 .iter()
                 .map(|change| self.apply_in(&mut s, cluster_name, change))
                 .collect();
-            (lost, outcomes)
+            Ok((lost, outcomes))
         });
         drop(s);
         self.applying.fetch_sub(1, Ordering::SeqCst);
@@ -579,6 +605,32 @@ impl FakeCloud {
 }
 
 /// Removes a route after the call was admitted, if it is there to that target.
+/// The refusal of a batch with a create to a poisoned destination, naming the first
+/// such change if the poison says so.
+fn poisoned(s: &State, changes: &[RouteChange]) -> Result<(), CloudError> {
+    let first = changes.iter().enumerate().find_map(|(i, c)| match c {
+        RouteChange::Create { route, .. } => {
+            let cidr = Cidr::parse(&route.destination_cidr).ok()?;
+            Some((i, cidr, *s.poisoned.get(&cidr)?))
+        }
+        RouteChange::Delete { .. } => None,
+    });
+    match first {
+        None => Ok(()),
+        Some((i, cidr, (reason, named))) => Err(CloudError::batch_refused(
+            reason,
+            named.then_some(i),
+            if named {
+                format!("fake cloud: {reason}: route {cidr} is invalid; nothing was applied")
+            } else {
+                format!(
+                    "fake cloud: {reason}: a route of the batch is invalid; nothing was applied"
+                )
+            },
+        )),
+    }
+}
+
 fn delete_in(s: &mut State, route: &Route, cidr: Cidr) -> Result<(), CloudError> {
     match s.routes.get(&cidr) {
         Some(existing) if existing.target_node == route.target_node => {

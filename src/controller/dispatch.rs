@@ -11,6 +11,7 @@ use std::time::Instant;
 use super::budget::Cost;
 use super::ops::{OpKind, Order, Planned};
 use super::{CloudOp, Command, Controller, OpId};
+use crate::model::Cidr;
 use crate::provider::{RouteChange, RouteTarget};
 
 impl Controller {
@@ -144,26 +145,29 @@ impl Controller {
         kinds
     }
 
-    /// Takes the next queued operation that may go (see [`Controller::dispatch_order`])
-    /// and builds its request from the node as it is now: `None` when none may go,
-    /// `Some(None)` when the one taken is moot (the node is gone or no longer has the
-    /// pod CIDR; the pass its change triggered plans again), else its pass and request.
-    pub(super) fn take_request(
-        &mut self,
-        now: Instant,
-        out: &mut Vec<Command>,
-    ) -> Option<Option<(u64, OpKind)>> {
-        self.take_request_of(self.dispatch_order(), now, out)
-    }
-
-    /// [`Controller::take_request`] in `order`.
+    /// Takes the next queued operation that may go in `order` (see
+    /// [`Controller::dispatch_order`]) and builds its request from the node as it is
+    /// now: `None` when none may go, `Some(None)` when the one taken is moot (the node
+    /// is gone or no longer has the pod CIDR; the pass its change triggered plans
+    /// again), else its pass and request.
     fn take_request_of(
         &mut self,
         order: Order,
         now: Instant,
         out: &mut Vec<Command>,
     ) -> Option<Option<(u64, OpKind)>> {
-        let queued = self.ops.take_next_of(order)?;
+        self.take_request_where(order, &|_| true, now, out)
+    }
+
+    /// [`Controller::take_request_of`], among the destinations `only` accepts.
+    pub(super) fn take_request_where(
+        &mut self,
+        order: Order,
+        only: &dyn Fn(Cidr) -> bool,
+        now: Instant,
+        out: &mut Vec<Command>,
+    ) -> Option<Option<(u64, OpKind)>> {
+        let queued = self.ops.take_next_where(order, only)?;
         let Some(kind) = self.request_for(&queued.op) else {
             self.passes.resolve(queued.pass, |r| r.deferred += 1);
             self.maybe_finish(queued.pass, now, out);

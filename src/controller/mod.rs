@@ -132,6 +132,9 @@ pub struct Controller {
     refusals: Refusals,
     /// The batch of changes in flight, for a provider that batches.
     batch: Option<batches::Batch>,
+    /// The search for a change at fault in a batch the cloud refused whole, and the
+    /// changes it refused, which go alone.
+    splitting: batches::Splitting,
 }
 
 /// A pass that needs a list before it can plan.
@@ -177,6 +180,7 @@ impl Controller {
             tables: Tables::default(),
             refusals: Refusals::default(),
             batch: None,
+            splitting: batches::Splitting::default(),
         }
     }
 
@@ -439,6 +443,7 @@ impl Controller {
         self.retries.keep_wanted(&wanted);
         self.tables.keep_wanted(&wanted);
         self.refusals.keep_wanted(&wanted);
+        self.splitting.keep_wanted(&wanted);
         if let Some(r) = self.passes.report(pass) {
             r.kept = kept;
             r.deferred += deferred;
@@ -665,6 +670,7 @@ impl Controller {
                 self.tables.created();
                 self.tables.release(cidr);
                 self.refusals.forget(cidr);
+                self.splitting.settled(cidr);
                 self.conditions.clear_reason(&c.route.target_node);
                 self.update_table_gauges();
                 self.passes.resolve(pass, |r| r.created += 1);
@@ -672,6 +678,7 @@ impl Controller {
             (OpKind::Delete(d), Ok(())) => {
                 self.forget_route(&d.route, cidr);
                 self.retries.route_done(cidr);
+                self.splitting.settled(cidr);
                 self.passes.resolve(pass, |r| r.deleted += 1);
                 self.room_freed(now);
             }
@@ -691,6 +698,11 @@ impl Controller {
                     }
                 }
                 self.passes.resolve(pass, |r| r.deferred += 1);
+            }
+            (_, Err(e)) if matches!(e.kind, CloudErrorKind::BatchRefused { .. }) => {
+                self.cloud_refused(&op, &e, pass, out);
+                self.schedule_retry(cidr, CloudErrorKind::Invalid, now);
+                self.passes.resolve(pass, |r| r.failed += 1);
             }
             (OpKind::Create(c), Err(e))
                 if e.kind == CloudErrorKind::TableFull && self.config.guard_table_limits =>

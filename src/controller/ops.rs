@@ -265,33 +265,53 @@ impl Operations {
     /// The oldest operation that may be sent now (its destination has nothing in
     /// flight and no older queued operation) and whose kind `order` allows; with
     /// `deletes_first`, any delete that may go before any create (a route table near
-    /// full).
-    pub(super) fn take_next_of(&mut self, order: Order) -> Option<Queued> {
-        let index = self.next_index_of(order)?;
+    /// full), among the destinations `only` accepts (an operation it leaves out still
+    /// holds back later ones to its destination).
+    pub(super) fn take_next_where(
+        &mut self,
+        order: Order,
+        only: &dyn Fn(Cidr) -> bool,
+    ) -> Option<Queued> {
+        let index = self.next_index_of(order, only)?;
         let queued = self.queue.remove(index)?;
         self.count_create(queued.op.node(), queued.op.is_create(), -1);
         Some(queued)
     }
 
-    /// The operation [`Operations::take_next_of`] would take, left in the queue.
+    /// The operation [`Operations::take_next_where`] would take of any destination,
+    /// left in the queue.
     pub(super) fn peek_next_of(&self, order: Order) -> Option<&Queued> {
-        self.queue.get(self.next_index_of(order)?)
+        self.queue.get(self.next_index_of(order, &|_| true)?)
     }
 
-    fn next_index_of(&self, order: Order) -> Option<usize> {
+    fn next_index_of(&self, order: Order, only: &dyn Fn(Cidr) -> bool) -> Option<usize> {
         if order.deletes_first
             && order.deletes_allowed
-            && let Some(i) = self.first_index(|op| !op.is_create())
+            && let Some(i) = self.first_index(|op| !op.is_create() && only(op.cidr()))
         {
             return Some(i);
         }
         self.first_index(|op| {
-            if op.is_create() {
-                order.creates_allowed
-            } else {
-                order.deletes_allowed
-            }
+            only(op.cidr())
+                && if op.is_create() {
+                    order.creates_allowed
+                } else {
+                    order.deletes_allowed
+                }
         })
+    }
+
+    /// Whether an operation to `cidr` is queued.
+    pub(super) fn has_queued(&self, cidr: Cidr) -> bool {
+        self.queue.iter().any(|q| q.op.cidr() == cidr)
+    }
+
+    /// Takes the first queued operation to `cidr` out of the queue, whatever its kind.
+    pub(super) fn remove_queued(&mut self, cidr: Cidr) -> Option<Queued> {
+        let i = self.queue.iter().position(|q| q.op.cidr() == cidr)?;
+        let q = self.queue.remove(i)?;
+        self.count_create(q.op.node(), q.op.is_create(), -1);
+        Some(q)
     }
 
     fn first_index(&self, allowed: impl Fn(&Planned) -> bool) -> Option<usize> {

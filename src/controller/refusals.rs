@@ -13,10 +13,11 @@
 
 use std::collections::HashMap;
 
+use super::ops::OpKind;
 use super::{Command, Controller, NodeEventRecord};
 use crate::model::Cidr;
 use crate::plan::CreateRequest;
-use crate::provider::CloudError;
+use crate::provider::{CloudError, CloudErrorKind};
 
 /// The lasting refusals, by destination: the request as refused, which is not sent
 /// again. See the module documentation.
@@ -61,6 +62,7 @@ impl Controller {
         out: &mut Vec<Command>,
     ) {
         let node = request.route.target_node.clone();
+        self.metrics.route_refused(reason);
         let repeated = self
             .conditions
             .reason(&node)
@@ -93,6 +95,35 @@ impl Controller {
                 },
                 cause: self.passes.cause_of(pass),
             });
+        }
+    }
+
+    /// The cloud refused a batch (or a single change) for this change
+    /// ([`CloudErrorKind::BatchRefused`]): the change is refused for its node alone,
+    /// as a pre-check refusal is (reason, event, metric), and goes alone from now on
+    /// ([`super::batches`]). A delete has no node to tell: a warning and the metric.
+    pub(super) fn cloud_refused(
+        &mut self,
+        op: &OpKind,
+        err: &CloudError,
+        pass: u64,
+        out: &mut Vec<Command>,
+    ) {
+        let CloudErrorKind::BatchRefused { reason, .. } = err.kind else {
+            return;
+        };
+        self.splitting.refused(op.cidr());
+        match op {
+            OpKind::Create(c) => self.create_refused(c, reason, false, err, pass, out),
+            OpKind::Delete(d) => {
+                self.metrics.route_refused(reason);
+                log::warn!(
+                    "delete of route {} refused by the cloud ({reason}): {}; tried again \
+                     alone, slowly (pass {pass})",
+                    d.cidr,
+                    err.message
+                );
+            }
         }
     }
 }

@@ -40,9 +40,12 @@
 //!
 //! It leaves out: other resource types and the list endpoints of tables, VMs and NICs;
 //! VM scale sets (VMSS VMs and their NICs); PATCH (tags) and table DELETE; route
-//! validation beyond the fields (no overlap, quota or next-hop reachability checks,
-//! and its 400 codes are the double's own `InvalidRequestFormat`); the 400-route
-//! limit; `CanceledAndSupersededDueToAnotherOperation` (ARM cancels a running PUT when
+//! validation beyond the fields, ARM's name rule (`400 InvalidResourceName` with
+//! ARM's message, for the whole PUT) and the route limit (no overlap or next-hop
+//! reachability checks; its other 400 codes are the double's own:
+//! `InvalidRequestFormat`, and for the limit, whose code Azure documents nowhere,
+//! `RouteTableRouteLimitExceeded`);
+//! `CanceledAndSupersededDueToAnotherOperation` (ARM cancels a running PUT when
 //! a later one is accepted; the double refuses the later one instead); token
 //! signatures and expiry (tokens are opaque strings); HTTPS (clients must allow a
 //! credential over HTTP, as azcore's `InsecureAllowCredentialWithHTTP` does).
@@ -63,6 +66,26 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use serde_json::{Value, json};
+
+/// Routes a table holds at most unless a test sets otherwise: Azure's documented
+/// "User-defined routes per route table: 1,000" (azure-subscription-service-limits).
+pub const DEFAULT_ROUTE_LIMIT: usize = 1000;
+
+/// The refusal of a table over its limit: 400 in ARM's error shape. Azure's code for
+/// it is in none of its API definitions (azure-rest-api-specs has no error catalogue
+/// for route tables), so the code is the double's own (the provider reads any code
+/// naming a route limit as a full table); the provider must never write a table over
+/// the limit it is given.
+fn route_limit_reached(id: &str, routes: usize, limit: usize) -> Reply {
+    arm_error(
+        400,
+        "RouteTableRouteLimitExceeded",
+        &format!(
+            "Route table {id} would have {routes} routes, more than the {limit} user-defined \
+             routes a route table may have. [the double's code: Azure documents none]"
+        ),
+    )
+}
 
 /// The `Microsoft.Network` api-version the double serves (armnetwork v9.0.0's).
 pub const NETWORK_API_VERSION: &str = "2025-05-01";
@@ -319,6 +342,11 @@ struct State {
     reads_left: u64,
     writes_left: u64,
     throttle_retry_after: u32,
+    /// Routes a table may hold (ARM refuses a PUT of more).
+    route_limit: usize,
+    /// Route names refused besides ARM's name rule (a rule the provider cannot check
+    /// before writing), as ARM refuses a name: the whole PUT.
+    refused_names: Vec<String>,
     faults: Vec<InjectedFault>,
     log: Vec<Recorded>,
     serial: u64,
@@ -408,6 +436,8 @@ impl ArmDouble {
                 reads_left: 12_000,
                 writes_left: 1_200,
                 throttle_retry_after: 5,
+                route_limit: DEFAULT_ROUTE_LIMIT,
+                refused_names: Vec::new(),
                 faults: Vec::new(),
                 log: Vec::new(),
                 serial: 0,
@@ -677,6 +707,18 @@ impl ArmDouble {
         state.reads_left = reads;
         state.writes_left = writes;
         state.throttle_retry_after = retry_after;
+    }
+
+    /// Routes a table may hold from now on (default [`DEFAULT_ROUTE_LIMIT`]).
+    pub fn set_route_limit(&self, limit: usize) {
+        self.state().route_limit = limit;
+    }
+
+    /// Refuses, as ARM refuses an invalid name (400 `InvalidResourceName` for the
+    /// whole PUT, the name in its message), any route whose name contains `part`:
+    /// a rule a provider could not check before writing.
+    pub fn refuse_route_names_containing(&self, part: &str) {
+        self.state().refused_names.push(part.to_string());
     }
 
     /// The next `times` requests with this method whose path ends with `path_suffix`
@@ -1517,6 +1559,42 @@ fn bad_request(message: &str) -> Reply {
     arm_error(400, "InvalidRequestFormat", message)
 }
 
+/// ARM's rule for a resource name as its error states it (Microsoft.Network, routes
+/// included): 1 to 80 characters, beginning with a word character, ending with a word
+/// character or `_`, of word characters, `.`, `-` and `_`.
+fn valid_resource_name(name: &str) -> bool {
+    let word = |b: &u8| b.is_ascii_alphanumeric();
+    let bytes = name.as_bytes();
+    matches!((bytes.first(), bytes.last()), (Some(f), Some(l)) if word(f) && (word(l) || *l == b'_'))
+        && bytes.len() <= 80
+        && bytes
+            .iter()
+            .all(|b| word(b) || matches!(b, b'_' | b'.' | b'-'))
+}
+
+/// ARM's refusal of a resource name, in its shape: 400 `InvalidResourceName`, the
+/// name and the rule in the message.
+fn invalid_name(name: &str) -> Reply {
+    arm_error(
+        400,
+        "InvalidResourceName",
+        &format!(
+            "Resource name {name} is invalid. The name can be up to 80 characters long. It \
+             must begin with a word character, and it must end with a word character or with \
+             '_'. The name may contain word characters or '.', '-', '_'."
+        ),
+    )
+}
+
+/// A route name the double refuses: ARM's rule, or one a test added.
+fn refused_name(state: &State, name: &str) -> bool {
+    !valid_resource_name(name)
+        || state
+            .refused_names
+            .iter()
+            .any(|p| name.contains(p.as_str()))
+}
+
 fn put_table(
     state: &mut State,
     inner: &Inner,
@@ -1561,10 +1639,16 @@ fn put_table(
         if parsed.iter().any(|p| p.name.eq_ignore_ascii_case(rname)) {
             return bad_request(&format!("Route name {rname:?} appears more than once."));
         }
+        if refused_name(state, rname) {
+            return invalid_name(rname);
+        }
         match parse_route(rname, r.get("properties").unwrap_or(&Value::Null)) {
             Ok(route) => parsed.push(route),
             Err(e) => return bad_request(&format!("route {rname}: {e}")),
         }
+    }
+    if parsed.len() > state.route_limit {
+        return route_limit_reached(&id, parsed.len(), state.route_limit);
     }
     let etag = state.etag();
     let guid = state.uuid();
@@ -1646,10 +1730,16 @@ fn put_route(
     if state.busy(&k, now) {
         return busy_reply(state, inner, &k, &t.location);
     }
+    if refused_name(state, name) {
+        return invalid_name(name);
+    }
     let route = match parse_route(name, body.get("properties").unwrap_or(&Value::Null)) {
         Ok(r) => r,
         Err(e) => return bad_request(&format!("route {name}: {e}")),
     };
+    if existing.is_none() && t.routes.len() >= state.route_limit {
+        return route_limit_reached(&id, t.routes.len() + 1, state.route_limit);
+    }
     let etag = state.etag();
     let stored = StoredRoute {
         route,

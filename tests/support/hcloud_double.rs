@@ -545,6 +545,8 @@ fn write_reply_part(
         403 => "Forbidden",
         404 => "Not Found",
         409 => "Conflict",
+        // `resource_unavailable`'s status.
+        412 => "Precondition Failed",
         423 => "Locked",
         429 => "Too Many Requests",
         500 => "Internal Server Error",

@@ -553,6 +553,12 @@ pub(super) fn classify(code: &str, method: Method, status: u16) -> CloudErrorKin
                 after: DEFAULT_THROTTLE,
             }
         }
+        // A route of the table breaks ARM's name rule: the whole PUT is refused, and
+        // its message names the route.
+        "InvalidResourceName" => CloudErrorKind::BatchRefused {
+            reason: super::INVALID_ROUTE_NAME,
+            at_fault: None,
+        },
         c if is_route_limit(c) => CloudErrorKind::TableFull,
         "InternalServerError"
         | "ServiceUnavailable"

@@ -36,16 +36,18 @@ pub const ENV_CLIENT_SECRET: &str = "AZURE_CLIENT_SECRET";
 /// ours, for tests and for nodes that reach IMDS through a proxy.
 pub const ENV_IMDS_ENDPOINT: &str = "ROUTE_CONTROLLER_AZURE_IMDS_ENDPOINT";
 
-/// The routes a route table may hold unless `routeTableRouteLimit` says otherwise.
+/// The routes a route table may hold unless `routeTableRouteLimit` says otherwise:
+/// Azure's documented limit, "User-defined routes per route table: 1,000"
+/// (learn.microsoft.com/azure/azure-resource-manager/management/
+/// azure-subscription-service-limits, Azure networking limits; raised from 400 in
+/// 2026, Azure update 562695).
 ///
-/// Azure documented 400 user-defined routes per table for years; a 2026 docs change
-/// (MicrosoftDocs/azure-docs#128356) says 600 and later pages say 1000. 400 is the
-/// default because the two mistakes cost differently here: the whole table is
-/// written in one PUT, so a limit set too high makes Azure refuse the *whole* batch
-/// (every node in it waits), while a limit set too low holds back only the routes
-/// beyond it, with `RouteTableFull` on their nodes naming the key to raise. Older
-/// subscriptions and Azure Stack Hub keep lower limits than the newest public docs.
-pub const DEFAULT_ROUTE_TABLE_LIMIT: usize = 400;
+/// A lower real limit (an older subscription, Azure Stack Hub) is set with the key.
+/// The table is written whole, and this provider never writes more routes than the
+/// limit (the creates beyond it are held with `RouteTableFull`); Azure's code for a
+/// table over its limit is in none of its API definitions, so a limit set too high
+/// shows as the PUT's 400 with ARM's own message on the nodes of the batch.
+pub const DEFAULT_ROUTE_TABLE_LIMIT: usize = 1000;
 
 /// The keys of `azure.json` this provider reads (for `--cloud-config` checks).
 pub const KEYS: &[&str] = &[

@@ -47,7 +47,7 @@ pub use config::{
 
 use arm::{Arm, ArmError};
 use table::{Outcome, Prepared, Table, merge, text};
-pub use table::{node_of_route_name, route_name};
+pub use table::{is_valid_route_name, node_of_route_name, route_name, short_node_name};
 
 use crate::fence::Fence;
 use crate::model::{Cidr, Route};
@@ -73,6 +73,8 @@ pub const IP_FORWARDING_DISABLED: &str = "IPForwardingDisabled";
 pub const INTERNAL_IP_NOT_ON_NIC: &str = "InternalIPNotOnNIC";
 /// `NetworkUnavailable` reason: the node has no InternalIP of the pod CIDR's family.
 pub const NO_INTERNAL_IP: &str = "NoInternalIPOfFamily";
+/// `NetworkUnavailable` reason: ARM refused the route's name (`InvalidResourceName`).
+pub const INVALID_ROUTE_NAME: &str = "InvalidRouteName";
 /// `NetworkUnavailable` reason: the node's providerID names no Azure VM (yet).
 pub const NOT_AN_AZURE_VM: &str = "ProviderIDNotAzureVM";
 
@@ -374,9 +376,23 @@ impl AzureRoutes {
                 ),
             ));
         }
+        let name = route_name(&target.node_name, &route.destination_cidr);
+        if !is_valid_route_name(&name) {
+            // route_name always makes a valid name; this guards a change of it.
+            return Err(CloudError::refused(
+                INVALID_ROUTE_NAME,
+                true,
+                format!(
+                    "azure: route name {name:?} for node {} breaks ARM's rule (1 to 80 \
+                     characters of letters, digits, '_', '.' and '-', beginning with a letter \
+                     or digit, ending with one or '_')",
+                    target.node_name
+                ),
+            ));
+        }
         Ok(Prepared::Create {
             cidr,
-            name: route_name(&target.node_name, &route.destination_cidr),
+            name,
             node: target.node_name.clone(),
             prefix: route.destination_cidr.clone(),
             next_hop,
@@ -510,10 +526,15 @@ impl Routes for AzureRoutes {
     fn list_routes(
         &self,
         _cluster_name: &str,
-        _nodes: &NodeDirectory,
+        nodes: &NodeDirectory,
     ) -> Result<Vec<Route>, CloudError> {
         let table = self.read_table()?;
-        Ok(table.routes().iter().map(table::to_route).collect())
+        let names = table::NodeNames::new(nodes.names());
+        Ok(table
+            .routes()
+            .iter()
+            .map(|r| table::to_route(r, &names))
+            .collect())
     }
 
     fn create_route(
@@ -566,7 +587,10 @@ impl Routes for AzureRoutes {
             }
         }
         if !prepared.is_empty() {
-            for (i, outcome) in positions.into_iter().zip(self.write(&prepared)?) {
+            let written = self
+                .write(&prepared)
+                .map_err(|e| at_fault(e, &prepared, &positions))?;
+            for (i, outcome) in positions.into_iter().zip(written) {
                 outcomes[i] = Some(outcome);
             }
         }
@@ -575,6 +599,20 @@ impl Routes for AzureRoutes {
             .map(|o| o.unwrap_or_else(|| Err(CloudError::ambiguous("azure: change not applied"))))
             .collect())
     }
+}
+
+/// ARM refuses the whole table for one route it holds invalid, and its message names
+/// the route (`Resource name <name> is invalid. ...`): the change that made that route,
+/// by its position in the batch, is the one at fault.
+fn at_fault(e: CloudError, prepared: &[Prepared], positions: &[usize]) -> CloudError {
+    let CloudErrorKind::BatchRefused { reason, .. } = e.kind else {
+        return e;
+    };
+    let named = prepared
+        .iter()
+        .position(|p| matches!(p, Prepared::Create { name, .. } if e.message.contains(&format!(" {name} "))))
+        .and_then(|i| positions.get(i).copied());
+    CloudError::batch_refused(reason, named, e.message)
 }
 
 /// The one outcome of a batch of one.

@@ -10,21 +10,109 @@ use super::ROUTE_NAME_SEPARATOR;
 use crate::model::{Cidr, Route};
 use crate::provider::{CloudError, CloudErrorKind};
 
-/// The name cloud-provider-azure gives the route of `node` to `cidr`
+/// The name of the route of `node` to `cidr`: cloud-provider-azure's
 /// (`mapNodeNameToRouteName` with dual stack on, as it has been since the
-/// IPv6DualStack gate went GA): `<node>____<cidr without ':', '.' and '/'>`.
+/// IPv6DualStack gate went GA), `<node>____<cidr without ':', '.' and '/'>`, whenever
+/// that is a valid ARM name ([`is_valid_route_name`]), so that its routes are adopted
+/// as they are. cloud-provider-azure writes the same name when it is not (a node name
+/// of more than about 60 characters: FQDN-style names), and ARM refuses the whole
+/// table for it; here the node part is then [`short_node_name`] instead, valid and
+/// the same at every pass.
 pub fn route_name(node: &str, cidr: &str) -> String {
     let stripped: String = cidr
         .chars()
         .filter(|c| !matches!(c, ':' | '.' | '/'))
         .collect();
-    format!("{node}{ROUTE_NAME_SEPARATOR}{stripped}")
+    let name = format!("{node}{ROUTE_NAME_SEPARATOR}{stripped}");
+    if is_valid_route_name(&name) {
+        return name;
+    }
+    format!("{}{ROUTE_NAME_SEPARATOR}{stripped}", short_node_name(node))
+}
+
+/// ARM's rule for a route's name, as its `400 InvalidResourceName` states it: 1 to 80
+/// characters of `[A-Za-z0-9_.-]`, beginning with a letter or digit, ending with a
+/// letter, digit or `_`.
+pub fn is_valid_route_name(name: &str) -> bool {
+    let bytes = name.as_bytes();
+    let (Some(first), Some(last)) = (bytes.first(), bytes.last()) else {
+        return false;
+    };
+    bytes.len() <= MAX_ROUTE_NAME
+        && first.is_ascii_alphanumeric()
+        && (last.is_ascii_alphanumeric() || *last == b'_')
+        && bytes
+            .iter()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'-'))
+}
+
+/// ARM's longest resource name.
+const MAX_ROUTE_NAME: usize = 80;
+
+/// Characters of the node name kept in [`short_node_name`]: with the hash (9) and the
+/// longest CIDR (an IPv6 /128 strips to 35), `<short>____<cidr>` is at most 76
+/// characters, and a suffix that keeps two routes' names apart still fits.
+const SHORT_NODE_PREFIX: usize = 28;
+
+/// The node part of a route name for a node whose full name makes no valid route
+/// name: its first [`SHORT_NODE_PREFIX`] characters that ARM allows (trailing `.`
+/// and `-` dropped), `-`, and 8 hex digits of the SHA-256 of the whole name, so two
+/// nodes that share a long prefix still get names of their own. No Kubernetes node
+/// name holds `_`, so the separator still splits it off.
+pub fn short_node_name(node: &str) -> String {
+    use sha2::{Digest, Sha256};
+    let kept: String = node
+        .chars()
+        .filter(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '-'))
+        .take(SHORT_NODE_PREFIX)
+        .collect();
+    let kept = kept.trim_end_matches(['.', '-']);
+    let kept = if kept.starts_with(|c: char| c.is_ascii_alphanumeric()) {
+        kept
+    } else {
+        "node"
+    };
+    let digest = Sha256::digest(node.as_bytes());
+    let hash: String = digest[..4].iter().map(|b| format!("{b:02x}")).collect();
+    format!("{kept}-{hash}")
 }
 
 /// The node a route name stands for (`MapRouteNameToNodeName`): what precedes the
 /// first separator, or the whole name (the single-stack names of older releases).
+/// A shortened node part ([`short_node_name`]) is mapped back by [`NodeNames`].
 pub fn node_of_route_name(name: &str) -> &str {
     name.split(ROUTE_NAME_SEPARATOR).next().unwrap_or(name)
+}
+
+/// Whether the route named `name` is the route of `node` to `cidr`'s node part: the
+/// node's name, or the shortened one [`route_name`] gives it for `cidr`.
+fn names_node(name: &str, node: &str, ours: &str) -> bool {
+    let part = node_of_route_name(name);
+    part == node || part == node_of_route_name(ours)
+}
+
+/// The nodes whose names are long enough to be shortened in a route name, by their
+/// short name, for reading a listed route's node back.
+#[derive(Default)]
+pub(super) struct NodeNames {
+    by_short: std::collections::HashMap<String, String>,
+}
+
+impl NodeNames {
+    pub(super) fn new<'a>(names: impl Iterator<Item = &'a str>) -> NodeNames {
+        NodeNames {
+            by_short: names
+                .filter(|n| n.len() > SHORT_NODE_PREFIX)
+                .map(|n| (short_node_name(n), n.to_string()))
+                .collect(),
+        }
+    }
+
+    /// The node of a route name: the shortened form's node, else the name's node part.
+    pub(super) fn node_of<'a>(&'a self, name: &'a str) -> &'a str {
+        let part = node_of_route_name(name);
+        self.by_short.get(part).map_or(part, String::as_str)
+    }
 }
 
 /// The route table as last read: the whole resource, for the next write.
@@ -59,7 +147,7 @@ impl Table {
 
 /// A listed route as the controller sees it: its node from its name, a blackhole if
 /// its next hop is `None`.
-pub(super) fn to_route(r: &Value) -> Route {
+pub(super) fn to_route(r: &Value, nodes: &NodeNames) -> Route {
     let name = text(r, "/name");
     let blackhole = text(r, "/properties/nextHopType").eq_ignore_ascii_case("None");
     Route {
@@ -67,7 +155,7 @@ pub(super) fn to_route(r: &Value) -> Route {
         target_node: if blackhole {
             String::new()
         } else {
-            node_of_route_name(name).to_string()
+            nodes.node_of(name).to_string()
         },
         destination_cidr: text(r, "/properties/addressPrefix").to_string(),
         blackhole,
@@ -92,6 +180,8 @@ pub(super) enum Prepared {
         /// The name it was listed with; empty for a route created since the list.
         name: String,
         node: String,
+        /// The name [`route_name`] gives the route, for one created since the list.
+        ours: String,
     },
 }
 
@@ -104,6 +194,7 @@ impl Prepared {
             cidr,
             name: route.name.clone(),
             node: route.target_node.clone(),
+            ours: route_name(&route.target_node, &route.destination_cidr),
         })
     }
 
@@ -124,12 +215,18 @@ impl Prepared {
     /// Whether this delete removes `r`: same destination, and the name it was listed
     /// with, or (created since the list) a name that stands for its node.
     fn deletes(&self, r: &Value) -> bool {
-        let Prepared::Delete { cidr, name, node } = self else {
+        let Prepared::Delete {
+            cidr,
+            name,
+            node,
+            ours,
+        } = self
+        else {
             return false;
         };
         prefix_of(r) == Some(*cidr)
             && if name.is_empty() {
-                node_of_route_name(text(r, "/name")) == node
+                names_node(text(r, "/name"), node, ours)
             } else {
                 text(r, "/name").eq_ignore_ascii_case(name)
             }
@@ -139,6 +236,7 @@ impl Prepared {
     fn made(&self, r: &Value) -> bool {
         let Prepared::Create {
             cidr,
+            name,
             node,
             next_hop,
             ..
@@ -147,7 +245,7 @@ impl Prepared {
             return false;
         };
         prefix_of(r) == Some(*cidr)
-            && node_of_route_name(text(r, "/name")) == node
+            && names_node(text(r, "/name"), node, name)
             && text(r, "/properties/nextHopType").eq_ignore_ascii_case("VirtualAppliance")
             && text(r, "/properties/nextHopIpAddress")
                 .parse::<IpAddr>()
@@ -242,7 +340,7 @@ pub(super) fn merge(existing: &[Value], changes: &[Prepared], limit: usize, tabl
         };
         match routes.iter().position(|r| prefix_of(r) == Some(*cidr)) {
             // This node's route with a stale next hop (the node's IP changed): replaced.
-            Some(at) if node_of_route_name(text(&routes[at], "/name")) == node => {
+            Some(at) if names_node(text(&routes[at], "/name"), node, name) => {
                 let keep_name = text(&routes[at], "/name").to_string();
                 routes[at] = route(&keep_name);
                 outcomes[i] = Outcome::Written;
@@ -280,6 +378,14 @@ pub(super) fn merge(existing: &[Value], changes: &[Prepared], limit: usize, tabl
                     .any(|r| text(r, "/name").eq_ignore_ascii_case(&unique))
                 {
                     unique = format!("{name}-{n}");
+                    if !is_valid_route_name(&unique) {
+                        // Too long with the suffix: the short node part leaves room.
+                        let cidr_part = name.rsplit(ROUTE_NAME_SEPARATOR).next().unwrap_or("");
+                        unique = format!(
+                            "{}{ROUTE_NAME_SEPARATOR}{cidr_part}-{n}",
+                            short_node_name(node)
+                        );
+                    }
                     n += 1;
                 }
                 routes.push(route(&unique));
@@ -322,16 +428,90 @@ mod tests {
         assert_eq!(node_of_route_name("node-a____fd0010244164"), "node-a");
         // Older releases' single-stack names are the node name alone.
         assert_eq!(node_of_route_name("node-a"), "node-a");
-        let listed = to_route(&json!({"name": "n1____102440024",
+        let listed = to_route(
+            &json!({"name": "n1____102440024",
             "properties": {"addressPrefix": "10.244.0.0/24", "nextHopType": "VirtualAppliance",
-            "nextHopIpAddress": "10.240.0.4"}}));
+            "nextHopIpAddress": "10.240.0.4"}}),
+            &NodeNames::default(),
+        );
         assert_eq!(
             (listed.target_node.as_str(), listed.blackhole),
             ("n1", false)
         );
-        let dead = to_route(&json!({"name": "n1____102440024",
-            "properties": {"addressPrefix": "10.244.0.0/24", "nextHopType": "None"}}));
+        let dead = to_route(
+            &json!({"name": "n1____102440024",
+            "properties": {"addressPrefix": "10.244.0.0/24", "nextHopType": "None"}}),
+            &NodeNames::default(),
+        );
         assert!(dead.blackhole && dead.target_node.is_empty());
+    }
+
+    /// Guards ARM's name rule and the short names: a name cloud-provider-azure makes
+    /// valid is kept as it is (its routes are adopted); a node too long for one gets
+    /// a valid name, the same every time, another for another node of the same
+    /// prefix, and the listed route maps back to the node.
+    #[test]
+    fn a_node_too_long_for_a_route_name_gets_a_valid_stable_one() {
+        for (name, valid) in [
+            ("a", true),
+            ("node-a____102441024", true),
+            ("n_", true),
+            (&"a".repeat(80)[..], true),
+            (&"a".repeat(81)[..], false),
+            ("", false),
+            ("-a", false),
+            ("_a", false),
+            ("a.", false),
+            ("a-", false),
+            ("a b", false),
+            ("a/b", false),
+        ] {
+            assert_eq!(is_valid_route_name(name), valid, "{name:?}");
+        }
+        // 66 characters: with an IPv4 CIDR 81, one too many.
+        let long = format!(
+            "{}.internal.cloudapp.net",
+            "worker-node-pool-a-0123456789-abc"
+        );
+        let other = format!(
+            "{}.internal.cloudapp.net",
+            "worker-node-pool-a-0123456789-abd"
+        );
+        let fits = "worker-node-pool-a-0123456789-abc.internal.example";
+        assert_eq!(
+            route_name(fits, "10.244.1.0/24"),
+            format!("{fits}____102441024"),
+            "a valid name is cloud-provider-azure's"
+        );
+        let name = route_name(&long, "10.244.1.0/24");
+        assert!(is_valid_route_name(&name), "{name}");
+        assert_eq!(name, route_name(&long, "10.244.1.0/24"), "stable");
+        assert!(name.starts_with("worker-node-pool-a-0123456789-"), "{name}");
+        assert_ne!(
+            node_of_route_name(&name),
+            node_of_route_name(&route_name(&other, "10.244.2.0/24"))
+        );
+        let v6 = route_name(&long, "fd00:10:244:1:2:3:4:5/128");
+        assert!(is_valid_route_name(&v6), "{v6}");
+        let nodes = NodeNames::new([long.as_str(), other.as_str(), "n1"].into_iter());
+        assert_eq!(nodes.node_of(&name), long);
+        assert_eq!(nodes.node_of(&v6), long);
+        assert_eq!(nodes.node_of("n1____102440024"), "n1");
+        // Two CIDRs that strip to one name, on the longest name that is still valid:
+        // the suffix does not make it invalid.
+        let edge = "a".repeat(80 - 4 - 10);
+        let m = merge(
+            &[r(
+                &route_name(&edge, "10.1.10.0/24"),
+                "10.1.10.0/24",
+                "10.240.0.4",
+            )],
+            &[create(&edge, "10.11.0.0/24", "10.240.0.4")],
+            400,
+            "rt",
+        );
+        let made = text(&m.routes[1], "/name");
+        assert!(is_valid_route_name(made), "{made}");
     }
 
     fn r(name: &str, prefix: &str, hop: &str) -> Value {
@@ -355,6 +535,7 @@ mod tests {
             cidr: Cidr::parse(prefix).unwrap(),
             name: name.into(),
             node: node.into(),
+            ours: route_name(node, prefix),
         }
     }
 

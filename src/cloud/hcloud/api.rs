@@ -438,12 +438,25 @@ fn api_error(
     }
 }
 
-/// What an error code means for the controller. `not_found` is "invalid" here (a
-/// missing network or server is a setting to fix); callers that expect it, such as a
-/// delete, turn it into "not found" themselves.
+/// What an error code means for the controller, as hcloud-go documents the codes
+/// (`hcloud/error.go`). `not_found` is "invalid" here (a missing network or server is
+/// a setting to fix); callers that expect it, such as a delete, turn it into "not
+/// found" themselves.
 pub(super) fn classify(code: &str, method: Method, status: u16) -> CloudErrorKind {
     match code {
-        "conflict" | "locked" | "resource_locked" => CloudErrorKind::Conflict,
+        // "Item is locked (Another action is running)"; "The resource has changed
+        // during the request, please retry".
+        "conflict" | "locked" => CloudErrorKind::Conflict,
+        // "The resource is locked. The caller should contact support": not a busy
+        // network, and no retry soon will pass.
+        "resource_locked" => CloudErrorKind::Invalid,
+        // "Cannot perform operation due to maintenance", "Resource currently
+        // unavailable", "Robot was not available. The caller may retry the operation
+        // after a short delay": refusals, the request was not carried out, so even a
+        // POST is not ambiguous (no list is needed to know what it did).
+        "maintenance" | "resource_unavailable" | "robot_unavailable" => {
+            CloudErrorKind::Retry { after: None }
+        }
         "rate_limit_exceeded" => CloudErrorKind::RateLimited {
             after: Duration::from_secs(1),
         },
@@ -459,14 +472,9 @@ pub(super) fn classify(code: &str, method: Method, status: u16) -> CloudErrorKin
         | "unsupported_error"
         | "method_not_allowed"
         | "deprecated_api_endpoint" => CloudErrorKind::Invalid,
-        "server_error"
-        | "service_error"
-        | "bad_gateway"
-        | "timeout"
-        | "maintenance"
-        | "unavailable"
-        | "resource_unavailable"
-        | "robot_unavailable" => transient(method),
+        "server_error" | "service_error" | "bad_gateway" | "timeout" | "unavailable" => {
+            transient(method)
+        }
         // A code this client does not know: a client error is ours to fix, anything
         // else may be passing.
         _ if (400..500).contains(&status) => CloudErrorKind::Invalid,
@@ -512,8 +520,15 @@ fn advice(code: &str) -> Option<&'static str> {
              or use fewer routes"
         }
         "protected" => "the resource is protected against this change; remove the protection",
-        "conflict" | "locked" | "resource_locked" => {
-            "the network is busy with another change; retried shortly"
+        "conflict" | "locked" => "the network is busy with another change; retried shortly",
+        "resource_locked" => {
+            "Hetzner has locked the resource (hcloud-go: \"the caller should contact \
+             support\"); open a support request for the network in the Hetzner Console; \
+             retried slowly until then"
+        }
+        "maintenance" => "Hetzner is maintaining the resource; nothing was changed, retried later",
+        "resource_unavailable" | "robot_unavailable" => {
+            "the resource is unavailable for now; nothing was changed, retried later"
         }
         "rate_limit_exceeded" => {
             "the project's request budget is used up (also by other clients of the project); \
@@ -800,7 +815,7 @@ mod tests {
 
     #[test]
     fn busy_codes_are_conflicts() {
-        for code in ["conflict", "locked", "resource_locked"] {
+        for code in ["conflict", "locked"] {
             assert_eq!(
                 classify(code, Method::Post, 409),
                 CloudErrorKind::Conflict,
@@ -841,7 +856,6 @@ mod tests {
             "service_error",
             "bad_gateway",
             "timeout",
-            "maintenance",
             "unavailable",
         ] {
             assert_eq!(
@@ -854,6 +868,28 @@ mod tests {
                 CloudErrorKind::Ambiguous,
                 "{code}"
             );
+        }
+    }
+
+    /// Guards hcloud-go's meaning of the codes (issue 36, item 6): `resource_locked`
+    /// asks for support, not a retry of a busy network, and names the fix;
+    /// `maintenance`, `resource_unavailable` and `robot_unavailable` are refusals,
+    /// so a POST refused with them is tried again, not taken as ambiguous.
+    #[test]
+    fn refusals_are_not_ambiguous_and_a_locked_resource_names_support() {
+        let e = error_with("resource_locked", Method::Post, 423);
+        assert_eq!(e.kind, CloudErrorKind::Invalid);
+        assert!(e.message.contains("support"), "{}", e.message);
+        for (code, status) in [
+            ("maintenance", 403),
+            ("resource_unavailable", 412),
+            ("robot_unavailable", 503),
+        ] {
+            for method in [Method::Post, Method::Get] {
+                let e = error_with(code, method, status);
+                assert_eq!(e.kind, CloudErrorKind::Retry { after: None }, "{code}");
+                assert!(!e.message.contains("may or may not"), "{}", e.message);
+            }
         }
     }
 

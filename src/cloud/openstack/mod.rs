@@ -629,6 +629,28 @@ impl OpenStackRoutes {
     }
 }
 
+/// Neutron's `400 InvalidRoutes` of a router write: it validates the router's route
+/// set and refuses the request for any one route (a next hop on no subnet of the
+/// router), so the batch is refused whole ([`CloudErrorKind::BatchRefused`]). Its
+/// message lists routes (`Invalid format for routes: [{'destination': ..., 'nexthop':
+/// ...}], <reason>`), sometimes all of them: a create is named at fault only when it
+/// is the one create of the batch the message lists; else the controller splits the
+/// batch to find it.
+fn invalid_routes(e: CloudError, creates: &[Create]) -> CloudError {
+    if e.kind != CloudErrorKind::Invalid || !e.message.contains(" InvalidRoutes:") {
+        return e;
+    }
+    let mut listed = creates.iter().filter(|c| {
+        e.message.contains(&format!("'{}'", c.destination))
+            && e.message.contains(&format!("'{}'", c.hop))
+    });
+    let at_fault = match (listed.next(), listed.next()) {
+        (Some(c), None) => Some(c.index),
+        _ => None,
+    };
+    CloudError::batch_refused("InvalidRoutes", at_fault, e.message)
+}
+
 /// How a batch's router write failed.
 enum WriteFailure {
     /// Nothing of the batch went in (or, if ambiguous, anything may have).
@@ -995,6 +1017,7 @@ impl Routes for OpenStackRoutes {
                 }
             }
             Err(WriteFailure::Whole(e)) => {
+                let e = invalid_routes(e, &creates);
                 // Refused as a whole: nothing changed, so the pairs go again. After an
                 // ambiguous write the routes may be in; their pairs stay for the retry.
                 if e.kind != CloudErrorKind::Ambiguous {
@@ -1059,6 +1082,57 @@ impl Routes for OpenStackRoutes {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Guards the mapping of Neutron's `400 InvalidRoutes` to a batch refused whole:
+    /// the one create its message lists is named at fault; a message listing several
+    /// (Neutron may list the router's whole route set) names none, and the controller
+    /// splits the batch instead of refusing a healthy route.
+    #[test]
+    fn invalid_routes_names_a_create_only_when_it_is_the_one_listed() {
+        let create = |index: usize, i: u8| Create {
+            index,
+            destination: Cidr::parse(&format!("10.244.{i}.0/24")).unwrap(),
+            hop: format!("10.0.0.{i}").parse().unwrap(),
+            port: PortInfo {
+                id: format!("port-{i}"),
+                device_id: String::new(),
+                device_owner: String::new(),
+                subnet_id: String::new(),
+                pairs: Vec::new(),
+                open: true,
+            },
+        };
+        let creates = [create(0, 1), create(2, 2)];
+        let refusal = |routes: &str| {
+            CloudError::invalid(format!(
+                "openstack: PUT add_extraroutes: HTTP 400 InvalidRoutes: Invalid format for \
+                 routes: [{routes}], the nexthop is not connected with router"
+            ))
+        };
+        let one = "{'destination': '10.244.2.0/24', 'nexthop': '10.0.0.2'}";
+        let e = invalid_routes(refusal(one), &creates);
+        assert_eq!(
+            e.kind,
+            CloudErrorKind::BatchRefused {
+                reason: "InvalidRoutes",
+                at_fault: Some(2)
+            }
+        );
+        let both = format!("{one}, {{'destination': '10.244.1.0/24', 'nexthop': '10.0.0.1'}}");
+        let e = invalid_routes(refusal(&both), &creates);
+        assert_eq!(
+            e.kind,
+            CloudErrorKind::BatchRefused {
+                reason: "InvalidRoutes",
+                at_fault: None
+            }
+        );
+        let other = CloudError::invalid("openstack: HTTP 403 Forbidden: policy");
+        assert_eq!(
+            invalid_routes(other, &creates).kind,
+            CloudErrorKind::Invalid
+        );
+    }
 
     #[test]
     fn provider_ids_name_their_instance() {
