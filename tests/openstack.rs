@@ -82,20 +82,25 @@ fn atomic_mode_writes_a_batch_as_one_add_extraroutes_after_the_ports_pairs() {
     let (outcomes, usage) =
         Meter::measure(|| p.apply_changes(CLUSTER, &[create(1), create(2), create(3)]));
     all_ok(&outcomes.expect("the batch"));
-    // Without a list before, the router's networks and their ports are read once.
+    // Without a list before, the router's networks, subnets and ports are read once;
+    // each port is read again right before its write (another writer's pairs stay).
     assert_eq!(
         calls(&d),
         [
             "ports.list",
+            "subnets.list",
             "ports.list",
+            "ports.get",
             "ports.update",
+            "ports.get",
             "ports.update",
+            "ports.get",
             "ports.update",
             "routers.add_extraroutes"
         ],
         "pairs first, then one write of every route"
     );
-    assert_eq!(usage.map(|u| u.requests), Some(6));
+    assert_eq!(usage.map(|u| u.requests), Some(10));
     assert_eq!(
         d.routes(),
         (1..=3)
@@ -115,7 +120,13 @@ fn atomic_mode_writes_a_batch_as_one_add_extraroutes_after_the_ports_pairs() {
     all_ok(&p.apply_changes(CLUSTER, &deletes).expect("the deletes"));
     assert_eq!(
         calls(&d),
-        ["routers.remove_extraroutes", "ports.update", "ports.update"],
+        [
+            "routers.remove_extraroutes",
+            "ports.get",
+            "ports.update",
+            "ports.get",
+            "ports.update"
+        ],
         "one remove of every route, then the pairs"
     );
     assert_eq!(d.routes().len(), 1);
@@ -169,22 +180,33 @@ fn revision_mode_writes_the_whole_list_under_if_match_and_rereads_after_another_
 }
 
 #[test]
-fn a_shared_routers_other_routes_are_not_listed_but_count_against_max_routes() {
+fn a_shared_routers_other_routes_are_not_listed_but_count_against_max_routes_and_a_dead_one_is() {
     let d = double(true);
     d.add_port(NET, "vpn-appliance", "compute:nova", "10.0.0.50");
     d.put_route("10.244.1.0/24", "10.0.0.11"); // ours: a node's port
     d.put_route("10.244.9.0/24", "10.0.0.50"); // in the cluster CIDR, to no node
-    d.put_route("10.244.8.0/24", "10.0.0.77"); // in the cluster CIDR, to nobody
+    d.put_route("10.244.8.0/24", "10.0.0.77"); // in the cluster CIDR, to no port: dead
+    d.put_route("10.244.7.0/24", "192.168.3.3"); // in the cluster CIDR, off the router
     d.put_route("172.16.0.0/16", "10.0.0.12"); // outside the cluster CIDRs
     d.set_max_routes(40);
     let p = provider(&d);
-    let listed = p.list_routes(CLUSTER, &directory()).expect("list");
-    assert_eq!(listed.len(), 1, "{listed:?}");
+    let mut listed = p.list_routes(CLUSTER, &directory()).expect("list");
+    listed.sort_by(|a, b| a.destination_cidr.cmp(&b.destination_cidr));
+    assert_eq!(listed.len(), 2, "{listed:?}");
     assert_eq!(listed[0].target_node, "node-1");
+    // A next hop on the router's subnet that no port holds: its instance is gone, so
+    // the route is listed without a node, for the controller to delete.
+    assert_eq!(
+        (
+            listed[1].destination_cidr.as_str(),
+            listed[1].target_node.as_str()
+        ),
+        ("10.244.8.0/24", "")
+    );
     let tables = p.route_tables();
     // The limit is cloud.conf's max-routes (Neutron's default, 30, here): Neutron
     // does not tell its max_routes.
-    assert_eq!((tables[0].routes, tables[0].limit), (4, 30));
+    assert_eq!((tables[0].routes, tables[0].limit), (5, 30));
 }
 
 #[test]
@@ -354,6 +376,18 @@ fn a_password_is_sent_scoped_to_its_project_and_wrong_credentials_name_the_fix()
         "Default"
     );
     assert_eq!(body["scope"]["project"]["name"], "cluster");
+    assert_eq!(body["scope"]["project"]["domain"]["name"], "Default");
+
+    // cloud-provider-openstack's tenant-domain-* name the project's domain.
+    let corp = conf.replace("domain-name = Default", "tenant-domain-name = corp");
+    let (config, _) = Config::from_cloud_conf(&corp, &cidrs, |_| Err("no".into())).unwrap();
+    OpenStackRoutes::connect(config).expect("a password connects");
+    let body = &d.auth_bodies()[1]["auth"];
+    assert_eq!(body["scope"]["project"]["domain"]["name"], "corp");
+    assert_eq!(
+        body["identity"]["password"]["user"]["domain"]["name"], "Default",
+        "the user's domain stays"
+    );
 
     let wrong = conf.replace("password = pw", "password = nope");
     let (config, _) = Config::from_cloud_conf(&wrong, &cidrs, |_| Err("no".into())).unwrap();
@@ -406,14 +440,17 @@ fn a_port_without_port_security_needs_no_pair_and_gets_no_update() {
     );
     assert_eq!(
         calls(&d),
-        ["ports.update", "routers.add_extraroutes"],
+        ["ports.get", "ports.update", "routers.add_extraroutes"],
         "node-2's port only"
     );
     let listed = p.list_routes(CLUSTER, &directory()).expect("list");
     d.clear_requests();
     let deletes: Vec<RouteChange> = listed.iter().map(delete).collect();
     all_ok(&p.apply_changes(CLUSTER, &deletes).expect("the deletes"));
-    assert_eq!(calls(&d), ["routers.remove_extraroutes", "ports.update"]);
+    assert_eq!(
+        calls(&d),
+        ["routers.remove_extraroutes", "ports.get", "ports.update"]
+    );
 }
 
 #[test]
@@ -429,6 +466,73 @@ fn revision_mode_removes_a_route_the_router_spells_otherwise() {
             .expect("the delete"),
     );
     assert!(d.routes().is_empty(), "{:?}", d.routes());
+}
+
+#[test]
+fn atomic_mode_removes_a_route_as_the_router_spells_it() {
+    let d = double(true);
+    // As another tool may have written it; Neutron's remove_extraroutes matches exact
+    // strings and ignores (200) a route it does not hold.
+    d.put_route("10.244.001.0/24", "10.0.0.11");
+    let p = provider(&d);
+    let listed = p.list_routes(CLUSTER, &directory()).expect("list");
+    assert_eq!(listed.len(), 1, "{listed:?}");
+    all_ok(
+        &p.apply_changes(CLUSTER, &[delete(&listed[0])])
+            .expect("the delete"),
+    );
+    assert!(d.routes().is_empty(), "{:?}", d.routes());
+}
+
+#[test]
+fn without_revision_if_match_the_whole_list_mode_is_refused_at_start() {
+    let d = double(false);
+    d.set_if_match(false);
+    let cidrs = [Cidr::parse("10.244.0.0/16").unwrap()];
+    let (config, _) = Config::from_cloud_conf(&d.cloud_conf(ROUTER), &cidrs, |_| Err("no".into()))
+        .expect("the double's cloud.conf");
+    let e = OpenStackRoutes::connect(config).expect_err("refused");
+    assert!(
+        e.message.contains("revision-if-match") && e.message.contains("extraroute-atomic"),
+        "{e}"
+    );
+    assert!(!e.outage, "a lasting refusal, not an outage");
+    // With extraroute-atomic the routes need no If-Match: it starts.
+    d.set_atomic(true);
+    provider(&d);
+}
+
+#[test]
+fn another_writers_pair_added_after_our_list_stays_through_our_writes() {
+    let d = double(true);
+    let p = provider(&d);
+    p.list_routes(CLUSTER, &directory()).expect("list");
+    // keepalived's VIP, after our list.
+    d.put_pairs("10.0.0.11", &["10.0.0.100/32"]);
+    all_ok(&p.apply_changes(CLUSTER, &[create(1)]).expect("the create"));
+    assert_eq!(d.pairs_of("10.0.0.11"), ["10.0.0.100/32", "10.244.1.0/24"]);
+    let update = d
+        .requests()
+        .into_iter()
+        .find(|r| r.call() == "ports.update")
+        .expect("a port update");
+    assert!(
+        update
+            .if_match
+            .as_deref()
+            .is_some_and(|m| m.starts_with("revision_number=")),
+        "{update:?}"
+    );
+    let listed = p.list_routes(CLUSTER, &directory()).expect("list");
+    d.put_pairs(
+        "10.0.0.11",
+        &["10.0.0.100/32", "10.244.1.0/24", "10.0.0.101/32"],
+    );
+    all_ok(
+        &p.apply_changes(CLUSTER, &[delete(&listed[0])])
+            .expect("the delete"),
+    );
+    assert_eq!(d.pairs_of("10.0.0.11"), ["10.0.0.100/32", "10.0.0.101/32"]);
 }
 
 /// Guards "another writer of the router causes a re-read, never a lost route", in

@@ -11,7 +11,9 @@
 //!   `…/remove_extraroutes` (only with the atomic extension), Neutron's
 //!   `RoutesExhausted` 400 past `max_routes`;
 //! - `GET /v2.0/ports` (filters `device_id`, `network_id`, `fixed_ips=ip_address=…`),
-//!   `PUT /v2.0/ports/{id}` (`allowed_address_pairs`).
+//!   `GET /v2.0/ports/{id}`, `PUT /v2.0/ports/{id}` (`allowed_address_pairs`, replaced
+//!   whole; `If-Match: revision_number=N` with 412, as the real Neutron's
+//!   `revision-if-match` extension does, which the double lists unless told not to).
 //!
 //! Faults: any status for a request, a reply lost after the change, and another
 //! writer changing the router right after a request was answered. Every request is
@@ -68,7 +70,7 @@ pub struct Recorded {
 impl Recorded {
     /// `tokens.issue`, `extensions.list`, `routers.get`, `routers.update`,
     /// `routers.add_extraroutes`, `routers.remove_extraroutes`, `ports.list`,
-    /// `ports.update` or `other`.
+    /// `ports.get`, `ports.update` or `other`.
     pub fn call(&self) -> &'static str {
         let parts: Vec<&str> = self.path.trim_matches('/').split('/').collect();
         match (self.method.as_str(), parts.as_slice()) {
@@ -79,6 +81,8 @@ impl Recorded {
             ("PUT", ["v2.0", "routers", _, "add_extraroutes"]) => "routers.add_extraroutes",
             ("PUT", ["v2.0", "routers", _, "remove_extraroutes"]) => "routers.remove_extraroutes",
             ("GET", ["v2.0", "ports"]) => "ports.list",
+            ("GET", ["v2.0", "ports", _]) => "ports.get",
+            ("GET", ["v2.0", "subnets"]) => "subnets.list",
             ("PUT", ["v2.0", "ports", _]) => "ports.update",
             _ => "other",
         }
@@ -102,11 +106,15 @@ pub struct PortEntry {
 
 struct State {
     atomic: bool,
+    /// `revision-if-match` is listed (the real Neutron's revision plugin).
+    if_match: bool,
     router_id: String,
     routes: Vec<(String, String)>,
     revision: u64,
     max_routes: usize,
     ports: BTreeMap<String, PortEntry>,
+    /// Subnet ID to CIDR; a port's subnet is `subnet-<network>`.
+    subnets: BTreeMap<String, String>,
     tokens: Vec<String>,
     issued: u64,
     token_lifetime: i64,
@@ -139,11 +147,13 @@ impl NeutronDouble {
         let inner = Arc::new(Inner {
             state: Mutex::new(State {
                 atomic,
+                if_match: true,
                 router_id: router_id.to_string(),
                 routes: Vec::new(),
                 revision: 1,
                 max_routes: 30,
                 ports: BTreeMap::new(),
+                subnets: BTreeMap::new(),
                 tokens: Vec::new(),
                 issued: 0,
                 token_lifetime: 3600,
@@ -197,6 +207,20 @@ impl NeutronDouble {
         self.state().atomic = atomic;
     }
 
+    /// Whether `revision-if-match` is listed (a Neutron without the revision plugin).
+    pub fn set_if_match(&self, listed: bool) {
+        self.state().if_match = listed;
+    }
+
+    /// Sets the pairs of the port with fixed IP `ip` as another writer would (bumps
+    /// its revision).
+    pub fn put_pairs(&self, ip: &str, pairs: &[&str]) {
+        for p in self.state().ports.values_mut().filter(|p| p.ip == ip) {
+            p.pairs = pairs.iter().map(|s| s.to_string()).collect();
+            p.revision += 1;
+        }
+    }
+
     pub fn set_max_routes(&self, n: usize) {
         self.state().max_routes = n;
     }
@@ -220,7 +244,15 @@ impl NeutronDouble {
     }
 
     /// Attaches the router to `network` (an interface port of the router).
+    /// Its subnet (`subnet-<network>`) is the /24 of `router_ip`.
     pub fn attach_network(&self, network: &str, router_ip: &str) {
+        let cidr = match router_ip.rsplit_once('.') {
+            Some((head, _)) => format!("{head}.0/24"),
+            None => format!("{router_ip}/64"),
+        };
+        self.state()
+            .subnets
+            .insert(format!("subnet-{network}"), cidr);
         let router = self.state().router_id.clone();
         self.add_port(network, &router, "network:router_interface", router_ip);
     }
@@ -533,6 +565,9 @@ fn route(inner: &Inner, s: &mut State, request: &Request, path: &str) -> Outcome
             if s.atomic {
                 aliases.push("extraroute-atomic");
             }
+            if s.if_match {
+                aliases.push("revision-if-match");
+            }
             let extensions: Vec<Value> = aliases
                 .iter()
                 .map(|a| {
@@ -624,6 +659,29 @@ fn route(inner: &Inner, s: &mut State, request: &Request, path: &str) -> Outcome
                 .collect();
             reply(200, json!({"ports": ports}))
         }
+        ("GET", ["v2.0", "subnets"]) => {
+            let ids: Vec<String> = request
+                .query_pairs()
+                .into_iter()
+                .filter(|(k, _)| k == "id")
+                .map(|(_, v)| v)
+                .collect();
+            let subnets: Vec<Value> = s
+                .subnets
+                .iter()
+                .filter(|(id, _)| ids.is_empty() || ids.contains(id))
+                .map(|(id, cidr)| json!({"id": id, "cidr": cidr, "ip_version": 4}))
+                .collect();
+            reply(200, json!({"subnets": subnets}))
+        }
+        ("GET", ["v2.0", "ports", id]) => match s.ports.get(*id) {
+            Some(port) => reply(200, json!({"port": port_json(port)})),
+            None => neutron_error(
+                404,
+                "PortNotFound",
+                &format!("Port {id} could not be found."),
+            ),
+        },
         ("PUT", ["v2.0", "ports", id]) => {
             let Some(pairs) = body["port"]["allowed_address_pairs"].as_array().cloned() else {
                 return neutron_error(
@@ -639,6 +697,21 @@ fn route(inner: &Inner, s: &mut State, request: &Request, path: &str) -> Outcome
                     &format!("Port {id} could not be found."),
                 );
             };
+            if let Some(m) = request.header("If-Match") {
+                let want = m
+                    .strip_prefix("revision_number=")
+                    .and_then(|n| n.parse::<u64>().ok());
+                if want != Some(port.revision) {
+                    return neutron_error(
+                        412,
+                        "PreconditionFailed",
+                        &format!(
+                            "Constrained to {m}, but current revision_number is {}",
+                            port.revision
+                        ),
+                    );
+                }
+            }
             if port.security_off && !pairs.is_empty() {
                 return neutron_error(
                     409,

@@ -73,6 +73,9 @@ pub struct Config {
     /// The region whose network endpoint is taken from the catalog (`region`); none:
     /// the first network endpoint.
     pub region: Option<String>,
+    /// The catalog interface of the network endpoint: `public` (default), `internal`
+    /// or `admin` (`os-endpoint-type`, clouds.yaml `interface`).
+    pub interface: String,
     /// The credentials.
     pub credentials: Credentials,
     /// The router whose routes are managed (`[Route] router-id`).
@@ -176,9 +179,15 @@ impl fmt::Display for ConfigError {
 
 impl std::error::Error for ConfigError {}
 
-/// `[Global]` names that matter elsewhere in cloud-provider-openstack (load
-/// balancers, block storage) and are accepted without effect here.
-const IGNORED_GLOBAL: &[&str] = &["tenant-domain-id", "tenant-domain-name"];
+/// `[Global]` names of cloud-provider-openstack that choose an identity this provider
+/// cannot sign in as yet: refused with what to use instead, never taken silently (the
+/// controller would act as another identity than the CCM's).
+const UNSUPPORTED_GLOBAL: &[&str] = &[
+    "trust-id",
+    "trustee-id",
+    "trustee-password",
+    "application-credential-name",
+];
 
 /// The `[Global]`/`[Route]` names read, as collected before they are checked.
 #[derive(Default)]
@@ -214,6 +223,11 @@ const GLOBAL_KEYS: &[&str] = &[
     "user-domain-name",
     "project-domain-id",
     "project-domain-name",
+    // cloud-provider-openstack maps these to the project's domain (ProjectDomainID,
+    // ProjectDomainName), not to a domain of their own.
+    "tenant-domain-id",
+    "tenant-domain-name",
+    "os-endpoint-type",
     "use-clouds",
     "clouds-file",
     "cloud",
@@ -267,22 +281,35 @@ impl Config {
                 }
             };
             if !known {
-                if section == "global" && IGNORED_GLOBAL.contains(&name.as_str()) {
-                    warnings.push(format!(
-                        "cloud.conf line {line}: {name} is not used for routes; ignored"
-                    ));
-                    continue;
+                if section == "global" && UNSUPPORTED_GLOBAL.contains(&name.as_str()) {
+                    return Err(ConfigError::new(format!(
+                        "cloud.conf line {line}: [Global] {name}: signing in with a trust or \
+                         an application credential by name is not supported yet; give the \
+                         application credential's ID (application-credential-id and \
+                         application-credential-secret) or a user and password"
+                    )));
                 }
+                // cloud-provider-openstack lets an unknown name pass (gcfg.FatalOnly);
+                // a warning keeps a typo from passing in silence.
                 let names = if section == "global" {
                     GLOBAL_KEYS
                 } else {
                     ROUTE_KEYS
                 };
-                return Err(ConfigError::new(format!(
-                    "cloud.conf line {line}: [{section}] {name} is not a setting of this \
-                     provider; use one of {}",
-                    names.join(", ")
-                )));
+                warnings.push(
+                    match crate::spelling::closest(&name, names.iter().copied()) {
+                        Some(c) => format!(
+                            "cloud.conf line {line}: unknown name [{section}] {name}; ignored (did \
+                         you mean {c}?)"
+                        ),
+                        None => format!(
+                            "cloud.conf line {line}: unknown name [{section}] {name}; ignored (the \
+                         route controller reads {})",
+                            names.join(", ")
+                        ),
+                    },
+                );
+                continue;
             }
             raw.values
                 .insert(name, value.unwrap_or_else(|| "true".into()));
@@ -331,9 +358,23 @@ impl Config {
             )));
         }
         let trust = trust(&raw, &mut warnings)?;
+        let interface = match raw.get(&["os-endpoint-type"]) {
+            None => "public".to_string(),
+            // Keystone v2's spelling (publicURL, internalURL), still seen in old files.
+            Some(v) => match v.to_ascii_lowercase().trim_end_matches("url") {
+                i @ ("public" | "internal" | "admin") => i.to_string(),
+                _ => {
+                    return Err(ConfigError::new(format!(
+                        "cloud.conf: [Global] os-endpoint-type = {v:?} is not a catalog \
+                         interface; use public, internal or admin"
+                    )));
+                }
+            },
+        };
         let config = Config {
             auth_url: auth_url.trim_end_matches('/').to_string(),
             region: raw.get(&["region"]),
+            interface,
             credentials,
             router_id,
             max_routes: max_routes as usize,
@@ -401,7 +442,10 @@ fn credentials(raw: &Raw) -> Result<Credentials, ConfigError> {
         (Some(id), _) => ProjectRef::Id(id),
         (None, Some(name)) => ProjectRef::Name {
             name,
-            domain: domain(&["project-domain-id"], &["project-domain-name"]),
+            domain: domain(
+                &["project-domain-id", "tenant-domain-id"],
+                &["project-domain-name", "tenant-domain-name"],
+            ),
         },
         (None, None) => {
             return Err(ConfigError::new(
@@ -433,6 +477,7 @@ struct CloudEntry {
     cert: Option<String>,
     key: Option<String>,
     verify: Option<bool>,
+    interface: Option<String>,
 }
 
 #[derive(Deserialize, Default)]
@@ -490,6 +535,7 @@ fn from_clouds_yaml(text: &str, file: &str, cloud: &str, raw: &mut Raw) -> Resul
         ("cert-file", &entry.cert),
         ("key-file", &entry.key),
         ("tls-insecure", &entry.verify.map(|v| (!v).to_string())),
+        ("os-endpoint-type", &entry.interface),
     ];
     for (name, value) in fields {
         if let Some(v) = value
@@ -507,6 +553,37 @@ mod tests {
 
     fn cidrs() -> Vec<Cidr> {
         vec![Cidr::parse("10.244.0.0/16").unwrap()]
+    }
+
+    #[test]
+    fn os_endpoint_type_is_the_catalog_interface_in_either_spelling() {
+        let conf = |extra: &str| {
+            format!(
+                "[Global]\nauth-url=https://ks\napplication-credential-id=a\n\
+                 application-credential-secret=s\n{extra}[Route]\nrouter-id=r\n"
+            )
+        };
+        let interface = |extra: &str| {
+            Config::from_cloud_conf(&conf(extra), &cidrs(), |_| Err("no".into()))
+                .map(|(c, _)| c.interface)
+        };
+        assert_eq!(interface("").as_deref(), Ok("public"));
+        assert_eq!(
+            interface("os-endpoint-type=internal\n").as_deref(),
+            Ok("internal")
+        );
+        assert_eq!(
+            interface("os-endpoint-type=internalURL\n").as_deref(),
+            Ok("internal")
+        );
+        let e = interface("os-endpoint-type=private\n").expect_err("not an interface");
+        assert!(e.message.contains("public, internal or admin"), "{e}");
+        let yaml = "clouds:\n  openstack:\n    interface: admin\n";
+        let text = "[Global]\nuse-clouds=true\nauth-url=https://ks\napplication-credential-id=a\n\
+                    application-credential-secret=s\n[Route]\nrouter-id=r\n";
+        let (c, _) =
+            Config::from_cloud_conf(text, &cidrs(), |_| Ok(yaml.to_string())).expect("clouds.yaml");
+        assert_eq!(c.interface, "admin");
     }
     fn no_file(_: &str) -> Result<String, String> {
         Err("none".into())

@@ -29,6 +29,8 @@ pub(super) struct Keystone {
     agent: ureq::Agent,
     auth_url: String,
     region: Option<String>,
+    /// The catalog interface of the network endpoint (`public`, `internal`, `admin`).
+    interface: String,
     credentials: Credentials,
     cached: Mutex<Option<Cached>>,
 }
@@ -80,12 +82,14 @@ impl Keystone {
         agent: ureq::Agent,
         auth_url: &str,
         region: Option<String>,
+        interface: String,
         credentials: Credentials,
     ) -> Keystone {
         Keystone {
             agent,
             auth_url: auth_url.trim_end_matches('/').to_string(),
             region,
+            interface,
             credentials,
             cached: Mutex::new(None),
         }
@@ -245,7 +249,7 @@ impl Keystone {
             .iter()
             .filter(|e| e.kind == "network")
             .flat_map(|e| e.endpoints.iter())
-            .filter(|e| e.interface == "public" || e.interface.is_empty());
+            .filter(|e| e.interface == self.interface || e.interface.is_empty());
         let mut found = None;
         for e in endpoints {
             let region = e.region_id.as_deref().or(e.region.as_deref());
@@ -265,8 +269,10 @@ impl Keystone {
             .map(|u| u.trim_end_matches('/').to_string())
             .ok_or_else(|| {
                 CloudError::invalid(format!(
-                    "openstack: the service catalog has no public network endpoint{}; set \
-                     [Global] region to one the catalog names, or [Route] network-endpoint",
+                    "openstack: the service catalog has no {} network endpoint{}; set \
+                     [Global] region to one the catalog names, os-endpoint-type to an \
+                     interface it has, or [Route] network-endpoint",
+                    self.interface,
                     self.region
                         .as_deref()
                         .map(|r| format!(" in region {r}"))
@@ -274,6 +280,73 @@ impl Keystone {
                 ))
             })
     }
+}
+
+/// Keystone's v3 URL for an `auth-url`: as it is when it names a version, else found
+/// in the version document Keystone serves at that URL (as gophercloud discovers it):
+/// the `self` link of the v3 version.
+pub(super) fn discover(agent: &ureq::Agent, auth_url: &str) -> Result<String, CloudError> {
+    let url = auth_url.trim_end_matches('/');
+    let last = url.rsplit('/').next().unwrap_or_default();
+    if last.starts_with('v') && last[1..].starts_with(|c: char| c.is_ascii_digit()) {
+        return Ok(url.to_string());
+    }
+    let what = format!("openstack: GET {url}/ (Keystone's version document)");
+    Meter::request();
+    let mut response = agent
+        .get(&format!("{url}/"))
+        .header("Accept", "application/json")
+        .call()
+        .map_err(|e| {
+            CloudError::new(
+                CloudErrorKind::Retry { after: None },
+                format!("{what}: no reply ({e})"),
+            )
+        })?;
+    let status = response.status().as_u16();
+    let bytes = response
+        .body_mut()
+        .with_config()
+        .limit(1 << 20)
+        .read_to_vec()
+        .map_err(|e| {
+            CloudError::new(
+                CloudErrorKind::Retry { after: None },
+                format!("{what}: {e}"),
+            )
+        })?;
+    if status >= 500 {
+        return Err(CloudError::new(
+            CloudErrorKind::Retry { after: None },
+            format!("{what}: HTTP {status}; Keystone is failing, trying again"),
+        ));
+    }
+    // Keystone answers 300 Multiple Choices with {"versions": {"values": [...]}} and a
+    // Location of its v3, which the agent follows: {"version": {...}} then.
+    let document: serde_json::Value = serde_json::from_slice(&bytes).unwrap_or_default();
+    let versions = &document["versions"];
+    let mut values = versions["values"]
+        .as_array()
+        .or_else(|| versions.as_array())
+        .cloned()
+        .unwrap_or_default();
+    if document["version"].is_object() {
+        values.push(document["version"].clone());
+    }
+    let v3 = values
+        .iter()
+        .filter(|v| v["id"].as_str().is_some_and(|id| id.starts_with("v3")))
+        .find_map(|v| {
+            v["links"].as_array()?.iter().find(|l| l["rel"] == "self")?["href"]
+                .as_str()
+                .map(|h| h.trim_end_matches('/').to_string())
+        });
+    v3.ok_or_else(|| {
+        CloudError::invalid(format!(
+            "{what}: HTTP {status} without a v3 version; set [Global] auth-url to Keystone's v3 \
+             URL (e.g. https://keystone.example:5000/v3)"
+        ))
+    })
 }
 
 /// Seconds since 1970 of `YYYY-MM-DDTHH:MM:SS[.fraction](Z|+00:00)`, Keystone's form.
@@ -306,6 +379,41 @@ pub(super) fn parse_time(text: &str) -> Option<i64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn os_endpoint_type_chooses_the_catalog_interface_of_the_network_endpoint() {
+        let catalog: Vec<CatalogEntry> = serde_json::from_value(json!([
+            {"type": "network", "endpoints": [
+                {"interface": "public", "region_id": "R1", "url": "https://public:9696/"},
+                {"interface": "internal", "region_id": "R1", "url": "http://internal:9696"},
+                {"interface": "internal", "region_id": "R2", "url": "http://other:9696"}]}
+        ]))
+        .expect("a catalog");
+        let keystone = |interface: &str| {
+            let agent: ureq::Agent = ureq::Agent::config_builder().build().into();
+            Keystone::new(
+                agent,
+                "http://ks/v3",
+                Some("R1".into()),
+                interface.into(),
+                Credentials::ApplicationCredential {
+                    id: "a".into(),
+                    secret: Secret::new("s"),
+                },
+            )
+        };
+        let url = |interface: &str| keystone(interface).network_endpoint(&catalog);
+        assert_eq!(url("public").ok().as_deref(), Some("https://public:9696"));
+        assert_eq!(
+            url("internal").ok().as_deref(),
+            Some("http://internal:9696")
+        );
+        let e = url("admin").expect_err("no admin endpoint");
+        assert!(
+            e.message.contains("no admin network endpoint in region R1"),
+            "{e:?}"
+        );
+    }
 
     #[test]
     fn keystone_times_are_read_with_or_without_a_fraction() {

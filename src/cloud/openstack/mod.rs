@@ -2,24 +2,40 @@
 //! CIDR to a node's InternalIP, configured by cloud-provider-openstack's `cloud.conf`
 //! (or a clouds.yaml entry), so that a cluster switching over adopts its routes.
 //!
-//! - **Ownership**: only routes inside the cluster CIDRs whose next hop is a node's
-//!   port are listed, so a shared router's other routes (operators', other
+//! - **Ownership**: only routes inside the cluster CIDRs are ever ours, and of those
+//!   only the ones the rule of `owner` names: a next hop on a current node's port (its
+//!   `device_id` is the instance of the node's providerID `openstack:///<id>`); a
+//!   next hop on an instance's port that holds the route's destination as an allowed
+//!   address pair (a node gone while no controller ran: those pairs are ours); a
+//!   next hop on the router's subnets that no port holds any more (a dead route).
+//!   The last two are listed without a node, for the controller to delete once its
+//!   view of the nodes is whole. A shared router's other routes (operators', other
 //!   clusters', VPN appliances') are never touched; they still count against the
-//!   router's `max_routes` ([`Routes::route_tables`]). A next hop is mapped to its
-//!   node through the router's networks' ports: the port's `device_id` is the
-//!   instance, which is the node's providerID `openstack:///<instance-id>`.
+//!   router's `max_routes` ([`Routes::route_tables`]).
 //! - **List**: `GET /v2.0/routers/{id}`, `GET /v2.0/ports?device_id={router}` (its
-//!   networks) and one `GET /v2.0/ports?network_id=…` per network (the nodes' ports).
+//!   networks and subnets; a subnet's CIDR is read once, it never changes) and one
+//!   `GET /v2.0/ports?network_id=…` per network (the nodes' ports), each followed
+//!   through every page (`*_links` `rel=next`, Neutron's `pagination_max_limit`).
+//! - **Next hops**: Neutron refuses a router's whole route set for one next hop
+//!   outside the subnets attached to it, or on the router's own address
+//!   (`InvalidRoutes`); such a node is refused before any write
+//!   ([`NO_ROUTER_SUBNET`], [`NEXTHOP_IS_ROUTER`]) and never enters a batch.
 //! - **Batches**: a pass's changes are one write. With the `extraroute-atomic`
 //!   extension: one `add_extraroutes` of every create and one `remove_extraroutes`
-//!   of every delete. Without it: the whole route list, `PUT /v2.0/routers/{id}` with
-//!   `If-Match: revision_number=N`; another writer's change in between (412) causes a
-//!   re-read and a new write, never a lost route.
+//!   of every delete, which names each route as the router spells it (Neutron
+//!   removes by exact strings and ignores a miss). Without it: the whole route list,
+//!   `PUT /v2.0/routers/{id}` with `If-Match: revision_number=N`; another writer's
+//!   change in between (412) causes a re-read and a new write, never a lost route.
+//!   That mode needs `revision-if-match`: without it the provider refuses to start.
 //! - **Ports**: a node's pod CIDR is added to its port's `allowed_address_pairs`
 //!   before its route (else Neutron's port security drops the routed packets) and
-//!   removed after the route is gone. A router write that is refused after the port
-//!   update is unwound (the pair removed again); a port update that fails after a
-//!   delete fails that delete, which is retried.
+//!   removed after the route is gone. Neutron replaces the pair list whole, so the
+//!   port is read right before each write, only our pod CIDRs are added or removed,
+//!   and the write carries `If-Match`; a 412 reads and merges again: another
+//!   writer's pairs (keepalived's, kube-vip's, Octavia's VIPs) are never lost. A
+//!   router write that is refused after the port update is unwound (the pairs it
+//!   added removed again); a port update that fails after a delete fails that
+//!   delete, which is retried.
 //!
 //! Every request is counted for the controller's budget. Tokens and secrets are never
 //! logged.
@@ -47,11 +63,19 @@ use crate::sync::lock;
 
 /// The Neutron extension that adds and removes routes one list at a time.
 pub const EXTRAROUTE_ATOMIC: &str = "extraroute-atomic";
+/// The Neutron extension that honours `If-Match: revision_number=N` on updates.
+pub const REVISION_IF_MATCH: &str = "revision-if-match";
+pub use neutron::PAIRS_EXHAUSTED;
 /// `NetworkUnavailable` reason: the node's InternalIP is no port on a network
 /// attached to the router, so the router cannot reach it.
 pub const NO_ROUTER_PORT: &str = "NoPortOnRouterNetwork";
 /// `NetworkUnavailable` reason: the node has no InternalIP of the pod CIDR's family.
 pub const NO_INTERNAL_IP: &str = "NoInternalIP";
+/// `NetworkUnavailable` reason: the node's InternalIP is on no subnet attached to the
+/// router (its network may be), so Neutron refuses a route through it.
+pub const NO_ROUTER_SUBNET: &str = "SubnetNotOnRouter";
+/// `NetworkUnavailable` reason: the node's InternalIP is one of the router's own.
+pub const NEXTHOP_IS_ROUTER: &str = "InternalIPIsRouterAddress";
 /// How many changes one write carries.
 pub const BATCH_SIZE: usize = 250;
 /// Writes of the whole list tried in one batch when other writers keep changing the
@@ -63,6 +87,10 @@ const REVISION_ATTEMPTS: usize = 5;
 struct PortInfo {
     id: String,
     device_id: String,
+    /// `compute:nova` and the like: an instance's port.
+    device_owner: String,
+    /// The subnet of the fixed IP this entry is keyed by.
+    subnet_id: String,
     pairs: Vec<AddressPair>,
     /// Port security is off: any source address passes, no pair is needed.
     open: bool,
@@ -81,6 +109,26 @@ struct State {
     routes_held: Option<usize>,
     /// The next hop of each of our routes, by destination.
     nexthops: HashMap<Cidr, IpAddr>,
+    /// Each route the router held at the last list, as it spells it: Neutron's
+    /// `remove_extraroutes` removes by exact strings and ignores a route it does not
+    /// hold, so a remove names the route as the router holds it.
+    spelled: HashMap<(Cidr, IpAddr), RouteJson>,
+    /// The router's own addresses and the CIDRs of their subnets (with the subnet's
+    /// ID), at the last list: where Neutron accepts a next hop.
+    router_ips: HashSet<IpAddr>,
+    router_subnets: Option<Vec<(Cidr, String)>>,
+    /// Subnet CIDRs by ID, kept for good: Neutron never changes a subnet's CIDR.
+    subnet_cidrs: HashMap<String, Cidr>,
+}
+
+/// What the router is attached to, as read by [`OpenStackRoutes::read_ports`].
+struct Topology {
+    networks: HashSet<String>,
+    ports: HashMap<IpAddr, PortInfo>,
+    router_ips: HashSet<IpAddr>,
+    /// `None` when a subnet of the router's ports cannot be read (another project's,
+    /// invisible to these credentials): then no next hop is judged by subnet.
+    router_subnets: Option<Vec<(Cidr, String)>>,
 }
 
 /// The OpenStack implementation of [`Routes`]. Safe to share between threads.
@@ -89,6 +137,8 @@ pub struct OpenStackRoutes {
     neutron: Neutron,
     router_id: String,
     atomic: bool,
+    /// Neutron honours `If-Match` (`revision-if-match`): port writes are guarded.
+    if_match: bool,
     max_routes: usize,
     cluster_cidrs: Vec<Cidr>,
     budget: (f64, u32),
@@ -101,19 +151,6 @@ impl OpenStackRoutes {
     /// exist).
     pub fn connect(config: Config) -> Result<OpenStackRoutes, ConfigError> {
         let agent = neutron::agent(config.request_timeout, &config.trust, &config.proxying);
-        let keystone = Keystone::new(
-            agent.clone(),
-            &config.auth_url,
-            config.region.clone(),
-            config.credentials.clone(),
-        );
-        let neutron = Neutron::new(
-            agent,
-            keystone,
-            config.network_endpoint.clone(),
-            config.request_timeout,
-            config.metrics.clone(),
-        );
         let at_start = |e: CloudError| ConfigError {
             outage: matches!(
                 e.kind,
@@ -123,11 +160,41 @@ impl OpenStackRoutes {
             ),
             message: e.message,
         };
-        let atomic = neutron
-            .extensions()
-            .map_err(at_start)?
-            .iter()
-            .any(|a| a == EXTRAROUTE_ATOMIC);
+        let auth_url = keystone::discover(&agent, &config.auth_url).map_err(at_start)?;
+        let keystone = Keystone::new(
+            agent.clone(),
+            &auth_url,
+            config.region.clone(),
+            config.interface.clone(),
+            config.credentials.clone(),
+        );
+        let neutron = Neutron::new(
+            agent,
+            keystone,
+            config.network_endpoint.clone(),
+            config.request_timeout,
+            config.metrics.clone(),
+        );
+        let extensions = neutron.extensions().map_err(at_start)?;
+        let atomic = extensions.iter().any(|a| a == EXTRAROUTE_ATOMIC);
+        let if_match = extensions.iter().any(|a| a == REVISION_IF_MATCH);
+        if !atomic && !if_match {
+            // The whole-list update would replace another writer's routes unseen.
+            return Err(ConfigError::new(format!(
+                "openstack: Neutron has neither {EXTRAROUTE_ATOMIC} nor {REVISION_IF_MATCH}: \
+                 its routes can only be written as a whole list, and without If-Match that \
+                 write would erase any route another writer added since our read; enable \
+                 the revision plugin (service_plugins = ...,revisions) or upgrade Neutron \
+                 to Train or later"
+            )));
+        }
+        if !if_match {
+            log::warn!(
+                "openstack: Neutron lacks {REVISION_IF_MATCH}: a port's address pairs are \
+                 read right before each write, but the write is not guarded; another \
+                 writer's pair added in between is lost"
+            );
+        }
         let router = neutron.router(&config.router_id).map_err(|e| {
             let hint = if e.kind == CloudErrorKind::NotFound {
                 "; check [Route] router-id (openstack router list)"
@@ -151,6 +218,7 @@ impl OpenStackRoutes {
             neutron,
             router_id: config.router_id,
             atomic,
+            if_match,
             max_routes: config.max_routes,
             cluster_cidrs: config.cluster_cidrs,
             budget: (config.requests_per_second, config.burst),
@@ -181,12 +249,45 @@ impl OpenStackRoutes {
         })
     }
 
-    /// The router's networks (from its interface ports) and their ports by fixed IP.
-    fn read_ports(&self) -> Result<(HashSet<String>, HashMap<IpAddr, PortInfo>), CloudError> {
+    /// The router's networks and subnets (from its ports, as Neutron's extraroute
+    /// validation reads them) and the networks' ports by fixed IP.
+    fn read_ports(&self) -> Result<Topology, CloudError> {
         let interfaces = self
             .neutron
             .ports(&format!("device_id={}", encode(&self.router_id)))?;
+        let mut router_ips = HashSet::new();
+        let mut subnet_ids = BTreeSet::new();
+        for ip in interfaces.iter().flat_map(|p| &p.fixed_ips) {
+            if let Ok(a) = ip.ip_address.parse::<IpAddr>() {
+                router_ips.insert(a);
+            }
+            subnet_ids.insert(ip.subnet_id.clone());
+        }
         let networks: HashSet<String> = interfaces.into_iter().map(|p| p.network_id).collect();
+        let unknown: Vec<&str> = {
+            let state = lock(&self.state);
+            subnet_ids
+                .iter()
+                .filter(|id| !id.is_empty() && !state.subnet_cidrs.contains_key(*id))
+                .map(String::as_str)
+                .collect()
+        };
+        if !unknown.is_empty() {
+            let found = self.neutron.subnets(&unknown)?;
+            let mut state = lock(&self.state);
+            for subnet in found {
+                if let Ok(cidr) = Cidr::parse(&subnet.cidr) {
+                    state.subnet_cidrs.insert(subnet.id, cidr);
+                }
+            }
+        }
+        let router_subnets = {
+            let state = lock(&self.state);
+            subnet_ids
+                .iter()
+                .map(|id| Some((*state.subnet_cidrs.get(id)?, id.clone())))
+                .collect()
+        };
         let mut ports = HashMap::new();
         for network in networks.iter().collect::<BTreeSet<_>>() {
             for port in self
@@ -199,7 +300,80 @@ impl OpenStackRoutes {
                 insert_port(&mut ports, port);
             }
         }
-        Ok((networks, ports))
+        Ok(Topology {
+            networks,
+            ports,
+            router_ips,
+            router_subnets,
+        })
+    }
+
+    /// Takes in what [`OpenStackRoutes::read_ports`] read.
+    fn learn(state: &mut State, topology: Topology, replace: bool) {
+        state.networks = Some(topology.networks);
+        if replace {
+            state.ports = topology.ports;
+        } else {
+            state.ports.extend(topology.ports);
+        }
+        state.router_ips = topology.router_ips;
+        state.router_subnets = topology.router_subnets;
+    }
+
+    /// Neutron's rule for a next hop (`extraroute_db`): inside the CIDR of a subnet
+    /// with a port on the router, and none of the router's own addresses. Neutron
+    /// refuses a whole route set for one hop that breaks it, so such a node is
+    /// refused here, before any write; unknown until the router's ports are read.
+    fn check_hop(&self, target: &RouteTarget, hop: IpAddr) -> Result<(), CloudError> {
+        let state = lock(&self.state);
+        if state.router_ips.contains(&hop) {
+            return Err(CloudError::refused(
+                NEXTHOP_IS_ROUTER,
+                false,
+                format!(
+                    "openstack: node {}: its InternalIP {hop} is an address of router {} \
+                     itself, which Neutron refuses as a next hop; fix the node's InternalIP",
+                    target.node_name, self.router_id
+                ),
+            ));
+        }
+        let Some(subnets) = &state.router_subnets else {
+            return Ok(());
+        };
+        if subnets.iter().any(|(cidr, _)| cidr.contains(hop)) {
+            return Ok(());
+        }
+        let subnet = state
+            .ports
+            .get(&hop)
+            .map(|p| p.subnet_id.clone())
+            .filter(|s| !s.is_empty());
+        let attached: Vec<String> = subnets
+            .iter()
+            .map(|(c, id)| format!("{id} ({c})"))
+            .collect();
+        Err(CloudError::refused(
+            NO_ROUTER_SUBNET,
+            false,
+            format!(
+                "openstack: node {}: its InternalIP {hop} is on {}, which is not attached to \
+                 router {} (attached: {}), so Neutron refuses a route through it (InvalidRoutes: \
+                 the nexthop is not connected with router); attach it: openstack router add \
+                 subnet {} {}",
+                target.node_name,
+                subnet
+                    .as_deref()
+                    .map_or("a subnet".to_string(), |s| format!("subnet {s}")),
+                self.router_id,
+                if attached.is_empty() {
+                    "none".to_string()
+                } else {
+                    attached.join(", ")
+                },
+                self.router_id,
+                subnet.as_deref().unwrap_or("<subnet>")
+            ),
+        ))
     }
 
     /// The port of `ip` on a router network: as last read, or looked up.
@@ -212,10 +386,10 @@ impl OpenStackRoutes {
         let networks = match known {
             Some(n) => n,
             None => {
-                let (n, ports) = self.read_ports()?;
+                let topology = self.read_ports()?;
+                let n = topology.networks.clone();
                 let mut state = lock(&self.state);
-                state.networks = Some(n.clone());
-                state.ports.extend(ports);
+                OpenStackRoutes::learn(&mut state, topology, false);
                 if let Some(p) = state.ports.get(&ip) {
                     return Ok(Some(p.clone()));
                 }
@@ -312,18 +486,71 @@ impl OpenStackRoutes {
         Ok((destination, hop))
     }
 
-    /// Sets `pairs` on `port`, keeping the cache in step.
-    fn write_pairs(
+    /// Adds `add` to and removes `remove` from the pairs of port `port_id` (of `ip`),
+    /// leaving every other pair (another writer's VIPs) as Neutron holds it now: the
+    /// port is read right before the write, which Neutron applies as a whole
+    /// replacement, so the write is guarded by the port's revision (`If-Match`) and a
+    /// 412 reads and merges again. Returns the pod CIDRs this call added.
+    fn update_pairs(
         &self,
         ip: IpAddr,
-        port: &PortInfo,
-        pairs: Vec<AddressPair>,
-    ) -> Result<(), CloudError> {
-        let written = self.neutron.set_address_pairs(&port.id, &pairs)?;
-        if let Some(p) = lock(&self.state).ports.get_mut(&ip) {
-            p.pairs = written.allowed_address_pairs;
+        port_id: &str,
+        add: &[Cidr],
+        remove: &[Cidr],
+    ) -> Result<Vec<Cidr>, CloudError> {
+        let mut last = None;
+        for _ in 0..REVISION_ATTEMPTS {
+            let port = self.neutron.port(port_id)?;
+            if port.port_security_enabled == Some(false) {
+                // Neutron checks no source address on it: no pair is needed.
+                self.cache_port(ip, port);
+                return Ok(Vec::new());
+            }
+            let held = &port.allowed_address_pairs;
+            let mut pairs: Vec<AddressPair> = held
+                .iter()
+                .filter(|p| !remove.iter().any(|r| same_pair(p, r)))
+                .cloned()
+                .collect();
+            let mut added = Vec::new();
+            for a in add {
+                if !pairs.iter().any(|p| same_pair(p, a)) {
+                    pairs.push(AddressPair {
+                        ip_address: a.to_string(),
+                        mac_address: None,
+                    });
+                    added.push(*a);
+                }
+            }
+            if pairs == *held {
+                self.cache_port(ip, port);
+                return Ok(added);
+            }
+            let guard = self.if_match.then_some(port.revision_number);
+            match self.neutron.set_address_pairs(port_id, &pairs, guard) {
+                Ok(written) => {
+                    self.cache_port(ip, written);
+                    return Ok(added);
+                }
+                // Another writer changed the port since it was read: read it again.
+                Err(e) if e.kind == CloudErrorKind::Conflict => {
+                    log::debug!("openstack: port {port_id}: {e}; reading it again");
+                    last = Some(e);
+                }
+                Err(e) => return Err(e),
+            }
         }
-        Ok(())
+        Err(last
+            .unwrap_or_else(|| CloudError::new(CloudErrorKind::Conflict, "openstack: conflict")))
+    }
+
+    /// Keeps the cache of the port of `ip` in step with what Neutron answered.
+    fn cache_port(&self, ip: IpAddr, port: Port) {
+        let mut state = lock(&self.state);
+        if let Some(p) = state.ports.get_mut(&ip) {
+            p.pairs = port.allowed_address_pairs;
+            p.open = port.port_security_enabled == Some(false);
+        }
     }
 
     /// The router write of a batch; `Ok` is the router as written.
@@ -448,18 +675,72 @@ fn insert_port(ports: &mut HashMap<IpAddr, PortInfo>, port: Port) {
     let info = PortInfo {
         id: port.id,
         device_id: port.device_id,
+        device_owner: port.device_owner,
+        subnet_id: String::new(),
         pairs: port.allowed_address_pairs,
         open: port.port_security_enabled == Some(false),
     };
-    for ip in port.fixed_ips {
-        if let Ok(ip) = ip.ip_address.parse::<IpAddr>() {
-            ports.insert(ip, info.clone());
+    for fixed in port.fixed_ips {
+        if let Ok(ip) = fixed.ip_address.parse::<IpAddr>() {
+            ports.insert(
+                ip,
+                PortInfo {
+                    subnet_id: fixed.subnet_id,
+                    ..info.clone()
+                },
+            );
         }
     }
 }
 
 fn encode(s: &str) -> String {
     percent_encoding::utf8_percent_encode(s, percent_encoding::NON_ALPHANUMERIC).to_string()
+}
+
+/// Whose a route inside the cluster CIDR is.
+enum Owner<'a> {
+    /// A current node's: its next hop is the node's port.
+    Node(&'a str),
+    /// A node's that is gone (deleted while no replica led, or its delete's reply
+    /// was lost): the controller deletes it.
+    Gone,
+}
+
+/// The ownership rule for a route inside the cluster CIDR (README, OpenStack):
+///
+/// - its next hop is a port of a current node's instance: that node's;
+/// - its next hop is an instance's port (`compute:*`) that holds the destination as
+///   an allowed address pair: a node's that is gone, since pod-CIDR pairs are what
+///   this controller gives the ports it routes to (a VPN appliance's or another
+///   cluster's route inside our CIDR goes through a port without that pair);
+/// - its next hop lies in a subnet of the router, but no port holds that address any
+///   more: a dead route (the instance is gone), which can carry no traffic, and
+///   which would leave two next hops for a pod CIDR given to another node;
+/// - anything else (a port without the pair, an address outside the router's
+///   subnets): someone else's, never touched.
+fn owner<'a>(
+    topology: &Topology,
+    by_instance: &HashMap<&str, &'a str>,
+    destination: &Cidr,
+    hop: IpAddr,
+) -> Option<Owner<'a>> {
+    match topology.ports.get(&hop) {
+        Some(port) => {
+            if let Some(node) = by_instance.get(port.device_id.as_str()) {
+                return Some(Owner::Node(node));
+            }
+            let paired = port.pairs.iter().any(|p| same_pair(p, destination));
+            (port.device_owner.starts_with("compute:") && paired).then_some(Owner::Gone)
+        }
+        None => {
+            let in_subnet = topology
+                .router_subnets
+                .iter()
+                .flatten()
+                .any(|(cidr, _)| cidr.contains(hop));
+            (in_subnet && !topology.router_ips.contains(&hop)).then_some(Owner::Gone)
+        }
+    }
 }
 
 /// The instance of a providerID: `openstack:///<id>` or `openstack://<region>/<id>`.
@@ -487,13 +768,14 @@ impl Routes for OpenStackRoutes {
     }
 
     /// A list costs the router, its interfaces and a port list per network (3 with
-    /// one network); a batch its router write (two in atomic mode with creates and
-    /// deletes, a read and a write without) and one port update per node changed,
-    /// charged when the reply says so.
+    /// one network, more pages with Neutron's `pagination_max_limit`); a batch its
+    /// router write (two in atomic mode with creates and deletes, a read and a write
+    /// without) and a read and an update of each node's port changed, charged when
+    /// the reply says so.
     fn budget(&self) -> Option<Budget> {
         Some(
             Budget::new(self.budget.0, self.budget.1)
-                .requests_per_op(3, 2, 2)
+                .requests_per_op(3, 3, 3)
                 .requests_per_batch(if self.atomic { 2 } else { 3 }),
         )
     }
@@ -521,7 +803,7 @@ impl Routes for OpenStackRoutes {
         if lock(&self.state).portless.contains(&hop) {
             return Err(self.refuse_portless(target, hop));
         }
-        Ok(())
+        self.check_hop(target, hop)
     }
 
     fn list_routes(
@@ -541,43 +823,47 @@ impl Routes for OpenStackRoutes {
         each: &mut dyn FnMut(Route),
     ) -> Result<(), CloudError> {
         let router = self.neutron.router(&self.router_id)?;
-        let (networks, ports) = self.read_ports()?;
+        let topology = self.read_ports()?;
         let by_instance: HashMap<&str, &str> = nodes
             .provider_ids()
             .filter_map(|(id, name)| Some((instance_id(id)?, name)))
             .collect();
         let mut nexthops = HashMap::new();
+        let mut spelled = HashMap::new();
         for r in &router.routes {
             let (Ok(destination), Ok(hop)) =
                 (Cidr::parse(&r.destination), r.nexthop.parse::<IpAddr>())
             else {
                 continue;
             };
+            spelled.insert((destination, hop), r.clone());
             if !self.ours(&destination) {
                 continue;
             }
-            // A next hop that is no node's port is someone else's route (a VPN
-            // appliance, another cluster): never ours to delete.
-            let Some(node) = ports
-                .get(&hop)
-                .and_then(|p| by_instance.get(p.device_id.as_str()))
-            else {
+            let Some(owner) = owner(&topology, &by_instance, &destination, hop) else {
+                // Someone else's route (a VPN appliance, another cluster): never ours
+                // to delete.
                 continue;
             };
             nexthops.insert(destination, hop);
             each(Route {
                 name: hop.to_string(),
-                target_node: (*node).to_string(),
+                // No node: the controller deletes it once its view of the nodes is
+                // whole, as it deletes the route of a node that is gone.
+                target_node: match owner {
+                    Owner::Node(node) => node.to_string(),
+                    Owner::Gone => String::new(),
+                },
                 destination_cidr: r.destination.clone(),
                 ..Route::default()
             });
         }
         let mut state = lock(&self.state);
-        state.networks = Some(networks);
-        state.ports = ports;
+        OpenStackRoutes::learn(&mut state, topology, true);
         state.portless.clear();
         state.routes_held = Some(router.routes.len());
         state.nexthops = nexthops;
+        state.spelled = spelled;
         Ok(())
     }
 
@@ -619,12 +905,15 @@ impl Routes for OpenStackRoutes {
                     let resolved = self
                         .create_hop(route, target)
                         .and_then(|(destination, hop)| match self.port_of(hop)? {
-                            Some(port) => Ok(Create {
-                                index,
-                                destination,
-                                hop,
-                                port,
-                            }),
+                            Some(port) => {
+                                self.check_hop(target, hop)?;
+                                Ok(Create {
+                                    index,
+                                    destination,
+                                    hop,
+                                    port,
+                                })
+                            }
                             None => Err(self.refuse_portless(target, hop)),
                         });
                     match resolved {
@@ -657,7 +946,7 @@ impl Routes for OpenStackRoutes {
             }
         }
         // 1. The pod CIDRs into the ports' pairs, before any route sends traffic there.
-        let mut unwind: Vec<(IpAddr, PortInfo)> = Vec::new();
+        let mut unwind: Vec<(IpAddr, String, Vec<Cidr>)> = Vec::new();
         let mut by_port: HashMap<String, Vec<usize>> = HashMap::new();
         for (i, c) in creates.iter().enumerate().filter(|(_, c)| !c.port.open) {
             by_port.entry(c.port.id.clone()).or_default().push(i);
@@ -665,29 +954,23 @@ impl Routes for OpenStackRoutes {
         let mut ready = vec![true; creates.len()];
         for members in by_port.values() {
             let first = &creates[members[0]];
-            let mut pairs = first.port.pairs.clone();
-            for &m in members {
-                let d = &creates[m].destination;
-                if !pairs.iter().any(|p| same_pair(p, d)) {
-                    pairs.push(AddressPair {
-                        ip_address: d.to_string(),
-                        mac_address: None,
-                    });
-                }
+            let wanted: Vec<Cidr> = members.iter().map(|&m| creates[m].destination).collect();
+            if wanted
+                .iter()
+                .all(|d| first.port.pairs.iter().any(|p| same_pair(p, d)))
+            {
+                continue; // as last read; a list reconciles a pair lost since
             }
-            if pairs.len() == first.port.pairs.len() {
-                continue;
-            }
-            match self.write_pairs(first.hop, &first.port, pairs) {
-                Ok(()) => unwind.push((first.hop, first.port.clone())),
+            match self.update_pairs(first.hop, &first.port.id, &wanted, &[]) {
+                Ok(added) => unwind.push((first.hop, first.port.id.clone(), added)),
                 Err(e) => {
                     for &m in members {
                         ready[m] = false;
                         outcomes[creates[m].index] = Err(CloudError::new(
                             e.kind,
                             format!(
-                                "{} (port {} of node route {})",
-                                e.message, first.port.id, creates[m].destination
+                                "openstack: node route {}: {} (port {})",
+                                creates[m].destination, e.message, first.port.id
                             ),
                         ));
                     }
@@ -704,13 +987,22 @@ impl Routes for OpenStackRoutes {
                 nexthop: c.hop.to_string(),
             })
             .collect();
-        let removes: Vec<RouteJson> = deletes
-            .iter()
-            .map(|(_, d, h)| RouteJson {
-                destination: d.to_string(),
-                nexthop: h.to_string(),
-            })
-            .collect();
+        let removes: Vec<RouteJson> = {
+            let state = lock(&self.state);
+            deletes
+                .iter()
+                .map(|(_, d, h)| {
+                    state
+                        .spelled
+                        .get(&(*d, *h))
+                        .cloned()
+                        .unwrap_or_else(|| RouteJson {
+                            destination: d.to_string(),
+                            nexthop: h.to_string(),
+                        })
+                })
+                .collect()
+        };
         if adds.is_empty() && removes.is_empty() {
             return Ok(outcomes);
         }
@@ -729,12 +1021,11 @@ impl Routes for OpenStackRoutes {
                 // Refused as a whole: nothing changed, so the pairs go again. After an
                 // ambiguous write the routes may be in; their pairs stay for the retry.
                 if e.kind != CloudErrorKind::Ambiguous {
-                    for (ip, port) in &unwind {
-                        if let Err(u) = self.write_pairs(*ip, port, port.pairs.clone()) {
+                    for (ip, port, added) in unwind.iter().filter(|u| !u.2.is_empty()) {
+                        if let Err(u) = self.update_pairs(*ip, port, &[], added) {
                             log::warn!(
-                                "openstack: port {} keeps a pod CIDR in its allowed address \
-                                 pairs after the router write failed; the retry uses it: {u}",
-                                port.id
+                                "openstack: port {port} keeps a pod CIDR in its allowed address \
+                                 pairs after the router write failed; the retry uses it: {u}"
                             );
                         }
                     }
@@ -763,17 +1054,11 @@ impl Routes for OpenStackRoutes {
                     continue;
                 }
             };
-            let pairs: Vec<AddressPair> = port
-                .pairs
-                .iter()
-                .filter(|p| !same_pair(p, destination))
-                .cloned()
-                .collect();
-            if port.open || pairs.len() == port.pairs.len() {
+            if port.open || !port.pairs.iter().any(|p| same_pair(p, destination)) {
                 continue;
             }
-            match self.write_pairs(*hop, &port, pairs) {
-                Ok(())
+            match self.update_pairs(*hop, &port.id, &[], std::slice::from_ref(destination)) {
+                Ok(_)
                 | Err(CloudError {
                     kind: CloudErrorKind::NotFound,
                     ..
@@ -811,6 +1096,8 @@ mod tests {
             port: PortInfo {
                 id: format!("port-{i}"),
                 device_id: String::new(),
+                device_owner: String::new(),
+                subnet_id: String::new(),
                 pairs: Vec::new(),
                 open: true,
             },

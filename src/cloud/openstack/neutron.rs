@@ -20,6 +20,9 @@ use crate::metrics::Metrics;
 use crate::provider::{CloudError, CloudErrorKind, Meter};
 
 const MAX_REPLY_BYTES: u64 = 32 << 20;
+/// `NetworkUnavailable` reason: the node's port holds as many allowed address pairs
+/// as Neutron's `max_allowed_address_pair`, so its pod CIDR cannot be added.
+pub const PAIRS_EXHAUSTED: &str = "AllowedAddressPairsExhausted";
 /// How long to send nothing after a 429 without `Retry-After`.
 const THROTTLE_PAUSE: Duration = Duration::from_secs(5);
 
@@ -57,12 +60,24 @@ pub(super) struct Port {
     /// The port-security extension's switch; `Some(false)`: Neutron checks no
     /// source address on this port, so it needs no pairs (and refuses them).
     pub port_security_enabled: Option<bool>,
+    /// Bumped by Neutron on every change; a write guarded by `If-Match` with it
+    /// fails (412) if anyone changed the port since it was read.
+    pub revision_number: u64,
 }
 
 #[derive(Clone, Debug, Default, Deserialize)]
 #[serde(default)]
 pub(super) struct FixedIp {
     pub ip_address: String,
+    pub subnet_id: String,
+}
+
+/// A subnet, the fields we use.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(default)]
+pub(super) struct Subnet {
+    pub id: String,
+    pub cidr: String,
 }
 
 /// An allowed address pair; `mac_address` is kept as read so that a write keeps it.
@@ -71,11 +86,6 @@ pub(super) struct AddressPair {
     pub ip_address: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mac_address: Option<String>,
-}
-
-#[derive(Deserialize)]
-struct PortsReply {
-    ports: Vec<Port>,
 }
 
 #[derive(Deserialize)]
@@ -236,29 +246,75 @@ impl Neutron {
         Ok(r.router)
     }
 
-    /// Ports matching `query` (already encoded: `device_id=…`, `network_id=…`).
+    /// Ports matching `query` (already encoded: `device_id=…`, `network_id=…`), every
+    /// page of them.
     pub(super) fn ports(&self, query: &str) -> Result<Vec<Port>, CloudError> {
-        let r: PortsReply = self.exchange(
-            Method::Get,
-            &format!("/v2.0/ports?{query}"),
-            None,
-            None,
-            "ports.list",
-        )?;
-        Ok(r.ports)
+        self.list("ports", query, "ports.list")
     }
 
+    /// The subnets `ids` (their CIDRs never change: Neutron refuses an update of one).
+    pub(super) fn subnets(&self, ids: &[&str]) -> Result<Vec<Subnet>, CloudError> {
+        let query: Vec<String> = ids.iter().map(|id| format!("id={}", encode(id))).collect();
+        self.list("subnets", &query.join("&"), "subnets.list")
+    }
+
+    /// Every page of a list: with Neutron's `pagination_max_limit` set, a list stops at
+    /// that many items and links the next page (`<kind>_links`, `rel=next`).
+    fn list<T: DeserializeOwned>(
+        &self,
+        kind: &str,
+        query: &str,
+        endpoint: &'static str,
+    ) -> Result<Vec<T>, CloudError> {
+        let mut all = Vec::new();
+        let mut path = format!("/v2.0/{kind}?{query}");
+        // A server that links a page to one already read must not keep us here.
+        let mut seen = std::collections::HashSet::new();
+        loop {
+            let page: serde_json::Value =
+                self.exchange(Method::Get, &path, None, None, endpoint)?;
+            let items = page.get(kind).cloned().unwrap_or_default();
+            let items: Vec<T> = serde_json::from_value(items).map_err(|e| {
+                CloudError::new(
+                    CloudErrorKind::Retry { after: None },
+                    format!("openstack: GET {path}: a reply without Neutron's {kind} ({e})"),
+                )
+            })?;
+            let empty = items.is_empty();
+            all.extend(items);
+            match next_page(&page, &format!("{kind}_links")) {
+                Some(next) if !empty && seen.insert(next.clone()) => path = next,
+                _ => return Ok(all),
+            }
+        }
+    }
+
+    /// The port as it is now.
+    pub(super) fn port(&self, id: &str) -> Result<Port, CloudError> {
+        let r: PortReply = self.exchange(
+            Method::Get,
+            &format!("/v2.0/ports/{id}"),
+            None,
+            None,
+            "ports.get",
+        )?;
+        Ok(r.port)
+    }
+
+    /// The port's whole pair list (Neutron replaces it), only if the port is still at
+    /// `revision` when one is given (412 otherwise, as [`CloudErrorKind::Conflict`]).
     pub(super) fn set_address_pairs(
         &self,
         port: &str,
         pairs: &[AddressPair],
+        revision: Option<u64>,
     ) -> Result<Port, CloudError> {
         let body = serde_json::json!({"port": {"allowed_address_pairs": pairs}});
         let r: PortReply = self.exchange(
             Method::Put,
             &format!("/v2.0/ports/{port}"),
             Some(&body),
-            None,
+            revision,
             "ports.update",
         )?;
         Ok(r.port)
@@ -362,6 +418,24 @@ impl Neutron {
     }
 }
 
+fn encode(s: &str) -> String {
+    percent_encoding::utf8_percent_encode(s, percent_encoding::NON_ALPHANUMERIC).to_string()
+}
+
+/// The path and query of a list's next page: the `href` of the `rel=next` link in
+/// `key` (`ports_links`), which Neutron gives as a full URL of its own endpoint.
+fn next_page(page: &serde_json::Value, key: &str) -> Option<String> {
+    let href = page
+        .get(key)?
+        .as_array()?
+        .iter()
+        .find(|l| l.get("rel").and_then(|r| r.as_str()) == Some("next"))?
+        .get("href")?
+        .as_str()?;
+    let at = href.find("/v2.0/")?;
+    Some(href[at..].to_string())
+}
+
 /// A request that got no reply: one that never reached Neutron changed nothing.
 fn transport_error(e: &ureq::Error, method: Method, what: &str) -> CloudError {
     let kind = if method == Method::Get || crate::http::certainly_unsent(e) {
@@ -392,26 +466,54 @@ fn api_error(
         m => m.to_string(),
     };
     let kind_text = envelope.neutron_error.kind.as_str();
-    // Neutron's RoutesExhausted: "The number of routes exceeds the maximum N."
-    let full = kind_text == "RoutesExhausted" || detail.contains("exceeds the maximum");
-    let kind = match status {
-        429 => CloudErrorKind::RateLimited {
-            after: retry_after.unwrap_or(THROTTLE_PAUSE),
-        },
-        400 if full => CloudErrorKind::TableFull,
-        404 => CloudErrorKind::NotFound,
-        409 | 412 => CloudErrorKind::Conflict,
-        400..=499 => CloudErrorKind::Invalid,
-        _ if method == Method::Get => CloudErrorKind::Retry { after: retry_after },
-        _ => CloudErrorKind::Ambiguous,
-    };
-    let hint = match status {
-        401 => "; Keystone's token was refused twice: check the credentials in cloud.conf",
-        403 => "; the credentials lack a permission: the README's OpenStack section lists them",
-        400 if matches!(kind, CloudErrorKind::TableFull) => {
-            "; the router holds max_routes routes: raise Neutron's max_routes and [Route] max-routes"
-        }
-        _ => "",
+    // By neutron-lib's exception types of the router and port calls
+    // (neutron_lib.exceptions.{extraroute,allowedaddresspairs,l3}, the revision
+    // plugin's 412), then by status. Only RoutesExhausted is a full router; the other
+    // "exceeds the maximum" (AllowedAddressPairExhausted) is the port's.
+    let (kind, hint) = match (status, kind_text) {
+        (429, _) => (
+            CloudErrorKind::RateLimited {
+                after: retry_after.unwrap_or(THROTTLE_PAUSE),
+            },
+            "",
+        ),
+        (_, "RoutesExhausted") => (
+            CloudErrorKind::TableFull,
+            "; the router holds max_routes routes: raise Neutron's max_routes and [Route] \
+             max-routes",
+        ),
+        (_, "AllowedAddressPairExhausted") => (
+            CloudErrorKind::Refused {
+                reason: PAIRS_EXHAUSTED,
+                lasting: false,
+            },
+            "; the node's port holds Neutron's max_allowed_address_pair pairs: raise \
+             max_allowed_address_pair in neutron.conf, or free pairs on the port",
+        ),
+        (_, "InvalidRoutes") => (
+            CloudErrorKind::Invalid,
+            "; Neutron refuses the whole request when one next hop is not inside a subnet \
+             attached to the router",
+        ),
+        (_, "OverQuota") => (
+            CloudErrorKind::Invalid,
+            "; the project's quota is used up: openstack quota show",
+        ),
+        // Port security went off between our read and our write: the re-read sees it.
+        (_, "AddressPairAndPortSecurityRequired") => (CloudErrorKind::Conflict, ""),
+        (401, _) => (
+            CloudErrorKind::Invalid,
+            "; Keystone's token was refused twice: check the credentials in cloud.conf",
+        ),
+        (403, _) => (
+            CloudErrorKind::Invalid,
+            "; the credentials lack a permission: the README's OpenStack section lists them",
+        ),
+        (404, _) => (CloudErrorKind::NotFound, ""),
+        (409 | 412, _) => (CloudErrorKind::Conflict, ""),
+        (400..=499, _) => (CloudErrorKind::Invalid, ""),
+        _ if method == Method::Get => (CloudErrorKind::Retry { after: retry_after }, ""),
+        _ => (CloudErrorKind::Ambiguous, ""),
     };
     let shown_type = if kind_text.is_empty() {
         String::new()
