@@ -400,8 +400,9 @@ fn header(out: &mut String, opts: &ManifestOptions) {
             );
         }
         "aws" => out.push_str(
-            "# Credentials come preferably from IRSA or the instance role; static keys from\n\
-             # the optional Secret \"aws-credentials\" are the fallback.\n",
+            "# Credentials come preferably from IRSA, EKS Pod Identity or the instance role.\n\
+             # Static keys from the optional Secret \"aws-credentials\", when it holds them,\n\
+             # come first in the AWS credential chain: leave them out to use the others.\n",
         ),
         _ => {}
     }
@@ -948,9 +949,10 @@ fn credentials(provider: &str) -> String {
         ]
         .concat(),
         "aws" => [
-            "            # IRSA (an IAM role on the ServiceAccount) or the instance role is
-            # preferred: no long-lived keys. Without the Secret these stay unset, and
-            # the region comes from the instance metadata.
+            "            # IRSA (an IAM role on the ServiceAccount), EKS Pod Identity or the
+            # instance role is preferred: no long-lived keys. Keys here come first in the
+            # chain; without the Secret they stay unset, and the region comes from the
+            # instance metadata.
 "
             .to_string(),
             secret("AWS_REGION", "aws-credentials", "region", true),
