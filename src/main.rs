@@ -76,6 +76,13 @@ fn run(args: &RunArgs, warnings: &[String]) -> i32 {
     for w in cloud_settings.iter().flat_map(|c| &c.warnings) {
         log::warn!("{w}");
     }
+    // cloud::read refused a proxy variable that cannot be used; one that can is said
+    // once, with any password hidden.
+    if let Ok(env) = route_controller::ProxyEnv::from_process()
+        && env.is_set()
+    {
+        log::info!("cloud and API server requests: {env}");
+    }
     let kube = KubeConfig::load(&settings.load, &Env::from_process())
         .unwrap_or_else(|e| usage_error(&UsageError(format!("Kubernetes credentials: {e}"))));
     let client = Client::new(&kube, settings.client.clone())

@@ -461,7 +461,8 @@ fn container_credentials_use_the_rotated_token_file_and_sign_for_the_assumed_rol
     assert_eq!(
         source.origin(),
         format!(
-            "container credentials ({}/v1/credentials, token file {})",
+            // The path is left out: ECS's relative URI is a credential of its own.
+            "container credentials ({}/…, token file {})",
             agent.url(),
             token_file.display()
         )

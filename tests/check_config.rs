@@ -155,6 +155,7 @@ fn what_run_would_refuse_exits_2_naming_the_key() {
             "cloud.conf",
         ),
         ("exec", "Arg=x\n", "Command="),
+        ("exec", "Command=/nonexistent/plugin\n", "is not there"),
     ];
     for (provider, file, expected) in cases {
         let out = check(provider, file, &[]);

@@ -795,7 +795,13 @@ fn a_gce_conf_sets_the_bucket_of_a_quota_group_and_a_bad_value_is_refused() {
         warnings[0].contains("2100") && warnings[0].contains("1500"),
         "{warnings:?}"
     );
-    let e =
-        Config::from_gce_conf(Some("[global]\nrate-quota-writes = 1,1\n"), |_| None).unwrap_err();
-    assert!(e.message.contains("unknown name"), "{e}");
+    // A group that does not exist is an unknown name: a warning naming the closest,
+    // and the buckets stay as they were.
+    let (c, warnings) =
+        Config::from_gce_conf(Some("[global]\nrate-quota-writes = 1,1\n"), |_| None).unwrap();
+    assert!(
+        warnings.len() == 1 && warnings[0].contains("unknown name"),
+        "{warnings:?}"
+    );
+    assert_eq!(c.rate_quotas, Config::default().rate_quotas);
 }

@@ -315,7 +315,10 @@ fn describe_aws(
     }
     lines.push((
         "TLS trust",
-        match crate::cloud::aws::trust(env, None) {
+        match crate::cloud::aws::trust(
+            env,
+            crate::cloud::aws::credentials::profile_ca_bundle(env).as_deref(),
+        ) {
             Ok(trust) => trust.describe(),
             Err(e) => format!("unusable: {}", e.message),
         },
@@ -874,7 +877,27 @@ fn exec_settings(path: Option<&Path>) -> Result<(Provider, Vec<String>), UsageEr
         None => (Vec::new(), Vec::new()),
     };
     let config = crate::cloud::exec::Config::from_pairs(&pairs).map_err(UsageError)?;
+    // What run's first call would find: a plugin that is not there (the call itself,
+    // `describe`, is left to run and to check-config --probe).
+    if !plugin_exists(&config.command) {
+        return Err(UsageError(format!(
+            "--cloud-provider=exec: the plugin {:?} is not there (Command= in \
+             --cloud-config): give a path to an executable, or a name found in PATH",
+            config.command
+        )));
+    }
     Ok((Provider::Exec(Box::new(config)), warnings))
+}
+
+/// Whether `command` names a file: a path as given, or a name in one of `PATH`'s
+/// directories, as the process start will look it up.
+fn plugin_exists(command: &str) -> bool {
+    if command.contains('/') {
+        return Path::new(command).is_file();
+    }
+    std::env::var_os("PATH")
+        .map(|path| std::env::split_paths(&path).any(|dir| dir.join(command).is_file()))
+        .unwrap_or(false)
 }
 
 fn read_text(path: &Path) -> Result<String, UsageError> {

@@ -120,6 +120,7 @@ impl Controller {
         if self.batch.is_some() || !self.spending.can_send(Cost::Batch, now) {
             return;
         }
+        let batch_size = size;
         let Some(pick) = self.pick(now, out) else {
             return;
         };
@@ -150,6 +151,17 @@ impl Controller {
             ids.push(id);
         }
         let Some(&first) = passes.first() else {
+            if tested.is_some() {
+                // The half may not go (the table has no room left for its creates): the
+                // search would wait for ever and hold back every other change. It stops,
+                // and what is queued goes in ordinary batches.
+                log::info!(
+                    "the search for the change the cloud refused stops: the next half cannot \
+                     be sent now; the rest go in ordinary batches"
+                );
+                self.splitting.abandon();
+                self.dispatch_batch(batch_size, now, out);
+            }
             return;
         };
         // One request, made for each pass that has a change in it.

@@ -42,12 +42,22 @@ pub struct ProxyEnv {
 }
 
 /// A proxy's URL, and ureq's proxy for it (built once, not per request).
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, PartialEq, Eq)]
 struct ProxyUrl {
     url: String,
     proxy: ureq::Proxy,
     /// The variable it came from, for messages.
     variable: &'static str,
+}
+
+/// Without the URL's password, which a proxy URL may hold.
+impl fmt::Debug for ProxyUrl {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ProxyUrl")
+            .field("url", &redact(&self.url))
+            .field("variable", &self.variable)
+            .finish_non_exhaustive()
+    }
 }
 
 /// A proxy setting that cannot be used, with the variable to fix.
@@ -168,13 +178,16 @@ impl fmt::Display for ProxyEnv {
 
 /// `http://user:secret@host:port` shown as `http://user:***@host:port`.
 fn redact(url: &str) -> String {
-    match (url.split_once("://"), url.rfind('@')) {
-        (Some((scheme, rest)), Some(_)) => {
-            let (userinfo, host) = rest.rsplit_once('@').unwrap_or(("", rest));
+    let (scheme, rest) = match url.split_once("://") {
+        Some((scheme, rest)) => (format!("{scheme}://"), rest),
+        None => (String::new(), url),
+    };
+    match rest.rsplit_once('@') {
+        Some((userinfo, host)) => {
             let user = userinfo.split(':').next().unwrap_or("");
-            format!("{scheme}://{user}:***@{host}")
+            format!("{scheme}{user}:***@{host}")
         }
-        _ => url.to_string(),
+        None => url.to_string(),
     }
 }
 
@@ -187,16 +200,19 @@ impl ProxyUrl {
             Some((scheme, _)) if scheme.eq_ignore_ascii_case("https") => value.to_string(),
             Some((scheme, _)) => {
                 return Err(ProxyError(format!(
-                    "{variable}={value:?}: a {scheme} proxy is not supported; use an http:// \
-                     or https:// proxy (one that takes CONNECT), or unset {variable}"
+                    "{variable}={:?}: a {scheme} proxy is not supported; use an http:// \
+                     or https:// proxy (one that takes CONNECT), or unset {variable}",
+                    redact(value)
                 )));
             }
             None => format!("http://{value}"),
         };
         let proxy = ureq::Proxy::new(&url).map_err(|e| {
             ProxyError(format!(
-                "{variable}={value:?} is not a usable proxy URL ({e}); write it as \
-                 http://host:port or https://host:port"
+                "{variable}={:?} is not a usable proxy URL ({e}); write it as \
+                 http://host:port or https://host:port (a password with '@', ':' or '#' \
+                 percent-encoded)",
+                redact(value)
             ))
         })?;
         Ok(ProxyUrl {
@@ -369,6 +385,36 @@ mod tests {
             .collect();
         ProxyEnv::from_vars(|name| vars.iter().find(|(k, _)| k == name).map(|(_, v)| v.clone()))
             .unwrap()
+    }
+
+    /// Guards that a proxy URL's password never reaches an error or a debug print,
+    /// even when the URL cannot be used (a password with '#' or '@' is one such).
+    #[test]
+    fn a_proxy_password_is_never_shown() {
+        for value in [
+            "http://svc:p@ss#1@proxy:3128",
+            "socks5://user:hunter2pw@proxy:1080",
+            "user:hunter2pw@proxy:3128 x",
+        ] {
+            let vars = [("HTTPS_PROXY".to_string(), value.to_string())];
+            let get = |n: &str| vars.iter().find(|(k, _)| k == n).map(|(_, v)| v.clone());
+            match ProxyEnv::from_vars(get) {
+                Err(e) => {
+                    assert!(
+                        !e.0.contains("hunter2pw") && !e.0.contains("ss#1"),
+                        "{}",
+                        e.0
+                    );
+                }
+                Ok(env) => {
+                    let shown = format!("{env} {env:?}");
+                    assert!(
+                        !shown.contains("hunter2pw") && !shown.contains("ss#1"),
+                        "{shown}"
+                    );
+                }
+            }
+        }
     }
 
     fn proxy_for(env: &ProxyEnv, url: &str) -> Option<String> {

@@ -105,20 +105,29 @@ impl Fetch for Container {
         if let Some(token) = self.token()? {
             request = request.header("Authorization", token.expose());
         }
-        let mut response = request
-            .call()
-            .map_err(|e| retry(format!("GET {}: {}", self.url, crate::http::describe(&e))))?;
+        let mut response = request.call().map_err(|e| {
+            retry(format!(
+                "GET {}: {}",
+                shown_url(&self.url),
+                crate::http::describe(&e)
+            ))
+        })?;
         let status = response.status().as_u16();
         let body = response
             .body_mut()
             .with_config()
             .limit(MAX_REPLY_BYTES)
             .read_to_string()
-            .map_err(|e| retry(format!("GET {}: reading the reply: {e}", self.url)))?;
+            .map_err(|e| {
+                retry(format!(
+                    "GET {}: reading the reply: {e}",
+                    shown_url(&self.url)
+                ))
+            })?;
         if status != 200 {
             let message = format!(
                 "GET {} answered HTTP {status}: {}",
-                self.url,
+                shown_url(&self.url),
                 error_text(&body)
             );
             return Err(match status {
@@ -126,7 +135,8 @@ impl Fetch for Container {
                 _ => CloudError::invalid(message),
             });
         }
-        parse_container_credentials(&body).map_err(|e| retry(format!("GET {}: {e}", self.url)))
+        parse_container_credentials(&body)
+            .map_err(|e| retry(format!("GET {}: {e}", shown_url(&self.url))))
     }
 
     fn origin(&self) -> String {
@@ -135,7 +145,23 @@ impl Fetch for Container {
             Authorization::Token(_) => ", token from AWS_CONTAINER_AUTHORIZATION_TOKEN".into(),
             Authorization::File(path) => format!(", token file {}", path.display()),
         };
-        format!("container credentials ({}{authorization})", self.url)
+        format!(
+            "container credentials ({}{authorization})",
+            shown_url(&self.url)
+        )
+    }
+}
+
+/// The endpoint for logs and errors: ECS's relative URI is a credential of its own
+/// (whoever reaches 169.254.170.2 with it gets the role's keys), so only its scheme
+/// and host are shown.
+fn shown_url(url: &str) -> String {
+    match url.split_once("://") {
+        Some((scheme, rest)) => {
+            let host = rest.split('/').next().unwrap_or(rest);
+            format!("{scheme}://{host}/…")
+        }
+        None => "…".to_string(),
     }
 }
 

@@ -604,6 +604,24 @@ fn region_from_config_file(env: &AwsEnv) -> Option<String> {
         .cloned()
 }
 
+/// The `ca_bundle` of the active profile in the shared config file, as the AWS SDKs
+/// read it: the CA file to trust besides the others when `AWS_CA_BUNDLE` is unset.
+pub fn profile_ca_bundle(env: &AwsEnv) -> Option<PathBuf> {
+    let path = env.home_file("AWS_CONFIG_FILE", ".aws/config")?;
+    let text = std::fs::read_to_string(path).ok()?;
+    let profile = env.profile();
+    let section = if profile == "default" {
+        "default".to_string()
+    } else {
+        format!("profile {profile}")
+    };
+    parse_ini(&text)
+        .get(&section)?
+        .get("ca_bundle")
+        .filter(|c| !c.is_empty())
+        .map(PathBuf::from)
+}
+
 /// The AWS flavour of INI: `[section]`, `key = value`, `#`/`;` comments. Keys are
 /// case-sensitive like the SDKs'; indented lines (nested values) are ignored.
 pub(super) fn parse_ini(text: &str) -> BTreeMap<String, BTreeMap<String, String>> {
@@ -997,7 +1015,7 @@ mod tests {
         expect(&profile, "profile \"default\" in ");
         expect(
             &container,
-            "container credentials (http://169.254.170.23/v1/credentials, token file \
+            "container credentials (http://169.254.170.23/…, token file \
              /var/run/pod-identity/token)",
         );
         expect(&imds_only, "the instance role (IMDS at http://127.0.0.1:9)");

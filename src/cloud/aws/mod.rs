@@ -377,7 +377,7 @@ impl AwsProvider {
                 credentials: Some(credentials),
                 clock: env.clock(),
                 timeout: config.timeout,
-                trust: trust(env, None)?,
+                trust: trust(env, credentials::profile_ca_bundle(env).as_deref())?,
                 proxying: config.proxying.clone(),
             }),
             budget: (config.requests_per_second, config.burst),
@@ -1633,6 +1633,39 @@ mod tests {
         let conflict = e(CloudErrorKind::Conflict);
         assert_eq!(graver(Some(conflict.clone()), throttled.clone()), conflict);
         assert_eq!(graver(None, gone.clone()), gone);
+    }
+
+    /// Guards the profile's `ca_bundle` as the AWS SDKs read it: the active profile's,
+    /// used when `AWS_CA_BUNDLE` is unset, and named when it cannot be read.
+    #[test]
+    fn the_profiles_ca_bundle_is_trusted_unless_aws_ca_bundle_is_set() {
+        let dir = std::env::temp_dir().join(format!("rc-aws-ca-bundle-{}", std::process::id()));
+        std::fs::create_dir_all(dir.join(".aws")).unwrap();
+        std::fs::write(
+            dir.join(".aws/config"),
+            "[default]\nca_bundle = /nonexistent/default.pem\n[profile corp]\nca_bundle = \
+             /nonexistent/corp.pem\n",
+        )
+        .unwrap();
+        let env = AwsEnv::new().with_home(&dir);
+        let bundle = credentials::profile_ca_bundle(&env);
+        assert_eq!(
+            bundle.as_deref(),
+            Some(Path::new("/nonexistent/default.pem"))
+        );
+        let corp = env.clone().with_var("AWS_PROFILE", "corp");
+        let e = trust(&corp, credentials::profile_ca_bundle(&corp).as_deref()).unwrap_err();
+        assert!(
+            e.message.contains("ca_bundle of the AWS profile") && e.message.contains("corp.pem"),
+            "{}",
+            e.message
+        );
+        let over = env
+            .clone()
+            .with_var("AWS_CA_BUNDLE", "/nonexistent/env.pem");
+        let e = trust(&over, credentials::profile_ca_bundle(&over).as_deref()).unwrap_err();
+        assert!(e.message.contains("env.pem"), "{}", e.message);
+        let _ = std::fs::remove_dir_all(dir);
     }
 
     /// Guards the per-action budget the provider declares: a bucket per EC2 action at

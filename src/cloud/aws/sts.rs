@@ -96,7 +96,7 @@ impl WebIdentity {
             clock: env.clock(),
             timeout: settings.timeout,
             // STS is reached as EC2 is: the same CA bundle, the same proxy rule.
-            trust: super::trust(env, None)?,
+            trust: super::trust(env, super::credentials::profile_ca_bundle(env).as_deref())?,
             proxying: crate::Proxying::from_process(),
         });
         Ok(WebIdentity {
@@ -172,7 +172,7 @@ impl AssumeRole {
             clock: env.clock(),
             timeout: settings.timeout,
             // STS is reached as EC2 is: the same CA bundle, the same proxy rule.
-            trust: super::trust(env, None)?,
+            trust: super::trust(env, super::credentials::profile_ca_bundle(env).as_deref())?,
             proxying: crate::Proxying::from_process(),
         });
         Ok(AssumeRole {

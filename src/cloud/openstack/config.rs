@@ -684,10 +684,23 @@ mod tests {
                 .contains("needs a project")
         );
         assert!(e("[Global]\nauth-url=x\napplication-credential-id=a\napplication-credential-secret=b\n").contains("router-id is not set"));
-        assert!(
-            e("[Global]\nauth-url=x\n[Route]\nrouter-idd=r\n")
-                .contains("router-idd is not a setting")
-        );
         assert!(e("[Global]\nauth-url=x\napplication-credential-id=a\napplication-credential-secret=b\n[Route]\nrouter-id=r\nmax-routes=-3\n").contains("max-routes"));
+        // An identity this provider cannot sign in as is refused, never taken silently.
+        assert!(e("[Global]\nauth-url=x\ntrust-id=t\n").contains("trust-id"));
+        assert!(e("[Global]\nauth-url=x\napplication-credential-name=n\n").contains("ID"));
+    }
+
+    /// cloud-provider-openstack lets an unknown name pass (gcfg.FatalOnly); here it is
+    /// a warning naming the closest known one, so that a typo is not lost.
+    #[test]
+    fn an_unknown_name_is_a_warning_naming_the_closest() {
+        let text = "[Global]\nauth-url=x\napplication-credential-id=a\n\
+                    application-credential-secret=b\n[Route]\nrouter-id=r\nrouter-idd=r\n";
+        let (_, warnings) = Config::from_cloud_conf(text, &cidrs(), no_file).unwrap();
+        assert_eq!(warnings.len(), 1, "{warnings:?}");
+        assert!(
+            warnings[0].contains("did you mean router-id?"),
+            "{warnings:?}"
+        );
     }
 }

@@ -341,6 +341,10 @@ pub(super) fn discover(agent: &ureq::Agent, auth_url: &str) -> Result<String, Cl
                 .as_str()
                 .map(|h| h.trim_end_matches('/').to_string())
         });
+    // Keystone builds the href from its own idea of its address (public_endpoint):
+    // behind a TLS proxy that may be http:// or an inner host. The password is sent
+    // where the operator pointed, so only the href's path is taken.
+    let v3 = v3.map(|href| format!("{}{}", origin(url), path_of(&href)));
     v3.ok_or_else(|| {
         CloudError::invalid(format!(
             "{what}: HTTP {status} without a v3 version; set [Global] auth-url to Keystone's v3 \
@@ -376,9 +380,41 @@ pub(super) fn parse_time(text: &str) -> Option<i64> {
     Some(days * 86_400 + hh * 3600 + mm * 60 + ss)
 }
 
+/// `scheme://host[:port]` of a URL.
+fn origin(url: &str) -> &str {
+    let after_scheme = url.find("://").map_or(0, |i| i + 3);
+    match url[after_scheme..].find('/') {
+        Some(i) => &url[..after_scheme + i],
+        None => url,
+    }
+}
+
+/// The path of a URL (from its first `/` after the host), empty if none.
+fn path_of(url: &str) -> &str {
+    let after_scheme = url.find("://").map_or(0, |i| i + 3);
+    match url[after_scheme..].find('/') {
+        Some(i) => &url[after_scheme + i..],
+        None => "",
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Guards where the password goes after version discovery: to the host and scheme
+    /// the operator configured, whatever Keystone's document says of itself.
+    #[test]
+    fn a_discovered_v3_keeps_the_configured_scheme_and_host() {
+        let configured = "https://keystone.example:5000";
+        let href = "http://10.0.0.5:5000/identity/v3";
+        assert_eq!(
+            format!("{}{}", origin(configured), path_of(href)),
+            "https://keystone.example:5000/identity/v3"
+        );
+        assert_eq!(origin("https://k:5000/a/b"), "https://k:5000");
+        assert_eq!(path_of("https://k:5000"), "");
+    }
 
     #[test]
     fn os_endpoint_type_chooses_the_catalog_interface_of_the_network_endpoint() {

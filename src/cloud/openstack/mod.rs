@@ -710,37 +710,27 @@ enum Owner<'a> {
 ///
 /// - its next hop is a port of a current node's instance: that node's;
 /// - its next hop is an instance's port (`compute:*`) that holds the destination as
-///   an allowed address pair: a node's that is gone, since pod-CIDR pairs are what
-///   this controller gives the ports it routes to (a VPN appliance's or another
-///   cluster's route inside our CIDR goes through a port without that pair);
-/// - its next hop lies in a subnet of the router, but no port holds that address any
-///   more: a dead route (the instance is gone), which can carry no traffic, and
-///   which would leave two next hops for a pod CIDR given to another node;
-/// - anything else (a port without the pair, an address outside the router's
-///   subnets): someone else's, never touched.
+///   an allowed address pair, while every current node is known by its instance (an
+///   `openstack://` providerID): a node's that is gone, since pod-CIDR pairs are what
+///   this controller gives the ports it routes to. Without every node's instance a
+///   live node's port would look like a gone node's, so then it is left alone;
+/// - anything else (a port without the pair, an address no port of ours holds):
+///   someone else's, never touched. A next hop that no port holds is not taken as
+///   dead: a VIP held only as a pair, a device outside Neutron and another project's
+///   port look the same from here.
 fn owner<'a>(
     topology: &Topology,
     by_instance: &HashMap<&str, &'a str>,
+    every_node_known: bool,
     destination: &Cidr,
     hop: IpAddr,
 ) -> Option<Owner<'a>> {
-    match topology.ports.get(&hop) {
-        Some(port) => {
-            if let Some(node) = by_instance.get(port.device_id.as_str()) {
-                return Some(Owner::Node(node));
-            }
-            let paired = port.pairs.iter().any(|p| same_pair(p, destination));
-            (port.device_owner.starts_with("compute:") && paired).then_some(Owner::Gone)
-        }
-        None => {
-            let in_subnet = topology
-                .router_subnets
-                .iter()
-                .flatten()
-                .any(|(cidr, _)| cidr.contains(hop));
-            (in_subnet && !topology.router_ips.contains(&hop)).then_some(Owner::Gone)
-        }
+    let port = topology.ports.get(&hop)?;
+    if let Some(node) = by_instance.get(port.device_id.as_str()) {
+        return Some(Owner::Node(node));
     }
+    let paired = port.pairs.iter().any(|p| same_pair(p, destination));
+    (every_node_known && port.device_owner.starts_with("compute:") && paired).then_some(Owner::Gone)
 }
 
 /// The instance of a providerID: `openstack:///<id>` or `openstack://<region>/<id>`.
@@ -828,6 +818,9 @@ impl Routes for OpenStackRoutes {
             .provider_ids()
             .filter_map(|(id, name)| Some((instance_id(id)?, name)))
             .collect();
+        let every_node_known = nodes
+            .names()
+            .all(|n| nodes.provider_id_of(n).and_then(instance_id).is_some());
         let mut nexthops = HashMap::new();
         let mut spelled = HashMap::new();
         for r in &router.routes {
@@ -840,7 +833,8 @@ impl Routes for OpenStackRoutes {
             if !self.ours(&destination) {
                 continue;
             }
-            let Some(owner) = owner(&topology, &by_instance, &destination, hop) else {
+            let Some(owner) = owner(&topology, &by_instance, every_node_known, &destination, hop)
+            else {
                 // Someone else's route (a VPN appliance, another cluster): never ours
                 // to delete.
                 continue;

@@ -143,6 +143,10 @@ impl std::fmt::Debug for Neutron {
     }
 }
 
+/// The pages one list may take: Neutron's `pagination_max_limit` is rarely below 100,
+/// so 10 000 pages hold a million items; a server that links on past it is not trusted.
+const MAX_PAGES: usize = 10_000;
+
 /// The agent both clients share: statuses are read, not turned into errors.
 pub(super) fn agent(
     request_timeout: Duration,
@@ -258,7 +262,7 @@ impl Neutron {
         self.list("subnets", &query.join("&"), "subnets.list")
     }
 
-    /// Every page of a list: with Neutron's `pagination_max_limit` set, a list stops at
+    /// Every page of a list (at most [`MAX_PAGES`]): with Neutron's `pagination_max_limit` set, a list stops at
     /// that many items and links the next page (`<kind>_links`, `rel=next`).
     fn list<T: DeserializeOwned>(
         &self,
@@ -283,8 +287,21 @@ impl Neutron {
             let empty = items.is_empty();
             all.extend(items);
             match next_page(&page, &format!("{kind}_links")) {
-                Some(next) if !empty && seen.insert(next.clone()) => path = next,
-                _ => return Ok(all),
+                None => return Ok(all),
+                Some(_) if empty => return Ok(all),
+                Some(next) if seen.insert(next.clone()) && seen.len() <= MAX_PAGES => path = next,
+                // A partial list must never pass for a whole one: what is on the pages
+                // not read would look gone.
+                Some(next) => {
+                    return Err(CloudError::new(
+                        CloudErrorKind::Retry { after: None },
+                        format!(
+                            "openstack: listing {kind}: the next page {next} was read already, \
+                             or the list is longer than {MAX_PAGES} pages; the list is not \
+                             trusted"
+                        ),
+                    ));
+                }
             }
         }
     }
