@@ -145,13 +145,10 @@ impl CloudSettings {
         match &self.provider {
             Provider::Fake { latency, journal } => Ok(fake_provider(*latency, journal.as_deref())?),
             Provider::Hcloud(config) => {
-                use crate::cloud::hcloud::HcloudRoutes;
                 let mut config = (**config).clone();
                 config.metrics = metrics;
-                let provider = HcloudRoutes::connect(config).map_err(|e| match e.outage {
-                    true => ProviderError::Outage(e.to_string()),
-                    false => ProviderError::Config(UsageError(e.to_string())),
-                })?;
+                let provider = crate::cloud::hcloud::HcloudRoutes::connect(config);
+                let provider = started(provider, |e| e.outage)?;
                 Ok(Arc::new(provider.with_fence(fence.clone())))
             }
             Provider::Aws(config, identity) => {
@@ -169,33 +166,24 @@ impl CloudSettings {
                 Ok(Arc::new(provider.with_fence(fence.clone())))
             }
             Provider::Azure(config) => {
-                use crate::cloud::azure::AzureRoutes;
                 let mut config = (**config).clone();
                 config.metrics = metrics;
-                let provider = AzureRoutes::connect(config).map_err(|e| match e.outage {
-                    true => ProviderError::Outage(e.to_string()),
-                    false => ProviderError::Config(UsageError(e.to_string())),
-                })?;
+                let provider = crate::cloud::azure::AzureRoutes::connect(config);
+                let provider = started(provider, |e| e.outage)?;
                 Ok(Arc::new(provider.with_fence(fence.clone())))
             }
             Provider::Gce(config) => {
-                use crate::cloud::gce::GceRoutes;
                 let mut config = (**config).clone();
                 config.metrics = metrics;
-                let provider = GceRoutes::connect(config).map_err(|e| match e.outage {
-                    true => ProviderError::Outage(e.to_string()),
-                    false => ProviderError::Config(UsageError(e.to_string())),
-                })?;
+                let provider = crate::cloud::gce::GceRoutes::connect(config);
+                let provider = started(provider, |e| e.outage)?;
                 Ok(Arc::new(provider.with_fence(fence.clone())))
             }
             Provider::OpenStack(config) => {
-                use crate::cloud::openstack::OpenStackRoutes;
                 let mut config = (**config).clone();
                 config.metrics = metrics;
-                let provider = OpenStackRoutes::connect(config).map_err(|e| match e.outage {
-                    true => ProviderError::Outage(e.to_string()),
-                    false => ProviderError::Config(UsageError(e.to_string())),
-                })?;
+                let provider = crate::cloud::openstack::OpenStackRoutes::connect(config);
+                let provider = started(provider, |e| e.outage)?;
                 Ok(Arc::new(provider.with_fence(fence.clone())))
             }
             Provider::Exec(config) => {
@@ -486,6 +474,18 @@ fn describe_openstack(
             c.requests_per_second, c.burst
         ),
     ));
+}
+
+/// A provider's start: an error that says the cloud did not answer is an outage to
+/// wait out, any other a setting to fix.
+fn started<P, E: std::fmt::Display>(
+    result: Result<P, E>,
+    outage: impl Fn(&E) -> bool,
+) -> Result<P, ProviderError> {
+    result.map_err(|e| match outage(&e) {
+        true => ProviderError::Outage(e.to_string()),
+        false => ProviderError::Config(UsageError(e.to_string())),
+    })
 }
 
 // --- reading each provider's settings ------------------------------------------------

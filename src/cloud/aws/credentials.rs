@@ -589,6 +589,12 @@ pub fn resolve_region(
 }
 
 fn region_from_config_file(env: &AwsEnv) -> Option<String> {
+    profile_setting(env, "region")
+}
+
+/// A setting of the active profile in the shared config file (`[default]` or
+/// `[profile NAME]`), if set and not empty.
+fn profile_setting(env: &AwsEnv, key: &str) -> Option<String> {
     let path = env.home_file("AWS_CONFIG_FILE", ".aws/config")?;
     let text = std::fs::read_to_string(path).ok()?;
     let profile = env.profile();
@@ -599,27 +605,15 @@ fn region_from_config_file(env: &AwsEnv) -> Option<String> {
     };
     parse_ini(&text)
         .get(&section)?
-        .get("region")
-        .filter(|r| !r.is_empty())
+        .get(key)
+        .filter(|v| !v.is_empty())
         .cloned()
 }
 
 /// The `ca_bundle` of the active profile in the shared config file, as the AWS SDKs
 /// read it: the CA file to trust besides the others when `AWS_CA_BUNDLE` is unset.
 pub fn profile_ca_bundle(env: &AwsEnv) -> Option<PathBuf> {
-    let path = env.home_file("AWS_CONFIG_FILE", ".aws/config")?;
-    let text = std::fs::read_to_string(path).ok()?;
-    let profile = env.profile();
-    let section = if profile == "default" {
-        "default".to_string()
-    } else {
-        format!("profile {profile}")
-    };
-    parse_ini(&text)
-        .get(&section)?
-        .get("ca_bundle")
-        .filter(|c| !c.is_empty())
-        .map(PathBuf::from)
+    profile_setting(env, "ca_bundle").map(PathBuf::from)
 }
 
 /// The AWS flavour of INI: `[section]`, `key = value`, `#`/`;` comments. Keys are
