@@ -1241,49 +1241,44 @@ fn resolve_endpoint(
     env: &AwsEnv,
     region: &str,
 ) -> Result<Endpoint, CloudError> {
-    let chosen = [
-        (
-            "the configured EC2 endpoint",
-            configured.filter(|e| !e.trim().is_empty()),
-        ),
-        ("AWS_ENDPOINT_URL_EC2", env.var("AWS_ENDPOINT_URL_EC2")),
-        ("AWS_ENDPOINT_URL", env.var("AWS_ENDPOINT_URL")),
-    ]
-    .into_iter()
-    .find_map(|(origin, url)| url.map(|u| (origin, u)));
-    match chosen {
-        Some((origin, url)) => {
-            Endpoint::parse(url).map_err(|e| CloudError::invalid(format!("{origin}: {e}")))
-        }
-        None => Ok(Endpoint::for_region("ec2", region)),
-    }
+    let configured = configured.map(|c| ("the configured EC2 endpoint", c));
+    service_endpoint(configured, "AWS_ENDPOINT_URL_EC2", "ec2", env, region)
 }
 
-/// As the AWS SDKs resolve a service's endpoint: configured, the service's variable,
-/// the generic one, then the public endpoint of the region.
 fn resolve_service_quotas_endpoint(
     configured: Option<&str>,
     env: &AwsEnv,
     region: &str,
 ) -> Result<Endpoint, CloudError> {
+    let configured = configured.map(|c| ("the configured Service Quotas endpoint", c));
+    let variable = "AWS_ENDPOINT_URL_SERVICE_QUOTAS";
+    service_endpoint(configured, variable, quotas::SIGNING_NAME, env, region)
+}
+
+/// As the AWS SDKs resolve a service's endpoint: configured (`(what, url)`, `what`
+/// naming it in messages), the service's variable, the generic `AWS_ENDPOINT_URL`,
+/// then the public endpoint of `service` in the region.
+pub(super) fn service_endpoint(
+    configured: Option<(&'static str, &str)>,
+    variable: &'static str,
+    service: &str,
+    env: &AwsEnv,
+    region: &str,
+) -> Result<Endpoint, CloudError> {
     let chosen = [
-        (
-            "the configured Service Quotas endpoint",
-            configured.filter(|e| !e.trim().is_empty()),
-        ),
-        (
-            "AWS_ENDPOINT_URL_SERVICE_QUOTAS",
-            env.var("AWS_ENDPOINT_URL_SERVICE_QUOTAS"),
-        ),
-        ("AWS_ENDPOINT_URL", env.var("AWS_ENDPOINT_URL")),
+        configured.filter(|(_, url)| !url.trim().is_empty()),
+        env.var(variable).map(|url| (variable, url)),
+        env.var("AWS_ENDPOINT_URL")
+            .map(|url| ("AWS_ENDPOINT_URL", url)),
     ]
     .into_iter()
-    .find_map(|(origin, url)| url.map(|u| (origin, u)));
+    .flatten()
+    .next();
     match chosen {
         Some((origin, url)) => {
             Endpoint::parse(url).map_err(|e| CloudError::invalid(format!("{origin}: {e}")))
         }
-        None => Ok(Endpoint::for_region(quotas::SIGNING_NAME, region)),
+        None => Ok(Endpoint::for_region(service, region)),
     }
 }
 

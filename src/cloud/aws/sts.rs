@@ -29,18 +29,7 @@ const MAX_TOKEN_BYTES: u64 = 64 * 1024;
 /// The STS endpoint for `region`: `AWS_ENDPOINT_URL_STS`, `AWS_ENDPOINT_URL`, then
 /// the regional endpoint (the SDKs' default since `sts_regional_endpoints=regional`).
 pub fn endpoint(env: &AwsEnv, region: &str) -> Result<Endpoint, CloudError> {
-    let chosen = [
-        ("AWS_ENDPOINT_URL_STS", env.var("AWS_ENDPOINT_URL_STS")),
-        ("AWS_ENDPOINT_URL", env.var("AWS_ENDPOINT_URL")),
-    ]
-    .into_iter()
-    .find_map(|(origin, url)| url.map(|u| (origin, u)));
-    match chosen {
-        Some((origin, url)) => {
-            Endpoint::parse(url).map_err(|e| CloudError::invalid(format!("{origin}: {e}")))
-        }
-        None => Ok(Endpoint::for_region("sts", region)),
-    }
+    super::service_endpoint(None, "AWS_ENDPOINT_URL_STS", "sts", env, region)
 }
 
 /// A role to assume with `AssumeRole`, and what the profile (or cloud config) asks
