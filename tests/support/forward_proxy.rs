@@ -18,6 +18,8 @@
 //! dropped or our end of its stdin closes (the test process exited). A missing
 //! `python3` or venv module fails the test with what to install.
 
+// Each support module that needs it includes it: a test may include several.
+#[allow(clippy::duplicate_mod)]
 #[path = "venv.rs"]
 mod venv;
 

@@ -17,6 +17,8 @@
 //! A missing `python3` or venv module fails the test with what to install; nothing is
 //! skipped silently. Timings (install, start, first request, each test) go to stderr.
 
+// Each support module that needs it includes it: a test may include several.
+#[allow(clippy::duplicate_mod)]
 #[path = "venv.rs"]
 mod venv;
 

@@ -27,6 +27,8 @@
 //! module fails the test with what to install; nothing is skipped. Timings (install,
 //! templates, start) go to stderr.
 
+// Each support module that needs it includes it: a test may include several.
+#[allow(clippy::duplicate_mod)]
 #[path = "venv.rs"]
 mod venv;
 
