@@ -269,9 +269,9 @@ pub fn parse_instances(root: &Element) -> (Vec<Instance>, Option<String>) {
     (instances, next_token(root))
 }
 
-/// The subnets of a `DescribeSubnetsResponse` that have an IPv6 CIDR block
-/// associated (`ipv6CidrBlockAssociationSet`, state `associated`), and the
-/// `nextToken`.
+/// The subnets of a `DescribeSubnetsResponse`, each with whether it has an IPv6 CIDR
+/// block (`ipv6CidrBlockAssociationSet`, in no state of leaving or failing: moto
+/// writes its `associated` state as a Python dict), and the `nextToken`.
 pub fn parse_subnets_with_ipv6(root: &Element) -> (Vec<(String, bool)>, Option<String>) {
     let subnets = root
         .items("subnetSet")
@@ -281,7 +281,12 @@ pub fn parse_subnets_with_ipv6(root: &Element) -> (Vec<(String, bool)>, Option<S
                 a.text_of("ipv6CidrBlock").is_some()
                     && a.child("ipv6CidrBlockState")
                         .and_then(|st| st.text_of("state"))
-                        .is_none_or(|st| st == "associated")
+                        .is_none_or(|st| {
+                            !matches!(
+                                st,
+                                "disassociating" | "disassociated" | "failing" | "failed"
+                            )
+                        })
             });
             Some((id, ipv6))
         })
