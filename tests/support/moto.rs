@@ -551,15 +551,27 @@ impl Ec2 {
     }
 
     pub fn run_instance(&self, ami: &str, subnet: &str) -> TestInstance {
-        let root = self.call(
-            "RunInstances",
-            Params::new()
-                .add("ImageId", ami)
-                .add("MinCount", "1")
-                .add("MaxCount", "1")
-                .add("InstanceType", "t3.micro")
-                .add("SubnetId", subnet),
-        );
+        self.run_instance_with(ami, subnet, &[])
+    }
+
+    /// [`Ec2::run_instance`] with more `RunInstances` parameters
+    /// (`Ipv6AddressCount`, …).
+    pub fn run_instance_with(
+        &self,
+        ami: &str,
+        subnet: &str,
+        extra: &[(&str, &str)],
+    ) -> TestInstance {
+        let mut params = Params::new()
+            .add("ImageId", ami)
+            .add("MinCount", "1")
+            .add("MaxCount", "1")
+            .add("InstanceType", "t3.micro")
+            .add("SubnetId", subnet);
+        for (k, v) in extra {
+            params = params.add(*k, *v);
+        }
+        let root = self.call("RunInstances", params);
         let item = root
             .items("instancesSet")
             .next()

@@ -258,6 +258,8 @@ pub struct AwsProvider {
     /// Subnets known to have an IPv6 CIDR block (only that is remembered: an
     /// operator's fix of a subnet without one is seen at the next try).
     ipv6_subnets: Mutex<HashSet<String>>,
+    /// One lock per instance or subnet being described (see [`AwsProvider::flight`]).
+    flights: Mutex<HashMap<String, Arc<Mutex<()>>>>,
     /// `MaxEntries` and family (true: IPv6) of the prefix lists the tables route to,
     /// read once per list ID and process: what such a route counts against the quota.
     prefix_lists: Mutex<HashMap<String, (bool, usize)>>,
@@ -406,6 +408,7 @@ impl AwsProvider {
             changes: Mutex::new(Changes::default()),
             source_dest_check: Mutex::new(HashMap::new()),
             ipv6_subnets: Mutex::new(HashSet::new()),
+            flights: Mutex::new(HashMap::new()),
             prefix_lists: Mutex::new(HashMap::new()),
             gone: Mutex::new(HashSet::new()),
             calls: Mutex::new(BTreeMap::new()),
@@ -966,6 +969,13 @@ impl AwsProvider {
         if let Some(known) = lock(&self.facts).get(instance) {
             return Ok(Some(known.clone()));
         }
+        // A dual-stack node's two creates run at once: one describes, the other
+        // waits for its answer.
+        let flight = self.flight(instance);
+        let _describing = lock(&flight);
+        if let Some(known) = lock(&self.facts).get(instance) {
+            return Ok(Some(known.clone()));
+        }
         let found = self
             .describe_instances(Params::new().add("InstanceId.1", instance))
             .map_err(CallError::into_cloud)?
@@ -986,6 +996,16 @@ impl AwsProvider {
             }
         }
         Ok(found)
+    }
+
+    /// The lock under which one describe of `id` (an instance, a subnet) is in
+    /// flight, so that concurrent creates send it once.
+    fn flight(&self, id: &str) -> Arc<Mutex<()>> {
+        let mut flights = lock(&self.flights);
+        if flights.len() >= MAX_REMEMBERED_INSTANCES && !flights.contains_key(id) {
+            flights.clear();
+        }
+        flights.entry(id.to_string()).or_default().clone()
     }
 
     /// Forgets what `DescribeInstances` said of `instance`, so that the next create
@@ -1040,8 +1060,11 @@ impl AwsProvider {
             ));
         }
         let (hop, interface) = hop_for(&facts, target)?;
+        // An interface with an IPv6 address is in a subnet with an IPv6 block (the
+        // usual dual-stack node): nothing to ask.
         if !cidr.is_ipv4()
             && let Some(interface) = interface
+            && interface.ipv6_addresses.is_empty()
             && !self.subnet_has_ipv6(&interface.subnet_id)?
         {
             return Err(CloudError::refused(
@@ -1093,6 +1116,11 @@ impl AwsProvider {
     /// the doubt: EC2 still refuses what is wrong.
     fn subnet_has_ipv6(&self, subnet: &str) -> Result<bool, CloudError> {
         if subnet.is_empty() || lock(&self.ipv6_subnets).contains(subnet) {
+            return Ok(true);
+        }
+        let flight = self.flight(subnet);
+        let _describing = lock(&flight);
+        if lock(&self.ipv6_subnets).contains(subnet) {
             return Ok(true);
         }
         let mut found = Vec::new();
