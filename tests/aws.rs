@@ -656,6 +656,9 @@ const README_POLICY_ACTIONS: &[&str] = &[
     "ec2:ReplaceRoute",
     "ec2:DeleteRoute",
     "ec2:ModifyInstanceAttribute",
+    "ec2:ModifyNetworkInterfaceAttribute",
+    "ec2:DescribeSubnets",
+    "ec2:DescribeManagedPrefixLists",
 ];
 
 /// What the README's policy marks optional: the account's route-table quota.
