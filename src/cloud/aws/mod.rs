@@ -1,7 +1,9 @@
 //! The AWS EC2 provider: each pod CIDR is a route in every route table of the cluster,
 //! pointing at the node's instance (`InstanceId`), as upstream's AWS cloud provider
-//! does it for its one table. A multi-AZ VPC has a table per zone; pods in every subnet
-//! need every node's route.
+//! does it for its one table, or at the interface that holds the node's InternalIP
+//! (`NetworkInterfaceId`) when the instance has several (`Hop`). A multi-AZ VPC has
+//! a table per zone; pods in every subnet need every node's route. IPv6 pod CIDRs are
+//! routed as `DestinationIpv6CidrBlock`, which upstream never did.
 //!
 //! - **Which tables:** the configured route table IDs, or every table tagged for the
 //!   cluster (`kubernetes.io/cluster/<cluster name>` with any value, or the legacy
@@ -19,9 +21,13 @@
 //! - **Calls:** list = one `DescribeRouteTables` for all tables (plus
 //!   `DescribeInstances` only for instances that are not nodes); create = one
 //!   `CreateRoute` per table lacking the route, preceded once per instance and process
-//!   by a `DescribeInstances` (the pre-flight check: VPC, source/destination check;
-//!   upstream describes the instance at every create) and, when its check is on,
-//!   `ModifyInstanceAttribute SourceDestCheck=false`; delete = one `DeleteRoute` per
+//!   by a `DescribeInstances` (the pre-flight check: VPC, interfaces, source/destination
+//!   check; upstream describes the instance at every create), for an IPv6 route to an
+//!   interface without an IPv6 address one `DescribeSubnets` per subnet, and, when
+//!   the hop's check is on, `ModifyInstanceAttribute` (or, for an interface,
+//!   `ModifyNetworkInterfaceAttribute`) `SourceDestCheck=false`; a list reads the
+//!   size of prefix lists the tables route to once per list and process
+//!   (`DescribeManagedPrefixLists`); delete = one `DeleteRoute` per
 //!   table holding it. The controller spends the budget the provider declares, a
 //!   bucket per EC2 action as EC2 keeps them ([`ec2_buckets`]), and corrects each from
 //!   the calls each operation reports by action ([`Meter`]); when EC2 throttles an
@@ -1938,8 +1944,10 @@ impl Routes for AwsProvider {
             .unwrap_or_default()
     }
 
-    /// The instance is in the tables' VPC and its source/destination check is off or
-    /// ours to turn off.
+    /// The instance is in the tables' VPC, the route's hop is known (an instance with
+    /// several interfaces: the one holding the node's InternalIP), an IPv6 route has an
+    /// IPv6 subnet behind it, and the hop's source/destination check is off or ours to
+    /// turn off.
     fn preflight(&self, route: &Route, target: &RouteTarget) -> Result<(), CloudError> {
         let cluster = lock(&self.managed)
             .as_ref()
