@@ -443,3 +443,56 @@ fn table_usage_counts_local_propagated_ipv6_and_prefix_list_routes_as_the_quota_
     provider.list_routes(CLUSTER, &nodes).expect("list again");
     assert_eq!(actions(&layer).get("DescribeManagedPrefixLists"), Some(&1));
 }
+
+/// Guards the mapping of EC2's `InvalidInstanceID` when it comes back anyway (an
+/// interface attached after the provider described the instance): the create is
+/// refused for the node alone with reason `InstanceHasSeveralInterfaces`, and the
+/// next try describes the instance again and routes to the interface. Seen failing
+/// with `forget_facts` left out of `create_in`: the retry sent the `InstanceId`
+/// again and was refused again.
+#[test]
+fn an_interface_attached_later_is_refused_once_and_then_routed_to() {
+    let moto = moto::shared();
+    let ec2 = moto.ec2();
+    let net = moto::network(&ec2);
+    let table = ec2.create_route_table(&net.vpc, &[(&tag(), "owned")]);
+    let a = ec2.run_instance(&net.ami, &net.subnet);
+    let layer = layer(&moto, &ec2);
+    let provider = provider(&layer);
+    let node_a = node("node-a", &a, &a.private_ip);
+    provider
+        .create_route(CLUSTER, "uid-a", &route("10.244.1.0/24"), &node_a)
+        .expect("routed by InstanceId");
+
+    ec2.attach_second_interface(&a.id, &net.subnet);
+    layer.ec2_interfaces(&ec2.attached_interfaces());
+    let err = provider
+        .create_route(CLUSTER, "uid-a", &route("10.244.2.0/24"), &node_a)
+        .expect_err("EC2 refuses the instance now");
+    assert_eq!(
+        err.kind,
+        CloudErrorKind::Refused {
+            reason: "InstanceHasSeveralInterfaces",
+            lasting: false
+        },
+        "{}",
+        err.message
+    );
+    assert!(err.message.contains("InternalIP"), "{}", err.message);
+
+    provider
+        .create_route(CLUSTER, "uid-a", &route("10.244.2.0/24"), &node_a)
+        .expect("the next try routes to the interface of the InternalIP");
+    let primary = ec2
+        .attached_interfaces()
+        .into_iter()
+        .find(|(_, instance, index)| *instance == a.id && *index == 0)
+        .map(|(eni, _, _)| eni)
+        .expect("the primary interface");
+    let rows = ec2.all_routes(&table);
+    let row = rows
+        .iter()
+        .find(|r| r.destination == "10.244.2.0/24")
+        .expect("the route is in the table");
+    assert_eq!(row.interface.as_deref(), Some(primary.as_str()), "{rows:?}");
+}
