@@ -656,6 +656,9 @@ const README_POLICY_ACTIONS: &[&str] = &[
     "ec2:ReplaceRoute",
     "ec2:DeleteRoute",
     "ec2:ModifyInstanceAttribute",
+    "ec2:ModifyNetworkInterfaceAttribute",
+    "ec2:DescribeSubnets",
+    "ec2:DescribeManagedPrefixLists",
 ];
 
 /// What the README's policy marks optional: the account's route-table quota.
@@ -985,6 +988,8 @@ fn blackholes_and_routes_to_vanished_instances_are_blackholes_and_the_list_succe
                 false
             ),
             ("10.244.6.0/24".into(), "".into(), true),
+            // An IPv6 route to a node is the node's (upstream skipped it).
+            ("2001:db8::/64".into(), "node-a".into(), false),
         ]
     );
     // Blackholes and known nodes are never looked up; the batch that EC2 refused is

@@ -1009,6 +1009,9 @@ const AWS_KEYS: &[&str] = &[
     "EC2BucketReplaceRoute",
     "EC2BucketDeleteRoute",
     "EC2BucketModifyInstanceAttribute",
+    "EC2BucketModifyNetworkInterfaceAttribute",
+    "EC2BucketDescribeSubnets",
+    "EC2BucketDescribeManagedPrefixLists",
 ];
 
 /// `[Global]` names of cloud-provider-aws (v1.37) that concern its other controllers:

@@ -12,6 +12,25 @@
 //! ([`EC2_BUCKETS`]), answering `RequestLimitExceeded` when the action's bucket is
 //! empty, so a test can show that the controller's budget never gets one.
 //!
+//! With [`HttpFaultLayer::ec2_interfaces`] it also enforces what EC2 does with
+//! instances of several network interfaces and moto does not (each rule cites the EC2
+//! API Reference):
+//!
+//! - `CreateRoute`, `ReplaceRoute` and `ModifyInstanceAttribute` with the
+//!   `InstanceId` of such an instance are answered 400 `InvalidInstanceID`, "There
+//!   are multiple interfaces attached to instance '…'. Please specify an interface ID
+//!   for the operation instead." (CreateRoute, `InstanceId`: "The operation fails if
+//!   you specify an instance ID unless exactly one network interface is attached.";
+//!   ReplaceRoute's `InstanceId` is the same parameter; ModifyInstanceAttribute
+//!   changes the attribute of the instance's one interface, kubernetes/kubernetes#92783
+//!   shows EC2's answer);
+//! - `DescribeRouteTables` lists a route to an instance with its interface too, and a
+//!   route to an attached interface with its instance (the `Route` data type has both
+//!   `instanceId` and `networkInterfaceId`; EC2 fills both, moto only the one given).
+//!
+//! [`HttpFaultLayer::rewrite`] changes moto's replies of one action, for what moto
+//! cannot hold at all (a route propagated from a virtual private gateway).
+//!
 //! One request per connection to moto (`Connection: close`), so a reply is read to
 //! its end; clients keep their connection to the layer. Loopback only; threads end
 //! when the layer is dropped.
@@ -104,6 +123,9 @@ pub const EC2_BUCKETS: &[(&str, f64, f64)] = &[
     ("ReplaceRoute", 200.0, 5.0),
     ("DeleteRoute", 200.0, 5.0),
     ("ModifyInstanceAttribute", 200.0, 5.0),
+    ("ModifyNetworkInterfaceAttribute", 200.0, 5.0),
+    ("DescribeSubnets", 100.0, 20.0),
+    ("DescribeManagedPrefixLists", 100.0, 20.0),
 ];
 
 /// One action's bucket, refilled from `updated`.
@@ -129,9 +151,16 @@ impl Bucket {
     }
 }
 
+/// Rewrites the body of a reply.
+type Rewrite = Box<dyn Fn(&str) -> String + Send + Sync>;
+
 #[derive(Default)]
 struct Shared {
     injected: Mutex<Vec<Injected>>,
+    /// Each instance's network interfaces, primary first, when EC2's interface rules
+    /// are on.
+    interfaces: Mutex<BTreeMap<String, Vec<String>>>,
+    rewrites: Mutex<Vec<(String, Rewrite)>>,
     /// EC2's buckets by action, when on.
     buckets: Mutex<BTreeMap<String, Bucket>>,
     hold: AtomicBool,
@@ -206,6 +235,29 @@ impl HttpFaultLayer {
         }
     }
 
+    /// From now on, enforces EC2's rules for instances with several interfaces (see
+    /// the module documentation); `interfaces`: `(interface, instance, device index)`
+    /// of every attached interface, as moto's `DescribeNetworkInterfaces` says.
+    pub fn ec2_interfaces(&self, interfaces: &[(String, String, u32)]) {
+        let mut sorted = interfaces.to_vec();
+        sorted.sort_by_key(|(_, instance, index)| (instance.clone(), *index));
+        let mut map = self.shared.interfaces.lock().expect("interfaces");
+        map.clear();
+        for (eni, instance, _) in sorted {
+            map.entry(instance).or_default().push(eni);
+        }
+    }
+
+    /// From now on, passes the body of every successful reply to `action` through
+    /// `rewrite`.
+    pub fn rewrite(&self, action: &str, rewrite: impl Fn(&str) -> String + Send + Sync + 'static) {
+        self.shared
+            .rewrites
+            .lock()
+            .expect("rewrites")
+            .push((action.to_string(), Box::new(rewrite)));
+    }
+
     /// Requests the layer refused for an empty bucket or an injected throttle.
     pub fn throttled(&self) -> Vec<Exchange> {
         self.log()
@@ -223,6 +275,11 @@ impl HttpFaultLayer {
     /// While on, moto's replies wait in the layer (the requests are forwarded).
     pub fn hold(&self, on: bool) {
         self.shared.hold.store(on, Ordering::SeqCst);
+    }
+
+    /// Forgets the requests seen so far.
+    pub fn clear_log(&self) {
+        self.shared.log.lock().expect("log").clear();
     }
 
     pub fn log(&self) -> Vec<Exchange> {
@@ -260,12 +317,19 @@ fn serve(client: TcpStream, target: SocketAddr, s: &Shared) {
             code: None,
             fault,
         };
-        if let Some((status, code)) = fault.and_then(Answer::error) {
+        let refusal = fault
+            .and_then(Answer::error)
+            .map(|(status, code)| (status, code.to_string(), "injected by the chaos run".into()))
+            .or_else(|| ec2_refusal(s, &exchange.action, &exchange.params));
+        if let Some((status, code, message)) = refusal {
+            if fault.is_none() {
+                exchange.code = Some(code.clone());
+            }
             s.log.lock().expect("log").push(exchange);
             let body = format!(
                 "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<Response><Errors><Error><Code>{code}</Code>\
-                 <Message>injected by the chaos run</Message></Error></Errors>\
-                 <RequestID>chaos</RequestID></Response>"
+                 <Message>{message}</Message></Error></Errors>\
+                 <RequestID>fault-layer</RequestID></Response>"
             );
             if write_reply(&mut out, status, "text/xml", body.as_bytes()).is_err() {
                 break;
@@ -273,11 +337,14 @@ fn serve(client: TcpStream, target: SocketAddr, s: &Shared) {
             continue;
         }
         let reply = forward(&request, target);
-        let Some((status, content_type, body)) = reply else {
+        let Some((status, content_type, mut body)) = reply else {
             // Moto unreachable: the client sees its connection close.
             s.log.lock().expect("log").push(exchange);
             break;
         };
+        if status == 200 {
+            body = rewritten(s, &exchange.action, body);
+        }
         exchange.status = status;
         exchange.code = error_code(&body);
         s.log.lock().expect("log").push(exchange);
@@ -315,6 +382,106 @@ fn read_request_patiently(reader: &mut BufReader<TcpStream>, s: &Shared) -> Opti
     let request = read_request(reader);
     let _ = reader.get_ref().set_read_timeout(Some(IDLE_POLL));
     request
+}
+
+/// EC2's answer to a request moto would take but EC2 refuses: an `InstanceId` of an
+/// instance with several interfaces where EC2 wants an interface (see the module
+/// documentation for the rule and its source).
+fn ec2_refusal(
+    s: &Shared,
+    action: &str,
+    params: &BTreeMap<String, String>,
+) -> Option<(u16, String, String)> {
+    if !matches!(
+        action,
+        "CreateRoute" | "ReplaceRoute" | "ModifyInstanceAttribute"
+    ) {
+        return None;
+    }
+    let instance = params.get("InstanceId")?;
+    let interfaces = s.interfaces.lock().expect("interfaces");
+    (interfaces.get(instance)?.len() > 1).then(|| {
+        (
+            400,
+            "InvalidInstanceID".to_string(),
+            format!(
+                "There are multiple interfaces attached to instance '{instance}'. Please \
+                 specify an interface ID for the operation instead."
+            ),
+        )
+    })
+}
+
+/// The body after the EC2 rules (`DescribeRouteTables` names instance and interface)
+/// and the test's rewrites of `action`.
+fn rewritten(s: &Shared, action: &str, body: Vec<u8>) -> Vec<u8> {
+    let interfaces = s.interfaces.lock().expect("interfaces").clone();
+    let rewrites = s.rewrites.lock().expect("rewrites");
+    if (interfaces.is_empty() || action != "DescribeRouteTables")
+        && !rewrites.iter().any(|(a, _)| a == action)
+    {
+        return body;
+    }
+    let mut text = String::from_utf8_lossy(&body).into_owned();
+    if !interfaces.is_empty() && action == "DescribeRouteTables" {
+        text = with_both_targets(&text, &interfaces);
+    }
+    for (_, rewrite) in rewrites.iter().filter(|(a, _)| a == action) {
+        text = rewrite(&text);
+    }
+    text.into_bytes()
+}
+
+/// Adds the missing half of each route's target as EC2 lists it: the primary
+/// interface of a route's instance, the instance of a route's interface.
+fn with_both_targets(xml: &str, interfaces: &BTreeMap<String, Vec<String>>) -> String {
+    let value = |item: &str, tag: &str| -> Option<String> {
+        let open = format!("<{tag}>");
+        let start = item.find(&open)? + open.len();
+        let end = item[start..].find(&format!("</{tag}>"))? + start;
+        Some(item[start..end].to_string())
+    };
+    let mut out = String::with_capacity(xml.len() + 256);
+    let mut rest = xml;
+    while let Some(start) = rest.find("<routeSet>") {
+        let Some(len) = rest[start..].find("</routeSet>") else {
+            break;
+        };
+        let (head, set, tail) = (
+            &rest[..start],
+            &rest[start..start + len],
+            &rest[start + len..],
+        );
+        out.push_str(head);
+        let mut routes = Vec::new();
+        for item in set.split("<item>").skip(1) {
+            let instance = value(item, "instanceId");
+            let interface = value(item, "networkInterfaceId");
+            let extra = match (instance, interface) {
+                (Some(i), None) => interfaces
+                    .get(&i)
+                    .and_then(|enis| enis.first())
+                    .map(|eni| format!("<networkInterfaceId>{eni}</networkInterfaceId>")),
+                (None, Some(eni)) => interfaces
+                    .iter()
+                    .find(|(_, enis)| enis.contains(&eni))
+                    .map(|(i, _)| format!("<instanceId>{i}</instanceId>")),
+                _ => None,
+            };
+            routes.push(match extra {
+                Some(extra) => item.replacen("</item>", &format!("{extra}</item>"), 1),
+                None => item.to_string(),
+            });
+        }
+        out.push_str(set.split("<item>").next().unwrap_or_default());
+        for r in routes {
+            out.push_str("<item>");
+            out.push_str(&r);
+        }
+        rest = tail;
+    }
+    out.push_str(rest);
+    out
 }
 
 /// `Throttle` when the action's bucket (if it has one) is empty, as EC2 answers.

@@ -277,6 +277,14 @@ impl Moto {
         self.ec2_as(TEST_KEY_ID, TEST_SECRET, REGION)
     }
 
+    /// An EC2 client for test setup that goes to `url` (a fault layer in front of
+    /// this server).
+    pub fn ec2_through(&self, url: &str) -> Ec2 {
+        Ec2 {
+            client: query_client(url, REGION, "ec2", "2016-11-15", TEST_KEY_ID, TEST_SECRET),
+        }
+    }
+
     pub fn ec2_as(&self, key_id: &str, secret: &str, region: &str) -> Ec2 {
         Ec2 {
             client: query_client(&self.url, region, "ec2", "2016-11-15", key_id, secret),
@@ -395,6 +403,8 @@ pub struct TestInstance {
     pub id: String,
     pub private_dns_name: String,
     pub availability_zone: String,
+    /// Its primary private IPv4 address.
+    pub private_ip: String,
 }
 
 impl TestInstance {
@@ -485,15 +495,27 @@ impl Ec2 {
     }
 
     pub fn run_instance(&self, ami: &str, subnet: &str) -> TestInstance {
-        let root = self.call(
-            "RunInstances",
-            Params::new()
-                .add("ImageId", ami)
-                .add("MinCount", "1")
-                .add("MaxCount", "1")
-                .add("InstanceType", "t3.micro")
-                .add("SubnetId", subnet),
-        );
+        self.run_instance_with(ami, subnet, &[])
+    }
+
+    /// [`Ec2::run_instance`] with more `RunInstances` parameters
+    /// (`Ipv6AddressCount`, …).
+    pub fn run_instance_with(
+        &self,
+        ami: &str,
+        subnet: &str,
+        extra: &[(&str, &str)],
+    ) -> TestInstance {
+        let mut params = Params::new()
+            .add("ImageId", ami)
+            .add("MinCount", "1")
+            .add("MaxCount", "1")
+            .add("InstanceType", "t3.micro")
+            .add("SubnetId", subnet);
+        for (k, v) in extra {
+            params = params.add(*k, *v);
+        }
+        let root = self.call("RunInstances", params);
         let item = root
             .items("instancesSet")
             .next()
@@ -508,6 +530,10 @@ impl Ec2 {
                 .child("placement")
                 .and_then(|p| p.text_of("availabilityZone"))
                 .expect("placement")
+                .to_string(),
+            private_ip: item
+                .text_of("privateIpAddress")
+                .expect("privateIpAddress")
                 .to_string(),
         }
     }
@@ -549,6 +575,104 @@ impl Ec2 {
             .collect()
     }
 
+    /// Creates a network interface in `subnet` and attaches it to `instance` as its
+    /// second: `(interface ID, its private IPv4 address)`.
+    pub fn attach_second_interface(&self, instance: &str, subnet: &str) -> (String, String) {
+        let root = self.call(
+            "CreateNetworkInterface",
+            Params::new().add("SubnetId", subnet),
+        );
+        let eni = text(&root, &["networkInterface", "networkInterfaceId"]);
+        let ip = text(&root, &["networkInterface", "privateIpAddress"]);
+        self.call(
+            "AttachNetworkInterface",
+            Params::new()
+                .add("NetworkInterfaceId", &eni)
+                .add("InstanceId", instance)
+                .add("DeviceIndex", "1"),
+        );
+        (eni, ip)
+    }
+
+    /// Every attached interface as `(interface, instance, device index)`.
+    pub fn attached_interfaces(&self) -> Vec<(String, String, u32)> {
+        let root = self.call("DescribeNetworkInterfaces", Params::new());
+        root.items("networkInterfaceSet")
+            .filter_map(|i| {
+                let attachment = i.child("attachment")?;
+                Some((
+                    i.text_of("networkInterfaceId")?.to_string(),
+                    attachment.text_of("instanceId")?.to_string(),
+                    attachment.text_of("deviceIndex")?.parse().ok()?,
+                ))
+            })
+            .collect()
+    }
+
+    /// The interface's own `sourceDestCheck`.
+    pub fn interface_source_dest_check(&self, eni: &str) -> bool {
+        let root = self.call(
+            "DescribeNetworkInterfaces",
+            Params::new().add("NetworkInterfaceId.1", eni),
+        );
+        root.items("networkInterfaceSet")
+            .next()
+            .and_then(|i| i.text_of("sourceDestCheck"))
+            .unwrap_or_else(|| panic!("interface {eni} not listed"))
+            == "true"
+    }
+
+    /// Gives `vpc` an Amazon-provided IPv6 block and `subnet` its first /64; returns
+    /// the subnet's block.
+    pub fn enable_ipv6(&self, vpc: &str, subnet: &str) -> String {
+        let root = self.call(
+            "AssociateVpcCidrBlock",
+            Params::new()
+                .add("VpcId", vpc)
+                .add("AmazonProvidedIpv6CidrBlock", "true"),
+        );
+        let block = text(&root, &["ipv6CidrBlockAssociation", "ipv6CidrBlock"]);
+        // A /56 such as 2600:1f18:…:…00::/56: its first /64 has the same prefix.
+        let subnet_block = block.replace("/56", "/64");
+        self.call(
+            "AssociateSubnetCidrBlock",
+            Params::new()
+                .add("SubnetId", subnet)
+                .add("Ipv6CidrBlock", &subnet_block),
+        );
+        subnet_block
+    }
+
+    /// Every route of the table as moto lists it: `(destination of either family or
+    /// prefix list, instance, interface, origin)`.
+    pub fn all_routes(&self, table: &str) -> Vec<RouteRow> {
+        let root = self.call(
+            "DescribeRouteTables",
+            Params::new().add("RouteTableId.1", table),
+        );
+        let table = root
+            .items("routeTableSet")
+            .next()
+            .unwrap_or_else(|| panic!("route table {table} not found"));
+        table
+            .items("routeSet")
+            .map(|r| RouteRow {
+                destination: [
+                    "destinationCidrBlock",
+                    "destinationIpv6CidrBlock",
+                    "destinationPrefixListId",
+                ]
+                .iter()
+                .find_map(|t| r.text_of(t))
+                .unwrap_or_default()
+                .to_string(),
+                instance: r.text_of("instanceId").map(str::to_string),
+                interface: r.text_of("networkInterfaceId").map(str::to_string),
+                origin: r.text_of("origin").unwrap_or_default().to_string(),
+            })
+            .collect()
+    }
+
     pub fn create_route(&self, table: &str, destination: &str, instance: &str) {
         self.call(
             "CreateRoute",
@@ -568,6 +692,15 @@ fn text(root: &Element, path: &[&str]) -> String {
             .unwrap_or_else(|| panic!("<{name}> missing in {}", root.name));
     }
     e.text.clone()
+}
+
+/// One route as [`Ec2::all_routes`] lists it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RouteRow {
+    pub destination: String,
+    pub instance: Option<String>,
+    pub interface: Option<String>,
+    pub origin: String,
 }
 
 /// A VPC with a subnet in `us-east-1a`, as most tests need.

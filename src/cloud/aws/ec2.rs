@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use super::query::QueryError;
 use super::xml::Element;
+use crate::model::Cidr;
 use crate::provider::{CloudError, CloudErrorKind};
 
 pub const DESCRIBE_ROUTE_TABLES: &str = "DescribeRouteTables";
@@ -17,6 +18,25 @@ pub const MODIFY_INSTANCE_ATTRIBUTE: &str = "ModifyInstanceAttribute";
 pub const CREATE_ROUTE: &str = "CreateRoute";
 pub const REPLACE_ROUTE: &str = "ReplaceRoute";
 pub const DELETE_ROUTE: &str = "DeleteRoute";
+/// Turns off the source/destination check of one interface of a multi-interface
+/// instance, where `ModifyInstanceAttribute` is refused.
+pub const MODIFY_NETWORK_INTERFACE_ATTRIBUTE: &str = "ModifyNetworkInterfaceAttribute";
+/// Whether a node's subnet has an IPv6 CIDR, before its first IPv6 route.
+pub const DESCRIBE_SUBNETS: &str = "DescribeSubnets";
+/// The `MaxEntries` of prefix lists that route tables reference, for the table's usage.
+pub const DESCRIBE_MANAGED_PREFIX_LISTS: &str = "DescribeManagedPrefixLists";
+
+/// EC2's code for an instance ID it will not take, with the message "There are
+/// multiple interfaces attached to instance …" when the instance has several network
+/// interfaces: `CreateRoute` ("The operation fails if you specify an instance ID
+/// unless exactly one network interface is attached", EC2 API Reference, CreateRoute,
+/// `InstanceId`) and `ModifyInstanceAttribute` refuse such an instance.
+pub const INVALID_INSTANCE_ID: &str = "InvalidInstanceID";
+
+/// `NetworkUnavailable` reason: EC2 refused the instance as a route target because
+/// it has several network interfaces (seen only when one was attached after the
+/// controller described the instance: it routes such instances to an interface).
+pub const INSTANCE_HAS_SEVERAL_INTERFACES: &str = "InstanceHasSeveralInterfaces";
 
 /// The cluster tag of the current scheme (any value: `owned` or `shared`).
 pub fn cluster_tag_key(cluster_name: &str) -> String {
@@ -51,7 +71,17 @@ impl RouteTable {
 pub struct RouteEntry {
     /// `destinationCidrBlock`; absent for IPv6 and prefix-list routes.
     pub destination: Option<String>,
+    /// `destinationIpv6CidrBlock`.
+    pub destination_ipv6: Option<String>,
+    /// `destinationPrefixListId`.
+    pub prefix_list: Option<String>,
     pub instance_id: Option<String>,
+    /// `networkInterfaceId`: EC2 lists it beside `instanceId` for a route made to an
+    /// instance, and beside nothing for a route made to a detached interface.
+    pub network_interface_id: Option<String>,
+    /// `CreateRouteTable` (the local routes), `CreateRoute`, or
+    /// `EnableVgwRoutePropagation` (propagated: outside the route quota).
+    pub origin: Option<String>,
     /// `gatewayId`, `natGatewayId`, `networkInterfaceId`, …: whatever else it targets,
     /// for messages.
     pub other_target: Option<String>,
@@ -62,6 +92,21 @@ pub struct RouteEntry {
 impl RouteEntry {
     pub fn is_blackhole(&self) -> bool {
         self.state == "blackhole"
+    }
+
+    /// The destination, of either family; `None` for a prefix-list route.
+    pub fn cidr(&self) -> Option<Cidr> {
+        let text = self
+            .destination
+            .as_deref()
+            .or(self.destination_ipv6.as_deref())?;
+        Cidr::parse(text).ok()
+    }
+
+    /// Propagated from a virtual private gateway: EC2 counts it in a quota of its own
+    /// ("BGP advertised routes per route table"), not in "Routes per route table".
+    pub fn is_propagated(&self) -> bool {
+        self.origin.as_deref() == Some("EnableVgwRoutePropagation")
     }
 
     /// What the route points at, for messages.
@@ -109,7 +154,11 @@ fn parse_route(item: &Element) -> RouteEntry {
     ];
     RouteEntry {
         destination: item.text_of("destinationCidrBlock").map(str::to_string),
+        destination_ipv6: item.text_of("destinationIpv6CidrBlock").map(str::to_string),
+        prefix_list: item.text_of("destinationPrefixListId").map(str::to_string),
         instance_id: item.text_of("instanceId").map(str::to_string),
+        network_interface_id: item.text_of("networkInterfaceId").map(str::to_string),
+        origin: item.text_of("origin").map(str::to_string),
         other_target: OTHER_TARGETS
             .iter()
             .find_map(|n| item.text_of(n))
@@ -134,6 +183,57 @@ pub struct Instance {
     /// Whether its source/destination check is on (EC2's default); `None` when the
     /// reply does not say.
     pub source_dest_check: Option<bool>,
+    /// Its network interfaces (`networkInterfaceSet`), primary first as EC2 lists
+    /// them; empty when the reply does not say.
+    pub interfaces: Vec<Interface>,
+}
+
+/// One network interface of an instance.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Interface {
+    pub id: String,
+    pub subnet_id: String,
+    /// Its private IPv4 addresses, primary first.
+    pub private_ips: Vec<String>,
+    /// Its IPv6 addresses.
+    pub ipv6_addresses: Vec<String>,
+    /// Its own source/destination check (each interface has one).
+    pub source_dest_check: Option<bool>,
+}
+
+impl Interface {
+    /// Whether `ip` (a node address as the kubelet reports it) is one of its addresses.
+    pub fn holds(&self, ip: &str) -> bool {
+        let Ok(ip) = ip.parse::<std::net::IpAddr>() else {
+            return false;
+        };
+        self.private_ips
+            .iter()
+            .chain(&self.ipv6_addresses)
+            .any(|a| a.parse::<std::net::IpAddr>().ok() == Some(ip))
+    }
+}
+
+fn parse_interface(item: &Element) -> Option<Interface> {
+    let mut private_ips: Vec<String> = item
+        .items("privateIpAddressesSet")
+        .filter_map(|a| a.text_of("privateIpAddress").map(str::to_string))
+        .collect();
+    if let Some(primary) = item.text_of("privateIpAddress")
+        && !private_ips.iter().any(|a| a == primary)
+    {
+        private_ips.insert(0, primary.to_string());
+    }
+    Some(Interface {
+        id: item.text_of("networkInterfaceId")?.to_string(),
+        subnet_id: item.text_of("subnetId").unwrap_or_default().to_string(),
+        private_ips,
+        ipv6_addresses: item
+            .items("ipv6AddressesSet")
+            .filter_map(|a| a.text_of("ipv6Address").map(str::to_string))
+            .collect(),
+        source_dest_check: item.text_of("sourceDestCheck").map(|v| v == "true"),
+    })
 }
 
 impl Instance {
@@ -159,10 +259,64 @@ pub fn parse_instances(root: &Element) -> (Vec<Instance>, Option<String>) {
                     .to_string(),
                 vpc_id: i.text_of("vpcId").unwrap_or_default().to_string(),
                 source_dest_check: i.text_of("sourceDestCheck").map(|v| v == "true"),
+                interfaces: i
+                    .items("networkInterfaceSet")
+                    .filter_map(parse_interface)
+                    .collect(),
             })
         })
         .collect();
     (instances, next_token(root))
+}
+
+/// The subnets of a `DescribeSubnetsResponse`, each with whether it has an IPv6 CIDR
+/// block (`ipv6CidrBlockAssociationSet`, in no state of leaving or failing: moto
+/// writes its `associated` state as a Python dict), and the `nextToken`.
+pub fn parse_subnets_with_ipv6(root: &Element) -> (Vec<(String, bool)>, Option<String>) {
+    let subnets = root
+        .items("subnetSet")
+        .filter_map(|s| {
+            let id = s.text_of("subnetId")?.to_string();
+            let ipv6 = s.items("ipv6CidrBlockAssociationSet").any(|a| {
+                a.text_of("ipv6CidrBlock").is_some()
+                    && a.child("ipv6CidrBlockState")
+                        .and_then(|st| st.text_of("state"))
+                        .is_none_or(|st| {
+                            !matches!(
+                                st,
+                                "disassociating" | "disassociated" | "failing" | "failed"
+                            )
+                        })
+            });
+            Some((id, ipv6))
+        })
+        .collect();
+    (subnets, next_token(root))
+}
+
+/// A managed prefix list as `DescribeManagedPrefixLists` reports it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PrefixList {
+    pub id: String,
+    /// `IPv4` or `IPv6`.
+    pub address_family: String,
+    /// What a route to it counts against the route quota.
+    pub max_entries: usize,
+}
+
+/// Reads a `DescribeManagedPrefixListsResponse`.
+pub fn parse_prefix_lists(root: &Element) -> (Vec<PrefixList>, Option<String>) {
+    let lists = root
+        .items("prefixListSet")
+        .filter_map(|l| {
+            Some(PrefixList {
+                id: l.text_of("prefixListId")?.to_string(),
+                address_family: l.text_of("addressFamily").unwrap_or("IPv4").to_string(),
+                max_entries: l.text_of("maxEntries")?.parse().ok()?,
+            })
+        })
+        .collect();
+    (lists, next_token(root))
 }
 
 /// The EC2 instance ID in a node's `spec.providerID`: `aws:///us-east-1a/i-0abc`,
@@ -326,6 +480,17 @@ impl CallError {
                     (K::Invalid, hint)
                 } else if BAD_INPUT_CODES.contains(&code) {
                     (K::Invalid, String::new())
+                } else if code == INVALID_INSTANCE_ID {
+                    let hint = "; EC2 routes to an instance with several network interfaces \
+                                only by interface: the controller describes the instance again \
+                                and routes to the interface that holds the node's InternalIP \
+                                at the next try (if this persists, check that the node's \
+                                InternalIP is an address of one of its interfaces)";
+                    let message = format!(
+                        "EC2 {} at {} failed: {}{hint}",
+                        self.action, self.endpoint, self.error
+                    );
+                    return CloudError::refused(INSTANCE_HAS_SEVERAL_INTERFACES, false, message);
                 } else if code == "InvalidInstanceID.NotFound" {
                     // New instances take a moment to become visible to every EC2 API.
                     (K::Retry { after: None }, String::new())
@@ -436,6 +601,125 @@ mod tests {
         assert_eq!(t.routes[4].target(), "nat-1");
         assert!(t.is_tagged_for("c"));
         assert!(!t.is_tagged_for("other"));
+    }
+
+    /// Guards what the IPv6, interface and usage rules read from real EC2 replies:
+    /// IPv6 destinations, prefix-list destinations, interfaces, origins; an
+    /// instance's interfaces with their subnets, addresses and own checks; subnets'
+    /// IPv6 blocks; prefix lists' maximum entries.
+    #[test]
+    fn ipv6_interfaces_origins_subnets_and_prefix_lists_are_read() {
+        let root = parse(
+            r#"<DescribeRouteTablesResponse><routeTableSet><item>
+              <routeTableId>rtb-1</routeTableId><vpcId>vpc-1</vpcId><routeSet>
+                <item><destinationIpv6CidrBlock>fd00:10:244:1::/64</destinationIpv6CidrBlock>
+                  <instanceId>i-0000000a</instanceId><networkInterfaceId>eni-b</networkInterfaceId>
+                  <origin>CreateRoute</origin><state>active</state></item>
+                <item><destinationPrefixListId>pl-63a5400a</destinationPrefixListId>
+                  <gatewayId>vpce-1</gatewayId><origin>CreateRoute</origin><state>active</state></item>
+                <item><destinationCidrBlock>192.168.0.0/16</destinationCidrBlock>
+                  <gatewayId>vgw-1</gatewayId><origin>EnableVgwRoutePropagation</origin><state>active</state></item>
+              </routeSet></item></routeTableSet></DescribeRouteTablesResponse>"#,
+        );
+        let (tables, _) = parse_route_tables(&root);
+        let routes = &tables[0].routes;
+        assert_eq!(
+            routes[0].cidr().map(|c| c.to_string()).as_deref(),
+            Some("fd00:10:244:1::/64")
+        );
+        assert_eq!(routes[0].network_interface_id.as_deref(), Some("eni-b"));
+        assert_eq!(routes[1].prefix_list.as_deref(), Some("pl-63a5400a"));
+        assert_eq!(routes[1].cidr(), None);
+        assert!(!routes[1].is_propagated());
+        assert!(routes[2].is_propagated());
+
+        let root = parse(
+            "<DescribeInstancesResponse><reservationSet><item><instancesSet><item>\
+               <instanceId>i-0000000a</instanceId><vpcId>vpc-1</vpcId><sourceDestCheck>true</sourceDestCheck>\
+               <networkInterfaceSet>\
+                 <item><networkInterfaceId>eni-a</networkInterfaceId><subnetId>subnet-1</subnetId>\
+                   <privateIpAddress>10.0.1.5</privateIpAddress><sourceDestCheck>true</sourceDestCheck>\
+                   <privateIpAddressesSet><item><privateIpAddress>10.0.1.5</privateIpAddress></item>\
+                     <item><privateIpAddress>10.0.1.6</privateIpAddress></item></privateIpAddressesSet></item>\
+                 <item><networkInterfaceId>eni-b</networkInterfaceId><subnetId>subnet-2</subnetId>\
+                   <privateIpAddress>10.0.2.7</privateIpAddress><sourceDestCheck>false</sourceDestCheck>\
+                   <ipv6AddressesSet><item><ipv6Address>2600:1f18::7</ipv6Address></item></ipv6AddressesSet></item>\
+               </networkInterfaceSet></item></instancesSet></item></reservationSet></DescribeInstancesResponse>",
+        );
+        let (instances, _) = parse_instances(&root);
+        let interfaces = &instances[0].interfaces;
+        assert_eq!(interfaces.len(), 2);
+        assert_eq!(interfaces[0].private_ips, vec!["10.0.1.5", "10.0.1.6"]);
+        assert!(interfaces[0].holds("10.0.1.6"));
+        assert!(!interfaces[0].holds("10.0.2.7"));
+        assert!(interfaces[1].holds("2600:1f18:0::7"));
+        assert_eq!(interfaces[1].subnet_id, "subnet-2");
+        assert_eq!(interfaces[1].source_dest_check, Some(false));
+
+        let root = parse(
+            "<DescribeSubnetsResponse><subnetSet>\
+               <item><subnetId>subnet-1</subnetId><ipv6CidrBlockAssociationSet/></item>\
+               <item><subnetId>subnet-2</subnetId><ipv6CidrBlockAssociationSet><item>\
+                 <ipv6CidrBlock>2600:1f18::/64</ipv6CidrBlock>\
+                 <ipv6CidrBlockState><state>associated</state></ipv6CidrBlockState></item>\
+               </ipv6CidrBlockAssociationSet></item>\
+               <item><subnetId>subnet-3</subnetId><ipv6CidrBlockAssociationSet><item>\
+                 <ipv6CidrBlock>2600:1f18:1::/64</ipv6CidrBlock>\
+                 <ipv6CidrBlockState><state>disassociated</state></ipv6CidrBlockState></item>\
+               </ipv6CidrBlockAssociationSet></item>\
+             </subnetSet></DescribeSubnetsResponse>",
+        );
+        let (subnets, _) = parse_subnets_with_ipv6(&root);
+        assert_eq!(
+            subnets,
+            vec![
+                ("subnet-1".to_string(), false),
+                ("subnet-2".to_string(), true),
+                ("subnet-3".to_string(), false)
+            ]
+        );
+
+        let root = parse(
+            "<DescribeManagedPrefixListsResponse><prefixListSet>\
+               <item><prefixListId>pl-1</prefixListId><addressFamily>IPv6</addressFamily>\
+                 <maxEntries>25</maxEntries></item>\
+             </prefixListSet></DescribeManagedPrefixListsResponse>",
+        );
+        let (lists, _) = parse_prefix_lists(&root);
+        assert_eq!(
+            lists,
+            vec![PrefixList {
+                id: "pl-1".into(),
+                address_family: "IPv6".into(),
+                max_entries: 25
+            }]
+        );
+    }
+
+    /// Guards the mapping of EC2's answer to a route or source/destination check
+    /// sent with the `InstanceId` of an instance with several interfaces: refused for
+    /// the node with the fix, never retried blind.
+    #[test]
+    fn invalid_instance_id_of_a_multi_interface_instance_is_refused_with_the_fix() {
+        let err =
+            service_error(CREATE_ROUTE, CallKind::Mutation, 400, INVALID_INSTANCE_ID).into_cloud();
+        assert_eq!(
+            err.kind,
+            CloudErrorKind::Refused {
+                reason: INSTANCE_HAS_SEVERAL_INTERFACES,
+                lasting: false
+            }
+        );
+        assert!(err.message.contains("InternalIP"), "{}", err.message);
+        assert!(err.message.contains("req-7"), "{}", err.message);
+        // Its cousins keep their meaning.
+        let malformed = service_error(
+            CREATE_ROUTE,
+            CallKind::Mutation,
+            400,
+            "InvalidInstanceID.Malformed",
+        );
+        assert_eq!(malformed.into_cloud().kind, CloudErrorKind::Invalid);
     }
 
     #[test]

@@ -1,7 +1,9 @@
 //! The AWS EC2 provider: each pod CIDR is a route in every route table of the cluster,
 //! pointing at the node's instance (`InstanceId`), as upstream's AWS cloud provider
-//! does it for its one table. A multi-AZ VPC has a table per zone; pods in every subnet
-//! need every node's route.
+//! does it for its one table, or at the interface that holds the node's InternalIP
+//! (`NetworkInterfaceId`) when the instance has several (`Hop`). A multi-AZ VPC has
+//! a table per zone; pods in every subnet need every node's route. IPv6 pod CIDRs are
+//! routed as `DestinationIpv6CidrBlock`, which upstream never did.
 //!
 //! - **Which tables:** the configured route table IDs, or every table tagged for the
 //!   cluster (`kubernetes.io/cluster/<cluster name>` with any value, or the legacy
@@ -19,9 +21,13 @@
 //! - **Calls:** list = one `DescribeRouteTables` for all tables (plus
 //!   `DescribeInstances` only for instances that are not nodes); create = one
 //!   `CreateRoute` per table lacking the route, preceded once per instance and process
-//!   by a `DescribeInstances` (the pre-flight check: VPC, source/destination check;
-//!   upstream describes the instance at every create) and, when its check is on,
-//!   `ModifyInstanceAttribute SourceDestCheck=false`; delete = one `DeleteRoute` per
+//!   by a `DescribeInstances` (the pre-flight check: VPC, interfaces, source/destination
+//!   check; upstream describes the instance at every create), for an IPv6 route to an
+//!   interface without an IPv6 address one `DescribeSubnets` per subnet, and, when
+//!   the hop's check is on, `ModifyInstanceAttribute` (or, for an interface,
+//!   `ModifyNetworkInterfaceAttribute`) `SourceDestCheck=false`; a list reads the
+//!   size of prefix lists the tables route to once per list and process
+//!   (`DescribeManagedPrefixLists`); delete = one `DeleteRoute` per
 //!   table holding it. The controller spends the budget the provider declares, a
 //!   bucket per EC2 action as EC2 keeps them ([`ec2_buckets`]), and corrects each from
 //!   the calls each operation reports by action ([`Meter`]); when EC2 throttles an
@@ -63,10 +69,12 @@ use rand::RngExt;
 
 use self::credentials::{AwsEnv, ChainSettings, CredentialSource, Imds, resolve_region};
 use self::ec2::{
-    CREATE_ROUTE, CallError, CallKind, DELETE_ROUTE, DESCRIBE_INSTANCES, DESCRIBE_ROUTE_TABLES,
-    Instance, LEGACY_CLUSTER_TAG, MODIFY_INSTANCE_ATTRIBUTE, REPLACE_ROUTE, RouteTable,
-    ThrottleBackoff, cluster_tag_key, instance_id_from_provider_id, is_instance_id, is_throttling,
-    parse_instances, parse_route_tables,
+    CREATE_ROUTE, CallError, CallKind, DELETE_ROUTE, DESCRIBE_INSTANCES,
+    DESCRIBE_MANAGED_PREFIX_LISTS, DESCRIBE_ROUTE_TABLES, DESCRIBE_SUBNETS, INVALID_INSTANCE_ID,
+    Instance, LEGACY_CLUSTER_TAG, MODIFY_INSTANCE_ATTRIBUTE, MODIFY_NETWORK_INTERFACE_ATTRIBUTE,
+    REPLACE_ROUTE, RouteEntry, RouteTable, ThrottleBackoff, cluster_tag_key,
+    instance_id_from_provider_id, is_instance_id, is_throttling, parse_instances,
+    parse_prefix_lists, parse_route_tables, parse_subnets_with_ipv6,
 };
 use self::query::{Endpoint, Params, QueryClient, QueryClientConfig, QueryError};
 use self::xml::Element;
@@ -191,6 +199,9 @@ pub fn ec2_buckets() -> Vec<ActionBucket> {
         bucket(REPLACE_ROUTE, 5.0, 200.0),
         bucket(DELETE_ROUTE, 5.0, 200.0),
         bucket(MODIFY_INSTANCE_ATTRIBUTE, 5.0, 200.0),
+        bucket(MODIFY_NETWORK_INTERFACE_ATTRIBUTE, 5.0, 200.0),
+        bucket(DESCRIBE_SUBNETS, 20.0, 100.0),
+        bucket(DESCRIBE_MANAGED_PREFIX_LISTS, 20.0, 100.0),
     ]
 }
 
@@ -199,6 +210,12 @@ pub const INSTANCE_NOT_IN_VPC: &str = "InstanceNotInVPC";
 /// `NetworkUnavailable` reason: the instance's source/destination check is on and the
 /// controller was told not to turn it off.
 pub const SOURCE_DEST_CHECK_ENABLED: &str = "SourceDestCheckEnabled";
+/// `NetworkUnavailable` reason: an IPv6 pod CIDR, and the subnet of the node's
+/// interface has no IPv6 CIDR block, so EC2 has no IPv6 path to the node.
+pub const SUBNET_WITHOUT_IPV6: &str = "SubnetWithoutIPv6";
+/// `NetworkUnavailable` reason: the instance has several network interfaces and none
+/// holds the node's InternalIP, so the controller cannot tell which one the pods use.
+pub const NO_INTERFACE_FOR_INTERNAL_IP: &str = "NoInterfaceForInternalIP";
 
 impl Default for AwsConfig {
     fn default() -> AwsConfig {
@@ -240,9 +257,18 @@ pub struct AwsProvider {
     /// snapshot (read before they landed) does not undo them in `managed`. Locked
     /// after `managed` when both are held.
     changes: Mutex<Changes>,
-    /// Instances whose source/destination check this process has disabled; one lock
-    /// per instance so that concurrent creates for one node call EC2 once.
+    /// Instances and interfaces whose source/destination check this process has
+    /// disabled; one lock per hop so that concurrent creates for one node call EC2
+    /// once.
     source_dest_check: Mutex<HashMap<String, Arc<Mutex<bool>>>>,
+    /// Subnets known to have an IPv6 CIDR block (only that is remembered: an
+    /// operator's fix of a subnet without one is seen at the next try).
+    ipv6_subnets: Mutex<HashSet<String>>,
+    /// One lock per instance or subnet being described (see [`AwsProvider::flight`]).
+    flights: Mutex<HashMap<String, Arc<Mutex<()>>>>,
+    /// `MaxEntries` and family (true: IPv6) of the prefix lists the tables route to,
+    /// read once per list ID and process: what such a route counts against the quota.
+    prefix_lists: Mutex<HashMap<String, (bool, usize)>>,
     /// Instances known to be terminated or gone: that never changes back.
     gone: Mutex<HashSet<String>>,
     calls: Mutex<BTreeMap<&'static str, u64>>,
@@ -387,6 +413,9 @@ impl AwsProvider {
             managed: Mutex::new(None),
             changes: Mutex::new(Changes::default()),
             source_dest_check: Mutex::new(HashMap::new()),
+            ipv6_subnets: Mutex::new(HashSet::new()),
+            flights: Mutex::new(HashMap::new()),
+            prefix_lists: Mutex::new(HashMap::new()),
             gone: Mutex::new(HashSet::new()),
             calls: Mutex::new(BTreeMap::new()),
             fence: Fence::open(),
@@ -613,6 +642,8 @@ impl AwsProvider {
         if tables.is_empty() {
             return Err(self.no_tables_error(tagged_for));
         }
+        self.read_prefix_lists(&tables);
+        self.fill_interface_owners(&mut tables);
         if !self.configured_tables.is_empty() {
             for id in &self.configured_tables {
                 if !tables.iter().any(|t| t.id == *id) {
@@ -682,10 +713,10 @@ impl AwsProvider {
                 );
             }
         }
-        let mut views: Vec<TableView> = tables.iter().map(TableView::of).collect();
+        let mut views: Vec<TableView> = tables.iter().map(|t| self.view(t)).collect();
         for change in lock(&self.changes).since(since) {
             if let Some(view) = views.iter_mut().find(|t| t.id == change.table) {
-                view.apply(change.cidr, change.instance.clone());
+                view.apply(change.cidr, change.target.clone());
             }
         }
         *managed = Some(Managed {
@@ -713,7 +744,7 @@ impl AwsProvider {
                     id: id.clone(),
                     routes: HashMap::new(),
                     vpc_id: String::new(),
-                    total: 0,
+                    usage: Usage::default(),
                 })
                 .collect();
             *managed = Some(Managed {
@@ -726,20 +757,97 @@ impl AwsProvider {
         Ok(self
             .fetch_tables(cluster_name)?
             .iter()
-            .map(TableView::of)
+            .map(|t| self.view(t))
             .collect())
     }
 
+    /// What a listed table holds, as a change needs it, and its usage as the quota
+    /// counts it.
+    fn view(&self, table: &RouteTable) -> TableView {
+        TableView::of(table, &lock(&self.prefix_lists))
+    }
+
+    /// Reads the `MaxEntries` of prefix lists the tables route to that this process
+    /// has not read yet, in one `DescribeManagedPrefixLists`: a route to a prefix
+    /// list counts as that many routes ("Maximum number of entries per prefix list",
+    /// Amazon VPC quotas). Most tables have none, so this costs nothing; one with an S3
+    /// gateway endpoint costs one call per process. A failed read counts such a
+    /// route as one, with a log line; EC2's `RouteLimitExceeded` stays the backstop.
+    fn read_prefix_lists(&self, tables: &[RouteTable]) {
+        let mut ids: Vec<&str> = {
+            let known = lock(&self.prefix_lists);
+            tables
+                .iter()
+                .flat_map(|t| &t.routes)
+                .filter_map(|r| r.prefix_list.as_deref())
+                .filter(|id| !known.contains_key(*id))
+                .collect()
+        };
+        if ids.is_empty() {
+            return;
+        }
+        ids.sort_unstable();
+        ids.dedup();
+        let mut lists = Vec::new();
+        let read = self.paginate(
+            DESCRIBE_MANAGED_PREFIX_LISTS,
+            Params::new().list("PrefixListId", &ids),
+            |root| {
+                let (mut page, next) = parse_prefix_lists(root);
+                lists.append(&mut page);
+                next
+            },
+        );
+        match read {
+            Ok(()) => {
+                let mut known = lock(&self.prefix_lists);
+                for l in lists {
+                    known.insert(l.id, (l.address_family == "IPv6", l.max_entries.max(1)));
+                }
+            }
+            Err(e) => log::info!(
+                "could not read the size of prefix lists {} (routes to them count as one \
+                 each in the table's usage until a later list reads it): {}",
+                ids.join(", "),
+                e.into_cloud()
+            ),
+        }
+    }
+
+    /// Routes made to an interface of a node's instance name the instance beside the
+    /// interface when EC2 lists them; a reply that names the interface alone (a
+    /// detached interface, or an emulator) is completed from what `DescribeInstances`
+    /// said of the nodes' instances, so that the route is recognised as the node's.
+    fn fill_interface_owners(&self, tables: &mut [RouteTable]) {
+        let owners: HashMap<String, String> = lock(&self.facts)
+            .values()
+            .flat_map(|i| i.interfaces.iter().map(|n| (n.id.clone(), i.id.clone())))
+            .collect();
+        if owners.is_empty() {
+            return;
+        }
+        for route in tables.iter_mut().flat_map(|t| t.routes.iter_mut()) {
+            if route.instance_id.is_none()
+                && let Some(owner) = route
+                    .network_interface_id
+                    .as_ref()
+                    .and_then(|n| owners.get(n))
+            {
+                route.instance_id = Some(owner.clone());
+            }
+        }
+    }
+
     /// Records what a successful mutation changed in one remembered table.
-    fn note(&self, table: &str, cidr: Cidr, instance: Option<&str>) {
-        let instance = instance.map(str::to_string);
+    fn note(&self, table: &str, cidr: Cidr, hop: Option<&Hop>) {
+        let target = hop.map(Hop::listed);
         let mut managed = lock(&self.managed);
         if let Some(m) = managed.as_mut()
             && let Some(view) = m.tables.iter_mut().find(|t| t.id == table)
         {
-            view.apply(cidr, instance.clone());
+            view.apply(cidr, target.clone());
         }
-        lock(&self.changes).record(table, cidr, instance);
+        lock(&self.changes).record(table, cidr, target);
     }
 
     /// EC2 said the table does not exist: stop using it until a list finds it again.
@@ -770,20 +878,15 @@ impl AwsProvider {
     }
 
     /// `CreateRoute` in one table; a route already there is settled.
-    fn create_in(
-        &self,
-        table: &str,
-        cidr: Cidr,
-        instance: &str,
-        node: &str,
-    ) -> Result<(), TableError> {
+    fn create_in(&self, table: &str, cidr: Cidr, hop: &Hop, node: &str) -> Result<(), TableError> {
+        let (target_param, target) = hop.param();
         let result = self.call(
             CREATE_ROUTE,
             CallKind::Mutation,
             &Params::new()
                 .add("RouteTableId", table)
-                .add("DestinationCidrBlock", cidr.to_string())
-                .add("InstanceId", instance),
+                .add(destination_param(cidr), cidr.to_string())
+                .add(target_param, target),
         );
         match result {
             Ok(reply) if reply.text_of("return") == Some("false") => {
@@ -792,13 +895,20 @@ impl AwsProvider {
                 ))))
             }
             Ok(_) => {
-                log::info!("created route {cidr} in {table} to instance {instance} (node {node})");
+                log::info!("created route {cidr} in {table} to {hop} (node {node})");
                 Ok(())
             }
             Err(e) if e.code() == "RouteAlreadyExists" => self
-                .settle_existing_route(table, cidr, instance, node)
+                .settle_existing_route(table, cidr, hop, node)
                 .map_err(TableError::Failed),
-            Err(e) => Err(TableError::from_call(e)),
+            Err(e) => {
+                if e.code() == INVALID_INSTANCE_ID {
+                    // An interface was attached since the instance was described: the
+                    // next try describes it again and routes to an interface.
+                    self.forget_facts(hop.instance());
+                }
+                Err(TableError::from_call(e))
+            }
         }
     }
 
@@ -808,7 +918,7 @@ impl AwsProvider {
             CallKind::Mutation,
             &Params::new()
                 .add("RouteTableId", table)
-                .add("DestinationCidrBlock", cidr.to_string()),
+                .add(destination_param(cidr), cidr.to_string()),
         )
         .map_err(TableError::from_call)?;
         log::info!("deleted route {cidr} from {table}");
@@ -865,13 +975,24 @@ impl AwsProvider {
         if let Some(known) = lock(&self.facts).get(instance) {
             return Ok(Some(known.clone()));
         }
+        // A dual-stack node's two creates run at once: one describes, the other
+        // waits for its answer.
+        let flight = self.flight(instance);
+        let _describing = lock(&flight);
+        if let Some(known) = lock(&self.facts).get(instance) {
+            return Ok(Some(known.clone()));
+        }
         let found = self
             .describe_instances(Params::new().add("InstanceId.1", instance))
             .map_err(CallError::into_cloud)?
             .into_iter()
             .find(|i| i.id == instance);
         if let Some(i) = &found {
-            let recheck = !self.disable_source_dest_check && i.source_dest_check == Some(true);
+            let recheck = !self.disable_source_dest_check
+                && (i.source_dest_check == Some(true)
+                    || i.interfaces
+                        .iter()
+                        .any(|n| n.source_dest_check == Some(true)));
             let mut facts = lock(&self.facts);
             if facts.len() >= MAX_REMEMBERED_INSTANCES {
                 facts.clear();
@@ -883,30 +1004,48 @@ impl AwsProvider {
         Ok(found)
     }
 
-    /// The pre-flight check of a create: the destination is IPv4, the node names an
-    /// instance, the instance is in the VPC of every table (EC2 would refuse the
-    /// route), and its source/destination check is off or ours to turn off.
+    /// The lock under which one describe of `id` (an instance, a subnet) is in
+    /// flight, so that concurrent creates send it once.
+    fn flight(&self, id: &str) -> Arc<Mutex<()>> {
+        let mut flights = lock(&self.flights);
+        if flights.len() >= MAX_REMEMBERED_INSTANCES && !flights.contains_key(id) {
+            flights.clear();
+        }
+        flights.entry(id.to_string()).or_default().clone()
+    }
+
+    /// Forgets what `DescribeInstances` said of `instance`, so that the next create
+    /// describes it again.
+    fn forget_facts(&self, instance: &str) {
+        lock(&self.facts).remove(instance);
+    }
+
+    /// The pre-flight check of a create: the node names an instance, the instance is
+    /// in the VPC of every table (EC2 would refuse the route), the route's hop is
+    /// known (the instance, or the interface holding the node's InternalIP when it
+    /// has several), an IPv6 destination has an IPv6 subnet behind it, and the hop's
+    /// source/destination check is off or ours to turn off.
     fn check_create(
         &self,
         cluster_name: &str,
         route: &Route,
         target: &RouteTarget,
-    ) -> Result<(Cidr, String, Vec<TableView>), CloudError> {
-        let cidr = ipv4_destination(&route.destination_cidr)?;
+    ) -> Result<(Cidr, Hop, Vec<TableView>), CloudError> {
+        let cidr = destination(&route.destination_cidr)?;
         let instance = self.instance_for(target)?;
         // The tables first: a configuration error should not cost a mutation.
         let tables = self.tables_for_change(cluster_name)?;
         let node = &target.node_name;
         let facts = match self.instance_facts(&instance) {
             Ok(Some(facts)) => facts,
-            Ok(None) => return Ok((cidr, instance, tables)),
+            Ok(None) => return Ok((cidr, Hop::Instance(instance), tables)),
             // Throttled: nothing may be sent for a while, the create included.
             Err(e) if matches!(e.kind, CloudErrorKind::RateLimited { .. }) => return Err(e),
             Err(e) => {
                 // A check that cannot be made does not hold the route back; EC2
                 // still refuses what is wrong.
                 log::info!("pre-flight check of instance {instance} skipped: {e}");
-                return Ok((cidr, instance, tables));
+                return Ok((cidr, Hop::Instance(instance), tables));
             }
         };
         if !facts.vpc_id.is_empty()
@@ -926,50 +1065,171 @@ impl AwsProvider {
                 ),
             ));
         }
-        if !self.disable_source_dest_check && facts.source_dest_check == Some(true) {
+        let (hop, interface) = hop_for(&facts, target)?;
+        // An interface with an IPv6 address is in a subnet with an IPv6 block (the
+        // usual dual-stack node): nothing to ask.
+        if !cidr.is_ipv4()
+            && let Some(interface) = interface
+            && interface.ipv6_addresses.is_empty()
+            && !self.subnet_has_ipv6(&interface.subnet_id)?
+        {
+            return Err(CloudError::refused(
+                SUBNET_WITHOUT_IPV6,
+                false,
+                format!(
+                    "pod CIDR {cidr} of node {node} is IPv6, but subnet {} of its interface {} \
+                     (instance {instance}) has no IPv6 CIDR block, so EC2 has no IPv6 path to \
+                     the node: associate one with the VPC and the subnet (aws ec2 \
+                     associate-vpc-cidr-block --vpc-id {} --amazon-provided-ipv6-cidr-block; aws \
+                     ec2 associate-subnet-cidr-block --subnet-id {} --ipv6-cidr-block …), or \
+                     give the cluster no IPv6 cluster CIDR",
+                    interface.subnet_id, interface.id, facts.vpc_id, interface.subnet_id
+                ),
+            ));
+        }
+        let check_on = match &hop {
+            Hop::Instance(_) => facts.source_dest_check,
+            Hop::Interface { .. } => interface.and_then(|i| i.source_dest_check),
+        };
+        if !self.disable_source_dest_check && check_on == Some(true) {
+            let command = match &hop {
+                Hop::Instance(i) => {
+                    format!(
+                        "aws ec2 modify-instance-attribute --instance-id {i} --no-source-dest-check"
+                    )
+                }
+                Hop::Interface { interface, .. } => format!(
+                    "aws ec2 modify-network-interface-attribute --network-interface-id \
+                     {interface} --no-source-dest-check"
+                ),
+            };
             return Err(CloudError::refused(
                 SOURCE_DEST_CHECK_ENABLED,
                 false,
                 format!(
-                    "instance {instance} of node {node} has its source/destination check on, so \
-                     EC2 drops the pod traffic routed to it: turn it off (aws ec2 \
-                     modify-instance-attribute --instance-id {instance} --no-source-dest-check) \
-                     or let the controller do it (DisableSourceDestCheck=true in --cloud-config)"
+                    "{hop} of node {node} has its source/destination check on, so EC2 drops \
+                     the pod traffic routed to it: turn it off ({command}) or let the \
+                     controller do it (DisableSourceDestCheck=true in --cloud-config)"
                 ),
             ));
         }
-        Ok((cidr, instance, tables))
+        Ok((cidr, hop, tables))
     }
 
-    /// An instance forwards pod traffic only with its source/destination check off.
-    /// Done once per instance and process: it is a mutating call that spends the
-    /// account's mutating budget.
-    fn disable_source_dest_check(&self, instance: &str) -> Result<(), CloudError> {
+    /// Whether `subnet` has an IPv6 CIDR block: one `DescribeSubnets` per subnet until
+    /// it has (a yes is remembered; a no is asked again at the next try, so that the
+    /// operator's fix is seen). A subnet EC2 does not report is given the benefit of
+    /// the doubt: EC2 still refuses what is wrong.
+    fn subnet_has_ipv6(&self, subnet: &str) -> Result<bool, CloudError> {
+        if subnet.is_empty() || lock(&self.ipv6_subnets).contains(subnet) {
+            return Ok(true);
+        }
+        let flight = self.flight(subnet);
+        let _describing = lock(&flight);
+        if lock(&self.ipv6_subnets).contains(subnet) {
+            return Ok(true);
+        }
+        let mut found = Vec::new();
+        let read = self.paginate(
+            DESCRIBE_SUBNETS,
+            Params::new().add("SubnetId.1", subnet),
+            |root| {
+                let (mut page, next) = parse_subnets_with_ipv6(root);
+                found.append(&mut page);
+                next
+            },
+        );
+        match read {
+            Ok(()) => {}
+            Err(e) => {
+                let e = e.into_cloud();
+                if matches!(e.kind, CloudErrorKind::RateLimited { .. }) {
+                    return Err(e);
+                }
+                log::info!("IPv6 check of subnet {subnet} skipped: {e}");
+                return Ok(true);
+            }
+        }
+        match found.iter().find(|(id, _)| id == subnet) {
+            Some((_, false)) => Ok(false),
+            _ => {
+                let mut known = lock(&self.ipv6_subnets);
+                if known.len() >= MAX_REMEMBERED_INSTANCES {
+                    known.clear();
+                }
+                known.insert(subnet.to_string());
+                Ok(true)
+            }
+        }
+    }
+
+    /// A route's hop forwards pod traffic only with its source/destination check off.
+    /// Done once per hop and process: it is a mutating call that spends the
+    /// account's mutating budget. An instance with one interface is modified as
+    /// upstream does it (`ModifyInstanceAttribute`); one interface of several with
+    /// `ModifyNetworkInterfaceAttribute`, since EC2 refuses the instance then.
+    fn disable_source_dest_check(&self, hop: &Hop) -> Result<(), CloudError> {
+        let key = hop.param().1.to_string();
         let slot = {
             let mut done = lock(&self.source_dest_check);
-            if done.len() >= MAX_REMEMBERED_INSTANCES && !done.contains_key(instance) {
+            if done.len() >= MAX_REMEMBERED_INSTANCES && !done.contains_key(&key) {
                 done.clear();
             }
-            done.entry(instance.to_string()).or_default().clone()
+            done.entry(key).or_default().clone()
         };
         let mut done = lock(&slot);
         if *done {
             return Ok(());
         }
-        self.call(
-            MODIFY_INSTANCE_ATTRIBUTE,
+        let (action, params) = match hop {
+            Hop::Instance(instance) => (
+                MODIFY_INSTANCE_ATTRIBUTE,
+                Params::new().add("InstanceId", instance),
+            ),
+            Hop::Interface { interface, .. } => (
+                MODIFY_NETWORK_INTERFACE_ATTRIBUTE,
+                Params::new().add("NetworkInterfaceId", interface),
+            ),
+        };
+        let sent = self.call(
+            action,
             CallKind::Mutation,
-            &Params::new()
-                .add("InstanceId", instance)
-                .add("SourceDestCheck.Value", "false"),
-        )
-        .map_err(CallError::into_cloud)?;
-        *done = true;
-        if let Some(f) = lock(&self.facts).get_mut(instance) {
-            f.source_dest_check = Some(false);
+            &params.add("SourceDestCheck.Value", "false"),
+        );
+        if let Err(e) = sent {
+            if e.code() == INVALID_INSTANCE_ID {
+                self.forget_facts(hop.instance());
+            }
+            return Err(e.into_cloud());
         }
-        log::info!("disabled the source/destination check of instance {instance}");
+        *done = true;
+        if let Some(f) = lock(&self.facts).get_mut(hop.instance()) {
+            match hop {
+                Hop::Instance(_) => f.source_dest_check = Some(false),
+                Hop::Interface { interface, .. } => {
+                    for i in f.interfaces.iter_mut().filter(|i| i.id == *interface) {
+                        i.source_dest_check = Some(false);
+                    }
+                }
+            }
+        }
+        log::info!("disabled the source/destination check of {hop}");
         Ok(())
+    }
+
+    /// Whether the hop's source/destination check is known to be off.
+    fn check_is_off(&self, hop: &Hop) -> bool {
+        let facts = lock(&self.facts);
+        let Some(f) = facts.get(hop.instance()) else {
+            return false;
+        };
+        match hop {
+            Hop::Instance(_) => f.source_dest_check == Some(false),
+            Hop::Interface { interface, .. } => f
+                .interfaces
+                .iter()
+                .any(|i| i.id == *interface && i.source_dest_check == Some(false)),
+        }
     }
 
     fn is_gone(&self, instance: &str) -> bool {
@@ -1046,15 +1306,11 @@ impl AwsProvider {
         &self,
         table: &str,
         cidr: Cidr,
-        instance: &str,
+        hop: &Hop,
         node: &str,
     ) -> Result<(), CloudError> {
         let current = self.describe_table(table).map_err(CallError::into_cloud)?;
-        let existing = current.and_then(|t| {
-            t.routes
-                .into_iter()
-                .find(|r| r.destination.as_deref().and_then(|d| Cidr::parse(d).ok()) == Some(cidr))
-        });
+        let existing = current.and_then(|t| t.routes.into_iter().find(|r| r.cidr() == Some(cidr)));
         let Some(existing) = existing else {
             return Err(CloudError::new(
                 CloudErrorKind::Retry { after: None },
@@ -1070,32 +1326,175 @@ impl AwsProvider {
                 .as_deref()
                 .is_some_and(|i| self.is_gone(i));
         if dead {
+            let (target_param, target) = hop.param();
             self.call(
                 REPLACE_ROUTE,
                 CallKind::Mutation,
                 &Params::new()
                     .add("RouteTableId", table)
-                    .add("DestinationCidrBlock", cidr.to_string())
-                    .add("InstanceId", instance),
+                    .add(destination_param(cidr), cidr.to_string())
+                    .add(target_param, target),
             )
             .map_err(CallError::into_cloud)?;
             log::info!(
-                "replaced dead route {cidr} ({}) in {table} with one to instance {instance} (node {node})",
+                "replaced dead route {cidr} ({}) in {table} with one to {hop} (node {node})",
                 existing.target()
             );
             return Ok(());
         }
-        if existing.instance_id.as_deref() == Some(instance) {
+        if hop.matches(&Listed::of(&existing)) {
             return Ok(());
         }
         Err(CloudError::new(
             CloudErrorKind::AlreadyExists,
             format!(
-                "route {cidr} in {table} already points at {}, not at instance {instance} of node \
-                 {node}",
+                "route {cidr} in {table} already points at {}, not at {hop} of node {node}",
                 existing.target()
             ),
         ))
+    }
+}
+
+/// Where a new route points. An instance with one network interface is routed to by
+/// `InstanceId`, as upstream's AWS provider does (EC2 resolves it to that interface
+/// and lists the route with both IDs): routes made upstream are the node's as they
+/// stand, rolling back to upstream leaves routes it reads as its own, and the IAM
+/// policy needs nothing new. An instance with several interfaces is routed to the
+/// interface that holds the node's InternalIP (`NetworkInterfaceId`), since EC2
+/// refuses the instance then (`InvalidInstanceID`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Hop {
+    Instance(String),
+    Interface { instance: String, interface: String },
+}
+
+impl Hop {
+    /// The `CreateRoute` parameter naming the hop, and its value.
+    fn param(&self) -> (&'static str, &str) {
+        match self {
+            Hop::Instance(i) => ("InstanceId", i),
+            Hop::Interface { interface, .. } => ("NetworkInterfaceId", interface),
+        }
+    }
+
+    fn instance(&self) -> &str {
+        match self {
+            Hop::Instance(i) | Hop::Interface { instance: i, .. } => i,
+        }
+    }
+
+    /// What a table lists for a route made to this hop.
+    fn listed(&self) -> Listed {
+        match self {
+            Hop::Instance(i) => Listed {
+                instance: Some(i.clone()),
+                interface: None,
+            },
+            Hop::Interface {
+                instance,
+                interface,
+            } => Listed {
+                instance: Some(instance.clone()),
+                interface: Some(interface.clone()),
+            },
+        }
+    }
+
+    /// Whether a listed route already goes where this hop would send it: to the
+    /// instance (with one interface, the route to its only interface is the same
+    /// route), or to the interface.
+    fn matches(&self, listed: &Listed) -> bool {
+        match self {
+            Hop::Instance(i) => listed.instance.as_deref() == Some(i.as_str()),
+            Hop::Interface { interface, .. } => {
+                listed.interface.as_deref() == Some(interface.as_str())
+            }
+        }
+    }
+}
+
+impl fmt::Display for Hop {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Hop::Instance(i) => write!(f, "instance {i}"),
+            Hop::Interface {
+                instance,
+                interface,
+            } => write!(f, "interface {interface} of instance {instance}"),
+        }
+    }
+}
+
+/// The hop of a new route to `facts`' instance for the node `target`, and the
+/// interface it goes through when known (for the IPv6 and source/destination
+/// checks).
+fn hop_for<'a>(
+    facts: &'a Instance,
+    target: &RouteTarget,
+) -> Result<(Hop, Option<&'a ec2::Interface>), CloudError> {
+    let instance = facts.id.clone();
+    match facts.interfaces.as_slice() {
+        [] => Ok((Hop::Instance(instance), None)),
+        [only] => Ok((Hop::Instance(instance), Some(only))),
+        several => {
+            let internal: Vec<&str> = target
+                .addresses
+                .iter()
+                .filter(|a| a.kind == "InternalIP")
+                .map(|a| a.address.as_str())
+                .collect();
+            let holding = internal
+                .iter()
+                .find_map(|ip| several.iter().find(|i| i.holds(ip)));
+            match holding {
+                Some(interface) => Ok((
+                    Hop::Interface {
+                        instance,
+                        interface: interface.id.clone(),
+                    },
+                    Some(interface),
+                )),
+                None => Err(CloudError::refused(
+                    NO_INTERFACE_FOR_INTERNAL_IP,
+                    false,
+                    format!(
+                        "instance {instance} of node {} has {} network interfaces ({}) and none \
+                         holds the node's InternalIP ({}); EC2 routes to such an instance only \
+                         by interface: make the kubelet report the address of the interface \
+                         the pods use (--node-ip)",
+                        target.node_name,
+                        several.len(),
+                        several
+                            .iter()
+                            .map(|i| format!("{}: {}", i.id, i.private_ips.join(" ")))
+                            .collect::<Vec<_>>()
+                            .join(", "),
+                        if internal.is_empty() {
+                            "none reported".to_string()
+                        } else {
+                            internal.join(", ")
+                        }
+                    ),
+                )),
+            }
+        }
+    }
+}
+
+/// A route's target as a table lists it: the instance and the interface (EC2 names
+/// both for a route to an instance or to an attached interface).
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Listed {
+    instance: Option<String>,
+    interface: Option<String>,
+}
+
+impl Listed {
+    fn of(route: &RouteEntry) -> Listed {
+        Listed {
+            instance: route.instance_id.clone(),
+            interface: route.network_interface_id.clone(),
+        }
     }
 }
 
@@ -1106,51 +1505,91 @@ struct Managed {
     tables: Vec<TableView>,
 }
 
-/// One managed table: its ID and, per IPv4 destination, the instance a route points at
-/// (`None`: something else, or a blackhole). Lets a create or delete skip the tables
-/// that already are as asked.
+/// One managed table: its ID and, per destination, what a route to it points at
+/// (`None`: a blackhole). Lets a create or delete skip the tables that already are
+/// as asked.
 #[derive(Clone, Debug)]
 struct TableView {
     id: String,
-    routes: HashMap<Cidr, Option<String>>,
+    routes: HashMap<Cidr, Option<Listed>>,
     /// Its VPC; empty for a configured table not listed yet.
     vpc_id: String,
-    /// Every route in it (local, gateways, anyone's), as listed, then changed by our
-    /// own creates and deletes: what counts against the table's limit.
-    total: usize,
+    /// What counts against the table's limit, as listed, then changed by our own
+    /// creates and deletes.
+    usage: Usage,
+}
+
+/// A table's usage as EC2's quota "Routes per route table (non-propagated routes)"
+/// counts it (Amazon VPC quotas, "Route tables"): "enforced separately for IPv4 routes
+/// and IPv6 routes", propagated routes apart (a quota of their own), and a route to a
+/// prefix list as the list's maximum entries ("Maximum number of entries per prefix
+/// list": "the maximum number of entries for the prefix lists counts against the
+/// quota for the number of entries for the resource"). The local routes are counted:
+/// they are not propagated, and counting one route too many only holds a create back
+/// one route early, where one too few costs a refused `CreateRoute`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+struct Usage {
+    ipv4: usize,
+    ipv6: usize,
+}
+
+impl Usage {
+    fn of(routes: &[RouteEntry], prefix_lists: &HashMap<String, (bool, usize)>) -> Usage {
+        let mut usage = Usage::default();
+        for route in routes.iter().filter(|r| !r.is_propagated()) {
+            let (ipv6, weight) = match (&route.prefix_list, route.cidr()) {
+                (Some(list), _) => prefix_lists.get(list).copied().unwrap_or((false, 1)),
+                (None, Some(cidr)) => (!cidr.is_ipv4(), 1),
+                (None, None) => continue,
+            };
+            *usage.family(ipv6) += weight;
+        }
+        usage
+    }
+
+    fn family(&mut self, ipv6: bool) -> &mut usize {
+        if ipv6 { &mut self.ipv6 } else { &mut self.ipv4 }
+    }
+
+    /// The count of the fuller family: the quota's size applies to each family, and
+    /// the controller holds a create back by one count per table.
+    fn fuller(&self) -> usize {
+        self.ipv4.max(self.ipv6)
+    }
 }
 
 impl TableView {
-    /// Records that the destination now routes to `instance` (`None`: no route).
-    /// The count of routes in the table follows.
-    fn apply(&mut self, cidr: Cidr, instance: Option<String>) {
+    /// Records that the destination now routes to `target` (`None`: no route).
+    /// The usage of its family follows.
+    fn apply(&mut self, cidr: Cidr, target: Option<Listed>) {
         let had = self.routes.contains_key(&cidr);
-        match instance {
-            Some(i) => self.routes.insert(cidr, Some(i)),
+        match target {
+            Some(t) => self.routes.insert(cidr, Some(t)),
             None => self.routes.remove(&cidr),
         };
+        let count = self.usage.family(!cidr.is_ipv4());
         match (had, self.routes.contains_key(&cidr)) {
-            (false, true) => self.total += 1,
-            (true, false) => self.total = self.total.saturating_sub(1),
+            (false, true) => *count += 1,
+            (true, false) => *count = count.saturating_sub(1),
             _ => {}
         }
     }
 
-    fn of(table: &RouteTable) -> TableView {
+    fn of(table: &RouteTable, prefix_lists: &HashMap<String, (bool, usize)>) -> TableView {
         let routes = table
             .routes
             .iter()
             .filter_map(|r| {
-                let cidr = Cidr::parse(r.destination.as_deref()?).ok()?;
-                let instance = r.instance_id.clone().filter(|_| !r.is_blackhole());
-                Some((cidr, instance))
+                let cidr = r.cidr()?;
+                let target = (!r.is_blackhole()).then(|| Listed::of(r));
+                Some((cidr, target))
             })
             .collect();
         TableView {
             id: table.id.clone(),
             routes,
             vpc_id: table.vpc_id.clone(),
-            total: table.routes.len(),
+            usage: Usage::of(&table.routes, prefix_lists),
         }
     }
 }
@@ -1170,7 +1609,7 @@ struct Changes {
 struct Change {
     table: String,
     cidr: Cidr,
-    instance: Option<String>,
+    target: Option<Listed>,
 }
 
 impl Changes {
@@ -1187,12 +1626,12 @@ impl Changes {
         }
     }
 
-    fn record(&mut self, table: &str, cidr: Cidr, instance: Option<String>) {
+    fn record(&mut self, table: &str, cidr: Cidr, target: Option<Listed>) {
         if self.lists_in_flight > 0 {
             let change = Change {
                 table: table.to_string(),
                 cidr,
-                instance,
+                target,
             };
             self.recent.push((self.count, change));
         }
@@ -1282,9 +1721,20 @@ pub(super) fn service_endpoint(
     }
 }
 
-/// Routes are IPv4 only (`DestinationCidrBlock`), like upstream's AWS provider.
-fn ipv4_destination(text: &str) -> Result<Cidr, CloudError> {
-    crate::provider::ipv4_destination(text, "aws", "the AWS provider routes IPv4 pod CIDRs only")
+/// A route's destination, of either family: IPv4 as `DestinationCidrBlock`, IPv6 as
+/// `DestinationIpv6CidrBlock` (upstream's AWS provider routes IPv4 only,
+/// kubernetes/kubernetes#78089).
+fn destination(text: &str) -> Result<Cidr, CloudError> {
+    Cidr::parse(text).map_err(|e| CloudError::invalid(format!("aws: route destination: {e}")))
+}
+
+/// The `CreateRoute`/`DeleteRoute`/`ReplaceRoute` parameter of a destination.
+fn destination_param(cidr: Cidr) -> &'static str {
+    if cidr.is_ipv4() {
+        "DestinationCidrBlock"
+    } else {
+        "DestinationIpv6CidrBlock"
+    }
 }
 
 /// Instance ID → node name, from the nodes' provider IDs.
@@ -1295,8 +1745,10 @@ fn instance_index(nodes: &NodeDirectory) -> HashMap<&str, &str> {
         .collect()
 }
 
-/// The routes of `table` as the controller sees them: IPv4 routes to instances and
-/// blackholes; local, gateway and interface routes are not the controller's business.
+/// The routes of `table` as the controller sees them: routes of either family to
+/// instances (also those made to an instance's interface, which EC2 lists with the
+/// instance) and blackholes; local, gateway, prefix-list and other interface routes
+/// are not the controller's business.
 pub fn routes_from_table(
     cluster_name: &str,
     table: &RouteTable,
@@ -1306,7 +1758,11 @@ pub fn routes_from_table(
     let by_instance = instance_index(nodes);
     let mut routes = Vec::new();
     for entry in &table.routes {
-        let Some(destination) = entry.destination.as_deref() else {
+        let Some(destination) = entry
+            .destination
+            .as_deref()
+            .or(entry.destination_ipv6.as_deref())
+        else {
             continue;
         };
         let mut route = Route {
@@ -1458,7 +1914,7 @@ impl Routes for AwsProvider {
         let mut unknown: Vec<&str> = tables
             .iter()
             .flat_map(|t| &t.routes)
-            .filter(|r| r.destination.is_some() && !r.is_blackhole())
+            .filter(|r| r.cidr().is_some() && !r.is_blackhole())
             .filter_map(|r| r.instance_id.as_deref())
             .filter(|id| !known.contains_key(id))
             .collect();
@@ -1480,7 +1936,7 @@ impl Routes for AwsProvider {
                     .filter(|t| !t.vpc_id.is_empty())
                     .map(|t| TableUsage {
                         table: t.id.clone(),
-                        routes: t.total,
+                        routes: t.usage.fuller(),
                         limit: self.route_table_limit(),
                     })
                     .collect()
@@ -1488,8 +1944,10 @@ impl Routes for AwsProvider {
             .unwrap_or_default()
     }
 
-    /// The instance is in the tables' VPC and its source/destination check is off or
-    /// ours to turn off.
+    /// The instance is in the tables' VPC, the route's hop is known (an instance with
+    /// several interfaces: the one holding the node's InternalIP), an IPv6 route has an
+    /// IPv6 subnet behind it, and the hop's source/destination check is off or ours to
+    /// turn off.
     fn preflight(&self, route: &Route, target: &RouteTarget) -> Result<(), CloudError> {
         let cluster = lock(&self.managed)
             .as_ref()
@@ -1510,24 +1968,23 @@ impl Routes for AwsProvider {
         route: &Route,
         target: &RouteTarget,
     ) -> Result<(), CloudError> {
-        let (cidr, instance, mut tables) = self.check_create(cluster_name, route, target)?;
-        let already_off = lock(&self.facts)
-            .get(&instance)
-            .is_some_and(|f| f.source_dest_check == Some(false));
-        if self.disable_source_dest_check && !already_off {
-            self.disable_source_dest_check(&instance)?;
+        let (cidr, hop, mut tables) = self.check_create(cluster_name, route, target)?;
+        if self.disable_source_dest_check && !self.check_is_off(&hop) {
+            self.disable_source_dest_check(&hop)?;
         }
         for attempt in 0..2 {
             let mut failure = None;
             let mut placed = 0;
             for table in &tables {
-                if table.routes.get(&cidr) == Some(&Some(instance.clone())) {
+                if let Some(Some(listed)) = table.routes.get(&cidr)
+                    && hop.matches(listed)
+                {
                     placed += 1;
                     continue;
                 }
-                match self.create_in(&table.id, cidr, &instance, &target.node_name) {
+                match self.create_in(&table.id, cidr, &hop, &target.node_name) {
                     Ok(()) => {
-                        self.note(&table.id, cidr, Some(&instance));
+                        self.note(&table.id, cidr, Some(&hop));
                         placed += 1;
                     }
                     Err(TableError::Gone) => self.drop_table(&table.id),
@@ -1544,7 +2001,7 @@ impl Routes for AwsProvider {
             tables = self
                 .fetch_tables(cluster_name)?
                 .iter()
-                .map(TableView::of)
+                .map(|t| self.view(t))
                 .collect();
         }
         Ok(())
@@ -1554,7 +2011,7 @@ impl Routes for AwsProvider {
     /// list (every table, when none did: the view may be stale). A table without the
     /// route counts as done; `NotFound` only when no table had it.
     fn delete_route(&self, cluster_name: &str, route: &Route) -> Result<(), CloudError> {
-        let cidr = ipv4_destination(&route.destination_cidr)?;
+        let cidr = destination(&route.destination_cidr)?;
         let tables = self.tables_for_change(cluster_name)?;
         let holding: Vec<&TableView> = tables
             .iter()
@@ -1743,6 +2200,7 @@ mod tests {
             instance_id: instance.map(str::to_string),
             other_target: None,
             state: state.into(),
+            ..RouteEntry::default()
         }
     }
 
@@ -1865,20 +2323,181 @@ mod tests {
         );
     }
 
+    fn listed_route(
+        destination: &str,
+        instance: Option<&str>,
+        interface: Option<&str>,
+        origin: &str,
+    ) -> RouteEntry {
+        let cidr = Cidr::parse(destination).expect("fixture CIDR");
+        RouteEntry {
+            destination: cidr.is_ipv4().then(|| destination.to_string()),
+            destination_ipv6: (!cidr.is_ipv4()).then(|| destination.to_string()),
+            instance_id: instance.map(str::to_string),
+            network_interface_id: interface.map(str::to_string),
+            origin: Some(origin.into()),
+            state: "active".into(),
+            ..RouteEntry::default()
+        }
+    }
+
+    /// Guards the usage as "Routes per route table (non-propagated routes)" counts
+    /// it (Amazon VPC quotas): IPv4 and IPv6 apart, propagated routes not at all, a
+    /// prefix-list route as the list's maximum entries in the list's family (one
+    /// when its size could not be read), local routes counted.
     #[test]
-    fn ipv6_and_garbage_destinations_are_invalid() {
+    fn table_usage_counts_as_the_quota_counts() {
+        let mut routes = vec![
+            listed_route("10.0.0.0/16", None, None, "CreateRouteTable"),
+            listed_route("2600:1f18:aa::/56", None, None, "CreateRouteTable"),
+            listed_route(
+                "10.244.1.0/24",
+                Some("i-0000000a"),
+                Some("eni-a"),
+                "CreateRoute",
+            ),
+            listed_route("fd00:10:244:1::/64", None, Some("eni-a"), "CreateRoute"),
+            listed_route("192.168.0.0/16", None, None, "EnableVgwRoutePropagation"),
+            listed_route("fd99::/48", None, None, "EnableVgwRoutePropagation"),
+        ];
+        for (list, origin) in [
+            ("pl-v4", "CreateRoute"),
+            ("pl-v6", "CreateRoute"),
+            ("pl-unread", "CreateRoute"),
+        ] {
+            routes.push(RouteEntry {
+                prefix_list: Some(list.into()),
+                origin: Some(origin.into()),
+                other_target: Some("vpce-1".into()),
+                state: "active".into(),
+                ..RouteEntry::default()
+            });
+        }
+        let lists = HashMap::from([
+            ("pl-v4".to_string(), (false, 20)),
+            ("pl-v6".to_string(), (true, 30)),
+        ]);
+        let usage = Usage::of(&routes, &lists);
+        // IPv4: local, the pod route, pl-v4's 20, the unread list's 1.
+        // IPv6: local, the pod route, pl-v6's 30.
+        assert_eq!(usage, Usage { ipv4: 23, ipv6: 32 });
+        assert_eq!(usage.fuller(), 32);
+        let table = RouteTable {
+            id: "rtb-1".into(),
+            vpc_id: "vpc-1".into(),
+            routes,
+            tags: Vec::new(),
+        };
+        let mut view = TableView::of(&table, &lists);
+        let v6 = Cidr::parse("fd00:10:244:2::/64").expect("CIDR");
+        view.apply(v6, Some(Hop::Instance("i-0000000b".into()).listed()));
+        assert_eq!(view.usage, Usage { ipv4: 23, ipv6: 33 });
+        view.apply(Cidr::parse("10.244.1.0/24").expect("CIDR"), None);
+        assert_eq!(view.usage, Usage { ipv4: 22, ipv6: 33 });
+    }
+
+    fn interface(id: &str, subnet: &str, ips: &[&str]) -> ec2::Interface {
+        ec2::Interface {
+            id: id.into(),
+            subnet_id: subnet.into(),
+            private_ips: ips.iter().map(|s| s.to_string()).collect(),
+            ipv6_addresses: Vec::new(),
+            source_dest_check: Some(true),
+        }
+    }
+
+    fn instance_with(interfaces: Vec<ec2::Interface>) -> Instance {
+        Instance {
+            id: "i-0000000a".into(),
+            private_dns_name: None,
+            state: "running".into(),
+            vpc_id: "vpc-1".into(),
+            source_dest_check: Some(true),
+            interfaces,
+        }
+    }
+
+    fn node_at(ip: &str) -> RouteTarget {
+        RouteTarget {
+            node_name: "node-a".into(),
+            provider_id: Some("aws:///us-east-1a/i-0000000a".into()),
+            addresses: vec![crate::model::NodeAddress::internal_ip(ip)],
+        }
+    }
+
+    /// Guards the choice of hop: the instance when it has one interface (as
+    /// upstream), the interface holding the node's InternalIP when it has several,
+    /// refused with the fix when none holds it.
+    #[test]
+    fn a_route_goes_to_the_instance_or_to_the_interface_holding_the_internal_ip() {
+        let one = instance_with(vec![interface("eni-a", "subnet-1", &["10.0.1.5"])]);
+        let (hop, via) = hop_for(&one, &node_at("10.0.1.5")).expect("a hop");
+        assert_eq!(hop, Hop::Instance("i-0000000a".into()));
+        assert_eq!(via.map(|i| i.id.as_str()), Some("eni-a"));
+        let two = instance_with(vec![
+            interface("eni-a", "subnet-1", &["10.0.1.5"]),
+            interface("eni-b", "subnet-2", &["10.0.2.7", "10.0.2.8"]),
+        ]);
+        let (hop, via) = hop_for(&two, &node_at("10.0.2.8")).expect("a hop");
         assert_eq!(
-            ipv4_destination("fd00:10:244::/64").map_err(|e| e.kind),
+            hop,
+            Hop::Interface {
+                instance: "i-0000000a".into(),
+                interface: "eni-b".into()
+            }
+        );
+        assert_eq!(hop.param(), ("NetworkInterfaceId", "eni-b"));
+        assert_eq!(via.map(|i| i.subnet_id.as_str()), Some("subnet-2"));
+        let err = hop_for(&two, &node_at("10.9.9.9")).expect_err("no interface holds it");
+        assert_eq!(
+            err.kind,
+            CloudErrorKind::Refused {
+                reason: NO_INTERFACE_FOR_INTERNAL_IP,
+                lasting: false
+            }
+        );
+        assert!(
+            err.message.contains("eni-b: 10.0.2.7 10.0.2.8"),
+            "{}",
+            err.message
+        );
+        assert!(err.message.contains("--node-ip"), "{}", err.message);
+    }
+
+    /// Guards adoption: a route EC2 lists with the instance and its interface (as it
+    /// lists a route made upstream with `InstanceId`) is already where either hop
+    /// would put it, so no write is sent; a route to another interface is not.
+    #[test]
+    fn routes_listed_with_instance_and_interface_are_the_nodes_as_they_stand() {
+        let upstream = Listed::of(&listed_route(
+            "10.244.1.0/24",
+            Some("i-0000000a"),
+            Some("eni-a"),
+            "CreateRoute",
+        ));
+        assert!(Hop::Instance("i-0000000a".into()).matches(&upstream));
+        let to = |interface: &str| Hop::Interface {
+            instance: "i-0000000a".into(),
+            interface: interface.into(),
+        };
+        assert!(to("eni-a").matches(&upstream));
+        assert!(!to("eni-b").matches(&upstream));
+        assert!(!Hop::Instance("i-0000000b".into()).matches(&upstream));
+    }
+
+    /// Guards the destination of each family: IPv6 goes as
+    /// `DestinationIpv6CidrBlock` (upstream refused it), garbage is invalid.
+    #[test]
+    fn destinations_of_both_families_are_routed_and_garbage_is_invalid() {
+        let v6 = destination("fd00:10:244::/64").expect("IPv6 is routed");
+        assert_eq!(destination_param(v6), "DestinationIpv6CidrBlock");
+        assert_eq!(
+            destination("10.244.1.0/33").map_err(|e| e.kind),
             Err(CloudErrorKind::Invalid)
         );
-        assert_eq!(
-            ipv4_destination("10.244.1.0/33").map_err(|e| e.kind),
-            Err(CloudErrorKind::Invalid)
-        );
-        assert_eq!(
-            ipv4_destination("10.244.1.7/24").map(|c| c.to_string()),
-            Ok("10.244.1.0/24".to_string())
-        );
+        let v4 = destination("10.244.1.7/24").expect("IPv4");
+        assert_eq!(v4.to_string(), "10.244.1.0/24");
+        assert_eq!(destination_param(v4), "DestinationCidrBlock");
     }
 
     #[test]
