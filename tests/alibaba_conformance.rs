@@ -13,13 +13,15 @@
 
 #[path = "support/alibaba_double.rs"]
 mod alibaba_double;
+#[path = "support/go_build.rs"]
+mod go_build;
 
-use std::fs::{self, File};
-use std::io::{BufRead, BufReader, ErrorKind, Write};
+use std::fs;
+use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 use std::sync::OnceLock;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use alibaba_double::{
     AlibabaDouble, DEFAULT_TABLE, DEFAULT_VPC, DEFAULT_VSWITCH, EntryStatus, Fault, Instance,
@@ -29,118 +31,50 @@ use serde_json::{Value, json};
 
 // ---- building the Go program ----
 
-fn go_source_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/alibaba-conformance")
-}
-
-fn build_dir() -> PathBuf {
-    Path::new(env!("CARGO_TARGET_TMPDIR"))
-        .parent()
-        .expect("CARGO_TARGET_TMPDIR has a parent")
-        .join("alibaba-conformance")
-}
-
-/// FNV-1a over go.mod, go.sum, the .go files and the Go version: the stamp of a
-/// current binary.
-fn source_stamp(src: &Path, go_version: &str) -> String {
-    let mut files: Vec<PathBuf> = fs::read_dir(src)
-        .unwrap_or_else(|e| panic!("read {}: {e}", src.display()))
-        .flatten()
-        .map(|e| e.path())
-        .filter(|p| {
-            p.extension().is_some_and(|e| e == "go")
-                || p.file_name()
-                    .is_some_and(|n| n == "go.mod" || n == "go.sum")
-        })
-        .collect();
-    files.sort();
-    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
-    let mut feed = |bytes: &[u8]| {
-        for b in bytes.iter().chain(&[0xff]) {
-            hash ^= u64::from(*b);
-            hash = hash.wrapping_mul(0x0100_0000_01b3);
-        }
-    };
-    feed(go_version.as_bytes());
-    for file in &files {
-        feed(file.file_name().unwrap_or_default().as_encoded_bytes());
-        feed(&fs::read(file).unwrap_or_else(|e| panic!("read {}: {e}", file.display())));
-    }
-    format!("{hash:016x}\n")
-}
-
-/// The `alibaba-conformance` binary, built once (under a lock shared by the test
-/// binaries, with a stamp of its sources) into `target/alibaba-conformance/`. The
-/// first build fetches the SDK modules through the Go module proxy.
+/// The `alibaba-conformance` binary, built once through the Go module proxy into
+/// `target/alibaba-conformance/` (with a Go build cache of its own there, which CI
+/// keeps with target/), rebuilt when go.mod, go.sum, a .go file or Go change.
 fn sdk_binary() -> &'static Path {
     static BINARY: OnceLock<PathBuf> = OnceLock::new();
     BINARY.get_or_init(|| {
-        let go = std::env::var_os("GO")
-            .map(PathBuf::from)
-            .unwrap_or_else(|| "go".into());
-        let go_version = match Command::new(&go).arg("version").output() {
-            Ok(out) if out.status.success() => {
-                String::from_utf8_lossy(&out.stdout).trim().to_string()
-            }
-            Ok(out) => panic!(
-                "`{} version` failed ({}): {}",
-                go.display(),
-                out.status,
-                String::from_utf8_lossy(&out.stderr)
-            ),
-            Err(e) if e.kind() == ErrorKind::NotFound => panic!(
-                "the Alibaba SDK conformance test builds a Go program (tests/alibaba-conformance) \
-                 and needs Go, but `{}` was not found. Install Go 1.26 or newer \
-                 (https://go.dev/dl/) and put `go` on PATH, or set GO=/path/to/go; the Go module \
-                 proxy must be reachable for the first build.",
-                go.display()
-            ),
-            Err(e) => panic!("running `{} version`: {e}", go.display()),
-        };
-        let src = go_source_dir();
-        let dir = build_dir();
-        fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("create {}: {e}", dir.display()));
-        let binary = dir.join("alibaba-conformance");
-        let stamp = dir.join("alibaba-conformance.stamp");
-        let value = source_stamp(&src, &go_version);
-        let current = || binary.is_file() && fs::read_to_string(&stamp).is_ok_and(|s| s == value);
-        if current() {
-            return binary;
+        let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/alibaba-conformance");
+        let out_dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("target/alibaba-conformance");
+        let cache = out_dir.join("go-build");
+        let what = "the Alibaba Cloud SDK conformance driver (tests/alibaba-conformance)";
+        let (go, go_version) = go_build::go(what, &src);
+        let mut files: Vec<PathBuf> = fs::read_dir(&src)
+            .unwrap_or_else(|e| panic!("read {}: {e}", src.display()))
+            .flatten()
+            .map(|e| e.path())
+            .filter(|p| {
+                p.extension().is_some_and(|e| e == "go")
+                    || p.file_name()
+                        .is_some_and(|n| n == "go.mod" || n == "go.sum")
+            })
+            .collect();
+        files.sort();
+        let mut stamp = go_version.clone().into_bytes();
+        for file in &files {
+            stamp.extend_from_slice(file.file_name().unwrap_or_default().as_encoded_bytes());
+            stamp.push(0xff);
+            stamp.extend(fs::read(file).unwrap_or_else(|e| panic!("read {}: {e}", file.display())));
+            stamp.push(0xff);
         }
-        let lock_path = dir.join("build.lock");
-        let lock = File::create(&lock_path)
-            .unwrap_or_else(|e| panic!("create {}: {e}", lock_path.display()));
-        lock.lock()
-            .unwrap_or_else(|e| panic!("lock {}: {e}", lock_path.display()));
-        if current() {
-            return binary;
-        }
-        let tmp = dir.join(format!("alibaba-conformance.tmp-{}", std::process::id()));
-        let started = Instant::now();
-        eprintln!("building tests/alibaba-conformance ({go_version}; the first build fetches the SDK and takes minutes)");
-        let out = Command::new(&go)
-            .current_dir(&src)
-            .env("GOFLAGS", "-mod=mod")
-            .args(["build", "-trimpath", "-buildvcs=false", "-o"])
-            .arg(&tmp)
-            .arg(".")
-            .stdin(Stdio::null())
-            .output()
-            .unwrap_or_else(|e| panic!("running `{} build`: {e}", go.display()));
-        if !out.status.success() {
-            let _ = fs::remove_file(&tmp);
-            panic!(
-                "building tests/alibaba-conformance failed ({}); reproduce with `cd {} && GOFLAGS=-mod=mod go build .`\n{}",
-                out.status,
-                src.display(),
-                String::from_utf8_lossy(&out.stderr)
-            );
-        }
-        fs::rename(&tmp, &binary)
-            .unwrap_or_else(|e| panic!("rename {} -> {}: {e}", tmp.display(), binary.display()));
-        fs::write(&stamp, &value).unwrap_or_else(|e| panic!("write {}: {e}", stamp.display()));
-        eprintln!("built tests/alibaba-conformance in {:.0?}", started.elapsed());
-        binary
+        let stamp = format!("{:016x}\n", go_build::fnv1a(&stamp));
+        go_build::build(
+            &go_build::GoBuild {
+                module: &src,
+                package: ".",
+                out_dir: &out_dir,
+                binary: "alibaba-conformance",
+                what,
+                ldflags: "-s -w",
+                cache: Some(&cache),
+            },
+            &go,
+            &go_version,
+            &stamp,
+        )
     })
 }
 
