@@ -615,3 +615,177 @@ fn faults_reach_the_sdk_as_the_api_sends_them() {
     assert_eq!(calls.get("DescribeRouteEntryList"), Some(&2), "{calls:?}");
     assert_eq!(calls.get("DescribeRouteTableList"), Some(&1), "{calls:?}");
 }
+
+/// Guards the ECS RAM role path as credentials-go walks it (IMDSv2 token, the role's
+/// name, its temporary key; the double in hardened mode), and that the VPC API then
+/// takes that key only with its security token, which the SDK sends and signs.
+#[test]
+fn ecs_ram_role_credentials_sign_requests() {
+    let (double, mut sdk) = setup();
+    double.set_metadata_token_required(true);
+    double.set_metadata_role("k8s-route-controller");
+    sdk.ok(json!({"op": "tables", "credentials": "ecsRamRole"}));
+    let calls = double.calls();
+    assert_eq!(
+        calls.get("metadata:/latest/api/token"),
+        Some(&2),
+        "{calls:?}"
+    );
+    assert_eq!(
+        calls.get("metadata:/latest/meta-data/ram/security-credentials/"),
+        Some(&1),
+        "{calls:?}"
+    );
+    assert_eq!(
+        calls.get("metadata:/latest/meta-data/ram/security-credentials/k8s-route-controller"),
+        Some(&1),
+        "{calls:?}"
+    );
+    let issued = double.issued_keys();
+    assert!(
+        issued.len() == 1 && issued[0].starts_with("STS.ECS"),
+        "{issued:?}"
+    );
+    let last = double.requests().pop().expect("a request");
+    assert_eq!(
+        (last.action.as_str(), last.status),
+        ("DescribeRouteTableList", 200)
+    );
+}
+
+/// (status, JSON body, text) of a request to the double.
+fn send(
+    double: &AlibabaDouble,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    form: &str,
+) -> (u16, Value, String) {
+    let agent: ureq::Agent = ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .build()
+        .into();
+    let url = format!("{}{path}", double.endpoint());
+    let mut resp = match method {
+        "GET" => {
+            let mut r = agent.get(&url);
+            for (k, v) in headers {
+                r = r.header(*k, *v);
+            }
+            r.call()
+        }
+        _ => {
+            let mut r = if method == "PUT" {
+                agent.put(&url)
+            } else {
+                agent.post(&url)
+            };
+            for (k, v) in headers {
+                r = r.header(*k, *v);
+            }
+            r.send(form)
+        }
+    }
+    .unwrap_or_else(|e| panic!("{method} {path}: {e}"));
+    let status = resp.status().as_u16();
+    let text = resp.body_mut().read_to_string().unwrap_or_default();
+    (
+        status,
+        serde_json::from_str(&text).unwrap_or(Value::Null),
+        text,
+    )
+}
+
+/// Guards STS `AssumeRoleWithOIDC` as credentials-go's OIDC provider sends it
+/// (providers/oidc.go: `Action`, `Version`, `Format`, `Timestamp` in the query, the
+/// role, provider, token, session name and duration as a form, no signature) and
+/// what it reads back (`Credentials` with an `Expiration` in `2006-01-02T15:04:05Z`);
+/// a wrong token refused; the key it gives works with its token, through the SDK.
+#[test]
+fn assume_role_with_oidc_as_credentials_go_sends_it() {
+    let (double, mut sdk) = setup();
+    let provider = "acs:ram::1234567890123456:oidc-provider/ack-rrsa-c1";
+    let role = "acs:ram::1234567890123456:role/route-controller";
+    double.set_oidc(provider, role, "eyJhbGciOiJSUzI1NiJ9.double.token");
+    let path = "/?Version=2015-04-01&Action=AssumeRoleWithOIDC&Format=JSON&Timestamp=2026-12-06T20%3A00%3A00Z";
+    let form = |token: &str| {
+        format!(
+            "RoleArn={}&OIDCProviderArn={}&OIDCToken={token}&RoleSessionName=route-controller&DurationSeconds=3600",
+            role.replace(':', "%3A").replace('/', "%2F"),
+            provider.replace(':', "%3A").replace('/', "%2F"),
+        )
+    };
+    let content = [("Content-Type", "application/x-www-form-urlencoded")];
+    let (status, body, _) = send(&double, "POST", path, &content, &form("not-the-token"));
+    assert_eq!(
+        (status, body["Code"].as_str()),
+        (400, Some("AuthenticationFail.OIDCToken.Invalid"))
+    );
+    let (status, body, text) = send(
+        &double,
+        "POST",
+        path,
+        &content,
+        &form("eyJhbGciOiJSUzI1NiJ9.double.token"),
+    );
+    assert_eq!(status, 200, "{text}");
+    let creds = &body["Credentials"];
+    let expiration = creds["Expiration"].as_str().expect("an Expiration");
+    assert_eq!(expiration.len(), 20, "{expiration}");
+    assert!(
+        expiration.ends_with('Z') && expiration.as_bytes()[10] == b'T',
+        "{expiration}"
+    );
+    let id = creds["AccessKeyId"].as_str().expect("AccessKeyId");
+    let secret = creds["AccessKeySecret"].as_str().expect("AccessKeySecret");
+    let token = creds["SecurityToken"].as_str().expect("SecurityToken");
+    sdk.ok(
+        json!({"op": "tables", "accessKeyId": id, "accessKeySecret": secret,
+                  "securityToken": token}),
+    );
+    let refused = sdk.fails(json!({"op": "tables", "accessKeyId": id, "accessKeySecret": secret}));
+    assert_eq!(refused.2, "InvalidSecurityToken.MismatchWithAccessKey");
+}
+
+/// Guards the metadata values the provider reads at start (region, instance, VPC),
+/// with and without a token, and a bad token refused.
+#[test]
+fn metadata_serves_region_instance_and_vpc() {
+    let (double, _sdk) = setup();
+    for (path, want) in [
+        ("/latest/meta-data/region-id", REGION),
+        ("/latest/meta-data/instance-id", "i-node1"),
+        ("/latest/meta-data/vpc-id", DEFAULT_VPC),
+        ("/latest/meta-data/vswitch-id", DEFAULT_VSWITCH),
+    ] {
+        let (status, _, text) = send(&double, "GET", path, &[], "");
+        assert_eq!((status, text.as_str()), (200, want), "{path}");
+    }
+    let (status, _, _) = send(
+        &double,
+        "GET",
+        "/latest/meta-data/vpc-id",
+        &[("X-aliyun-ecs-metadata-token", "forged")],
+        "",
+    );
+    assert_eq!(status, 401);
+    double.set_metadata_token_required(true);
+    let (status, _, _) = send(&double, "GET", "/latest/meta-data/vpc-id", &[], "");
+    assert_eq!(status, 401);
+    let (status, _, token) = send(
+        &double,
+        "PUT",
+        "/latest/api/token",
+        &[("X-aliyun-ecs-metadata-token-ttl-seconds", "21600")],
+        "",
+    );
+    assert_eq!(status, 200);
+    let (status, _, text) = send(
+        &double,
+        "GET",
+        "/latest/meta-data/vpc-id",
+        &[("X-aliyun-ecs-metadata-token", &token)],
+        "",
+    );
+    assert_eq!((status, text.as_str()), (200, DEFAULT_VPC));
+}

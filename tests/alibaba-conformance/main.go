@@ -29,6 +29,8 @@ import (
 	ecs "github.com/alibabacloud-go/ecs-20140526/v7/client"
 	"github.com/alibabacloud-go/tea/dara"
 	vpc "github.com/alibabacloud-go/vpc-20160428/v6/client"
+	"github.com/aliyun/credentials-go/credentials"
+	"github.com/aliyun/credentials-go/credentials/providers"
 )
 
 // recorder is the SDK's HTTP client: it keeps each reply's raw body and action.
@@ -129,6 +131,10 @@ type command struct {
 	PageSize   int32             `json:"pageSize"`
 	PageNumber int32             `json:"pageNumber"`
 	// Credentials other than the process's (a wrong secret, a temporary key).
+	// "ecsRamRole": the credentials of credentials-go's ECS RAM role provider, which
+	// reaches the metadata service at its fixed 100.100.100.200 through the double
+	// as its HTTP proxy (the only way to point it elsewhere).
+	Credentials     string `json:"credentials"`
 	AccessKeyId     string `json:"accessKeyId"`
 	AccessKeySecret string `json:"accessKeySecret"`
 	SecurityToken   string `json:"securityToken"`
@@ -203,6 +209,19 @@ func main() {
 		}
 		if c.SecurityToken != "" {
 			config.SecurityToken = dara.String(c.SecurityToken)
+		}
+		if c.Credentials == "ecsRamRole" {
+			provider, err := providers.NewECSRAMRoleCredentialsProviderBuilder().
+				WithDisableIMDSv1(true).
+				WithHttpOptions(&providers.HttpOptions{Proxy: "http://" + *endpoint}).
+				Build()
+			if err != nil {
+				fmt.Fprintf(os.Stderr, "alibaba-conformance: ecs ram role provider: %v\n", err)
+				os.Exit(2)
+			}
+			config.AccessKeyId = nil
+			config.AccessKeySecret = nil
+			config.Credential = credentials.FromCredentialsProvider("ecs_ram_role", provider)
 		}
 		return config
 	}

@@ -286,6 +286,10 @@ struct State {
     credential_lifetime: Duration,
     metadata_role: String,
     metadata_tokens: BTreeSet<String>,
+    /// Whether metadata reads need a token (the instance's hardened mode).
+    metadata_token_required: bool,
+    /// The instance the metadata service speaks for.
+    metadata_instance: String,
     issued: u64,
 }
 
@@ -341,6 +345,8 @@ impl AlibabaDouble {
                 credential_lifetime: Duration::from_secs(3600),
                 metadata_role: "route-controller-role".into(),
                 metadata_tokens: BTreeSet::new(),
+                metadata_token_required: false,
+                metadata_instance: "i-node1".into(),
                 issued: 0,
             }),
             shutdown: AtomicBool::new(false),
@@ -656,6 +662,19 @@ impl AlibabaDouble {
         self.state().metadata_role = role.into();
     }
 
+    /// Whether metadata reads must carry a token from `PUT /latest/api/token` (the
+    /// hardened mode; off by default, as on an instance that allows both).
+    pub fn set_metadata_token_required(&self, required: bool) {
+        self.state().metadata_token_required = required;
+    }
+
+    /// The instance whose `instance-id`, `vpc-id`, `vswitch-id` and `private-ipv4`
+    /// the metadata service reports (`i-node1` by default; add it with
+    /// [`AlibabaDouble::add_instance`]).
+    pub fn set_metadata_instance(&self, id: &str) {
+        self.state().metadata_instance = id.into();
+    }
+
     /// Access key ids the double issued (STS and metadata), oldest first.
     pub fn issued_keys(&self) -> Vec<String> {
         self.state()
@@ -834,6 +853,22 @@ fn params_of(wire: &http_wire::WireRequest) -> BTreeMap<String, String> {
 }
 
 fn handle(inner: &Inner, wire: &http_wire::WireRequest) -> (Outcome, Option<Duration>) {
+    // A client that has the double as its HTTP proxy (as credentials-go reaches the
+    // metadata service's fixed 100.100.100.200 in the conformance test) sends the
+    // absolute form `http://host/path`.
+    let absolute;
+    let wire = match wire.target.strip_prefix("http://") {
+        Some(rest) => {
+            absolute = http_wire::WireRequest {
+                method: wire.method.clone(),
+                target: rest.find('/').map_or("/".into(), |i| rest[i..].to_string()),
+                headers: wire.headers.clone(),
+                body: wire.body.clone(),
+            };
+            &absolute
+        }
+        None => wire,
+    };
     let (path, _) = wire.path_and_query();
     if path.starts_with("/latest/") {
         let mut s = inner.state.lock().unwrap_or_else(|e| e.into_inner());
@@ -2221,11 +2256,26 @@ fn metadata(s: &mut State, wire: &http_wire::WireRequest, path: &str) -> Outcome
     if wire.method != "GET" {
         return Outcome::Text(405, "Method Not Allowed".into());
     }
-    if !wire
-        .header("x-aliyun-ecs-metadata-token")
-        .is_some_and(|t| s.metadata_tokens.contains(t))
-    {
-        return Outcome::Text(401, "Unauthorized: a metadata token is required".into());
+    match wire.header("x-aliyun-ecs-metadata-token") {
+        Some(t) if !s.metadata_tokens.contains(t) => {
+            return Outcome::Text(401, "Unauthorized: the metadata token is not valid".into());
+        }
+        None if s.metadata_token_required => {
+            return Outcome::Text(401, "Unauthorized: a metadata token is required".into());
+        }
+        _ => {}
+    }
+    let instance = s.instances.get(&s.metadata_instance).cloned();
+    let simple = match (path, &instance) {
+        ("/latest/meta-data/region-id", _) => Some(REGION.to_string()),
+        ("/latest/meta-data/instance-id", Some(i)) => Some(i.id.clone()),
+        ("/latest/meta-data/vpc-id", Some(i)) => Some(i.vpc.clone()),
+        ("/latest/meta-data/vswitch-id", Some(i)) => Some(i.vswitch.clone()),
+        ("/latest/meta-data/private-ipv4", Some(i)) => Some(i.private_ip.clone()),
+        _ => None,
+    };
+    if let Some(value) = simple {
+        return Outcome::Text(200, value);
     }
     let base = "/latest/meta-data/ram/security-credentials/";
     match path.strip_prefix(base) {
