@@ -789,3 +789,47 @@ fn metadata_serves_region_instance_and_vpc() {
     );
     assert_eq!((status, text.as_str()), (200, DEFAULT_VPC));
 }
+
+/// Guards the V1 signature (HMAC-SHA1) of the peer's SDK, aliyun/alibaba-cloud-sdk-go
+/// v1.63.99, called as the peer's vpc.go calls it (batch create, list with
+/// `MaxResult` 500 and the `Custom`/`Instance` filters, batch delete), its decoding of
+/// the double's replies, and the HMAC-SHA1 under it (RFC 2202's first two vectors).
+#[test]
+fn the_peers_sdk_signs_v1_and_decodes_the_double() {
+    assert_eq!(
+        alibaba_double::hmac_sha1(&[0x0b; 20], b"Hi There"),
+        *b"\xb6\x17\x31\x86\x55\x05\x72\x64\xe2\x8b\xc0\xb6\xfb\x37\x8c\x8e\xf1\x46\xbe\x00"
+    );
+    assert_eq!(
+        alibaba_double::hmac_sha1(b"Jefe", b"what do ya want for nothing?"),
+        *b"\xef\xfc\xdf\x6a\xe5\xeb\x2f\xa2\xd2\x74\x16\xd5\xf1\x84\xdf\x9c\x25\x9a\x7c\x79"
+    );
+    let (double, mut sdk) = setup();
+    let body = sdk.ok(json!({"op": "peerCreate", "entries": [
+        entry("10.244.1.0/24", "i-node1"), entry("10.244.2.0/24", "i-node2")]}));
+    assert_eq!(body["SuccessCount"], 2, "{body:#}");
+    let body = sdk.ok(json!({"op": "peerList", "table": DEFAULT_TABLE}));
+    let got = body["RouteEntrys"]["RouteEntry"]
+        .as_array()
+        .expect("entries");
+    assert_eq!(got.len(), 2, "{body:#}");
+    assert_eq!(got[1]["DestinationCidrBlock"], "10.244.2.0/24");
+    assert_eq!(got[1]["NextHops"]["NextHop"][0]["NextHopId"], "i-node2");
+    assert_eq!(got[1]["Type"], "Custom");
+    let body = sdk.ok(json!({"op": "peerDelete", "entries": [
+        {"table": DEFAULT_TABLE, "dst": "10.244.1.0/24", "nextHop": "i-node1"}]}));
+    assert_eq!(body["SuccessCount"], 1, "{body:#}");
+    let v1 = double
+        .requests()
+        .into_iter()
+        .filter(|r| {
+            r.params
+                .get("SignatureMethod")
+                .is_some_and(|m| m == "HMAC-SHA1")
+        })
+        .count();
+    assert_eq!(v1, 3, "every call of the peer's SDK signed V1");
+    let refused =
+        sdk.fails(json!({"op": "peerCreate", "entries": [entry("10.244.3.0/24", "i-node3")]}));
+    assert_eq!((refused.1, refused.2.as_str()), (400, "TaskConflict"));
+}
