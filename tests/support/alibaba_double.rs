@@ -262,6 +262,8 @@ struct Batch {
     /// Reads of the VPC's entries still to answer before it settles; `None` waits
     /// for [`AlibabaDouble::settle`].
     reads_left: Option<u32>,
+    /// When the double accepted it, for [`AlibabaDouble::settle_older_than`].
+    accepted: std::time::Instant,
 }
 
 struct State {
@@ -561,6 +563,22 @@ impl AlibabaDouble {
         let mut s = self.state();
         let vpcs: Vec<String> = s.in_flight.keys().cloned().collect();
         for vpc in vpcs {
+            settle_vpc(&mut s, &vpc);
+        }
+    }
+
+    /// Settles the batches accepted at least `age` ago: for a test that runs a real
+    /// process against the double and models a batch's duration by calling this as it
+    /// polls (the peer never reads an entry's state, so reads cannot drive it).
+    pub fn settle_older_than(&self, age: Duration) {
+        let mut s = self.state();
+        let old: Vec<String> = s
+            .in_flight
+            .iter()
+            .filter(|(_, b)| b.accepted.elapsed() >= age)
+            .map(|(vpc, _)| vpc.clone())
+            .collect();
+        for vpc in old {
             settle_vpc(&mut s, &vpc);
         }
     }
@@ -1598,7 +1616,13 @@ fn batch_size(items: usize) -> Result<(), Outcome> {
 fn start_batch(s: &mut State, vpcs: BTreeSet<String>) {
     let reads_left = s.settle_after_reads;
     for vpc in vpcs {
-        s.in_flight.insert(vpc, Batch { reads_left });
+        s.in_flight.insert(
+            vpc,
+            Batch {
+                reads_left,
+                accepted: std::time::Instant::now(),
+            },
+        );
     }
 }
 
