@@ -289,9 +289,14 @@ fn a_busy_vpc_refuses_the_next_batch_until_it_settles() {
     let refused =
         sdk.fails(json!({"op": "create", "entries": [entry("10.244.2.0/24", "i-node2")]}));
     assert_eq!(refused.2, "IncorrectRouteEntryStatus");
-    // Reads do not settle it in this mode.
+    // Reads do not settle it in this mode, nor does an age it has not reached.
     assert_eq!(listed(&mut sdk), pairs(&[("10.244.1.0/24", "Pending")]));
     assert_eq!(listed(&mut sdk), pairs(&[("10.244.1.0/24", "Pending")]));
+    double.settle_older_than(Duration::from_secs(3600));
+    assert!(double.in_flight(DEFAULT_VPC));
+    double.settle_older_than(Duration::ZERO);
+    assert!(!double.in_flight(DEFAULT_VPC));
+    sdk.ok(json!({"op": "create", "entries": [entry("10.244.3.0/24", "i-node3")]}));
     double.settle();
     sdk.ok(json!({"op": "create", "entries": [entry("10.244.2.0/24", "i-node2")]}));
     double.settle();
@@ -299,7 +304,8 @@ fn a_busy_vpc_refuses_the_next_batch_until_it_settles() {
         listed(&mut sdk),
         pairs(&[
             ("10.244.1.0/24", "Available"),
-            ("10.244.2.0/24", "Available")
+            ("10.244.3.0/24", "Available"),
+            ("10.244.2.0/24", "Available"),
         ])
     );
 }
