@@ -422,6 +422,20 @@ impl CallError {
         }
     }
 
+    /// Whether EC2 refused an instance ID because the instance has several network
+    /// interfaces. EC2 answers `InvalidInstanceID` for other reasons too (an instance
+    /// in a state it cannot take, …), so the code alone is not enough: its message
+    /// says "There are multiple interfaces attached to instance …".
+    pub fn says_several_interfaces(&self) -> bool {
+        match self.error.as_ref() {
+            QueryError::Service { code, message, .. } => {
+                code == INVALID_INSTANCE_ID
+                    && message.to_ascii_lowercase().contains("multiple interfaces")
+            }
+            _ => false,
+        }
+    }
+
     /// What the failure means for the controller, with a message naming the action,
     /// the endpoint, the request ID and what to fix.
     pub fn into_cloud(self) -> CloudError {
@@ -480,7 +494,7 @@ impl CallError {
                     (K::Invalid, hint)
                 } else if BAD_INPUT_CODES.contains(&code) {
                     (K::Invalid, String::new())
-                } else if code == INVALID_INSTANCE_ID {
+                } else if self.says_several_interfaces() {
                     let hint = "; EC2 routes to an instance with several network interfaces \
                                 only by interface: the controller describes the instance again \
                                 and routes to the interface that holds the node's InternalIP \
@@ -491,6 +505,10 @@ impl CallError {
                         self.action, self.endpoint, self.error
                     );
                     return CloudError::refused(INSTANCE_HAS_SEVERAL_INTERFACES, false, message);
+                } else if code == INVALID_INSTANCE_ID {
+                    // For another reason than several interfaces: EC2's message says
+                    // which.
+                    (K::Invalid, String::new())
                 } else if code == "InvalidInstanceID.NotFound" {
                     // New instances take a moment to become visible to every EC2 API.
                     (K::Retry { after: None }, String::new())
@@ -701,8 +719,17 @@ mod tests {
     /// the node with the fix, never retried blind.
     #[test]
     fn invalid_instance_id_of_a_multi_interface_instance_is_refused_with_the_fix() {
-        let err =
-            service_error(CREATE_ROUTE, CallKind::Mutation, 400, INVALID_INSTANCE_ID).into_cloud();
+        let several = "There are multiple interfaces attached to instance 'i-0123456789abcdef0'. \
+                       Please specify an interface ID for the operation instead.";
+        let err = service_error_saying(
+            CREATE_ROUTE,
+            CallKind::Mutation,
+            400,
+            INVALID_INSTANCE_ID,
+            several,
+        );
+        assert!(err.says_several_interfaces());
+        let err = err.into_cloud();
         assert_eq!(
             err.kind,
             CloudErrorKind::Refused {
@@ -720,6 +747,24 @@ mod tests {
             "InvalidInstanceID.Malformed",
         );
         assert_eq!(malformed.into_cloud().kind, CloudErrorKind::Invalid);
+        // The same code for another reason is no interface matter: invalid, with
+        // EC2's own words.
+        let other = service_error_saying(
+            CREATE_ROUTE,
+            CallKind::Mutation,
+            400,
+            INVALID_INSTANCE_ID,
+            "The instance ID 'i-0123456789abcdef0' is not in a state from which it can be used",
+        );
+        assert!(!other.says_several_interfaces());
+        let other = other.into_cloud();
+        assert_eq!(other.kind, CloudErrorKind::Invalid, "{}", other.message);
+        assert!(
+            other.message.contains("not in a state"),
+            "{}",
+            other.message
+        );
+        assert!(!other.message.contains("InternalIP"), "{}", other.message);
     }
 
     #[test]
@@ -772,13 +817,23 @@ mod tests {
     }
 
     fn service_error(action: &'static str, kind: CallKind, status: u16, code: &str) -> CallError {
+        service_error_saying(action, kind, status, code, "msg")
+    }
+
+    fn service_error_saying(
+        action: &'static str,
+        kind: CallKind,
+        status: u16,
+        code: &str,
+        message: &str,
+    ) -> CallError {
         CallError {
             action,
             kind,
             error: Box::new(QueryError::Service {
                 status,
                 code: code.into(),
-                message: "msg".into(),
+                message: message.into(),
                 request_id: Some("req-7".into()),
             }),
             backoff: if is_throttling(code) {

@@ -70,8 +70,8 @@ use rand::RngExt;
 use self::credentials::{AwsEnv, ChainSettings, CredentialSource, Imds, resolve_region};
 use self::ec2::{
     CREATE_ROUTE, CallError, CallKind, DELETE_ROUTE, DESCRIBE_INSTANCES,
-    DESCRIBE_MANAGED_PREFIX_LISTS, DESCRIBE_ROUTE_TABLES, DESCRIBE_SUBNETS, INVALID_INSTANCE_ID,
-    Instance, LEGACY_CLUSTER_TAG, MODIFY_INSTANCE_ATTRIBUTE, MODIFY_NETWORK_INTERFACE_ATTRIBUTE,
+    DESCRIBE_MANAGED_PREFIX_LISTS, DESCRIBE_ROUTE_TABLES, DESCRIBE_SUBNETS, Instance,
+    LEGACY_CLUSTER_TAG, MODIFY_INSTANCE_ATTRIBUTE, MODIFY_NETWORK_INTERFACE_ATTRIBUTE,
     REPLACE_ROUTE, RouteEntry, RouteTable, ThrottleBackoff, cluster_tag_key,
     instance_id_from_provider_id, is_instance_id, is_throttling, parse_instances,
     parse_prefix_lists, parse_route_tables, parse_subnets_with_ipv6,
@@ -902,7 +902,7 @@ impl AwsProvider {
                 .settle_existing_route(table, cidr, hop, node)
                 .map_err(TableError::Failed),
             Err(e) => {
-                if e.code() == INVALID_INSTANCE_ID {
+                if e.says_several_interfaces() {
                     // An interface was attached since the instance was described: the
                     // next try describes it again and routes to an interface.
                     self.forget_facts(hop.instance());
@@ -1197,7 +1197,7 @@ impl AwsProvider {
             &params.add("SourceDestCheck.Value", "false"),
         );
         if let Err(e) = sent {
-            if e.code() == INVALID_INSTANCE_ID {
+            if e.says_several_interfaces() {
                 self.forget_facts(hop.instance());
             }
             return Err(e.into_cloud());
