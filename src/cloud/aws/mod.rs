@@ -1559,6 +1559,17 @@ impl Usage {
 }
 
 impl TableView {
+    /// Whether the table routes `cidr` as the controller's routes look: a blackhole,
+    /// or to an instance (EC2 lists the instance beside the interface of a route to an
+    /// attached interface), as [`routes_from_table`] reports them.
+    fn holds(&self, cidr: Cidr) -> bool {
+        match self.routes.get(&cidr) {
+            Some(None) => true,
+            Some(Some(listed)) => listed.instance.is_some(),
+            None => false,
+        }
+    }
+
     /// Records that the destination now routes to `target` (`None`: no route).
     /// The usage of its family follows.
     fn apply(&mut self, cidr: Cidr, target: Option<Listed>) {
@@ -2007,21 +2018,35 @@ impl Routes for AwsProvider {
         Ok(())
     }
 
-    /// One `DeleteRoute` per managed table that held the destination at the last
-    /// list (every table, when none did: the view may be stale). A table without the
-    /// route counts as done; `NotFound` only when no table had it.
+    /// One `DeleteRoute` per managed table that held the destination as a route of
+    /// the controller's kind (a blackhole, or to an instance) at the last list; when
+    /// none did, every table that had no route to it (the view may be stale). A table
+    /// whose route to the destination goes elsewhere (a gateway, a peering, a transit
+    /// gateway: another writer's) is never sent a `DeleteRoute`, which would remove
+    /// that route. A table without the route counts as done; `NotFound` only when no
+    /// table had it.
     fn delete_route(&self, cluster_name: &str, route: &Route) -> Result<(), CloudError> {
         let cidr = destination(&route.destination_cidr)?;
         let tables = self.tables_for_change(cluster_name)?;
-        let holding: Vec<&TableView> = tables
-            .iter()
-            .filter(|t| t.routes.contains_key(&cidr))
-            .collect();
+        let holding: Vec<&TableView> = tables.iter().filter(|t| t.holds(cidr)).collect();
         let targets = if holding.is_empty() {
-            tables.iter().collect()
+            tables
+                .iter()
+                .filter(|t| !t.routes.contains_key(&cidr))
+                .collect()
         } else {
             holding
         };
+        if targets.is_empty() {
+            return Err(CloudError::new(
+                CloudErrorKind::NotFound,
+                format!(
+                    "route {cidr} is in none of the managed route tables as a route to an \
+                     instance or a blackhole; where it is, it goes elsewhere (another writer's \
+                     route), so nothing was deleted"
+                ),
+            ));
+        }
         let mut failure = None;
         let mut deleted = 0;
         for table in targets {
