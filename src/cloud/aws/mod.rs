@@ -968,9 +968,11 @@ impl AwsProvider {
         }
     }
 
-    /// What EC2 says of a node's instance, described once and remembered (except
-    /// while its source/destination check is on and may not be turned off here, so
-    /// that the operator's fix is seen at the next try).
+    /// What EC2 says of a node's instance, described once and remembered. A create
+    /// refused because its hop's source/destination check is on (and not ours to turn
+    /// off) forgets them, so that the operator's fix is seen at the next try; a check
+    /// left on elsewhere (the primary interface of a node routed to its second) costs
+    /// nothing.
     fn instance_facts(&self, instance: &str) -> Result<Option<Instance>, CloudError> {
         if let Some(known) = lock(&self.facts).get(instance) {
             return Ok(Some(known.clone()));
@@ -988,18 +990,11 @@ impl AwsProvider {
             .into_iter()
             .find(|i| i.id == instance);
         if let Some(i) = &found {
-            let recheck = !self.disable_source_dest_check
-                && (i.source_dest_check == Some(true)
-                    || i.interfaces
-                        .iter()
-                        .any(|n| n.source_dest_check == Some(true)));
             let mut facts = lock(&self.facts);
             if facts.len() >= MAX_REMEMBERED_INSTANCES {
                 facts.clear();
             }
-            if !recheck {
-                facts.insert(instance.to_string(), i.clone());
-            }
+            facts.insert(instance.to_string(), i.clone());
         }
         Ok(found)
     }
@@ -1092,6 +1087,7 @@ impl AwsProvider {
             Hop::Interface { .. } => interface.and_then(|i| i.source_dest_check),
         };
         if !self.disable_source_dest_check && check_on == Some(true) {
+            self.forget_facts(&instance);
             let command = match &hop {
                 Hop::Instance(i) => {
                     format!(
