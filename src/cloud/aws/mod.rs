@@ -1884,11 +1884,18 @@ impl Routes for AwsProvider {
     }
 
     /// A bucket per EC2 action ([`ec2_buckets`], or the configured ones); changes
-    /// may run concurrently. A list draws one `DescribeRouteTables`; a create one
-    /// `DescribeInstances` and one `ModifyInstanceAttribute` (the first create of an
-    /// instance sends them; later ones get them back) and a `CreateRoute` per route
-    /// table of the last list; a delete a `DeleteRoute` per table. Lookups, pages and
-    /// `ReplaceRoute`s are charged from the reply, to the bucket of their action.
+    /// may run concurrently. Every request an operation may send is drawn before it
+    /// goes (invariant 10), and what it did not send is given back from the reply:
+    /// a list draws one `DescribeRouteTables` and one `DescribeManagedPrefixLists`
+    /// (sent only for a prefix list not read yet); a create one `DescribeInstances`
+    /// and one `DescribeSubnets` (the first create of an instance, of an IPv6 route
+    /// to an interface without an IPv6 address), a `CreateRoute` per route table of
+    /// the last list, and, when the controller turns source/destination checks off,
+    /// one `ModifyInstanceAttribute` and one `ModifyNetworkInterfaceAttribute` (the
+    /// hop is known only once the instance is described: at most one of them is
+    /// sent, by the first create of a hop); a delete a `DeleteRoute` per table.
+    /// Further pages and `ReplaceRoute`s are charged from the reply, to the bucket of
+    /// their action.
     fn budget(&self) -> Option<Budget> {
         let budget = self
             .buckets
@@ -1898,11 +1905,15 @@ impl Routes for AwsProvider {
             });
         let budget = budget
             .draw(BudgetOp::List, DESCRIBE_ROUTE_TABLES, 1)
+            .draw(BudgetOp::List, DESCRIBE_MANAGED_PREFIX_LISTS, 1)
             .draw(BudgetOp::Create, DESCRIBE_INSTANCES, 1)
+            .draw(BudgetOp::Create, DESCRIBE_SUBNETS, 1)
             .draw_per_table(BudgetOp::Create, CREATE_ROUTE, 1)
             .draw_per_table(BudgetOp::Delete, DELETE_ROUTE, 1);
         Some(if self.disable_source_dest_check {
-            budget.draw(BudgetOp::Create, MODIFY_INSTANCE_ATTRIBUTE, 1)
+            budget
+                .draw(BudgetOp::Create, MODIFY_INSTANCE_ATTRIBUTE, 1)
+                .draw(BudgetOp::Create, MODIFY_NETWORK_INTERFACE_ATTRIBUTE, 1)
         } else {
             budget
         })
@@ -2173,16 +2184,24 @@ mod tests {
         assert_eq!(bucket(MODIFY_INSTANCE_ATTRIBUTE), Some((4.0, 160)));
         assert_eq!(bucket(DESCRIBE_ROUTE_TABLES), Some((16.0, 80)));
         assert_eq!(bucket(DESCRIBE_INSTANCES), Some((16.0, 80)));
+        // Every request an operation may send is drawn before it goes (invariant 10):
+        // the prefix-list and subnet reads, and either modify of the check, since the
+        // hop (instance or interface) is known only once the instance is described.
         assert_eq!(
             budget.draws(BudgetOp::List),
-            vec![(DESCRIBE_ROUTE_TABLES, 1)]
+            vec![
+                (DESCRIBE_ROUTE_TABLES, 1),
+                (DESCRIBE_MANAGED_PREFIX_LISTS, 1)
+            ]
         );
         assert_eq!(
             budget.draws_with_tables(BudgetOp::Create, 2),
             vec![
                 (DESCRIBE_INSTANCES, 1),
+                (DESCRIBE_SUBNETS, 1),
                 (CREATE_ROUTE, 2),
-                (MODIFY_INSTANCE_ATTRIBUTE, 1)
+                (MODIFY_INSTANCE_ATTRIBUTE, 1),
+                (MODIFY_NETWORK_INTERFACE_ATTRIBUTE, 1)
             ]
         );
         assert_eq!(
