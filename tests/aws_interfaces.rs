@@ -448,6 +448,103 @@ fn table_usage_counts_local_propagated_ipv6_and_prefix_list_routes_as_the_quota_
     assert_eq!(actions(&layer).get("DescribeManagedPrefixLists"), Some(&1));
 }
 
+/// Guards review finding 3 of aws6: the prefix-list read is one call, also when it
+/// fails (a missing IAM action: the next lists do not ask again, the route counts as
+/// one) and when the reply gives no `maxEntries` (an AWS-managed list, counted as its
+/// documented weight, here CloudFront's 55). Seen failing with the failure not
+/// remembered (2 reads instead of 1) and with lists lacking `maxEntries` not stored
+/// (3 reads in 3 lists).
+#[test]
+fn a_prefix_list_read_is_one_call_when_it_fails_or_the_list_is_aws_managed() {
+    let moto = moto::shared();
+    let ec2 = moto.ec2();
+    let net = moto::network(&ec2);
+    let table = ec2.create_route_table(&net.vpc, &[(&tag(), "owned")]);
+    let igw = ec2
+        .call("CreateInternetGateway", Params::new())
+        .child("internetGateway")
+        .and_then(|g| g.text_of("internetGatewayId"))
+        .expect("internet gateway")
+        .to_string();
+    ec2.call(
+        "AttachInternetGateway",
+        Params::new()
+            .add("InternetGatewayId", &igw)
+            .add("VpcId", &net.vpc),
+    );
+    let list = ec2
+        .call(
+            "CreateManagedPrefixList",
+            Params::new()
+                .add("PrefixListName", "offices")
+                .add("AddressFamily", "IPv4")
+                .add("MaxEntries", "20"),
+        )
+        .child("prefixList")
+        .and_then(|l| l.text_of("prefixListId"))
+        .expect("prefix list")
+        .to_string();
+    ec2.call(
+        "CreateRoute",
+        Params::new()
+            .add("RouteTableId", &table)
+            .add("DestinationPrefixListId", &list)
+            .add("GatewayId", &igw),
+    );
+    let layer = layer(&moto, &ec2);
+    let nodes = NodeDirectory::default();
+    let ipv4 = |provider: &AwsProvider| {
+        provider
+            .route_tables()
+            .first()
+            .map(|t| t.routes)
+            .expect("the table's usage")
+    };
+
+    layer.inject(
+        Some("DescribeManagedPrefixLists"),
+        1,
+        http_fault::Answer::InternalError,
+    );
+    let failing = provider(&layer);
+    failing.list_routes(CLUSTER, &nodes).expect("list");
+    let counted_as_one = ipv4(&failing);
+    for _ in 0..2 {
+        failing.list_routes(CLUSTER, &nodes).expect("list again");
+    }
+    assert_eq!(
+        actions(&layer).get("DescribeManagedPrefixLists"),
+        Some(&1),
+        "{:?}",
+        layer.log()
+    );
+    assert_eq!(ipv4(&failing), counted_as_one);
+
+    // An AWS-managed list: no maxEntries, named as AWS names them.
+    layer.clear_log();
+    layer.rewrite("DescribeManagedPrefixLists", |xml| {
+        let without_max = match (xml.find("<maxEntries>"), xml.find("</maxEntries>")) {
+            (Some(a), Some(b)) => format!("{}{}", &xml[..a], &xml[b + "</maxEntries>".len()..]),
+            _ => xml.to_string(),
+        };
+        without_max.replace(
+            "<prefixListName>offices</prefixListName>",
+            "<prefixListName>com.amazonaws.global.cloudfront.origin-facing</prefixListName>",
+        )
+    });
+    let managed = provider(&layer);
+    for _ in 0..3 {
+        managed.list_routes(CLUSTER, &nodes).expect("list");
+    }
+    assert_eq!(
+        actions(&layer).get("DescribeManagedPrefixLists"),
+        Some(&1),
+        "{:?}",
+        layer.log()
+    );
+    assert_eq!(ipv4(&managed), counted_as_one - 1 + 55);
+}
+
 /// Guards the mapping of EC2's `InvalidInstanceID` when it comes back anyway (an
 /// interface attached after the provider described the instance): the create is
 /// refused for the node alone with reason `InstanceHasSeveralInterfaces`, and the

@@ -300,8 +300,33 @@ pub struct PrefixList {
     pub id: String,
     /// `IPv4` or `IPv6`.
     pub address_family: String,
-    /// What a route to it counts against the route quota.
-    pub max_entries: usize,
+    /// What a route to it counts against the route quota: its `maxEntries`, or for
+    /// an AWS-managed list (which may have none) its documented weight.
+    pub weight: usize,
+}
+
+/// The weight of an AWS-managed prefix list, by the end of its name: what a reference
+/// to it counts against a route table's quota (Amazon VPC User Guide, "AWS-managed
+/// prefix lists", "AWS-managed prefix list weight"). Lists named there only; another
+/// counts as one (EC2's `RouteLimitExceeded` stays the backstop).
+fn aws_managed_weight(name: &str) -> Option<usize> {
+    const WEIGHTS: &[(&str, usize)] = &[
+        (".cloudfront.origin-facing", 55),
+        (".route53-healthchecks", 25),
+        (".vpc-lattice", 10),
+        (".s3express", 6),
+        (".groundstation", 5),
+        (".ec2-instance-connect", 2),
+        (".dynamodb", 1),
+        (".s3", 1),
+    ];
+    if !name.starts_with("com.amazonaws.") {
+        return None;
+    }
+    WEIGHTS
+        .iter()
+        .find(|(suffix, _)| name.ends_with(suffix))
+        .map(|(_, weight)| *weight)
 }
 
 /// Reads a `DescribeManagedPrefixListsResponse`.
@@ -309,10 +334,15 @@ pub fn parse_prefix_lists(root: &Element) -> (Vec<PrefixList>, Option<String>) {
     let lists = root
         .items("prefixListSet")
         .filter_map(|l| {
+            let weight = l
+                .text_of("maxEntries")
+                .and_then(|m| m.parse().ok())
+                .or_else(|| l.text_of("prefixListName").and_then(aws_managed_weight))
+                .unwrap_or(1);
             Some(PrefixList {
                 id: l.text_of("prefixListId")?.to_string(),
                 address_family: l.text_of("addressFamily").unwrap_or("IPv4").to_string(),
-                max_entries: l.text_of("maxEntries")?.parse().ok()?,
+                weight: weight.max(1),
             })
         })
         .collect();
@@ -709,7 +739,7 @@ mod tests {
             vec![PrefixList {
                 id: "pl-1".into(),
                 address_family: "IPv6".into(),
-                max_entries: 25
+                weight: 25
             }]
         );
     }
@@ -765,6 +795,40 @@ mod tests {
             other.message
         );
         assert!(!other.message.contains("InternalIP"), "{}", other.message);
+    }
+
+    /// Guards review finding 3 of aws6: a prefix list counts as its `maxEntries`; an
+    /// AWS-managed one without it as its documented weight (CloudFront's 55, S3's 1);
+    /// an unknown one without it as one. Seen failing with lists lacking
+    /// `maxEntries` dropped, as before: one list read instead of four.
+    #[test]
+    fn prefix_lists_weigh_their_max_entries_or_the_documented_weight() {
+        let root = parse(
+            "<DescribeManagedPrefixListsResponse><prefixListSet>\
+               <item><prefixListId>pl-own</prefixListId><addressFamily>IPv6</addressFamily>\
+                 <maxEntries>20</maxEntries><prefixListName>offices</prefixListName></item>\
+               <item><prefixListId>pl-cf</prefixListId><addressFamily>IPv4</addressFamily>\
+                 <prefixListName>com.amazonaws.global.cloudfront.origin-facing</prefixListName></item>\
+               <item><prefixListId>pl-s3</prefixListId><addressFamily>IPv4</addressFamily>\
+                 <prefixListName>com.amazonaws.us-east-1.s3</prefixListName></item>\
+               <item><prefixListId>pl-odd</prefixListId><prefixListName>odd</prefixListName></item>\
+             </prefixListSet></DescribeManagedPrefixListsResponse>",
+        );
+        let (lists, next) = parse_prefix_lists(&root);
+        assert_eq!(next, None);
+        let weights: Vec<(&str, &str, usize)> = lists
+            .iter()
+            .map(|l| (l.id.as_str(), l.address_family.as_str(), l.weight))
+            .collect();
+        assert_eq!(
+            weights,
+            vec![
+                ("pl-own", "IPv6", 20),
+                ("pl-cf", "IPv4", 55),
+                ("pl-s3", "IPv4", 1),
+                ("pl-odd", "IPv4", 1)
+            ]
+        );
     }
 
     #[test]

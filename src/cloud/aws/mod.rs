@@ -205,6 +205,9 @@ pub fn ec2_buckets() -> Vec<ActionBucket> {
     ]
 }
 
+/// How long a failed read of prefix lists is not tried again.
+const PREFIX_LIST_RETRY: Duration = Duration::from_secs(15 * 60);
+
 /// `NetworkUnavailable` reason: the node's instance is in another VPC than a route table.
 pub const INSTANCE_NOT_IN_VPC: &str = "InstanceNotInVPC";
 /// `NetworkUnavailable` reason: the instance's source/destination check is on and the
@@ -266,9 +269,13 @@ pub struct AwsProvider {
     ipv6_subnets: Mutex<HashSet<String>>,
     /// One lock per instance or subnet being described (see [`AwsProvider::flight`]).
     flights: Mutex<HashMap<String, Arc<Mutex<()>>>>,
-    /// `MaxEntries` and family (true: IPv6) of the prefix lists the tables route to,
-    /// read once per list ID and process: what such a route counts against the quota.
+    /// Family (true: IPv6) and weight of the prefix lists the tables route to, read
+    /// once per list ID and process: what such a route counts against the quota.
     prefix_lists: Mutex<HashMap<String, (bool, usize)>>,
+    /// When a read of prefix lists last failed: none is tried again for
+    /// [`PREFIX_LIST_RETRY`], so that a missing IAM action costs one call per period,
+    /// not one per list.
+    prefix_list_failure: Mutex<Option<Instant>>,
     /// Instances known to be terminated or gone: that never changes back.
     gone: Mutex<HashSet<String>>,
     calls: Mutex<BTreeMap<&'static str, u64>>,
@@ -416,6 +423,7 @@ impl AwsProvider {
             ipv6_subnets: Mutex::new(HashSet::new()),
             flights: Mutex::new(HashMap::new()),
             prefix_lists: Mutex::new(HashMap::new()),
+            prefix_list_failure: Mutex::new(None),
             gone: Mutex::new(HashSet::new()),
             calls: Mutex::new(BTreeMap::new()),
             fence: Fence::open(),
@@ -767,12 +775,15 @@ impl AwsProvider {
         TableView::of(table, &lock(&self.prefix_lists))
     }
 
-    /// Reads the `MaxEntries` of prefix lists the tables route to that this process
-    /// has not read yet, in one `DescribeManagedPrefixLists`: a route to a prefix
-    /// list counts as that many routes ("Maximum number of entries per prefix list",
-    /// Amazon VPC quotas). Most tables have none, so this costs nothing; one with an S3
-    /// gateway endpoint costs one call per process. A failed read counts such a
-    /// route as one, with a log line; EC2's `RouteLimitExceeded` stays the backstop.
+    /// Reads the weight of the prefix lists the tables route to that this process has
+    /// not read yet, in one `DescribeManagedPrefixLists`: a route to a prefix list
+    /// counts as the list's `MaxEntries` ("Maximum number of entries per prefix list",
+    /// Amazon VPC quotas), an AWS-managed list's as its documented weight. Most tables
+    /// have none, so this costs nothing; one with an S3 gateway endpoint costs one call
+    /// per process. Every ID asked for is remembered, also one the reply leaves out
+    /// (as one). A failed read (`UnauthorizedOperation` without the IAM action) counts
+    /// such a route as one, with a log line, and is not tried again for
+    /// [`PREFIX_LIST_RETRY`]; EC2's `RouteLimitExceeded` stays the backstop.
     fn read_prefix_lists(&self, tables: &[RouteTable]) {
         let mut ids: Vec<&str> = {
             let known = lock(&self.prefix_lists);
@@ -784,6 +795,9 @@ impl AwsProvider {
                 .collect()
         };
         if ids.is_empty() {
+            return;
+        }
+        if lock(&self.prefix_list_failure).is_some_and(|at| at.elapsed() < PREFIX_LIST_RETRY) {
             return;
         }
         ids.sort_unstable();
@@ -801,16 +815,23 @@ impl AwsProvider {
         match read {
             Ok(()) => {
                 let mut known = lock(&self.prefix_lists);
+                for id in &ids {
+                    known.entry(id.to_string()).or_insert((false, 1));
+                }
                 for l in lists {
-                    known.insert(l.id, (l.address_family == "IPv6", l.max_entries.max(1)));
+                    known.insert(l.id, (l.address_family == "IPv6", l.weight));
                 }
             }
-            Err(e) => log::info!(
-                "could not read the size of prefix lists {} (routes to them count as one \
-                 each in the table's usage until a later list reads it): {}",
-                ids.join(", "),
-                e.into_cloud()
-            ),
+            Err(e) => {
+                *lock(&self.prefix_list_failure) = Some(Instant::now());
+                log::info!(
+                    "could not read the size of prefix lists {} (routes to them count as one \
+                     each in the table's usage; tried again in {} minutes): {}",
+                    ids.join(", "),
+                    PREFIX_LIST_RETRY.as_secs() / 60,
+                    e.into_cloud()
+                )
+            }
         }
     }
 
