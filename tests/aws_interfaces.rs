@@ -676,3 +676,59 @@ fn a_check_left_on_another_interface_does_not_describe_the_instance_at_every_cre
         assert_eq!(row.interface.as_deref(), Some(eni_b.as_str()), "{rows:?}");
     }
 }
+
+/// Guards review finding 4 of aws6: a route made by `InstanceId` while the instance
+/// had one interface goes to its primary interface; once a second interface is
+/// attached and the node's InternalIP is on it, the route is reported with no target
+/// as soon as the provider knows the node's interface (its pre-flight check), so that
+/// the controller replaces it, and the replacement goes to the second interface.
+/// Seen failing with the interface check left out of `routes_from_table`: the route
+/// to the primary interface was listed as node-a's.
+#[test]
+fn a_route_to_another_interface_of_the_node_is_reported_for_replacement() {
+    let moto = moto::shared();
+    let ec2 = moto.ec2();
+    let net = moto::network(&ec2);
+    let table = ec2.create_route_table(&net.vpc, &[(&tag(), "owned")]);
+    let a = ec2.run_instance(&net.ami, &net.subnet);
+    ec2.create_route(&table, "10.244.1.0/24", &a.id);
+    let second = ec2.create_subnet(&net.vpc, "10.0.2.0/24", "us-east-1a");
+    let (eni_b, ip_b) = ec2.attach_second_interface(&a.id, &second);
+    let layer = layer(&moto, &ec2);
+    let provider = provider(&layer);
+    let nodes = NodeDirectory::new([("node-a", Some(a.provider_id().as_str()))]);
+    let node_a = node("node-a", &a, &ip_b);
+
+    // Nothing tells the provider yet where node-a's routes go.
+    let listed = provider.list_routes(CLUSTER, &nodes).expect("list");
+    assert_eq!(
+        summary(&listed),
+        vec![("10.244.1.0/24".into(), "node-a".into(), false)]
+    );
+    provider
+        .preflight(&route("10.244.2.0/24"), &node_a)
+        .expect("the node's interface is known");
+    let listed = provider.list_routes(CLUSTER, &nodes).expect("list");
+    assert_eq!(
+        summary(&listed),
+        vec![("10.244.1.0/24".into(), "".into(), false)],
+        "the route to the primary interface is to be replaced"
+    );
+
+    provider
+        .delete_route(CLUSTER, &route("10.244.1.0/24"))
+        .expect("delete");
+    provider
+        .create_route(CLUSTER, "uid-a", &route("10.244.1.0/24"), &node_a)
+        .expect("create");
+    let rows = ec2.all_routes(&table);
+    let row = rows
+        .iter()
+        .find(|r| r.destination == "10.244.1.0/24")
+        .expect("the route is in the table");
+    assert_eq!(row.interface.as_deref(), Some(eni_b.as_str()), "{rows:?}");
+    assert_eq!(
+        summary(&provider.list_routes(CLUSTER, &nodes).expect("list")),
+        vec![("10.244.1.0/24".into(), "node-a".into(), false)]
+    );
+}

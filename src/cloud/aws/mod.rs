@@ -276,6 +276,10 @@ pub struct AwsProvider {
     /// [`PREFIX_LIST_RETRY`], so that a missing IAM action costs one call per period,
     /// not one per list.
     prefix_list_failure: Mutex<Option<Instant>>,
+    /// The interface each instance with several interfaces is routed to (the one
+    /// holding its node's InternalIP), as the last pre-flight check found it: a listed
+    /// route to another interface of it is reported for replacement.
+    interface_hops: Mutex<HashMap<String, String>>,
     /// Instances known to be terminated or gone: that never changes back.
     gone: Mutex<HashSet<String>>,
     calls: Mutex<BTreeMap<&'static str, u64>>,
@@ -424,6 +428,7 @@ impl AwsProvider {
             flights: Mutex::new(HashMap::new()),
             prefix_lists: Mutex::new(HashMap::new()),
             prefix_list_failure: Mutex::new(None),
+            interface_hops: Mutex::new(HashMap::new()),
             gone: Mutex::new(HashSet::new()),
             calls: Mutex::new(BTreeMap::new()),
             fence: Fence::open(),
@@ -1082,6 +1087,7 @@ impl AwsProvider {
             ));
         }
         let (hop, interface) = hop_for(&facts, target)?;
+        self.remember_hop(&hop);
         // An interface with an IPv6 address is in a subnet with an IPv6 block (the
         // usual dual-stack node): nothing to ask.
         if !cidr.is_ipv4()
@@ -1131,6 +1137,25 @@ impl AwsProvider {
             ));
         }
         Ok((cidr, hop, tables))
+    }
+
+    /// Remembers where the routes of `hop`'s instance go, for [`routes_from_table`].
+    fn remember_hop(&self, hop: &Hop) {
+        let mut hops = lock(&self.interface_hops);
+        match hop {
+            Hop::Instance(instance) => {
+                hops.remove(instance);
+            }
+            Hop::Interface {
+                instance,
+                interface,
+            } => {
+                if hops.len() >= MAX_REMEMBERED_INSTANCES && !hops.contains_key(instance) {
+                    hops.clear();
+                }
+                hops.insert(instance.clone(), interface.clone());
+            }
+        }
     }
 
     /// Whether `subnet` has an IPv6 CIDR block: one `DescribeSubnets` per subnet until
@@ -1776,21 +1801,22 @@ fn instance_index(nodes: &NodeDirectory) -> HashMap<&str, &str> {
 /// The routes of `table` as the controller sees them: routes of either family to
 /// instances (also those made to an instance's interface, which EC2 lists with the
 /// instance) and blackholes; local, gateway, prefix-list and other interface routes
-/// are not the controller's business.
+/// are not the controller's business. `interface_hops` names, per instance with
+/// several interfaces, the interface its node's routes go to: a route to another of
+/// its interfaces (made by `InstanceId` before a second interface was attached, the
+/// node's InternalIP on the new one) is reported with no target, so that the
+/// controller replaces it.
 pub fn routes_from_table(
     cluster_name: &str,
     table: &RouteTable,
     nodes: &NodeDirectory,
     looked_up: &HashMap<String, Lookup>,
+    interface_hops: &HashMap<String, String>,
 ) -> Vec<Route> {
     let by_instance = instance_index(nodes);
     let mut routes = Vec::new();
     for entry in &table.routes {
-        let Some(destination) = entry
-            .destination
-            .as_deref()
-            .or(entry.destination_ipv6.as_deref())
-        else {
+        let Some(destination) = entry.cidr() else {
             continue;
         };
         let mut route = Route {
@@ -1806,7 +1832,16 @@ pub fn routes_from_table(
         let Some(instance) = entry.instance_id.as_deref() else {
             continue;
         };
-        if let Some(node) = by_instance.get(instance) {
+        if let Some(hop) = interface_hops.get(instance)
+            && let Some(listed) = entry.network_interface_id.as_deref()
+            && listed != hop
+        {
+            log::warn!(
+                "route {destination} goes to interface {listed} of instance {instance}, but its \
+                 node's InternalIP is on interface {hop}; reporting it with no target so that \
+                 it is replaced"
+            );
+        } else if let Some(node) = by_instance.get(instance) {
             route.target_node = node.to_string();
         } else {
             match looked_up.get(instance) {
@@ -1858,10 +1893,11 @@ pub fn merge_tables(
     tables: &[RouteTable],
     nodes: &NodeDirectory,
     looked_up: &HashMap<String, Lookup>,
+    interface_hops: &HashMap<String, String>,
 ) -> Vec<Route> {
     let mut by_destination: BTreeMap<String, Vec<Route>> = BTreeMap::new();
     for table in tables {
-        for route in routes_from_table(cluster_name, table, nodes, looked_up) {
+        for route in routes_from_table(cluster_name, table, nodes, looked_up, interface_hops) {
             by_destination
                 .entry(route.destination_cidr.clone())
                 .or_default()
@@ -1960,7 +1996,14 @@ impl Routes for AwsProvider {
         unknown.sort_unstable();
         unknown.dedup();
         let looked_up = self.look_up_instances(&unknown)?;
-        Ok(merge_tables(cluster_name, &tables, nodes, &looked_up))
+        let hops = lock(&self.interface_hops).clone();
+        Ok(merge_tables(
+            cluster_name,
+            &tables,
+            nodes,
+            &looked_up,
+            &hops,
+        ))
     }
 
     /// Every managed table as of the last list (with our changes since) and the
@@ -2306,7 +2349,7 @@ mod tests {
                 },
             ),
         ]);
-        let routes = routes_from_table("c", &table, &nodes, &looked_up);
+        let routes = routes_from_table("c", &table, &nodes, &looked_up, &HashMap::new());
         let summary = summary(&routes);
         assert_eq!(
             summary,
@@ -2372,7 +2415,7 @@ mod tests {
             ("node-b", Some("aws:///us-east-1b/i-0000000b")),
         ]);
         let looked_up = HashMap::from([("i-0000000c".to_string(), Lookup::Gone)]);
-        let merged = merge_tables("c", &tables, &nodes, &looked_up);
+        let merged = merge_tables("c", &tables, &nodes, &looked_up, &HashMap::new());
         let summary = summary(&merged);
         assert_eq!(
             summary,
