@@ -183,7 +183,10 @@ impl RouteChange {
 pub struct TableUsage {
     /// The table's name for logs and the `table` label (network name, `rtb-…`).
     pub table: String,
-    /// Routes it holds, anyone's.
+    /// Routes it holds, anyone's, as the cloud counts them against `limit`. A cloud
+    /// that applies the limit to each address family apart (EC2) reports the fuller
+    /// family's count: the controller's guard then holds back creates of both
+    /// families when one is full (a known over-caution, see the AWS provider).
     pub routes: usize,
     /// Routes it may hold.
     pub limit: usize,

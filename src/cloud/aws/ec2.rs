@@ -183,8 +183,8 @@ pub struct Instance {
     /// Whether its source/destination check is on (EC2's default); `None` when the
     /// reply does not say.
     pub source_dest_check: Option<bool>,
-    /// Its network interfaces (`networkInterfaceSet`), primary first as EC2 lists
-    /// them; empty when the reply does not say.
+    /// Its network interfaces (`networkInterfaceSet`), in the reply's order (EC2
+    /// promises none); empty when the reply does not say.
     pub interfaces: Vec<Interface>,
 }
 

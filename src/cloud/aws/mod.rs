@@ -841,9 +841,11 @@ impl AwsProvider {
     }
 
     /// Routes made to an interface of a node's instance name the instance beside the
-    /// interface when EC2 lists them; a reply that names the interface alone (a
-    /// detached interface, or an emulator) is completed from what `DescribeInstances`
-    /// said of the nodes' instances, so that the route is recognised as the node's.
+    /// interface when EC2 lists them (EC2 does so for an attached interface), so this
+    /// mostly serves moto, whose reply names the interface alone: such a route is
+    /// completed from what `DescribeInstances` said of the nodes' instances, so that
+    /// it is recognised as the node's. Against EC2 it changes nothing but a route to
+    /// an interface detached since the describe.
     fn fill_interface_owners(&self, tables: &mut [RouteTable]) {
         let owners: HashMap<String, String> = lock(&self.facts)
             .values()
@@ -1115,17 +1117,7 @@ impl AwsProvider {
         };
         if !self.disable_source_dest_check && check_on == Some(true) {
             self.forget_facts(&instance);
-            let command = match &hop {
-                Hop::Instance(i) => {
-                    format!(
-                        "aws ec2 modify-instance-attribute --instance-id {i} --no-source-dest-check"
-                    )
-                }
-                Hop::Interface { interface, .. } => format!(
-                    "aws ec2 modify-network-interface-attribute --network-interface-id \
-                     {interface} --no-source-dest-check"
-                ),
-            };
+            let command = hop.check_off_command();
             return Err(CloudError::refused(
                 SOURCE_DEST_CHECK_ENABLED,
                 false,
@@ -1416,6 +1408,21 @@ impl Hop {
         match self {
             Hop::Instance(i) => ("InstanceId", i),
             Hop::Interface { interface, .. } => ("NetworkInterfaceId", interface),
+        }
+    }
+
+    /// The command that turns the hop's source/destination check off, for messages.
+    fn check_off_command(&self) -> String {
+        match self {
+            Hop::Instance(i) => {
+                format!(
+                    "aws ec2 modify-instance-attribute --instance-id {i} --no-source-dest-check"
+                )
+            }
+            Hop::Interface { interface, .. } => format!(
+                "aws ec2 modify-network-interface-attribute --network-interface-id {interface} \
+                 --no-source-dest-check"
+            ),
         }
     }
 
@@ -2443,6 +2450,52 @@ mod tests {
             state: "active".into(),
             ..RouteEntry::default()
         }
+    }
+
+    /// Guards the completion of routes listed with an interface alone (moto's way):
+    /// an interface of an instance described before is given its instance; an
+    /// unknown interface and a route naming its instance already are left alone.
+    /// Seen failing with `fill_interface_owners` emptied: eni-a2's route had no
+    /// instance.
+    #[test]
+    fn routes_listed_with_an_interface_alone_get_the_instance_described_with_it() {
+        let env = AwsEnv::new()
+            .with_var("AWS_ACCESS_KEY_ID", "AKIDEXAMPLE")
+            .with_var("AWS_SECRET_ACCESS_KEY", "secret")
+            .with_var("AWS_REGION", "us-east-1")
+            .with_var("AWS_EC2_METADATA_DISABLED", "true");
+        let config = AwsConfig {
+            endpoint: Some("http://127.0.0.1:1/".into()),
+            ..AwsConfig::default()
+        };
+        let provider = AwsProvider::new(config, &env).expect("provider");
+        let described = instance_with(vec![
+            interface("eni-a1", "subnet-1", &["10.0.1.4"]),
+            interface("eni-a2", "subnet-2", &["10.0.2.4"]),
+        ]);
+        lock(&provider.facts).insert(described.id.clone(), described);
+        let mut tables = vec![RouteTable {
+            id: "rtb-1".into(),
+            vpc_id: "vpc-1".into(),
+            routes: vec![
+                listed_route("10.244.1.0/24", None, Some("eni-a2"), "CreateRoute"),
+                listed_route("10.244.2.0/24", None, Some("eni-other"), "CreateRoute"),
+                listed_route(
+                    "10.244.3.0/24",
+                    Some("i-0000000b"),
+                    Some("eni-a1"),
+                    "CreateRoute",
+                ),
+            ],
+            tags: Vec::new(),
+        }];
+        provider.fill_interface_owners(&mut tables);
+        let owners: Vec<Option<&str>> = tables[0]
+            .routes
+            .iter()
+            .map(|r| r.instance_id.as_deref())
+            .collect();
+        assert_eq!(owners, vec![Some("i-0000000a"), None, Some("i-0000000b")]);
     }
 
     /// Guards the usage as "Routes per route table (non-propagated routes)" counts
