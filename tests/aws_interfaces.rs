@@ -444,6 +444,7 @@ fn table_usage_counts_local_propagated_ipv6_and_prefix_list_routes_as_the_quota_
     assert_eq!(usage.len(), 1, "{usage:?}");
     assert_eq!(usage[0].routes, ipv4.max(ipv6), "{usage:?} of {rows:?}");
     assert_eq!(usage[0].routes, ipv4);
+    assert_eq!(usage[0].by_family, Some((ipv4, ipv6)), "{usage:?}");
     provider.list_routes(CLUSTER, &nodes).expect("list again");
     assert_eq!(actions(&layer).get("DescribeManagedPrefixLists"), Some(&1));
 }

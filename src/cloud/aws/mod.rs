@@ -1600,8 +1600,9 @@ impl Usage {
         if ipv6 { &mut self.ipv6 } else { &mut self.ipv4 }
     }
 
-    /// The count of the fuller family: the quota's size applies to each family, and
-    /// the controller holds a create back by one count per table.
+    /// The count of the fuller family: the quota's size applies to each family; the
+    /// controller's guard reads both ([`TableUsage::by_family`]), this is for what
+    /// knows one count only (the gauge, `plan`).
     fn fuller(&self) -> usize {
         self.ipv4.max(self.ipv6)
     }
@@ -2027,6 +2028,7 @@ impl Routes for AwsProvider {
                         table: t.id.clone(),
                         routes: t.usage.fuller(),
                         limit: self.route_table_limit(),
+                        by_family: Some((t.usage.ipv4, t.usage.ipv6)),
                     })
                     .collect()
             })
