@@ -733,3 +733,42 @@ fn a_route_to_another_interface_of_the_node_is_reported_for_replacement() {
         vec![("10.244.1.0/24".into(), "node-a".into(), false)]
     );
 }
+
+/// Guards review finding 10 of aws6: the table's usage when IPv6 is the fuller
+/// family: `routes` is the IPv6 count, and both counts are reported apart
+/// (`by_family`) for the controller's per-family guard. Seen failing with the
+/// families summed into `routes` (ipv4 + ipv6 instead of ipv6).
+#[test]
+fn table_usage_reports_the_ipv6_side_when_it_is_the_fuller() {
+    let moto = moto::shared();
+    let ec2 = moto.ec2();
+    let net = moto::network(&ec2);
+    let table = ec2.create_route_table(&net.vpc, &[(&tag(), "owned")]);
+    ec2.enable_ipv6(&net.vpc, &net.subnet);
+    let a = ec2.run_instance(&net.ami, &net.subnet);
+    for i in 1..=4 {
+        ec2.call(
+            "CreateRoute",
+            Params::new()
+                .add("RouteTableId", &table)
+                .add("DestinationIpv6CidrBlock", format!("fd00:10:244:{i}::/64"))
+                .add("InstanceId", &a.id),
+        );
+    }
+    let rows = ec2.all_routes(&table);
+    let count = |v6: bool| {
+        rows.iter()
+            .filter(|r| r.destination.contains(':') == v6)
+            .count()
+    };
+    let (ipv4, ipv6) = (count(false), count(true));
+    assert!(ipv6 > ipv4, "IPv6 is the fuller side: {rows:?}");
+    let layer = layer(&moto, &ec2);
+    let provider = provider(&layer);
+    let nodes = NodeDirectory::new([("node-a", Some(a.provider_id().as_str()))]);
+    provider.list_routes(CLUSTER, &nodes).expect("list");
+    let usage = provider.route_tables();
+    assert_eq!(usage.len(), 1, "{usage:?}");
+    assert_eq!(usage[0].routes, ipv6, "{usage:?} of {rows:?}");
+    assert_eq!(usage[0].by_family, Some((ipv4, ipv6)), "{usage:?}");
+}
