@@ -183,10 +183,47 @@ impl RouteChange {
 pub struct TableUsage {
     /// The table's name for logs and the `table` label (network name, `rtb-…`).
     pub table: String,
-    /// Routes it holds, anyone's.
+    /// Routes it holds, anyone's, as the cloud counts them against `limit`; with
+    /// `by_family`, the fuller family's count.
     pub routes: usize,
     /// Routes it may hold.
     pub limit: usize,
+    /// `(IPv4, IPv6)` counts, for a cloud that applies `limit` to each address family
+    /// apart (EC2's "Routes per route table" is "enforced separately for IPv4 routes
+    /// and IPv6 routes"): a create then needs room in its own family only. `None`:
+    /// one count for both.
+    pub by_family: Option<(usize, usize)>,
+}
+
+impl TableUsage {
+    /// The count a create or delete of `ipv6`'s family is measured against.
+    pub fn routes_of(&self, ipv6: bool) -> usize {
+        match self.by_family {
+            Some((v4, v6)) => {
+                if ipv6 {
+                    v6
+                } else {
+                    v4
+                }
+            }
+            None => self.routes,
+        }
+    }
+
+    /// Changes the count of `ipv6`'s family (the only count without `by_family`).
+    pub fn set_routes_of(&mut self, ipv6: bool, routes: usize) {
+        match &mut self.by_family {
+            Some((v4, v6)) => {
+                if ipv6 {
+                    *v6 = routes;
+                } else {
+                    *v4 = routes;
+                }
+                self.routes = (*v4).max(*v6);
+            }
+            None => self.routes = routes,
+        }
+    }
 }
 
 /// `NetworkUnavailable` reason and event reason of a node whose route does not fit in

@@ -1822,6 +1822,78 @@ fn controller_puts_every_node_route_in_each_of_three_zone_tables_with_one_call_p
     );
 }
 
+/// Guards review finding 1 of aws6: a stale route is deleted only from the tables
+/// where it is the controller's kind (a blackhole, a route to an instance); a table
+/// where the same destination goes to an internet gateway (another writer's route) is
+/// never sent a `DeleteRoute`, neither with the stale route nor once it is gone. Seen
+/// failing with `delete_route` back to every table holding the destination: the
+/// gateway route was deleted.
+#[test]
+fn a_stale_route_is_deleted_where_it_is_ours_and_another_writers_gateway_route_is_kept() {
+    let moto = moto::shared();
+    let z = three_zones(moto.ec2());
+    let gone = z.ec2.run_instance(&z.net.ami, &z.net.subnet);
+    z.ec2.create_route(&z.tables[0], "10.244.9.0/24", &gone.id);
+    z.ec2.terminate(&gone.id);
+    let igw = z
+        .ec2
+        .call("CreateInternetGateway", Params::new())
+        .child("internetGateway")
+        .and_then(|g| g.text_of("internetGatewayId"))
+        .expect("internet gateway")
+        .to_string();
+    z.ec2.call(
+        "AttachInternetGateway",
+        Params::new()
+            .add("InternetGatewayId", &igw)
+            .add("VpcId", &z.net.vpc),
+    );
+    z.ec2.call(
+        "CreateRoute",
+        Params::new()
+            .add("RouteTableId", &z.tables[1])
+            .add("DestinationCidrBlock", "10.244.9.0/24")
+            .add("GatewayId", &igw),
+    );
+    let provider = provider_at(moto.url(), AwsConfig::default(), &test_env());
+    let nodes = NodeDirectory::new([("node-a", Some(z.instances[0].provider_id().as_str()))]);
+    let listed = provider.list_routes(CLUSTER, &nodes).expect("list");
+    let stale = listed
+        .iter()
+        .find(|r| r.destination_cidr == "10.244.9.0/24" && r.blackhole)
+        .expect("the dead route is reported as a blackhole")
+        .clone();
+
+    let before = provider.api_calls();
+    provider.delete_route(CLUSTER, &stale).expect("delete");
+    let gateway_route = |ec2: &moto::Ec2| {
+        ec2.routes(&z.tables[1])
+            .iter()
+            .any(|(d, _, _)| d == "10.244.9.0/24")
+    };
+    assert!(!has_destination(&z.ec2, &z.tables[0], "10.244.9.0/24"));
+    assert!(gateway_route(&z.ec2), "{:?}", z.ec2.routes(&z.tables[1]));
+    let m = |pairs: &[(&'static str, u64)]| pairs.iter().copied().collect::<BTreeMap<_, _>>();
+    assert_eq!(
+        calls_delta(&before, &provider.api_calls()),
+        m(&[("DeleteRoute", 1)])
+    );
+
+    // Asked again (the controller's view may be stale): no table holds it as ours,
+    // so it is tried in the two tables without a route to it (this provider's view
+    // may be stale too), never in the gateway's.
+    let before = provider.api_calls();
+    let err = provider
+        .delete_route(CLUSTER, &stale)
+        .expect_err("nothing of ours to delete");
+    assert_eq!(err.kind, CloudErrorKind::NotFound, "{}", err.message);
+    assert!(gateway_route(&z.ec2), "{:?}", z.ec2.routes(&z.tables[1]));
+    assert_eq!(
+        calls_delta(&before, &provider.api_calls()).get("DeleteRoute"),
+        Some(&2)
+    );
+}
+
 /// Guards the merge: a route to a node missing from one table is reported missing and
 /// the create fills only that table; a stale route in one table only is reported so
 /// that it is deleted there, and the other tables are not called.

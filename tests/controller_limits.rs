@@ -505,3 +505,52 @@ fn two_refusals_with_the_same_reason_but_different_messages_are_both_reported() 
         "{messages:?}"
     );
 }
+
+/// Guards review finding 5 of aws6: a cloud that applies the route limit to each
+/// address family apart (EC2) has room for IPv6 routes when the IPv4 routes fill the
+/// table: a dual-stack node's IPv6 route goes out while its IPv4 route is held
+/// (`RouteTableFull`), and no create is refused by the cloud. Seen failing with one
+/// count for both families (the fake reporting no `by_family`): the IPv6 create was
+/// held too.
+#[test]
+fn with_a_limit_per_family_a_full_ipv4_side_does_not_hold_back_ipv6_routes() {
+    let cloud = cloud_with_limit(2);
+    cloud.set_limit_per_family(true);
+    let mut c = Config::new(cidrs(&["10.0.0.0/16", "fd00:10::/56"]));
+    c.seed = Some(7);
+    let mut d = Driver::with_cloud(c, cloud.clone());
+    let dual = |i: usize| {
+        node(
+            &format!("n{i}"),
+            &[&format!("10.0.{i}.0/24"), &format!("fd00:10:0:{i}::/64")],
+            &format!("192.168.0.{i}"),
+        )
+    };
+    // The someone else's IPv4 route and n0's fill the IPv4 side.
+    d.start(vec![dual(0), dual(1)]);
+    d.advance(Duration::from_secs(3600));
+    assert_eq!(table_full(&cloud), 0, "a create was refused by the cloud");
+    assert_eq!(creates_to(&d, "fd00:10:0:0::/64"), 1);
+    assert_eq!(creates_to(&d, "fd00:10:0:1::/64"), 1);
+    assert_eq!(
+        creates_to(&d, "10.0.0.0/24") + creates_to(&d, "10.0.1.0/24"),
+        1,
+        "one IPv4 route fits beside the other writer's"
+    );
+    let routes = d.cloud_routes();
+    assert_eq!(
+        routes.iter().filter(|(_, c)| c.contains(':')).count(),
+        2,
+        "both IPv6 routes are in the table: {routes:?}"
+    );
+    let held: Vec<_> = d
+        .events
+        .iter()
+        .filter(|e| e.reason == "RouteTableFull")
+        .collect();
+    assert_eq!(
+        held.len(),
+        1,
+        "the IPv4 route that cannot fit is held: {held:?}"
+    );
+}

@@ -108,6 +108,8 @@ struct State {
     limit: Option<ServerRateLimit>,
     /// Routes the table may hold; `None`: no limit.
     route_limit: Option<usize>,
+    /// The limit applies to each address family apart, as EC2 applies it.
+    limit_per_family: bool,
     /// Destinations whose creates the pre-flight check refuses: reason and whether
     /// for good.
     refused: BTreeMap<Cidr, (&'static str, bool)>,
@@ -148,6 +150,7 @@ impl FakeCloud {
                 rng: SmallRng::seed_from_u64(1),
                 limit: None,
                 route_limit: None,
+                limit_per_family: false,
                 refused: BTreeMap::new(),
                 poisoned: BTreeMap::new(),
             }),
@@ -173,6 +176,12 @@ impl FakeCloud {
     /// table `fake`; a create beyond it is refused with [`CloudErrorKind::TableFull`].
     pub fn set_route_limit(&self, limit: Option<usize>) {
         self.lock().route_limit = limit;
+    }
+
+    /// Applies the route limit to each address family apart, as EC2 does, and
+    /// reports the table's usage per family.
+    pub fn set_limit_per_family(&self, per_family: bool) {
+        self.lock().limit_per_family = per_family;
     }
 
     /// Makes the pre-flight check refuse creates to `destination` with `reason` (for
@@ -408,11 +417,18 @@ impl Routes for FakeCloud {
     /// Table `fake` with every route in it, when a limit is set.
     fn route_tables(&self) -> Vec<TableUsage> {
         let s = self.lock();
+        let ipv6 = s.routes.keys().filter(|c| !c.is_ipv4()).count();
+        let ipv4 = s.routes.len() - ipv6;
         s.route_limit
             .map(|limit| TableUsage {
                 table: "fake".into(),
-                routes: s.routes.len(),
+                routes: if s.limit_per_family {
+                    ipv4.max(ipv6)
+                } else {
+                    s.routes.len()
+                },
                 limit,
+                by_family: s.limit_per_family.then_some((ipv4, ipv6)),
             })
             .into_iter()
             .collect()
@@ -547,7 +563,15 @@ impl FakeCloud {
                 ),
             ));
         }
-        if s.route_limit.is_some_and(|limit| s.routes.len() >= limit) {
+        let counted = if s.limit_per_family {
+            s.routes
+                .keys()
+                .filter(|c| c.is_ipv4() == cidr.is_ipv4())
+                .count()
+        } else {
+            s.routes.len()
+        };
+        if s.route_limit.is_some_and(|limit| counted >= limit) {
             self.counters.table_full.fetch_add(1, Ordering::Relaxed);
             return Err(CloudError::new(
                 CloudErrorKind::TableFull,

@@ -134,6 +134,7 @@ impl Controller {
             creates_allowed: order.creates_allowed && creates,
             deletes_allowed: order.deletes_allowed && !creates,
             deletes_first: false,
+            ..order
         };
         let mut kinds = Vec::new();
         if self.ops.peek_next_of(only(true)).is_some() {
@@ -177,12 +178,18 @@ impl Controller {
     }
 
     /// Which queued operations may go next: deletes once the node view is whole; a
-    /// create only if it fits in the route tables; near their limit, deletes first.
+    /// create only if it fits in the route tables (in its family's count, for a
+    /// cloud that counts each family apart); near their limit, deletes first.
     pub(super) fn dispatch_order(&self) -> Order {
         let room = self.create_room();
+        let full_families = (
+            self.create_room_of(false) == Some(0),
+            self.create_room_of(true) == Some(0),
+        );
         Order {
             deletes_allowed: self.nodes.is_synced(),
-            creates_allowed: room != Some(0),
+            creates_allowed: !(full_families.0 && full_families.1),
+            full_families,
             deletes_first: room.is_some_and(|r| r < self.ops.queued_creates()),
         }
     }
@@ -190,16 +197,22 @@ impl Controller {
     /// With no room and nothing in flight or queued that could make some, the queued
     /// creates are held instead of waiting (or being sent to be refused).
     fn hold_what_cannot_fit(&mut self, now: Instant, out: &mut Vec<Command>) {
-        if self.create_room() != Some(0)
-            || self.ops.queued_creates() == 0
-            || self.ops.creates_in_flight() > 0
-            || self.ops.deletes_pending()
-        {
+        // Per family: a cloud that counts each apart has room for one when the
+        // other is full.
+        let full = |ipv6: bool| {
+            self.create_room_of(ipv6) == Some(0) && self.ops.creates_in_flight_of(ipv6) == 0
+        };
+        let full = (full(false), full(true));
+        if !(full.0 || full.1) || self.ops.queued_creates() == 0 || self.ops.deletes_pending() {
             return;
         }
-        let held = self
-            .ops
-            .retain_queued(|q| !matches!(q.op, Planned::Create(_)));
+        let held = self.ops.retain_queued(|q| match &q.op {
+            Planned::Create(c) => !(if c.cidr.is_ipv4() { full.0 } else { full.1 }),
+            _ => true,
+        });
+        if held.is_empty() {
+            return;
+        }
         let mut passes = BTreeSet::new();
         let mut nodes = BTreeSet::new();
         for q in held {

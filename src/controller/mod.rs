@@ -667,7 +667,7 @@ impl Controller {
                 if let Some(took) = self.nodes.route_created(&c.route.target_node, cidr, now) {
                     self.metrics.node_to_route.observe(took);
                 }
-                self.tables.created();
+                self.tables.created(cidr);
                 self.tables.release(cidr);
                 self.refusals.forget(cidr);
                 self.splitting.settled(cidr);
@@ -680,13 +680,13 @@ impl Controller {
                 self.retries.route_done(cidr);
                 self.splitting.settled(cidr);
                 self.passes.resolve(pass, |r| r.deleted += 1);
-                self.room_freed(now);
+                self.room_freed(cidr, now);
             }
             (OpKind::Delete(d), Err(e)) if e.kind == CloudErrorKind::NotFound => {
                 self.forget_route(&d.route, cidr);
                 self.retries.route_done(cidr);
                 self.passes.resolve(pass, |r| r.deleted += 1);
-                self.room_freed(now);
+                self.room_freed(cidr, now);
             }
             (OpKind::Create(c), Err(e)) if matches!(e.kind, CloudErrorKind::Refused { .. }) => {
                 if let CloudErrorKind::Refused { reason, lasting } = e.kind {
@@ -709,7 +709,7 @@ impl Controller {
             {
                 // Another writer filled the table since the list: hold, do not retry.
                 log::warn!("create of route {cidr} refused by the cloud: {}", e.message);
-                self.tables.cloud_full();
+                self.tables.cloud_full(cidr);
                 self.update_table_gauges();
                 self.retries.route_done(cidr);
                 self.hold_create(cidr, &c.route.target_node, pass, out);

@@ -87,8 +87,23 @@ impl Planned {
 pub(super) struct Order {
     pub deletes_allowed: bool,
     pub creates_allowed: bool,
+    /// The address families (IPv4, IPv6) whose creates may not go: no room in the
+    /// tables for that family (a cloud that counts each family apart, EC2).
+    pub full_families: (bool, bool),
     /// Any delete that may go goes before any create.
     pub deletes_first: bool,
+}
+
+impl Order {
+    /// Whether a create to `cidr` may go.
+    fn allows_create(&self, cidr: Cidr) -> bool {
+        let full = if cidr.is_ipv4() {
+            self.full_families.0
+        } else {
+            self.full_families.1
+        };
+        self.creates_allowed && !full
+    }
 }
 
 /// An operation waiting to be sent, with the pass that planned it.
@@ -248,6 +263,15 @@ impl Operations {
             .count()
     }
 
+    /// Creates in flight to destinations of one family (`ipv6`).
+    pub(super) fn creates_in_flight_of(&self, ipv6: bool) -> usize {
+        self.in_flight
+            .values()
+            .filter_map(|f| f.kind.as_ref())
+            .filter(|k| matches!(k, OpKind::Create(_)) && k.cidr().is_ipv4() != ipv6)
+            .count()
+    }
+
     /// Creates waiting to be sent.
     pub(super) fn queued_creates(&self) -> usize {
         self.queue.iter().filter(|q| q.op.is_create()).count()
@@ -294,7 +318,7 @@ impl Operations {
         self.first_index(|op| {
             only(op.cidr())
                 && if op.is_create() {
-                    order.creates_allowed
+                    order.allows_create(op.cidr())
                 } else {
                     order.deletes_allowed
                 }

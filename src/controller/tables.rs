@@ -12,7 +12,8 @@
 //! go is the planner's decision alone.
 //!
 //! Counts between lists are estimates: a create adds one to every table, a delete
-//! takes one from every table. With several tables a route may be in some only, so an
+//! takes one from every table (in the count of the route's family, for a cloud that
+//! counts each family apart: EC2). With several tables a route may be in some only, so an
 //! estimate can be off by the partial routes until the next list makes it exact.
 
 use std::collections::BTreeMap;
@@ -46,29 +47,47 @@ impl Tables {
             .min()
     }
 
-    /// The fullest table, for messages.
-    fn fullest(&self) -> Option<&TableUsage> {
+    /// Routes of one family (`ipv6`) that still fit in the fullest table: a cloud
+    /// that counts each family apart (EC2) has room for one when the other is full.
+    pub fn room_of(&self, ipv6: bool) -> Option<usize> {
         self.tables
             .iter()
-            .min_by_key(|t| t.limit.saturating_sub(t.routes))
+            .map(|t| t.limit.saturating_sub(t.routes_of(ipv6)))
+            .min()
     }
 
-    pub fn created(&mut self) {
+    /// The fullest table for `cidr`'s family, for messages.
+    fn fullest(&self, cidr: Cidr) -> Option<&TableUsage> {
+        let ipv6 = !cidr.is_ipv4();
+        self.tables
+            .iter()
+            .min_by_key(|t| t.limit.saturating_sub(t.routes_of(ipv6)))
+    }
+
+    /// A create to `cidr` succeeded: one route more in its family.
+    pub fn created(&mut self, cidr: Cidr) {
+        let ipv6 = !cidr.is_ipv4();
         for t in &mut self.tables {
-            t.routes += 1;
+            let routes = t.routes_of(ipv6) + 1;
+            t.set_routes_of(ipv6, routes);
         }
     }
 
-    pub fn deleted(&mut self) {
+    pub fn deleted(&mut self, cidr: Cidr) {
+        let ipv6 = !cidr.is_ipv4();
         for t in &mut self.tables {
-            t.routes = t.routes.saturating_sub(1);
+            let routes = t.routes_of(ipv6).saturating_sub(1);
+            t.set_routes_of(ipv6, routes);
         }
     }
 
-    /// The cloud refused a create for a full table: believe it until the next list.
-    pub fn cloud_full(&mut self) {
+    /// The cloud refused a create to `cidr` for a full table: believe it for that
+    /// family until the next list.
+    pub fn cloud_full(&mut self, cidr: Cidr) {
+        let ipv6 = !cidr.is_ipv4();
         for t in &mut self.tables {
-            t.routes = t.routes.max(t.limit);
+            let routes = t.routes_of(ipv6).max(t.limit);
+            t.set_routes_of(ipv6, routes);
         }
     }
 
@@ -106,6 +125,15 @@ impl Controller {
         Some(room.saturating_sub(self.ops.creates_in_flight()))
     }
 
+    /// [`Controller::create_room`] for the creates of one family (`ipv6`).
+    pub(super) fn create_room_of(&self, ipv6: bool) -> Option<usize> {
+        if !self.config.guard_table_limits {
+            return None;
+        }
+        let room = self.tables.room_of(ipv6)?;
+        Some(room.saturating_sub(self.ops.creates_in_flight_of(ipv6)))
+    }
+
     /// The provider's tables after a list: export them, and look again at held
     /// creates if there is room now (the pass of the list plans them anyway).
     pub(super) fn on_tables(&mut self, tables: Vec<TableUsage>) {
@@ -120,12 +148,14 @@ impl Controller {
         }
     }
 
-    /// A delete succeeded: one route fewer, and held creates may fit now.
-    pub(super) fn room_freed(&mut self, now: Instant) {
-        self.tables.deleted();
+    /// A delete of `deleted` succeeded: one route fewer in its family, and held
+    /// creates of that family may fit now.
+    pub(super) fn room_freed(&mut self, deleted: Cidr, now: Instant) {
+        self.tables.deleted(deleted);
         self.update_table_gauges();
-        if self.create_room().is_some_and(|r| r > 0) {
-            let held: Vec<Cidr> = self.tables.held().collect();
+        let ipv6 = !deleted.is_ipv4();
+        if self.create_room_of(ipv6).is_some_and(|r| r > 0) {
+            let held: Vec<Cidr> = self.tables.held().filter(|c| c.is_ipv4() != ipv6).collect();
             for cidr in held {
                 if !self.ops.is_busy(&cidr) {
                     self.trigger(Trigger::Followup(cidr), now);
@@ -146,8 +176,8 @@ impl Controller {
     ) {
         let (table, routes, limit) = self
             .tables
-            .fullest()
-            .map(|t| (t.table.clone(), t.routes, t.limit))
+            .fullest(cidr)
+            .map(|t| (t.table.clone(), t.routes_of(!cidr.is_ipv4()), t.limit))
             .unwrap_or_default();
         let message = format!(
             "route table {table} is full ({routes} of {limit} routes): route {cidr} for node \

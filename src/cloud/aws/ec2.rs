@@ -183,8 +183,8 @@ pub struct Instance {
     /// Whether its source/destination check is on (EC2's default); `None` when the
     /// reply does not say.
     pub source_dest_check: Option<bool>,
-    /// Its network interfaces (`networkInterfaceSet`), primary first as EC2 lists
-    /// them; empty when the reply does not say.
+    /// Its network interfaces (`networkInterfaceSet`), in the reply's order (EC2
+    /// promises none); empty when the reply does not say.
     pub interfaces: Vec<Interface>,
 }
 
@@ -300,8 +300,33 @@ pub struct PrefixList {
     pub id: String,
     /// `IPv4` or `IPv6`.
     pub address_family: String,
-    /// What a route to it counts against the route quota.
-    pub max_entries: usize,
+    /// What a route to it counts against the route quota: its `maxEntries`, or for
+    /// an AWS-managed list (which may have none) its documented weight.
+    pub weight: usize,
+}
+
+/// The weight of an AWS-managed prefix list, by the end of its name: what a reference
+/// to it counts against a route table's quota (Amazon VPC User Guide, "AWS-managed
+/// prefix lists", "AWS-managed prefix list weight"). Lists named there only; another
+/// counts as one (EC2's `RouteLimitExceeded` stays the backstop).
+fn aws_managed_weight(name: &str) -> Option<usize> {
+    const WEIGHTS: &[(&str, usize)] = &[
+        (".cloudfront.origin-facing", 55),
+        (".route53-healthchecks", 25),
+        (".vpc-lattice", 10),
+        (".s3express", 6),
+        (".groundstation", 5),
+        (".ec2-instance-connect", 2),
+        (".dynamodb", 1),
+        (".s3", 1),
+    ];
+    if !name.starts_with("com.amazonaws.") {
+        return None;
+    }
+    WEIGHTS
+        .iter()
+        .find(|(suffix, _)| name.ends_with(suffix))
+        .map(|(_, weight)| *weight)
 }
 
 /// Reads a `DescribeManagedPrefixListsResponse`.
@@ -309,10 +334,15 @@ pub fn parse_prefix_lists(root: &Element) -> (Vec<PrefixList>, Option<String>) {
     let lists = root
         .items("prefixListSet")
         .filter_map(|l| {
+            let weight = l
+                .text_of("maxEntries")
+                .and_then(|m| m.parse().ok())
+                .or_else(|| l.text_of("prefixListName").and_then(aws_managed_weight))
+                .unwrap_or(1);
             Some(PrefixList {
                 id: l.text_of("prefixListId")?.to_string(),
                 address_family: l.text_of("addressFamily").unwrap_or("IPv4").to_string(),
-                max_entries: l.text_of("maxEntries")?.parse().ok()?,
+                weight: weight.max(1),
             })
         })
         .collect();
@@ -422,6 +452,20 @@ impl CallError {
         }
     }
 
+    /// Whether EC2 refused an instance ID because the instance has several network
+    /// interfaces. EC2 answers `InvalidInstanceID` for other reasons too (an instance
+    /// in a state it cannot take, …), so the code alone is not enough: its message
+    /// says "There are multiple interfaces attached to instance …".
+    pub fn says_several_interfaces(&self) -> bool {
+        match self.error.as_ref() {
+            QueryError::Service { code, message, .. } => {
+                code == INVALID_INSTANCE_ID
+                    && message.to_ascii_lowercase().contains("multiple interfaces")
+            }
+            _ => false,
+        }
+    }
+
     /// What the failure means for the controller, with a message naming the action,
     /// the endpoint, the request ID and what to fix.
     pub fn into_cloud(self) -> CloudError {
@@ -480,7 +524,7 @@ impl CallError {
                     (K::Invalid, hint)
                 } else if BAD_INPUT_CODES.contains(&code) {
                     (K::Invalid, String::new())
-                } else if code == INVALID_INSTANCE_ID {
+                } else if self.says_several_interfaces() {
                     let hint = "; EC2 routes to an instance with several network interfaces \
                                 only by interface: the controller describes the instance again \
                                 and routes to the interface that holds the node's InternalIP \
@@ -491,6 +535,10 @@ impl CallError {
                         self.action, self.endpoint, self.error
                     );
                     return CloudError::refused(INSTANCE_HAS_SEVERAL_INTERFACES, false, message);
+                } else if code == INVALID_INSTANCE_ID {
+                    // For another reason than several interfaces: EC2's message says
+                    // which.
+                    (K::Invalid, String::new())
                 } else if code == "InvalidInstanceID.NotFound" {
                     // New instances take a moment to become visible to every EC2 API.
                     (K::Retry { after: None }, String::new())
@@ -691,7 +739,7 @@ mod tests {
             vec![PrefixList {
                 id: "pl-1".into(),
                 address_family: "IPv6".into(),
-                max_entries: 25
+                weight: 25
             }]
         );
     }
@@ -701,8 +749,17 @@ mod tests {
     /// the node with the fix, never retried blind.
     #[test]
     fn invalid_instance_id_of_a_multi_interface_instance_is_refused_with_the_fix() {
-        let err =
-            service_error(CREATE_ROUTE, CallKind::Mutation, 400, INVALID_INSTANCE_ID).into_cloud();
+        let several = "There are multiple interfaces attached to instance 'i-0123456789abcdef0'. \
+                       Please specify an interface ID for the operation instead.";
+        let err = service_error_saying(
+            CREATE_ROUTE,
+            CallKind::Mutation,
+            400,
+            INVALID_INSTANCE_ID,
+            several,
+        );
+        assert!(err.says_several_interfaces());
+        let err = err.into_cloud();
         assert_eq!(
             err.kind,
             CloudErrorKind::Refused {
@@ -720,6 +777,58 @@ mod tests {
             "InvalidInstanceID.Malformed",
         );
         assert_eq!(malformed.into_cloud().kind, CloudErrorKind::Invalid);
+        // The same code for another reason is no interface matter: invalid, with
+        // EC2's own words.
+        let other = service_error_saying(
+            CREATE_ROUTE,
+            CallKind::Mutation,
+            400,
+            INVALID_INSTANCE_ID,
+            "The instance ID 'i-0123456789abcdef0' is not in a state from which it can be used",
+        );
+        assert!(!other.says_several_interfaces());
+        let other = other.into_cloud();
+        assert_eq!(other.kind, CloudErrorKind::Invalid, "{}", other.message);
+        assert!(
+            other.message.contains("not in a state"),
+            "{}",
+            other.message
+        );
+        assert!(!other.message.contains("InternalIP"), "{}", other.message);
+    }
+
+    /// Guards review finding 3 of aws6: a prefix list counts as its `maxEntries`; an
+    /// AWS-managed one without it as its documented weight (CloudFront's 55, S3's 1);
+    /// an unknown one without it as one. Seen failing with lists lacking
+    /// `maxEntries` dropped, as before: one list read instead of four.
+    #[test]
+    fn prefix_lists_weigh_their_max_entries_or_the_documented_weight() {
+        let root = parse(
+            "<DescribeManagedPrefixListsResponse><prefixListSet>\
+               <item><prefixListId>pl-own</prefixListId><addressFamily>IPv6</addressFamily>\
+                 <maxEntries>20</maxEntries><prefixListName>offices</prefixListName></item>\
+               <item><prefixListId>pl-cf</prefixListId><addressFamily>IPv4</addressFamily>\
+                 <prefixListName>com.amazonaws.global.cloudfront.origin-facing</prefixListName></item>\
+               <item><prefixListId>pl-s3</prefixListId><addressFamily>IPv4</addressFamily>\
+                 <prefixListName>com.amazonaws.us-east-1.s3</prefixListName></item>\
+               <item><prefixListId>pl-odd</prefixListId><prefixListName>odd</prefixListName></item>\
+             </prefixListSet></DescribeManagedPrefixListsResponse>",
+        );
+        let (lists, next) = parse_prefix_lists(&root);
+        assert_eq!(next, None);
+        let weights: Vec<(&str, &str, usize)> = lists
+            .iter()
+            .map(|l| (l.id.as_str(), l.address_family.as_str(), l.weight))
+            .collect();
+        assert_eq!(
+            weights,
+            vec![
+                ("pl-own", "IPv6", 20),
+                ("pl-cf", "IPv4", 55),
+                ("pl-s3", "IPv4", 1),
+                ("pl-odd", "IPv4", 1)
+            ]
+        );
     }
 
     #[test]
@@ -772,13 +881,23 @@ mod tests {
     }
 
     fn service_error(action: &'static str, kind: CallKind, status: u16, code: &str) -> CallError {
+        service_error_saying(action, kind, status, code, "msg")
+    }
+
+    fn service_error_saying(
+        action: &'static str,
+        kind: CallKind,
+        status: u16,
+        code: &str,
+        message: &str,
+    ) -> CallError {
         CallError {
             action,
             kind,
             error: Box::new(QueryError::Service {
                 status,
                 code: code.into(),
-                message: "msg".into(),
+                message: message.into(),
                 request_id: Some("req-7".into()),
             }),
             backoff: if is_throttling(code) {

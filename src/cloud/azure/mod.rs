@@ -537,6 +537,7 @@ impl Routes for AzureRoutes {
             table: self.table_name.clone(),
             routes: *crate::sync::lock(&self.routes_in_table),
             limit: self.route_limit,
+            by_family: None,
         }]
     }
 

@@ -486,6 +486,7 @@ impl ExecRoutes {
                     table: t.name.clone(),
                     routes: t.routes?,
                     limit,
+                    by_family: None,
                 })
             })
             .collect()
@@ -531,7 +532,8 @@ mod tests {
             [TableUsage {
                 table: "t".into(),
                 routes: 3,
-                limit: 10
+                limit: 10,
+                by_family: None,
             }]
         );
         let _ = std::fs::remove_dir_all(dir);

@@ -577,6 +577,7 @@ impl Routes for GceRoutes {
                 table: format!("{}/{ROUTES_QUOTA}", self.network_project),
                 routes,
                 limit,
+                by_family: None,
             }],
             None => Vec::new(),
         }

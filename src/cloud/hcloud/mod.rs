@@ -220,6 +220,7 @@ impl Routes for HcloudRoutes {
             table: self.network.name.clone(),
             routes: *crate::sync::lock(&self.routes_in_network),
             limit: self.route_limit,
+            by_family: None,
         }]
     }
 

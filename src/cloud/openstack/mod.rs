@@ -777,6 +777,7 @@ impl Routes for OpenStackRoutes {
                 table: format!("router/{}", self.router_id),
                 routes,
                 limit: self.max_routes,
+                by_family: None,
             }],
             None => Vec::new(),
         }
