@@ -470,3 +470,278 @@ fn an_auth_url_without_a_version_is_found_in_keystones_version_document() {
     );
     assert_eq!(site.routes(), vec![(cidr(0), ip(0))]);
 }
+
+/// Lists as the controller does once its view of the nodes is whole, and applies the
+/// deletes its planner makes of what is listed: a route without a node, or to a
+/// node of `nodes` whose pod CIDR it is not. Returns the deletes.
+fn reconcile(p: &OpenStackRoutes, site: &Site, nodes: &[u32]) -> Vec<Route> {
+    let listed = p
+        .list_routes(CLUSTER, &site.directory(nodes.iter().copied()))
+        .expect("list");
+    let deletes: Vec<Route> = listed
+        .into_iter()
+        .filter(|r| {
+            r.target_node.is_empty()
+                || !nodes
+                    .iter()
+                    .any(|&i| r.target_node == name(i) && r.destination_cidr == cidr(i))
+        })
+        .collect();
+    let changes: Vec<RouteChange> = deletes
+        .iter()
+        .map(|r| RouteChange::Delete { route: r.clone() })
+        .collect();
+    all_ok(&p.apply_changes(CLUSTER, &changes).expect("the deletes"));
+    deletes
+}
+
+#[test]
+fn two_next_hops_for_one_pod_cidr_never_remain_after_a_list() {
+    for mode in [Mode::Atomic, Mode::WithoutAtomic] {
+        let cloud = RealCloud::shared(Options::new(mode));
+        let label = format!("two-hops-{mode:?}").to_lowercase();
+        let mut site = Site::new(cloud, &label);
+        for i in 0..3 {
+            site.node(i);
+        }
+        let p = site.provider(None);
+        let creates: Vec<RouteChange> = (0..3).map(|i| site.create(i, &ip(i))).collect();
+        all_ok(&p.apply_changes(CLUSTER, &creates).expect("the creates"));
+        // node-0's pod CIDR also to an address no port holds any more (its old
+        // instance's), node-1's also to node-2's address (node-2's old pod CIDR);
+        // beside them another writer's routes, one inside the cluster CIDR.
+        let mut routes: Vec<(String, String)> = (0..3).map(|i| (cidr(i), ip(i))).collect();
+        let stale = [(cidr(0), "10.0.0.99".to_string()), (cidr(1), ip(2))];
+        let foreign = [
+            ("10.244.50.0/24".to_string(), "10.0.0.98".to_string()),
+            ("192.168.0.0/24".to_string(), "10.0.0.97".to_string()),
+        ];
+        routes.extend(stale.iter().cloned());
+        routes.extend(foreign.iter().cloned());
+        let spelled: Vec<(&str, &str)> = routes
+            .iter()
+            .map(|(d, n)| (d.as_str(), n.as_str()))
+            .collect();
+        cloud.member().set_routes(&site.router, &spelled);
+
+        let deleted = reconcile(&p, &site, &[0, 1, 2]);
+        let mut deleted: Vec<(String, String)> = deleted
+            .into_iter()
+            .map(|r| (r.destination_cidr, r.name))
+            .collect();
+        deleted.sort();
+        assert_eq!(
+            deleted,
+            stale.to_vec(),
+            "{mode:?}: the stale next hops, only"
+        );
+        let mut want: Vec<(String, String)> = (0..3).map(|i| (cidr(i), ip(i))).collect();
+        want.extend(foreign.iter().cloned());
+        want.sort();
+        assert_eq!(
+            site.routes(),
+            want,
+            "{mode:?}: one next hop for each pod CIDR"
+        );
+        for i in 0..3 {
+            assert_eq!(site.pairs(i), vec![cidr(i)], "{mode:?}: node-{i}'s pair");
+        }
+    }
+}
+
+#[test]
+fn pod_cidr_pairs_without_their_route_are_removed_by_a_list_and_every_other_pair_stays() {
+    let cloud = RealCloud::shared(Options::new(Mode::Atomic));
+    let mut site = Site::new(cloud, "stale-pairs");
+    for i in 0..3 {
+        site.node(i);
+    }
+    let metrics = Arc::new(Metrics::new());
+    let p = site.provider(Some(metrics.clone()));
+    let router_writes = || {
+        [
+            "routers.add_extraroutes",
+            "routers.remove_extraroutes",
+            "routers.update",
+        ]
+        .iter()
+        .map(|e| metrics.cloud_api_requests("openstack", e))
+        .sum::<u64>()
+    };
+    let creates: Vec<RouteChange> = (0..3).map(|i| site.create(i, &ip(i))).collect();
+    all_ok(&p.apply_changes(CLUSTER, &creates).expect("the creates"));
+    // What a lost reply, a replica killed between its two writes or an unwind the
+    // fence stopped leaves: a pod-CIDR pair without its route (node-1's old pod
+    // CIDR). Beside it other writers' pairs: a VIP, a host address inside the cluster
+    // CIDR (a pod's, never a pod CIDR), a network outside it.
+    let leftover = "10.244.77.0/24".to_string();
+    let others = [
+        "10.0.0.201/32".to_string(),
+        "10.244.9.9/32".to_string(),
+        "172.16.0.0/24".to_string(),
+    ];
+    let mut pairs = vec![cidr(1), leftover.clone()];
+    pairs.extend(others.iter().cloned());
+    let put = cloud.member().put_pairs(&site.ports[&1], &pairs, None);
+    assert_eq!(put.status, 200, "{}", put.body);
+    // The same pod-CIDR pair on a port that is no instance's (a load balancer's).
+    let appliance = cloud.member().neutron(
+        "POST",
+        "/v2.0/ports",
+        &serde_json::json!({"port": {"network_id": site.network, "device_owner": "Octavia",
+            "fixed_ips": [{"ip_address": "10.0.0.150"}],
+            "allowed_address_pairs": [{"ip_address": leftover}]}}),
+    )["port"]["id"]
+        .as_str()
+        .expect("the appliance's port")
+        .to_string();
+
+    // While a node has no openstack:// providerID, nothing is taken as left behind.
+    let mut partial = site.directory(0..3);
+    partial = NodeDirectory::new(
+        partial
+            .provider_ids()
+            .map(|(id, n)| (n, Some(id)))
+            .chain([("node-without-id", None)])
+            .collect::<Vec<_>>(),
+    );
+    let listed = p.list_routes(CLUSTER, &partial).expect("list");
+    assert!(
+        listed.iter().all(|r| !r.target_node.is_empty()),
+        "{listed:?}"
+    );
+
+    let router_before = cloud.member().router(&site.router);
+    let writes_before = router_writes();
+    let deleted = reconcile(&p, &site, &[0, 1, 2]);
+    assert_eq!(deleted.len(), 1, "{deleted:?}");
+    assert_eq!(
+        (
+            deleted[0].destination_cidr.as_str(),
+            deleted[0].name.as_str()
+        ),
+        (leftover.as_str(), ip(1).as_str())
+    );
+    let mut want = vec![cidr(1)];
+    want.extend(others.iter().cloned());
+    want.sort();
+    assert_eq!(site.pairs(1), want, "only the left-over pod CIDR went");
+    assert_eq!(cloud.member().pairs(&appliance), vec![leftover]);
+    let router_after = cloud.member().router(&site.router);
+    assert_eq!(
+        cloud.member().revision(&router_after),
+        cloud.member().revision(&router_before),
+        "a pair-only delete writes nothing to the router"
+    );
+    assert_eq!(router_writes(), writes_before, "nor sends it anything");
+    // And the next list finds nothing left.
+    assert!(reconcile(&p, &site, &[0, 1, 2]).is_empty());
+}
+
+#[test]
+fn a_pair_removed_by_someone_while_its_route_stays_is_given_back_by_a_list() {
+    let cloud = RealCloud::shared(Options::new(Mode::Atomic));
+    let mut site = Site::new(cloud, "lost-pair");
+    for i in 0..2 {
+        site.node(i);
+    }
+    let p = site.provider(None);
+    let creates: Vec<RouteChange> = (0..2).map(|i| site.create(i, &ip(i))).collect();
+    all_ok(&p.apply_changes(CLUSTER, &creates).expect("the creates"));
+    let vip = "10.0.0.201/32".to_string();
+    let put = cloud
+        .member()
+        .put_pairs(&site.ports[&0], std::slice::from_ref(&vip), None);
+    assert_eq!(put.status, 200, "{}", put.body);
+    let listed = p.list_routes(CLUSTER, &site.directory(0..2)).expect("list");
+    assert_eq!(listed.len(), 2, "{listed:?}");
+    assert_eq!(
+        site.pairs(0),
+        vec![vip, cidr(0)],
+        "the pair is back, the VIP stays"
+    );
+    assert_eq!(site.pairs(1), vec![cidr(1)]);
+}
+
+#[test]
+fn a_node_moving_to_another_address_of_its_port_keeps_its_pair() {
+    let cloud = RealCloud::shared(Options::new(Mode::Atomic));
+    let mut site = Site::new(cloud, "two-ips");
+    site.node(0);
+    let port = site.ports[&0].clone();
+    let second = "10.0.0.60";
+    cloud.member().neutron(
+        "PUT",
+        &format!("/v2.0/ports/{port}"),
+        &serde_json::json!({"port": {"fixed_ips": [{"ip_address": ip(0)},
+            {"ip_address": second}]}}),
+    );
+    let p = site.provider(None);
+    // Both addresses read before the route, as a controller that started earlier has.
+    assert!(
+        p.list_routes(CLUSTER, &site.directory(0..1))
+            .expect("list")
+            .is_empty()
+    );
+    all_ok(
+        &p.apply_changes(CLUSTER, &[site.create(0, &ip(0))])
+            .expect("the create"),
+    );
+    let old = p.list_routes(CLUSTER, &site.directory(0..1)).expect("list");
+    assert_eq!(old.len(), 1, "{old:?}");
+    // The node's InternalIP moves to the port's other address: the controller
+    // creates the new route and deletes the old one, here in one batch.
+    let changes = [
+        site.create(0, second),
+        RouteChange::Delete {
+            route: old[0].clone(),
+        },
+    ];
+    all_ok(&p.apply_changes(CLUSTER, &changes).expect("the move"));
+    assert_eq!(site.routes(), vec![(cidr(0), second.to_string())]);
+    assert_eq!(
+        site.pairs(0),
+        vec![cidr(0)],
+        "the moved route keeps its pair"
+    );
+    // And back, in two batches: the create first.
+    let moved = p.list_routes(CLUSTER, &site.directory(0..1)).expect("list");
+    all_ok(
+        &p.apply_changes(CLUSTER, &[site.create(0, &ip(0))])
+            .expect("the create"),
+    );
+    all_ok(
+        &p.apply_changes(
+            CLUSTER,
+            &[RouteChange::Delete {
+                route: moved[0].clone(),
+            }],
+        )
+        .expect("the delete"),
+    );
+    assert_eq!(site.routes(), vec![(cidr(0), ip(0))]);
+    assert_eq!(
+        site.pairs(0),
+        vec![cidr(0)],
+        "the moved route keeps its pair"
+    );
+    // And over again, the delete first: the pair goes with it, and the create finds
+    // it gone under the port's other address too.
+    let old = p.list_routes(CLUSTER, &site.directory(0..1)).expect("list");
+    all_ok(
+        &p.apply_changes(
+            CLUSTER,
+            &[RouteChange::Delete {
+                route: old[0].clone(),
+            }],
+        )
+        .expect("the delete"),
+    );
+    assert!(site.pairs(0).is_empty(), "{:?}", site.pairs(0));
+    all_ok(
+        &p.apply_changes(CLUSTER, &[site.create(0, second)])
+            .expect("the create"),
+    );
+    assert_eq!(site.routes(), vec![(cidr(0), second.to_string())]);
+    assert_eq!(site.pairs(0), vec![cidr(0)], "the moved route has its pair");
+}
