@@ -745,3 +745,124 @@ fn a_node_moving_to_another_address_of_its_port_keeps_its_pair() {
     assert_eq!(site.routes(), vec![(cidr(0), second.to_string())]);
     assert_eq!(site.pairs(0), vec![cidr(0)], "the moved route has its pair");
 }
+
+/// A provider from `[Global]` lines after `auth-url` and `region`, for `site`.
+fn provider_signed_in_as(
+    cloud: &RealCloud,
+    site: &Site,
+    identity: &str,
+) -> Result<OpenStackRoutes, String> {
+    let text = format!(
+        "[Global]\nauth-url = {}/v3\nregion = {}\n{identity}[Route]\nrouter-id = {}\n",
+        cloud.keystone_url,
+        openstack_real::REGION,
+        site.router
+    );
+    let cidrs = [Cidr::parse("10.244.0.0/16").expect("the cluster CIDR")];
+    let (config, _) = Config::from_cloud_conf(&text, &cidrs, |_| Err("no".into()))
+        .map_err(|e| format!("cloud.conf: {e}"))?;
+    OpenStackRoutes::connect(config).map_err(|e| e.message)
+}
+
+#[test]
+fn a_trust_and_an_application_credential_by_name_sign_in_as_cloud_provider_openstack_does() {
+    let cloud = RealCloud::shared(Options::new(Mode::Atomic));
+    let mut site = Site::new(cloud, "identities");
+    for i in 0..3 {
+        site.node(i);
+    }
+    let keystone = format!("{}/v3", cloud.keystone_url);
+    // A trustee without any role of its own; the member delegates its role in the
+    // project to it (as Magnum does for the clusters it makes).
+    let trustee = cloud.admin().send(
+        "POST",
+        &keystone,
+        "/users",
+        &serde_json::json!({"user": {"name": "rc-trustee", "domain_id": "default",
+            "password": "trustee-secret-of-the-tests"}}),
+    )["user"]["id"]
+        .as_str()
+        .expect("the trustee's id")
+        .to_string();
+    let trust = cloud.member().send(
+        "POST",
+        &keystone,
+        "/OS-TRUST/trusts",
+        &serde_json::json!({"trust": {"trustor_user_id": cloud.member_id,
+            "trustee_user_id": trustee, "project_id": cloud.project_id,
+            "impersonation": false, "roles": [{"name": "member"}]}}),
+    )["trust"]["id"]
+        .as_str()
+        .expect("the trust's id")
+        .to_string();
+    let by_trust = provider_signed_in_as(
+        cloud,
+        &site,
+        &format!(
+            "trust-id = {trust}\ntrustee-id = {trustee}\n\
+             trustee-password = trustee-secret-of-the-tests\n"
+        ),
+    )
+    .expect("signs in with the trust");
+    all_ok(
+        &by_trust
+            .apply_changes(CLUSTER, &[site.create(0, &ip(0))])
+            .expect("a create through the trust"),
+    );
+
+    // An application credential by name, with its user by name and domain, and by ID.
+    cloud.member().send(
+        "POST",
+        &keystone,
+        &format!("/users/{}/application_credentials", cloud.member_id),
+        &serde_json::json!({"application_credential": {"name": "routes-by-name",
+            "secret": "by-name-secret-of-the-tests"}}),
+    );
+    let secret = "application-credential-secret = by-name-secret-of-the-tests\n";
+    let by_name = provider_signed_in_as(
+        cloud,
+        &site,
+        &format!(
+            "application-credential-name = routes-by-name\n{secret}username = {}\n\
+             user-domain-name = Default\n",
+            openstack_real::MEMBER
+        ),
+    )
+    .expect("signs in with the application credential's name");
+    all_ok(
+        &by_name
+            .apply_changes(CLUSTER, &[site.create(1, &ip(1))])
+            .expect("a create by the credential's name"),
+    );
+    let by_user_id = provider_signed_in_as(
+        cloud,
+        &site,
+        &format!(
+            "application-credential-name = routes-by-name\n{secret}user-id = {}\n",
+            cloud.member_id
+        ),
+    )
+    .expect("signs in with the application credential's name and the user's ID");
+    all_ok(
+        &by_user_id
+            .apply_changes(CLUSTER, &[site.create(2, &ip(2))])
+            .expect("a create by the credential's name"),
+    );
+    let mut want: Vec<(String, String)> = (0..3).map(|i| (cidr(i), ip(i))).collect();
+    want.sort();
+    assert_eq!(site.routes(), want);
+
+    // A wrong secret is a setting to fix, never shown.
+    let e = match provider_signed_in_as(
+        cloud,
+        &site,
+        &format!(
+            "trust-id = {trust}\ntrustee-id = {trustee}\ntrustee-password = not-the-password\n"
+        ),
+    ) {
+        Ok(_) => panic!("a wrong trustee password signed in"),
+        Err(e) => e,
+    };
+    assert!(e.contains("401"), "{e}");
+    assert!(!e.contains("not-the-password"), "{e}");
+}
