@@ -261,8 +261,8 @@ const ROUTE_KEYS: &[&str] = &[
 
 impl Config {
     /// The settings of `cloud.conf` (`text`), with `read` to load a `clouds.yaml`
-    /// when `use-clouds = true`; warnings for the log. An unknown name is an error, so
-    /// that a typo is not ignored in silence.
+    /// when `use-clouds = true`; warnings for the log. An unknown name is a warning
+    /// naming the closest known one, so that a typo is not ignored in silence.
     pub fn from_cloud_conf(
         text: &str,
         cluster_cidrs: &[Cidr],
