@@ -786,6 +786,30 @@ mod tests {
             }
         );
         assert!(!format!("{by_name:?}").contains("\"s\""), "{by_name:?}");
+        // The same from a clouds.yaml entry (openstacksdk's names).
+        let yaml = "clouds:\n  openstack:\n    auth:\n      auth_url: https://ks/v3\n      \
+                    trust_id: t2\n      user_id: u2\n      password: p2\n";
+        let text = "[Global]\nuse-clouds=true\n[Route]\nrouter-id=r\n";
+        let (c, _) = Config::from_cloud_conf(text, &cidrs(), |_| Ok(yaml.to_string())).unwrap();
+        assert_eq!(
+            c.credentials,
+            Credentials::Trust {
+                trust_id: "t2".into(),
+                trustee: UserRef::Id("u2".into()),
+                password: Secret::new("p2"),
+            }
+        );
+        let yaml = yaml.replace("trust_id: t2", "application_credential_name: n2")
+            + "      application_credential_secret: s2\n";
+        let (c, _) = Config::from_cloud_conf(text, &cidrs(), |_| Ok(yaml.clone())).unwrap();
+        assert_eq!(
+            c.credentials,
+            Credentials::ApplicationCredentialByName {
+                name: "n2".into(),
+                secret: Secret::new("s2"),
+                user: UserRef::Id("u2".into()),
+            }
+        );
     }
 
     /// cloud-provider-openstack lets an unknown name pass (gcfg.FatalOnly); here it is

@@ -1005,7 +1005,8 @@ impl Routes for OpenStackRoutes {
         for (port, (hop, destinations)) in lost_pairs {
             match self.update_pairs(hop, &port, &destinations, &[]) {
                 Ok(added) if !added.is_empty() => log::info!(
-                    "openstack: port {port} had lost the allowed address pairs {} of its                      routes (removed by another writer); given back",
+                    "openstack: port {port} had lost the allowed address pairs {} of its \
+                     routes (removed by another writer); given back",
                     added
                         .iter()
                         .map(Cidr::to_string)
@@ -1013,8 +1014,11 @@ impl Routes for OpenStackRoutes {
                         .join(", ")
                 ),
                 Ok(_) => {}
+                // The lease was lost meanwhile: the next leader's list gives it back.
+                Err(e) if e.kind == CloudErrorKind::Fenced => {}
                 Err(e) => log::warn!(
-                    "openstack: port {port} lacks the allowed address pairs of its routes                      ({}), so their packets are dropped; the next list tries again: {e}",
+                    "openstack: port {port} lacks the allowed address pairs of its routes \
+                     ({}), so their packets are dropped; the next list tries again: {e}",
                     destinations
                         .iter()
                         .map(Cidr::to_string)
