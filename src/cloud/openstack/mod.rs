@@ -1220,7 +1220,9 @@ impl Routes for OpenStackRoutes {
             {
                 let mut state = lock(&self.state);
                 state.pairs_only.remove(&(*destination, *hop));
-                if state.nexthops.get(destination) == Some(hop) {
+                // A pair-only delete removed no route: a next hop to the same address
+                // is a create's of this batch, whose pair must stay.
+                if !d.pair_only && state.nexthops.get(destination) == Some(hop) {
                     state.nexthops.remove(destination);
                 }
             }
