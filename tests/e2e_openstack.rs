@@ -160,9 +160,12 @@ fn start_up_with_extraroute_atomic_is_one_add_extraroutes_after_each_nodes_port(
 fn a_rolling_upgrade_without_the_extension_writes_nothing_and_the_new_leader_routes_the_next_node()
 {
     let os = OpenStack::start("e2e-openstack-upgrade", false, 30);
+    // As the cloud-controller-manager left them: each route and its port's pair (a
+    // route whose pair is missing gets it back at the first list).
     for i in 0..3 {
         os.node(i);
         os.double.put_route(&cidr(i), &ip(i));
+        os.double.put_pairs(&ip(i), &[&cidr(i)]);
     }
     let lease = [
         "--leader-elect-lease-duration=4s",

@@ -371,3 +371,79 @@ fn rolling_upgrade(mode: Mode) {
     assert_eq!(calls(&mut b, "ports.update"), 1.0, "{:?}", writes(&mut b));
     b.terminate();
 }
+
+/// Neutron with `pagination_max_limit = 2` (every list in pages) and 10 node ports:
+/// every node routed, a restart writes nothing, and what was left while no
+/// controller ran (a node deleted, a pod-CIDR pair without its route, as an unwind
+/// stopped by the fence leaves it) is gone after the next start, another writer's
+/// VIP staying.
+#[test]
+fn with_pagination_ten_nodes_are_routed_a_restart_writes_nothing_and_what_was_left_while_down_is_removed()
+ {
+    let mut options = Options::new(Mode::Atomic);
+    options.pagination_max_limit = Some(2);
+    let site = Site::start("os-real-paged", options);
+    site.foreign_routes();
+    for i in 0..10 {
+        site.node(i);
+    }
+    let mut ctl = site.controller().spawn(&format!("{}-first", site.label));
+    ctl.wait_ready(PATIENCE);
+    let all: Vec<(u32, String)> = (0..10).map(|i| (i, cidr(i))).collect();
+    site.wait_for_routes(&mut ctl, &all, "start-up");
+    site.wait(&mut ctl, &names(0..10), "RouteCreated");
+    assert_eq!(
+        router_writes(&mut ctl, Mode::Atomic),
+        1.0,
+        "{:?}",
+        writes(&mut ctl)
+    );
+    assert_eq!(
+        calls(&mut ctl, "ports.update"),
+        10.0,
+        "{:?}",
+        writes(&mut ctl)
+    );
+    assert!(
+        calls(&mut ctl, "ports.list") > 5.0,
+        "the ports took several pages: {}",
+        calls(&mut ctl, "ports.list")
+    );
+    ctl.terminate();
+
+    let before = site.revisions();
+    let mut ctl = site.controller().spawn(&format!("{}-restart", site.label));
+    ctl.wait_ready(PATIENCE);
+    ctl.wait_for_log("routes created 0, deleted 0, kept 10,", PATIENCE);
+    assert_eq!(writes(&mut ctl), BTreeMap::new(), "the restart wrote");
+    assert_eq!(site.revisions(), before, "Neutron saw a write");
+    ctl.terminate();
+
+    // While no controller runs: node-9 is deleted (its route and pair stay), another
+    // writer puts a VIP on its port, and node-0's port holds a pod CIDR no route uses.
+    delete_node(&site.api, "node-9");
+    let member = site.cloud.member();
+    let vip = "10.0.0.201/32".to_string();
+    let put = member.put_pairs(&site.port(9), &[cidr(9), vip.clone()], None);
+    assert_eq!(put.status, 200, "{}", put.body);
+    let leftover = "10.244.99.0/24".to_string();
+    let put = member.put_pairs(&site.port(0), &[cidr(0), leftover], None);
+    assert_eq!(put.status, 200, "{}", put.body);
+
+    let mut ctl = site.controller().spawn(&format!("{}-after", site.label));
+    ctl.wait_ready(PATIENCE);
+    site.wait_for_routes(&mut ctl, &all[..9], "after the restart");
+    poll_until(PATIENCE, || (site.pairs(9) == [vip.clone()]).then_some(())).unwrap_or_else(|| {
+        ctl.fail(&format!(
+            "node-9's port holds {:?}, want the VIP only",
+            site.pairs(9)
+        ))
+    });
+    assert_eq!(
+        calls(&mut ctl, "routers.add_extraroutes"),
+        0.0,
+        "{:?}",
+        writes(&mut ctl)
+    );
+    ctl.terminate();
+}

@@ -445,17 +445,24 @@ fn describe_openstack(
         lines.push(("network endpoint", endpoint.clone()));
     }
     let domain = |(kind, value): &(&str, String)| format!("domain {kind} {value}");
+    let user_of = |user: &UserRef| match user {
+        UserRef::Id(id) => format!("user {id}"),
+        UserRef::Name { name, domain: d } => format!("user {name} ({})", domain(d)),
+    };
     lines.push((
         "identity",
         match &c.credentials {
             Credentials::ApplicationCredential { id, .. } => {
                 format!("application credential {id}")
             }
+            Credentials::ApplicationCredentialByName { name, user, .. } => {
+                format!("application credential {name} of {}", user_of(user))
+            }
+            Credentials::Trust {
+                trust_id, trustee, ..
+            } => format!("trust {trust_id}, trustee {}, password", user_of(trustee)),
             Credentials::Password { user, project, .. } => {
-                let user = match user {
-                    UserRef::Id(id) => format!("user {id}"),
-                    UserRef::Name { name, domain: d } => format!("user {name} ({})", domain(d)),
-                };
+                let user = user_of(user);
                 let project = match project {
                     ProjectRef::Id(id) => format!("project {id}"),
                     ProjectRef::Name { name, domain: d } => {

@@ -26,6 +26,27 @@ pub enum Credentials {
         /// `application-credential-secret`.
         secret: Secret,
     },
+    /// An application credential by its name (`application-credential-name`), which
+    /// is unique only among its user's: Keystone needs the user too.
+    ApplicationCredentialByName {
+        /// `application-credential-name`.
+        name: String,
+        /// `application-credential-secret`.
+        secret: Secret,
+        /// `user-id`, or `username` with its domain.
+        user: UserRef,
+    },
+    /// A trustee's password, the token scoped to a trust (`OS-TRUST:trust`) instead
+    /// of a project: the controller acts with the roles the trustor delegated, in the
+    /// trust's project, as cloud-provider-openstack does with `trust-id`.
+    Trust {
+        /// `trust-id`.
+        trust_id: String,
+        /// `trustee-id`, else `user-id`, else `username` with its domain.
+        trustee: UserRef,
+        /// `trustee-password`, else `password`.
+        password: Secret,
+    },
     /// A user's password, scoped to a project.
     Password {
         /// `username` (with `user-domain-name`/`user-domain-id`) or `user-id`.
@@ -179,16 +200,6 @@ impl fmt::Display for ConfigError {
 
 impl std::error::Error for ConfigError {}
 
-/// `[Global]` names of cloud-provider-openstack that choose an identity this provider
-/// cannot sign in as yet: refused with what to use instead, never taken silently (the
-/// controller would act as another identity than the CCM's).
-const UNSUPPORTED_GLOBAL: &[&str] = &[
-    "trust-id",
-    "trustee-id",
-    "trustee-password",
-    "application-credential-name",
-];
-
 /// The `[Global]`/`[Route]` names read, as collected before they are checked.
 #[derive(Default)]
 struct Raw {
@@ -209,7 +220,11 @@ const GLOBAL_KEYS: &[&str] = &[
     "auth-url",
     "region",
     "application-credential-id",
+    "application-credential-name",
     "application-credential-secret",
+    "trust-id",
+    "trustee-id",
+    "trustee-password",
     "username",
     "user-id",
     "password",
@@ -246,8 +261,8 @@ const ROUTE_KEYS: &[&str] = &[
 
 impl Config {
     /// The settings of `cloud.conf` (`text`), with `read` to load a `clouds.yaml`
-    /// when `use-clouds = true`; warnings for the log. An unknown name is an error, so
-    /// that a typo is not ignored in silence.
+    /// when `use-clouds = true`; warnings for the log. An unknown name is a warning
+    /// naming the closest known one, so that a typo is not ignored in silence.
     pub fn from_cloud_conf(
         text: &str,
         cluster_cidrs: &[Cidr],
@@ -281,14 +296,6 @@ impl Config {
                 }
             };
             if !known {
-                if section == "global" && UNSUPPORTED_GLOBAL.contains(&name.as_str()) {
-                    return Err(ConfigError::new(format!(
-                        "cloud.conf line {line}: [Global] {name}: signing in with a trust or \
-                         an application credential by name is not supported yet; give the \
-                         application credential's ID (application-credential-id and \
-                         application-credential-secret) or a user and password"
-                    )));
-                }
                 // cloud-provider-openstack lets an unknown name pass (gcfg.FatalOnly);
                 // a warning keeps a typo from passing in silence.
                 let names = if section == "global" {
@@ -393,25 +400,9 @@ impl Config {
     }
 }
 
+/// The identity, in cloud-provider-openstack's order: a trust (`trust-id`), an
+/// application credential by ID, then by name, then a user's password.
 fn credentials(raw: &Raw) -> Result<Credentials, ConfigError> {
-    if let Some(id) = raw.get(&["application-credential-id"]) {
-        let secret = raw.get(&["application-credential-secret"]).ok_or_else(|| {
-            ConfigError::new(
-                "cloud.conf: application-credential-id is set without \
-                 application-credential-secret; set both (openstack application credential create)",
-            )
-        })?;
-        return Ok(Credentials::ApplicationCredential {
-            id,
-            secret: Secret::new(secret),
-        });
-    }
-    let password = raw.get(&["password"]).ok_or_else(|| {
-        ConfigError::new(
-            "cloud.conf: no credentials: set application-credential-id and \
-             application-credential-secret, or username, password and a project",
-        )
-    })?;
     let domain = |id: &[&str], name: &[&str]| -> (&'static str, String) {
         match (raw.get(id), raw.get(name)) {
             (Some(i), _) => ("id", i),
@@ -423,18 +414,59 @@ fn credentials(raw: &Raw) -> Result<Credentials, ConfigError> {
             },
         }
     };
-    let user = match (raw.get(&["user-id"]), raw.get(&["username"])) {
-        (Some(id), _) => UserRef::Id(id),
-        (None, Some(name)) => UserRef::Name {
+    let user = |ids: &[&str], what: &str| match (raw.get(ids), raw.get(&["username"])) {
+        (Some(id), _) => Ok(UserRef::Id(id)),
+        (None, Some(name)) => Ok(UserRef::Name {
             name,
             domain: domain(&["user-domain-id"], &["user-domain-name"]),
-        },
-        (None, None) => {
-            return Err(ConfigError::new(
-                "cloud.conf: password is set without username or user-id; set one",
-            ));
-        }
+        }),
+        (None, None) => Err(ConfigError::new(format!(
+            "cloud.conf: {what} is set without username or user-id; set one"
+        ))),
     };
+    if let Some(trust_id) = raw.get(&["trust-id"]) {
+        let password = raw.get(&["trustee-password", "password"]).ok_or_else(|| {
+            ConfigError::new(
+                "cloud.conf: trust-id is set without trustee-password (or password); the \
+                 trustee signs in with its password, scoped to the trust",
+            )
+        })?;
+        return Ok(Credentials::Trust {
+            trust_id,
+            trustee: user(&["trustee-id", "user-id"], "trust-id")?,
+            password: Secret::new(password),
+        });
+    }
+    let app_secret = || {
+        raw.get(&["application-credential-secret"]).ok_or_else(|| {
+            ConfigError::new(
+                "cloud.conf: an application credential (application-credential-id or -name) \
+                 is set without application-credential-secret; set both (openstack \
+                 application credential create)",
+            )
+        })
+    };
+    if let Some(id) = raw.get(&["application-credential-id"]) {
+        return Ok(Credentials::ApplicationCredential {
+            id,
+            secret: Secret::new(app_secret()?),
+        });
+    }
+    if let Some(name) = raw.get(&["application-credential-name"]) {
+        return Ok(Credentials::ApplicationCredentialByName {
+            name,
+            secret: Secret::new(app_secret()?),
+            user: user(&["user-id"], "application-credential-name")?,
+        });
+    }
+    let password = raw.get(&["password"]).ok_or_else(|| {
+        ConfigError::new(
+            "cloud.conf: no credentials: set application-credential-id (or -name with the \
+             user) and application-credential-secret, trust-id with the trustee's \
+             password, or username, password and a project",
+        )
+    })?;
+    let user = user(&["user-id"], "password")?;
     let project = match (
         raw.get(&["project-id", "tenant-id"]),
         raw.get(&["project-name", "tenant-name"]),
@@ -496,7 +528,9 @@ struct CloudAuth {
     domain_name: Option<String>,
     domain_id: Option<String>,
     application_credential_id: Option<String>,
+    application_credential_name: Option<String>,
     application_credential_secret: Option<String>,
+    trust_id: Option<String>,
 }
 
 /// Fills what `cloud.conf` left out from the `cloud` entry of a clouds.yaml (what
@@ -526,6 +560,11 @@ fn from_clouds_yaml(text: &str, file: &str, cloud: &str, raw: &mut Raw) -> Resul
         ("domain-name", &a.domain_name),
         ("domain-id", &a.domain_id),
         ("application-credential-id", &a.application_credential_id),
+        (
+            "application-credential-name",
+            &a.application_credential_name,
+        ),
+        ("trust-id", &a.trust_id),
         (
             "application-credential-secret",
             &a.application_credential_secret,
@@ -685,9 +724,92 @@ mod tests {
         );
         assert!(e("[Global]\nauth-url=x\napplication-credential-id=a\napplication-credential-secret=b\n").contains("router-id is not set"));
         assert!(e("[Global]\nauth-url=x\napplication-credential-id=a\napplication-credential-secret=b\n[Route]\nrouter-id=r\nmax-routes=-3\n").contains("max-routes"));
-        // An identity this provider cannot sign in as is refused, never taken silently.
-        assert!(e("[Global]\nauth-url=x\ntrust-id=t\n").contains("trust-id"));
-        assert!(e("[Global]\nauth-url=x\napplication-credential-name=n\n").contains("ID"));
+        assert!(
+            e("[Global]\nauth-url=x\ntrust-id=t\ntrustee-id=u\n[Route]\nrouter-id=r\n")
+                .contains("trust-id is set without trustee-password")
+        );
+        assert!(
+            e("[Global]\nauth-url=x\ntrust-id=t\ntrustee-password=p\n[Route]\nrouter-id=r\n")
+                .contains("trust-id is set without username or user-id")
+        );
+        assert!(
+            e("[Global]\nauth-url=x\napplication-credential-name=n\n\
+               application-credential-secret=s\n[Route]\nrouter-id=r\n")
+            .contains("application-credential-name is set without username or user-id")
+        );
+    }
+
+    /// cloud-provider-openstack's trust (`trust-id` with the trustee's ID and
+    /// password) and application credential by name (with its user): each read as
+    /// the identity it names, the secret held redacted.
+    #[test]
+    fn a_trust_and_an_application_credential_by_name_are_read() {
+        let conf = |global: &str| {
+            let text = format!("[Global]\nauth-url=https://ks/v3\n{global}[Route]\nrouter-id=r\n");
+            Config::from_cloud_conf(&text, &cidrs(), no_file)
+                .expect("a cloud.conf")
+                .0
+                .credentials
+        };
+        assert_eq!(
+            conf("trust-id=t1\ntrustee-id=u1\ntrustee-password=tp\npassword=other\n"),
+            Credentials::Trust {
+                trust_id: "t1".into(),
+                trustee: UserRef::Id("u1".into()),
+                password: Secret::new("tp"),
+            }
+        );
+        assert_eq!(
+            conf("trust-id=t1\nusername=svc\nuser-domain-name=D\npassword=p\n"),
+            Credentials::Trust {
+                trust_id: "t1".into(),
+                trustee: UserRef::Name {
+                    name: "svc".into(),
+                    domain: ("name", "D".into()),
+                },
+                password: Secret::new("p"),
+            }
+        );
+        let by_name = conf(
+            "application-credential-name=routes\napplication-credential-secret=s\n\
+             username=svc\nuser-domain-id=d1\n",
+        );
+        assert_eq!(
+            by_name,
+            Credentials::ApplicationCredentialByName {
+                name: "routes".into(),
+                secret: Secret::new("s"),
+                user: UserRef::Name {
+                    name: "svc".into(),
+                    domain: ("id", "d1".into()),
+                },
+            }
+        );
+        assert!(!format!("{by_name:?}").contains("\"s\""), "{by_name:?}");
+        // The same from a clouds.yaml entry (openstacksdk's names).
+        let yaml = "clouds:\n  openstack:\n    auth:\n      auth_url: https://ks/v3\n      \
+                    trust_id: t2\n      user_id: u2\n      password: p2\n";
+        let text = "[Global]\nuse-clouds=true\n[Route]\nrouter-id=r\n";
+        let (c, _) = Config::from_cloud_conf(text, &cidrs(), |_| Ok(yaml.to_string())).unwrap();
+        assert_eq!(
+            c.credentials,
+            Credentials::Trust {
+                trust_id: "t2".into(),
+                trustee: UserRef::Id("u2".into()),
+                password: Secret::new("p2"),
+            }
+        );
+        let yaml = yaml.replace("trust_id: t2", "application_credential_name: n2")
+            + "      application_credential_secret: s2\n";
+        let (c, _) = Config::from_cloud_conf(text, &cidrs(), |_| Ok(yaml.clone())).unwrap();
+        assert_eq!(
+            c.credentials,
+            Credentials::ApplicationCredentialByName {
+                name: "n2".into(),
+                secret: Secret::new("s2"),
+                user: UserRef::Id("u2".into()),
+            }
+        );
     }
 
     /// cloud-provider-openstack lets an unknown name pass (gcfg.FatalOnly); here it is

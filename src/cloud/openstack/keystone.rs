@@ -122,17 +122,30 @@ impl Keystone {
                 "methods": ["application_credential"],
                 "application_credential": {"id": id, "secret": secret.expose()}
             }}}),
+            Credentials::ApplicationCredentialByName { name, secret, user } => {
+                let user = match user {
+                    UserRef::Id(id) => json!({"id": id}),
+                    UserRef::Name { name, domain: d } => json!({"name": name, "domain": domain(d)}),
+                };
+                json!({"auth": {"identity": {
+                    "methods": ["application_credential"],
+                    "application_credential": {"name": name, "secret": secret.expose(), "user": user}
+                }}})
+            }
+            Credentials::Trust {
+                trust_id,
+                trustee,
+                password,
+            } => json!({"auth": {
+                "identity": {"methods": ["password"], "password": {"user": password_user(trustee, password)}},
+                "scope": {"OS-TRUST:trust": {"id": trust_id}}
+            }}),
             Credentials::Password {
                 user,
                 password,
                 project,
             } => {
-                let user = match user {
-                    UserRef::Id(id) => json!({"id": id, "password": password.expose()}),
-                    UserRef::Name { name, domain: d } => {
-                        json!({"name": name, "domain": domain(d), "password": password.expose()})
-                    }
-                };
+                let user = password_user(user, password);
                 let project = match project {
                     ProjectRef::Id(id) => json!({"id": id}),
                     ProjectRef::Name { name, domain: d } => {
@@ -395,6 +408,18 @@ fn path_of(url: &str) -> &str {
     match url[after_scheme..].find('/') {
         Some(i) => &url[after_scheme + i..],
         None => "",
+    }
+}
+
+/// The `password` method's user: by ID, or by name in its domain.
+fn password_user(user: &UserRef, password: &crate::secret::Secret) -> serde_json::Value {
+    match user {
+        UserRef::Id(id) => json!({"id": id, "password": password.expose()}),
+        UserRef::Name { name, domain } => json!({
+            "name": name,
+            "domain": { domain.0: &domain.1 },
+            "password": password.expose()
+        }),
     }
 }
 

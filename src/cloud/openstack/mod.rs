@@ -6,12 +6,22 @@
 //!   only the ones the rule of `owner` names: a next hop on a current node's port (its
 //!   `device_id` is the instance of the node's providerID `openstack:///<id>`); a
 //!   next hop on an instance's port that holds the route's destination as an allowed
-//!   address pair (a node gone while no controller ran: those pairs are ours); a
-//!   next hop on the router's subnets that no port holds any more (a dead route).
-//!   The last two are listed without a node, for the controller to delete once its
-//!   view of the nodes is whole. A shared router's other routes (operators', other
-//!   clusters', VPN appliances') are never touched; they still count against the
-//!   router's `max_routes` ([`Routes::route_tables`]).
+//!   address pair (a node gone while no controller ran: those pairs are ours); any
+//!   other next hop for a pod CIDR the router also sends to a current node's port
+//!   (two next hops for one pod CIDR: the other one is stale). The last two are
+//!   listed without a node, for the controller to delete once its view of the nodes
+//!   is whole. A shared router's other routes (operators', other clusters', VPN
+//!   appliances') are never touched; they still count against the router's
+//!   `max_routes` ([`Routes::route_tables`]).
+//! - **Pairs, at each list**: a route of a current node whose port lost its pair
+//!   (another writer replaced the list) gets it back. A pod-CIDR pair no route uses
+//!   (a lost reply, a replica killed between its two writes, an unwind the fence
+//!   stopped) is listed as a route without a node, its next hop the port's address,
+//!   once every node has an `openstack://` providerID; deleting it removes the pair
+//!   and sends nothing to the router. Such a pair is ours only when it is a network
+//!   (never a host address: VIPs are) inside a cluster CIDR, on an instance's port
+//!   (`compute:*`) of a router network with port security on: where this controller
+//!   puts pod CIDRs. A pair on a load balancer's or router's port is never touched.
 //! - **List**: `GET /v2.0/routers/{id}`, `GET /v2.0/ports?device_id={router}` (its
 //!   networks and subnets; a subnet's CIDR is read once, it never changes) and one
 //!   `GET /v2.0/ports?network_id=…` per network (the nodes' ports), each followed
@@ -113,6 +123,10 @@ struct State {
     /// `remove_extraroutes` removes by exact strings and ignores a route it does not
     /// hold, so a remove names the route as the router holds it.
     spelled: HashMap<(Cidr, IpAddr), RouteJson>,
+    /// Pod-CIDR pairs the last list found on a port with no route of theirs, listed
+    /// as routes without a node (next hop: the port's address): deleting one removes
+    /// the pair and writes nothing to the router.
+    pairs_only: HashSet<(Cidr, IpAddr)>,
     /// The router's own addresses and the CIDRs of their subnets (with the subnet's
     /// ID), at the last list: where Neutron accepts a next hop.
     router_ips: HashSet<IpAddr>,
@@ -318,6 +332,44 @@ impl OpenStackRoutes {
         }
         state.router_ips = topology.router_ips;
         state.router_subnets = topology.router_subnets;
+    }
+
+    /// The pod-CIDR pairs of ours that no route of the router uses, by the port's
+    /// address (of the pair's family): a pair is ours when it is a network inside a
+    /// cluster CIDR, spelled as this controller writes it (`10.244.3.0/24`; never a
+    /// host address, as VIPs are), on an instance's port (`compute:*`) of a router
+    /// network with port security on, which is where this controller puts them. A
+    /// pair the router routes to any address of its port is in use.
+    fn stale_pairs(
+        &self,
+        topology: &Topology,
+        spelled: &HashMap<(Cidr, IpAddr), RouteJson>,
+    ) -> HashSet<(Cidr, IpAddr)> {
+        let mut by_port: HashMap<&str, Vec<IpAddr>> = HashMap::new();
+        for (ip, port) in &topology.ports {
+            by_port.entry(port.id.as_str()).or_default().push(*ip);
+        }
+        let mut stale = HashSet::new();
+        for ips in by_port.values_mut() {
+            ips.sort();
+            let Some(port) = topology.ports.get(&ips[0]) else {
+                continue;
+            };
+            if port.open || !port.device_owner.starts_with("compute:") {
+                continue;
+            }
+            for cidr in port.pairs.iter().filter_map(pod_cidr_pair) {
+                if !self.ours(&cidr) || ips.iter().any(|ip| spelled.contains_key(&(cidr, *ip))) {
+                    continue;
+                }
+                let hop = ips
+                    .iter()
+                    .find(|ip| ip.is_ipv4() == cidr.is_ipv4())
+                    .unwrap_or(&ips[0]);
+                stale.insert((cidr, *hop));
+            }
+        }
+        stale
     }
 
     /// Neutron's rule for a next hop (`extraroute_db`): inside the CIDR of a subnet
@@ -544,21 +596,44 @@ impl OpenStackRoutes {
             .unwrap_or_else(|| CloudError::new(CloudErrorKind::Conflict, "openstack: conflict")))
     }
 
-    /// Keeps the cache of the port of `ip` in step with what Neutron answered.
+    /// Keeps the cache of the port of `ip` in step with what Neutron answered, under
+    /// each of its fixed IPs: a node that moves to another IP of its port finds the
+    /// pairs as they are, not as they were when that IP was last read.
     fn cache_port(&self, ip: IpAddr, port: Port) {
         let mut state = lock(&self.state);
-        if let Some(p) = state.ports.get_mut(&ip) {
-            p.pairs = port.allowed_address_pairs;
-            p.open = port.port_security_enabled == Some(false);
+        let id = match state.ports.get(&ip) {
+            Some(p) => p.id.clone(),
+            None => return,
+        };
+        let open = port.port_security_enabled == Some(false);
+        for p in state.ports.values_mut().filter(|p| p.id == id) {
+            p.pairs = port.allowed_address_pairs.clone();
+            p.open = open;
         }
     }
 
-    /// The router write of a batch; `Ok` is the router as written.
+    /// Whether a route of ours sends `destination` to an address of port `port_id`
+    /// (the same node at another of its port's addresses, or created since the list
+    /// that found the pair unused): then its pair stays.
+    fn routed_to_port(&self, destination: &Cidr, port_id: &str) -> bool {
+        let state = lock(&self.state);
+        state
+            .nexthops
+            .get(destination)
+            .and_then(|hop| state.ports.get(hop))
+            .is_some_and(|p| p.id == port_id)
+    }
+
+    /// The router write of a batch; `Ok` is the router as written, `None` when the
+    /// batch has nothing for the router.
     fn write_router(
         &self,
         adds: &[RouteJson],
         removes: &[RouteJson],
-    ) -> Result<Router, WriteFailure> {
+    ) -> Result<Option<Router>, WriteFailure> {
+        if adds.is_empty() && removes.is_empty() {
+            return Ok(None);
+        }
         if self.atomic {
             let mut router = None;
             if !adds.is_empty() {
@@ -571,9 +646,7 @@ impl OpenStackRoutes {
                     Err(e) => return Err(WriteFailure::Whole(e)),
                 }
             }
-            return router.ok_or_else(|| {
-                WriteFailure::Whole(CloudError::invalid("openstack: an empty batch"))
-            });
+            return Ok(router);
         }
         let mut last = None;
         for _ in 0..REVISION_ATTEMPTS {
@@ -611,7 +684,7 @@ impl OpenStackRoutes {
                 .neutron
                 .set_routes(&self.router_id, &routes, router.revision_number)
             {
-                Ok(written) => return Ok(written),
+                Ok(written) => return Ok(Some(written)),
                 // Another writer changed the router since it was read: read it again.
                 Err(e) if e.kind == CloudErrorKind::Conflict => {
                     log::debug!(
@@ -715,9 +788,10 @@ enum Owner<'a> {
 ///   this controller gives the ports it routes to. Without every node's instance a
 ///   live node's port would look like a gone node's, so then it is left alone;
 /// - anything else (a port without the pair, an address no port of ours holds):
-///   someone else's, never touched. A next hop that no port holds is not taken as
-///   dead: a VIP held only as a pair, a device outside Neutron and another project's
-///   port look the same from here.
+///   someone else's, never touched, unless the router also sends the same pod CIDR
+///   to a current node (the list takes that one as gone). A next hop that no port
+///   holds is not taken as dead by itself: a VIP held only as a pair, a device
+///   outside Neutron and another project's port look the same from here.
 fn owner<'a>(
     topology: &Topology,
     by_instance: &HashMap<&str, &'a str>,
@@ -740,8 +814,37 @@ fn instance_id(provider_id: &str) -> Option<&str> {
     (!id.is_empty()).then_some(id)
 }
 
+/// The pod CIDR a pair is, if it is one this controller could have written: a
+/// network (its address the network's own, not a host's), wider than one address.
+fn pod_cidr_pair(pair: &AddressPair) -> Option<Cidr> {
+    let cidr = Cidr::parse(&pair.ip_address).ok()?;
+    (cidr.prefix() < host_prefix(&cidr) && same_pair(pair, &cidr)).then_some(cidr)
+}
+
+/// Whether `pair` is exactly `cidr`: its address is the network's, not one of its
+/// hosts (`10.0.0.5/24` is a host's address with its subnet's length, not
+/// `10.0.0.0/24`), and a bare address is a host route.
 fn same_pair(pair: &AddressPair, cidr: &Cidr) -> bool {
-    Cidr::parse(&pair.ip_address).ok().as_ref() == Some(cidr)
+    let (address, prefix) = match pair.ip_address.split_once('/') {
+        Some((a, p)) => (a, p.parse::<u8>().ok()),
+        None => (pair.ip_address.as_str(), Some(host_prefix(cidr))),
+    };
+    prefix == Some(cidr.prefix()) && address.parse::<IpAddr>().ok() == Some(cidr.network())
+}
+
+/// The prefix length of one address of `cidr`'s family.
+fn host_prefix(cidr: &Cidr) -> u8 {
+    if cidr.is_ipv4() { 32 } else { 128 }
+}
+
+/// One delete of a batch, resolved.
+struct Delete {
+    index: usize,
+    destination: Cidr,
+    hop: IpAddr,
+    /// A pod-CIDR pair the router holds no route for ([`State::pairs_only`]): only
+    /// the pair goes.
+    pair_only: bool,
 }
 
 /// One create of a batch, resolved.
@@ -822,8 +925,8 @@ impl Routes for OpenStackRoutes {
         let every_node_known = nodes
             .names()
             .all(|n| nodes.provider_id_of(n).and_then(instance_id).is_some());
-        let mut nexthops = HashMap::new();
         let mut spelled = HashMap::new();
+        let mut held = Vec::new();
         for r in &router.routes {
             let (Ok(destination), Ok(hop)) =
                 (Cidr::parse(&r.destination), r.nexthop.parse::<IpAddr>())
@@ -831,16 +934,41 @@ impl Routes for OpenStackRoutes {
                 continue;
             };
             spelled.insert((destination, hop), r.clone());
-            if !self.ours(&destination) {
-                continue;
+            if self.ours(&destination) {
+                let owner = owner(&topology, &by_instance, every_node_known, &destination, hop);
+                held.push((destination, hop, r, owner));
             }
-            let Some(owner) = owner(&topology, &by_instance, every_node_known, &destination, hop)
-            else {
+        }
+        // A pod CIDR routed to a current node is that node's alone: any other next hop
+        // for it (a node's old address, a port since deleted) is a stale route of ours.
+        let routed_to_node: HashSet<Cidr> = held
+            .iter()
+            .filter(|h| matches!(h.3, Some(Owner::Node(_))))
+            .map(|h| h.0)
+            .collect();
+        let mut nexthops = HashMap::new();
+        let mut lost_pairs: HashMap<String, (IpAddr, Vec<Cidr>)> = HashMap::new();
+        for (destination, hop, r, owner) in held {
+            let owner = match owner {
+                Some(o) => o,
+                None if routed_to_node.contains(&destination) => Owner::Gone,
                 // Someone else's route (a VPN appliance, another cluster): never ours
                 // to delete.
-                continue;
+                None => continue,
             };
-            nexthops.insert(destination, hop);
+            // Someone removed the pair the route needs: given back below.
+            if let (Owner::Node(_), Some(port)) = (&owner, topology.ports.get(&hop))
+                && !port.open
+                && !port.pairs.iter().any(|p| same_pair(p, &destination))
+            {
+                let lost = lost_pairs
+                    .entry(port.id.clone())
+                    .or_insert((hop, Vec::new()));
+                lost.1.push(destination);
+            }
+            if matches!(owner, Owner::Node(_)) || !nexthops.contains_key(&destination) {
+                nexthops.insert(destination, hop);
+            }
             each(Route {
                 name: hop.to_string(),
                 // No node: the controller deletes it once its view of the nodes is
@@ -853,12 +981,53 @@ impl Routes for OpenStackRoutes {
                 ..Route::default()
             });
         }
-        let mut state = lock(&self.state);
-        OpenStackRoutes::learn(&mut state, topology, true);
-        state.portless.clear();
-        state.routes_held = Some(router.routes.len());
-        state.nexthops = nexthops;
-        state.spelled = spelled;
+        let pairs_only = if every_node_known {
+            self.stale_pairs(&topology, &spelled)
+        } else {
+            HashSet::new()
+        };
+        for (destination, hop) in &pairs_only {
+            each(Route {
+                name: hop.to_string(),
+                target_node: String::new(),
+                destination_cidr: destination.to_string(),
+                ..Route::default()
+            });
+        }
+        {
+            let mut state = lock(&self.state);
+            OpenStackRoutes::learn(&mut state, topology, true);
+            state.portless.clear();
+            state.routes_held = Some(router.routes.len());
+            state.nexthops = nexthops;
+            state.spelled = spelled;
+            state.pairs_only = pairs_only;
+        }
+        for (port, (hop, destinations)) in lost_pairs {
+            match self.update_pairs(hop, &port, &destinations, &[]) {
+                Ok(added) if !added.is_empty() => log::info!(
+                    "openstack: port {port} had lost the allowed address pairs {} of its \
+                     routes (removed by another writer); given back",
+                    added
+                        .iter()
+                        .map(Cidr::to_string)
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ),
+                Ok(_) => {}
+                // The lease was lost meanwhile: the next leader's list gives it back.
+                Err(e) if e.kind == CloudErrorKind::Fenced => {}
+                Err(e) => log::warn!(
+                    "openstack: port {port} lacks the allowed address pairs of its routes \
+                     ({}), so their packets are dropped; the next list tries again: {e}",
+                    destinations
+                        .iter()
+                        .map(Cidr::to_string)
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ),
+            }
+        }
         Ok(())
     }
 
@@ -926,7 +1095,15 @@ impl Routes for OpenStackRoutes {
                     }
                 }
                 RouteChange::Delete { route } => match self.delete_hop(route)? {
-                    (destination, Some(hop)) => deletes.push((index, destination, hop)),
+                    (destination, Some(hop)) => {
+                        let pair_only = lock(&self.state).pairs_only.contains(&(destination, hop));
+                        deletes.push(Delete {
+                            index,
+                            destination,
+                            hop,
+                            pair_only,
+                        })
+                    }
                     // No next hop known: the route is in no list of ours.
                     (_, None) => {
                         outcomes[index] = Err(CloudError::new(
@@ -986,29 +1163,30 @@ impl Routes for OpenStackRoutes {
             let state = lock(&self.state);
             deletes
                 .iter()
-                .map(|(_, d, h)| {
+                .filter(|d| !d.pair_only)
+                .map(|d| {
                     state
                         .spelled
-                        .get(&(*d, *h))
+                        .get(&(d.destination, d.hop))
                         .cloned()
                         .unwrap_or_else(|| RouteJson {
-                            destination: d.to_string(),
-                            nexthop: h.to_string(),
+                            destination: d.destination.to_string(),
+                            nexthop: d.hop.to_string(),
                         })
                 })
                 .collect()
         };
-        if adds.is_empty() && removes.is_empty() {
-            return Ok(outcomes);
-        }
         let mut deletes_done = true;
         match self.write_router(&adds, &removes) {
-            Ok(router) => lock(&self.state).routes_held = Some(router.routes.len()),
+            Ok(Some(router)) => lock(&self.state).routes_held = Some(router.routes.len()),
+            // Nothing for the router: pairs only.
+            Ok(None) => {}
             Err(WriteFailure::Removes(e)) => {
-                // The creates are in; the deletes are retried.
+                // The creates are in; the deletes are retried (a pair-only delete
+                // with them: its pair goes once no route of the batch may use it).
                 deletes_done = false;
-                for (index, _, _) in &deletes {
-                    outcomes[*index] = Err(e.clone());
+                for d in &deletes {
+                    outcomes[d.index] = Err(e.clone());
                 }
             }
             Err(WriteFailure::Whole(e)) => {
@@ -1038,8 +1216,17 @@ impl Routes for OpenStackRoutes {
             return Ok(outcomes);
         }
         // 3. The pairs out of the ports, once no route sends traffic there.
-        for (index, destination, hop) in &deletes {
-            lock(&self.state).nexthops.remove(destination);
+        for d in &deletes {
+            let (index, destination, hop) = (&d.index, &d.destination, &d.hop);
+            {
+                let mut state = lock(&self.state);
+                state.pairs_only.remove(&(*destination, *hop));
+                // A pair-only delete removed no route: a next hop to the same address
+                // is a create's of this batch, whose pair must stay.
+                if !d.pair_only && state.nexthops.get(destination) == Some(hop) {
+                    state.nexthops.remove(destination);
+                }
+            }
             let port = match self.port_of(*hop) {
                 Ok(Some(p)) => p,
                 // The node's port is gone with its instance: nothing to remove.
@@ -1049,7 +1236,10 @@ impl Routes for OpenStackRoutes {
                     continue;
                 }
             };
-            if port.open || !port.pairs.iter().any(|p| same_pair(p, destination)) {
+            if port.open
+                || !port.pairs.iter().any(|p| same_pair(p, destination))
+                || self.routed_to_port(destination, &port.id)
+            {
                 continue;
             }
             match self.update_pairs(*hop, &port.id, &[], std::slice::from_ref(destination)) {
@@ -1127,6 +1317,35 @@ mod tests {
             invalid_routes(other, &creates).kind,
             CloudErrorKind::Invalid
         );
+    }
+
+    /// Guards the pairs taken as pod CIDRs: a host's address with its subnet's
+    /// length (`10.0.0.5/24`, a VIP as some tools write it) is not the network
+    /// `10.0.0.0/24`, so it is never removed or counted as a pod CIDR's pair.
+    #[test]
+    fn a_pair_is_a_pod_cidr_only_when_it_is_the_network_itself() {
+        let pair = |a: &str| AddressPair {
+            ip_address: a.to_string(),
+            mac_address: None,
+        };
+        let net = Cidr::parse("10.0.0.0/24").unwrap();
+        assert!(same_pair(&pair("10.0.0.0/24"), &net));
+        assert!(!same_pair(&pair("10.0.0.5/24"), &net));
+        assert!(!same_pair(&pair("10.0.0.0/25"), &net));
+        assert!(!same_pair(&pair("10.0.0.0"), &net));
+        let host = Cidr::parse("10.0.0.5/32").unwrap();
+        assert!(same_pair(&pair("10.0.0.5"), &host));
+        assert!(same_pair(&pair("10.0.0.5/32"), &host));
+        let v6 = Cidr::parse("fd00:10:244:1::/64").unwrap();
+        assert!(same_pair(&pair("fd00:10:244:1:0::/64"), &v6));
+        assert!(!same_pair(&pair("fd00:10:244:1::5/64"), &v6));
+        assert_eq!(
+            pod_cidr_pair(&pair("10.244.1.0/24")),
+            Cidr::parse("10.244.1.0/24").ok()
+        );
+        assert_eq!(pod_cidr_pair(&pair("10.244.1.5/24")), None);
+        assert_eq!(pod_cidr_pair(&pair("10.244.1.5/32")), None);
+        assert_eq!(pod_cidr_pair(&pair("10.244.1.5")), None);
     }
 
     #[test]
