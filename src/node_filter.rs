@@ -58,6 +58,9 @@ pub enum OwnProvider {
     Gce,
     /// OpenStack Nova instances, `openstack:///<instance id>`.
     OpenStack,
+    /// Alibaba Cloud ECS instances, `<region>.<instance id>` or
+    /// `alicloud://<region>.<instance id>`, as cloud-provider-alibaba-cloud writes them.
+    Alibaba,
 }
 
 impl OwnProvider {
@@ -70,6 +73,7 @@ impl OwnProvider {
             "azure" => Some(OwnProvider::Azure),
             "gce" => Some(OwnProvider::Gce),
             "openstack" => Some(OwnProvider::OpenStack),
+            "alibaba" => Some(OwnProvider::Alibaba),
             _ => None,
         }
     }
@@ -84,6 +88,15 @@ impl OwnProvider {
             OwnProvider::Azure => provider_id.starts_with("azure://"),
             OwnProvider::Gce => provider_id.starts_with("gce://"),
             OwnProvider::OpenStack => provider_id.starts_with("openstack://"),
+            OwnProvider::Alibaba => {
+                let id = provider_id
+                    .strip_prefix("alicloud://")
+                    .unwrap_or(provider_id);
+                !id.contains("://")
+                    && id
+                        .split_once('.')
+                        .is_some_and(|(r, i)| !r.is_empty() && !i.is_empty())
+            }
         }
     }
 }
@@ -151,6 +164,9 @@ impl fmt::Display for NodeFilter {
             Some(OwnProvider::Azure) => f.write_str(" with providerID azure://... or none"),
             Some(OwnProvider::Gce) => f.write_str(" with providerID gce://... or none"),
             Some(OwnProvider::OpenStack) => f.write_str(" with providerID openstack://... or none"),
+            Some(OwnProvider::Alibaba) => {
+                f.write_str(" with providerID <region>.<instance> (or alicloud://...) or none")
+            }
             None => Ok(()),
         }
     }

@@ -1,0 +1,1047 @@
+//! The Alibaba Cloud provider: custom route entries of a VPC's route tables, each
+//! sending a pod CIDR to a node's ECS instance, configured by
+//! cloud-provider-alibaba-cloud's cloud config and written as that peer writes them
+//! (no name, no description, next hop type `Instance`), so that a cluster switching
+//! over adopts its entries with zero writes.
+//!
+//! - **Ownership**: an entry is ours when it is custom, inside the cluster CIDRs, and
+//!   its one next hop is an ECS instance that is a node's (`spec.providerID`
+//!   `<region>.<instance>` or `alicloud://<region>.<instance>`, as the peer writes
+//!   it), or an instance that no longer exists (a dead entry, listed without a node
+//!   for the controller to delete once its view of the nodes is whole). An entry to
+//!   an instance that exists but is no node (an appliance, another cluster's router)
+//!   is never touched; it still counts against the table's quota.
+//! - **Tables**: `Global.routeTableIDs` (several, comma-separated, as the peer takes
+//!   them), else the VPC's one route table. A route is listed when every table holds
+//!   it; a create writes the tables that lack it, a delete every table that holds it.
+//! - **Batches**: a pass's deletes are one `DeleteRouteEntries` and its creates one
+//!   `CreateRouteEntries` per table (at most [`BATCH_SIZE`] entries a call), one call
+//!   at a time: the VPC takes one batch at a time (`TaskConflict` otherwise). Both
+//!   calls are asynchronous; the table is read again every `pollInterval` until each
+//!   entry is `Created` (or gone), and only then is the change reported done. The
+//!   controller keeps one batch in flight ([`Routes::budget`]'s one mutation at once),
+//!   so our own writes never meet each other.
+//! - **Refusals**: what the API would refuse for one entry is refused for its node
+//!   alone before the batch ([`Routes::precheck`]): a destination in 100.64.0.0/10,
+//!   one that overlaps a vSwitch's CIDR, an IPv6 destination in a VPC without IPv6, a
+//!   node whose instance is unknown or in another VPC (the pre-flight).
+//!
+//! Every request is counted for the controller's budget (the polls too). Keys and
+//! tokens are never logged.
+
+mod api;
+mod auth;
+mod config;
+pub mod sign;
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::Mutex;
+use std::time::Duration;
+
+use serde_json::Value;
+
+pub use auth::REFRESH_BEFORE;
+pub use config::{
+    Config, ConfigError, Credentials, DEFAULT_METADATA_ENDPOINT, DEFAULT_ROUTE_ENTRY_QUOTA,
+    ENV_ACCESS_KEY_ID, ENV_ACCESS_KEY_SECRET, ENV_ECS_METADATA, ENV_OIDC_PROVIDER_ARN,
+    ENV_OIDC_TOKEN_FILE, ENV_PEER_ACCESS_KEY_ID, ENV_PEER_ACCESS_KEY_SECRET, ENV_ROLE_ARN,
+    ENV_ROLE_SESSION_NAME, ENV_SECURITY_TOKEN, KEYS, OTHER_KEYS,
+};
+
+use api::{Api, ECS_VERSION, Failure, Service, VPC_VERSION};
+use auth::Identity;
+
+use crate::fence::Fence;
+use crate::model::{Cidr, Route};
+use crate::provider::{
+    Budget, CloudError, CloudErrorKind, NodeDirectory, RouteChange, RouteTarget, Routes, TableUsage,
+};
+use crate::sync::lock;
+
+/// Entries one `CreateRouteEntries` or `DeleteRouteEntries` takes (the API's limit).
+pub const BATCH_SIZE: usize = 50;
+/// `NetworkUnavailable` reason: the node's providerID names no ECS instance.
+pub const NO_INSTANCE: &str = "NoECSInstance";
+/// `NetworkUnavailable` reason: the node's instance is not in the VPC (or gone).
+pub const INSTANCE_NOT_IN_VPC: &str = "InstanceNotInVPC";
+/// `NetworkUnavailable` reason: the pod CIDR lies in 100.64.0.0/10, which the VPC
+/// refuses as a destination.
+pub const RESERVED_DESTINATION: &str = "DestinationInReservedRange";
+/// `NetworkUnavailable` reason: the pod CIDR overlaps a vSwitch's CIDR.
+pub const OVERLAPS_VSWITCH: &str = "DestinationOverlapsVSwitch";
+/// `NetworkUnavailable` reason: an IPv6 pod CIDR in a VPC without IPv6.
+pub const NO_IPV6: &str = "VPCWithoutIPv6";
+/// `NetworkUnavailable` reason of a node whose entry the API refused in a batch for
+/// a reason of its own (`FailedRouteEntries[].FailedCode`).
+pub const ENTRY_REFUSED: &str = "RouteEntryRefused";
+/// Reads of a table while a batch's entries are `Creating` or `Deleting`, at most;
+/// then those entries are reported ambiguous and the controller lists.
+const MAX_POLLS: usize = 120;
+/// Entries a page of `DescribeRouteEntryList` holds (the API's maximum).
+const PAGE: usize = 100;
+/// Pages of one list, at most: a server that pages on past this is not trusted.
+const MAX_PAGES: usize = 1000;
+/// Instance IDs one `DescribeInstances` takes.
+const INSTANCES_PER_CALL: usize = 100;
+
+/// The outcome of each change of a batch, by its index.
+type Outcomes = Vec<(usize, Result<(), CloudError>)>;
+
+/// One of our entries (or a candidate) of a table, as last read.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Entry {
+    instance: String,
+    status: String,
+}
+
+#[derive(Debug, Default)]
+struct State {
+    /// Custom entries each table held at the last list or poll (anyone's).
+    held: HashMap<String, usize>,
+    /// Entries to an instance, inside the cluster CIDRs, by destination and table.
+    entries: HashMap<Cidr, BTreeMap<String, Entry>>,
+    /// The VPC's vSwitch CIDRs (IPv4 and IPv6), at start and at each list.
+    vswitches: Vec<Cidr>,
+    /// A vSwitch of the VPC has an IPv6 CIDR.
+    ipv6: bool,
+    /// What `DescribeInstances` said of each instance: its VPC, `None` when gone.
+    instances: HashMap<String, Option<String>>,
+}
+
+/// The Alibaba Cloud implementation of [`Routes`]. Safe to share between threads.
+#[derive(Debug)]
+pub struct AlibabaRoutes {
+    api: Api,
+    vpc: Service,
+    ecs: Service,
+    region: String,
+    vpc_id: String,
+    tables: Vec<String>,
+    quota: usize,
+    cluster_cidrs: Vec<Cidr>,
+    budget: (f64, u32),
+    poll_interval: Duration,
+    state: Mutex<State>,
+}
+
+impl AlibabaRoutes {
+    /// Builds the provider: the region and VPC (from the metadata service when the
+    /// cloud config does not name them), the route tables (which must be the VPC's),
+    /// and the vSwitches (the destinations the API refuses).
+    pub fn connect(config: Config) -> Result<AlibabaRoutes, ConfigError> {
+        let at_start = |e: CloudError| ConfigError {
+            outage: matches!(
+                e.kind,
+                CloudErrorKind::Retry { .. }
+                    | CloudErrorKind::Ambiguous
+                    | CloudErrorKind::RateLimited { .. }
+                    | CloudErrorKind::Conflict
+            ),
+            message: e.message,
+        };
+        let metadata = api::metadata_agent();
+        let from_metadata = |value: &Option<String>, path: &str| match value {
+            Some(v) => Ok(v.clone()),
+            None => auth::metadata_get(&metadata, &config.metadata_endpoint, path),
+        };
+        let region = from_metadata(&config.region, "/latest/meta-data/region-id")
+            .map_err(|e| at_start(named(e, "Global.region")))?;
+        let vpc_id = from_metadata(&config.vpc_id, "/latest/meta-data/vpc-id")
+            .map_err(|e| at_start(named(e, "Global.vpcid")))?;
+        let agent = api::agent(config.request_timeout, &config.trust, &config.proxying);
+        let endpoint = |given: &Option<String>, product: &str| {
+            given
+                .clone()
+                .unwrap_or_else(|| format!("https://{product}.{region}.aliyuncs.com"))
+        };
+        let identity = Identity::new(
+            config.credentials.clone(),
+            agent.clone(),
+            metadata.clone(),
+            endpoint(&config.sts_endpoint, "sts"),
+            config.metadata_endpoint.clone(),
+        );
+        let api = Api::new(
+            agent,
+            identity,
+            config.metrics.clone(),
+            config.request_timeout,
+        );
+        let mut provider = AlibabaRoutes {
+            api,
+            vpc: Service {
+                url: endpoint(&config.vpc_endpoint, "vpc"),
+                version: VPC_VERSION,
+            },
+            ecs: Service {
+                url: endpoint(&config.ecs_endpoint, "ecs"),
+                version: ECS_VERSION,
+            },
+            region,
+            vpc_id,
+            tables: Vec::new(),
+            quota: config.route_entry_quota,
+            cluster_cidrs: config.cluster_cidrs.clone(),
+            budget: (config.requests_per_second, config.burst),
+            poll_interval: config.poll_interval,
+            state: Mutex::new(State::default()),
+        };
+        provider.tables = provider
+            .route_tables_of_vpc(&config.route_table_ids)
+            .map_err(|e| match e.kind {
+                CloudErrorKind::Invalid | CloudErrorKind::NotFound => ConfigError::new(e.message),
+                _ => at_start(e),
+            })?;
+        provider.read_vswitches().map_err(at_start)?;
+        log::info!(
+            "alibaba: managing the custom entries of route table(s) {} in VPC {} ({}), at \
+             most {} each; one batch at a time",
+            provider.tables.join(", "),
+            provider.vpc_id,
+            provider.region,
+            provider.quota
+        );
+        Ok(provider)
+    }
+
+    /// Every request from now on first passes `fence`: after the lease is lost
+    /// nothing is sent, and a batch stops between its calls and polls.
+    pub fn with_fence(mut self, fence: Fence) -> AlibabaRoutes {
+        self.api.set_fence(fence);
+        self
+    }
+
+    /// The route tables written, in order.
+    pub fn tables(&self) -> &[String] {
+        &self.tables
+    }
+
+    fn call(
+        &self,
+        service: &Service,
+        action: &'static str,
+        params: Vec<(String, String)>,
+        write: bool,
+    ) -> Result<Value, Failure> {
+        let mut params = params;
+        params.push(("RegionId".into(), self.region.clone()));
+        self.api.call(service, action, &params, write)
+    }
+
+    /// The tables to write: those configured, checked to be the VPC's, or the VPC's
+    /// only one (as the peer: several are an error naming the key to set).
+    fn route_tables_of_vpc(&self, configured: &[String]) -> Result<Vec<String>, CloudError> {
+        let mut found = Vec::new();
+        for page in 1..=MAX_PAGES {
+            let reply = self.call(
+                &self.vpc,
+                "DescribeRouteTableList",
+                vec![
+                    ("VpcId".into(), self.vpc_id.clone()),
+                    ("PageSize".into(), "50".into()),
+                    ("PageNumber".into(), page.to_string()),
+                ],
+                false,
+            )?;
+            let tables = array(&reply, "RouterTableList", "RouterTableListType");
+            let n = tables.len();
+            found.extend(tables.iter().filter_map(|t| text(t, "RouteTableId")));
+            if n == 0 || found.len() >= count(&reply, "TotalCount") {
+                break;
+            }
+        }
+        if configured.is_empty() {
+            return match found.len() {
+                1 => Ok(found),
+                0 => Err(CloudError::invalid(format!(
+                    "alibaba: VPC {} has no route table (check Global.vpcid)",
+                    self.vpc_id
+                ))),
+                _ => Err(CloudError::invalid(format!(
+                    "alibaba: VPC {} has {} route tables ({}): name the ones to write in \
+                     Global.routeTableIDs, comma-separated",
+                    self.vpc_id,
+                    found.len(),
+                    found.join(", ")
+                ))),
+            };
+        }
+        let missing: Vec<&str> = configured
+            .iter()
+            .filter(|t| !found.contains(t))
+            .map(String::as_str)
+            .collect();
+        if !missing.is_empty() {
+            return Err(CloudError::invalid(format!(
+                "alibaba: Global.routeTableIDs names {} not in VPC {} (its tables: {})",
+                missing.join(", "),
+                self.vpc_id,
+                found.join(", ")
+            )));
+        }
+        Ok(configured.to_vec())
+    }
+
+    /// The VPC's vSwitch CIDRs, and whether it has IPv6.
+    fn read_vswitches(&self) -> Result<(), CloudError> {
+        let mut cidrs = Vec::new();
+        let mut ipv6 = false;
+        let mut seen = 0;
+        for page in 1..=MAX_PAGES {
+            let reply = self.call(
+                &self.vpc,
+                "DescribeVSwitches",
+                vec![
+                    ("VpcId".into(), self.vpc_id.clone()),
+                    ("PageSize".into(), "50".into()),
+                    ("PageNumber".into(), page.to_string()),
+                ],
+                false,
+            )?;
+            let switches = array(&reply, "VSwitches", "VSwitch");
+            seen += switches.len();
+            for s in &switches {
+                for key in ["CidrBlock", "Ipv6CidrBlock"] {
+                    if let Some(c) = text(s, key).and_then(|t| Cidr::parse(&t).ok()) {
+                        ipv6 |= !c.is_ipv4();
+                        cidrs.push(c);
+                    }
+                }
+            }
+            if switches.is_empty() || seen >= count(&reply, "TotalCount") {
+                break;
+            }
+        }
+        let mut state = lock(&self.state);
+        state.vswitches = cidrs;
+        state.ipv6 = ipv6;
+        Ok(())
+    }
+
+    /// Every custom entry of `table`, every page: (destination text, one instance
+    /// next hop if that is what it has, status). Also records how many it holds.
+    fn read_table(&self, table: &str) -> Result<Vec<(String, Option<String>, String)>, CloudError> {
+        let mut out = Vec::new();
+        let mut token = String::new();
+        let mut tokens = HashSet::new();
+        for _ in 0..MAX_PAGES {
+            let mut params = vec![
+                ("RouteTableId".to_string(), table.to_string()),
+                ("RouteEntryType".to_string(), "Custom".to_string()),
+                ("MaxResult".to_string(), PAGE.to_string()),
+            ];
+            if !token.is_empty() {
+                params.push(("NextToken".into(), token.clone()));
+            }
+            let reply = self.call(&self.vpc, "DescribeRouteEntryList", params, false)?;
+            for e in array(&reply, "RouteEntrys", "RouteEntry") {
+                if text(&e, "Type").is_some_and(|t| t != "Custom") {
+                    continue;
+                }
+                let Some(destination) = text(&e, "DestinationCidrBlock") else {
+                    continue;
+                };
+                let hops = array(&e, "NextHops", "NextHop");
+                let instance = match hops.as_slice() {
+                    [hop] if text(hop, "NextHopType").as_deref() == Some("Instance") => {
+                        text(hop, "NextHopId")
+                    }
+                    _ => None,
+                };
+                out.push((
+                    destination,
+                    instance,
+                    text(&e, "Status").unwrap_or_default(),
+                ));
+            }
+            token = text(&reply, "NextToken").unwrap_or_default();
+            if token.is_empty() {
+                lock(&self.state).held.insert(table.to_string(), out.len());
+                return Ok(out);
+            }
+            if !tokens.insert(token.clone()) {
+                break;
+            }
+        }
+        // A partial list must never pass for a whole one: the entries on pages not
+        // read would look gone.
+        Err(CloudError::new(
+            CloudErrorKind::Retry { after: None },
+            format!(
+                "alibaba: DescribeRouteEntryList of {table}: a NextToken seen before, or more \
+                 than {MAX_PAGES} pages; the list is not trusted"
+            ),
+        ))
+    }
+
+    fn ours(&self, destination: &Cidr) -> bool {
+        self.cluster_cidrs.iter().any(|c| {
+            c.is_ipv4() == destination.is_ipv4()
+                && c.prefix() <= destination.prefix()
+                && c.contains(destination.network())
+        })
+    }
+
+    /// Looks up the instances not known yet (`DescribeInstances`, a hundred a call).
+    fn learn_instances(&self, ids: &[String]) -> Result<(), CloudError> {
+        let unknown: Vec<String> = {
+            let state = lock(&self.state);
+            let mut unknown: Vec<String> = ids
+                .iter()
+                .filter(|i| !state.instances.contains_key(*i))
+                .cloned()
+                .collect();
+            unknown.sort();
+            unknown.dedup();
+            unknown
+        };
+        for chunk in unknown.chunks(INSTANCES_PER_CALL) {
+            let reply = self.call(
+                &self.ecs,
+                "DescribeInstances",
+                vec![
+                    (
+                        "InstanceIds".into(),
+                        serde_json::to_string(chunk).unwrap_or_default(),
+                    ),
+                    ("PageSize".into(), INSTANCES_PER_CALL.to_string()),
+                ],
+                false,
+            )?;
+            let mut found: HashMap<String, Option<String>> =
+                chunk.iter().map(|i| (i.clone(), None)).collect();
+            for i in array(&reply, "Instances", "Instance") {
+                if let Some(id) = text(&i, "InstanceId") {
+                    let vpc = i.get("VpcAttributes").and_then(|v| text(v, "VpcId"));
+                    found.insert(id, Some(vpc.unwrap_or_default()));
+                }
+            }
+            lock(&self.state).instances.extend(found);
+        }
+        Ok(())
+    }
+
+    /// What the API would refuse of a create, from what is known: `Err` with
+    /// [`CloudErrorKind::Refused`]. Sends nothing.
+    fn check_create(
+        &self,
+        route: &Route,
+        target: &RouteTarget,
+    ) -> Result<(Cidr, String), CloudError> {
+        let node = &target.node_name;
+        let destination = Cidr::parse(&route.destination_cidr).map_err(|e| {
+            CloudError::invalid(format!("alibaba: node {node}: route destination: {e}"))
+        })?;
+        let instance = target
+            .provider_id
+            .as_deref()
+            .and_then(instance_id)
+            .ok_or_else(|| {
+                CloudError::refused(
+                    NO_INSTANCE,
+                    false,
+                    format!(
+                        "alibaba: node {node}: its providerID {:?} names no ECS instance \
+                         (<region>.<instance-id> or alicloud://<region>.<instance-id>, as the \
+                         cloud-controller-manager sets it)",
+                        target.provider_id.as_deref().unwrap_or("")
+                    ),
+                )
+            })?
+            .to_string();
+        let reserved = Cidr::parse("100.64.0.0/10").ok();
+        if destination.is_ipv4() && reserved.is_some_and(|r| overlaps(&r, &destination)) {
+            return Err(CloudError::refused(
+                RESERVED_DESTINATION,
+                true,
+                format!(
+                    "alibaba: node {node}: its pod CIDR {destination} lies in 100.64.0.0/10, \
+                     which the VPC refuses as a route destination; give the cluster a pod \
+                     CIDR outside it"
+                ),
+            ));
+        }
+        let state = lock(&self.state);
+        if !destination.is_ipv4() && !state.ipv6 {
+            return Err(CloudError::refused(
+                NO_IPV6,
+                false,
+                format!(
+                    "alibaba: node {node}: its pod CIDR {destination} is IPv6 and VPC {} has \
+                     no IPv6 CIDR: enable IPv6 on the VPC and its vSwitches",
+                    self.vpc_id
+                ),
+            ));
+        }
+        if let Some(v) = state.vswitches.iter().find(|v| overlaps(v, &destination)) {
+            return Err(CloudError::refused(
+                OVERLAPS_VSWITCH,
+                false,
+                format!(
+                    "alibaba: node {node}: its pod CIDR {destination} overlaps the vSwitch \
+                     CIDR {v} of VPC {}, which the VPC refuses; give the cluster a pod CIDR \
+                     apart from the vSwitches",
+                    self.vpc_id
+                ),
+            ));
+        }
+        match state.instances.get(&instance) {
+            Some(Some(vpc)) if vpc != &self.vpc_id => {
+                Err(self.not_in_vpc(node, &instance, Some(vpc)))
+            }
+            Some(None) => Err(self.not_in_vpc(node, &instance, None)),
+            _ => Ok((destination, instance)),
+        }
+    }
+
+    fn not_in_vpc(&self, node: &str, instance: &str, vpc: Option<&str>) -> CloudError {
+        let fact = match vpc {
+            Some(v) => format!("is in VPC {v}"),
+            None => format!("was not found in region {}", self.region),
+        };
+        CloudError::refused(
+            INSTANCE_NOT_IN_VPC,
+            false,
+            format!(
+                "alibaba: node {node}: its instance {instance} {fact}, not in VPC {}: a route \
+                 can only lead to an instance of the table's VPC",
+                self.vpc_id
+            ),
+        )
+    }
+
+    /// Writes one table's creates (`create`) or deletes and follows each entry until
+    /// it is `Created` or gone. `entries`: (change index, destination, instance).
+    /// Returns the outcome of each index.
+    fn write_table(
+        &self,
+        table: &str,
+        create: bool,
+        entries: &[(usize, Cidr, String)],
+    ) -> Result<Outcomes, Failure> {
+        let action = if create {
+            "CreateRouteEntries"
+        } else {
+            "DeleteRouteEntries"
+        };
+        let mut params = Vec::new();
+        for (n, (_, destination, instance)) in entries.iter().enumerate() {
+            let p = |k: &str| format!("RouteEntries.{}.{k}", n + 1);
+            params.push((p("RouteTableId"), table.to_string()));
+            params.push((p("DstCidrBlock"), destination.to_string()));
+            params.push((p("NextHop"), instance.clone()));
+            if create {
+                params.push((p("NextHopType"), "Instance".to_string()));
+                if !destination.is_ipv4() {
+                    params.push((p("IpVersion"), "IPv6".to_string()));
+                }
+            }
+        }
+        let reply = self.call(&self.vpc, action, params, true)?;
+        let mut outcomes: HashMap<usize, Result<(), CloudError>> = HashMap::new();
+        for failed in array_or_list(&reply, "FailedRouteEntries", "FailedRouteEntry") {
+            let cidr = text(&failed, "DstCidrBlock").and_then(|c| Cidr::parse(&c).ok());
+            let code = text(&failed, "FailedCode").unwrap_or_default();
+            let message = text(&failed, "FailedMessage").unwrap_or_default();
+            let Some(&(index, destination, _)) = entries.iter().find(|(_, d, _)| Some(*d) == cidr)
+            else {
+                continue;
+            };
+            let kind = api::kind_of(&code).unwrap_or(CloudErrorKind::BatchRefused {
+                reason: ENTRY_REFUSED,
+                at_fault: None,
+            });
+            let kind = match kind {
+                // One entry refused among others: its node's alone.
+                CloudErrorKind::BatchRefused { .. } => CloudErrorKind::Refused {
+                    reason: ENTRY_REFUSED,
+                    lasting: false,
+                },
+                k => k,
+            };
+            outcomes.insert(
+                index,
+                Err(CloudError::new(
+                    kind,
+                    format!("alibaba: {action} in {table}: entry {destination}: {code}: {message}"),
+                )),
+            );
+        }
+        let pending: Vec<&(usize, Cidr, String)> = entries
+            .iter()
+            .filter(|(i, _, _)| !outcomes.contains_key(i))
+            .collect();
+        let followed = self.follow(table, create, &pending);
+        for (index, outcome) in followed {
+            outcomes.insert(index, outcome);
+        }
+        Ok(outcomes.into_iter().collect())
+    }
+
+    /// Reads `table` until every entry of `pending` is `Created` (creates) or gone
+    /// (deletes), at most [`MAX_POLLS`] times.
+    fn follow(
+        &self,
+        table: &str,
+        create: bool,
+        pending: &[&(usize, Cidr, String)],
+    ) -> Outcomes {
+        let mut left: Vec<&(usize, Cidr, String)> = pending.to_vec();
+        let mut done = Vec::new();
+        for _ in 0..MAX_POLLS {
+            if left.is_empty() {
+                return done;
+            }
+            if !self.poll_interval.is_zero() {
+                std::thread::sleep(self.poll_interval);
+            }
+            let listed = match self.read_table(table) {
+                Ok(l) => l,
+                Err(e) => {
+                    // The write was accepted; what became of it is unknown.
+                    let e = CloudError::ambiguous(format!(
+                        "alibaba: following the entries written to {table}: {}",
+                        e.message
+                    ));
+                    done.extend(left.iter().map(|(i, _, _)| (*i, Err(e.clone()))));
+                    return done;
+                }
+            };
+            let mut still = Vec::new();
+            for &entry in &left {
+                let (index, destination, instance) = entry;
+                let found = listed.iter().find(|(d, hop, _)| {
+                    Cidr::parse(d).ok() == Some(*destination) && hop.as_deref() == Some(instance)
+                });
+                match (create, found) {
+                    (true, Some((_, _, status)))
+                        if status == "Created" || status == "Available" =>
+                    {
+                        done.push((*index, Ok(())))
+                    }
+                    (true, Some(_)) | (false, Some(_)) => still.push(entry),
+                    (true, None) => done.push((
+                        *index,
+                        Err(CloudError::new(
+                            CloudErrorKind::Retry { after: None },
+                            format!(
+                                "alibaba: CreateRouteEntries in {table}: entry {destination} was \
+                                 accepted, then never listed (the VPC dropped it)"
+                            ),
+                        )),
+                    )),
+                    (false, None) => done.push((*index, Ok(()))),
+                }
+            }
+            left = still;
+        }
+        done.extend(left.iter().map(|(i, d, _)| {
+            (
+                *i,
+                Err(CloudError::ambiguous(format!(
+                    "alibaba: entry {d} of {table} still {} after {MAX_POLLS} reads",
+                    if create { "Creating" } else { "Deleting" }
+                ))),
+            )
+        }));
+        done
+    }
+
+    /// Takes in what a write did to the entries known.
+    fn remember(&self, table: &str, create: bool, destination: Cidr, instance: &str) {
+        let mut state = lock(&self.state);
+        if create {
+            state.entries.entry(destination).or_default().insert(
+                table.to_string(),
+                Entry {
+                    instance: instance.to_string(),
+                    status: "Created".into(),
+                },
+            );
+        } else if let Some(tables) = state.entries.get_mut(&destination) {
+            tables.remove(table);
+            if tables.is_empty() {
+                state.entries.remove(&destination);
+            }
+        }
+    }
+}
+
+impl Routes for AlibabaRoutes {
+    fn provider_name(&self) -> &'static str {
+        "alibaba"
+    }
+
+    /// The budget: one mutation at once (the VPC takes one batch at a time), a batch
+    /// charged its write and two reads of the table; what it really sent (each poll)
+    /// corrects the charge.
+    fn budget(&self) -> Option<Budget> {
+        Some(
+            Budget::new(self.budget.0, self.budget.1)
+                .mutations_at_once(1)
+                .requests_per_op(2, 3, 3)
+                .requests_per_batch(3),
+        )
+    }
+
+    fn route_tables(&self) -> Vec<TableUsage> {
+        let state = lock(&self.state);
+        self.tables
+            .iter()
+            .filter_map(|t| {
+                Some(TableUsage {
+                    table: t.clone(),
+                    routes: *state.held.get(t)?,
+                    limit: self.quota,
+                })
+            })
+            .collect()
+    }
+
+    fn batch_size(&self) -> Option<usize> {
+        Some(BATCH_SIZE)
+    }
+
+    fn preflight(&self, route: &Route, target: &RouteTarget) -> Result<(), CloudError> {
+        self.check_create(route, target).map(|_| ())
+    }
+
+    fn list_routes(
+        &self,
+        cluster_name: &str,
+        nodes: &NodeDirectory,
+    ) -> Result<Vec<Route>, CloudError> {
+        let mut routes = Vec::new();
+        self.list_routes_each(cluster_name, nodes, &mut |r| routes.push(r))?;
+        Ok(routes)
+    }
+
+    fn list_routes_each(
+        &self,
+        _cluster_name: &str,
+        nodes: &NodeDirectory,
+        each: &mut dyn FnMut(Route),
+    ) -> Result<(), CloudError> {
+        self.read_vswitches()?;
+        let by_instance: HashMap<&str, &str> = nodes
+            .provider_ids()
+            .filter_map(|(id, name)| Some((instance_id(id)?, name)))
+            .collect();
+        let mut entries: HashMap<Cidr, BTreeMap<String, Entry>> = HashMap::new();
+        for table in &self.tables {
+            for (destination, instance, status) in self.read_table(table)? {
+                let (Ok(destination), Some(instance)) = (Cidr::parse(&destination), instance)
+                else {
+                    continue;
+                };
+                if !self.ours(&destination) || status == "Deleting" {
+                    continue;
+                }
+                entries
+                    .entry(destination)
+                    .or_default()
+                    .insert(table.clone(), Entry { instance, status });
+            }
+        }
+        // Instances no node claims: gone (a dead entry, ours) or someone else's.
+        let strangers: Vec<String> = entries
+            .values()
+            .flat_map(|t| t.values())
+            .filter(|e| !by_instance.contains_key(e.instance.as_str()))
+            .map(|e| e.instance.clone())
+            .collect();
+        {
+            // A list is the moment to forget what was learnt of instances: one may
+            // have been deleted since.
+            lock(&self.state).instances.clear();
+        }
+        self.learn_instances(&strangers)?;
+        let state_instances = lock(&self.state).instances.clone();
+        let gone = |i: &str| matches!(state_instances.get(i), Some(None));
+        let mut kept = HashMap::new();
+        for (destination, tables) in entries {
+            let node = tables
+                .values()
+                .find_map(|e| by_instance.get(e.instance.as_str()).copied());
+            let dead = tables.values().any(|e| gone(&e.instance));
+            let everywhere = tables.len() == self.tables.len()
+                && tables
+                    .values()
+                    .all(|e| Some(&e.instance) == tables.values().next().map(|f| &f.instance));
+            let target = match (node, dead) {
+                (Some(node), _) if everywhere => Some(node.to_string()),
+                // In some tables only: listed as absent, so that the create writes
+                // the tables that lack it.
+                (Some(_), _) => None,
+                (None, true) => Some(String::new()),
+                // Another instance's entry inside the cluster CIDR: never ours.
+                (None, false) => continue,
+            };
+            if let Some(target_node) = target {
+                each(Route {
+                    name: String::new(),
+                    target_node,
+                    destination_cidr: destination.to_string(),
+                    ..Route::default()
+                });
+            }
+            kept.insert(destination, tables);
+        }
+        lock(&self.state).entries = kept;
+        Ok(())
+    }
+
+    fn create_route(
+        &self,
+        cluster_name: &str,
+        name_hint: &str,
+        route: &Route,
+        target: &RouteTarget,
+    ) -> Result<(), CloudError> {
+        let change = RouteChange::Create {
+            route: route.clone(),
+            name_hint: name_hint.to_string(),
+            target: target.clone(),
+        };
+        let mut outcomes = self.apply_changes(cluster_name, std::slice::from_ref(&change))?;
+        outcomes.pop().unwrap_or(Ok(()))
+    }
+
+    fn delete_route(&self, cluster_name: &str, route: &Route) -> Result<(), CloudError> {
+        let change = RouteChange::Delete {
+            route: route.clone(),
+        };
+        let mut outcomes = self.apply_changes(cluster_name, std::slice::from_ref(&change))?;
+        outcomes.pop().unwrap_or(Ok(()))
+    }
+
+    fn apply_changes(
+        &self,
+        _cluster_name: &str,
+        changes: &[RouteChange],
+    ) -> Result<Vec<Result<(), CloudError>>, CloudError> {
+        let mut outcomes: Vec<Result<(), CloudError>> = vec![Ok(()); changes.len()];
+        // The instances of the creates, looked up in one call before anything is written.
+        let instances: Vec<String> = changes
+            .iter()
+            .filter_map(|c| match c {
+                RouteChange::Create { target, .. } => target
+                    .provider_id
+                    .as_deref()
+                    .and_then(instance_id)
+                    .map(String::from),
+                RouteChange::Delete { .. } => None,
+            })
+            .collect();
+        self.learn_instances(&instances)?;
+        // (table, index, destination, instance) of every write.
+        let mut creates: Vec<(String, usize, Cidr, String)> = Vec::new();
+        let mut deletes: Vec<(String, usize, Cidr, String)> = Vec::new();
+        for (index, change) in changes.iter().enumerate() {
+            match change {
+                RouteChange::Create { route, target, .. } => match self.check_create(route, target)
+                {
+                    Ok((destination, instance)) => {
+                        let state = lock(&self.state);
+                        let held = state.entries.get(&destination);
+                        for table in &self.tables {
+                            let there = held.and_then(|t| t.get(table));
+                            if there.is_some_and(|e| e.instance == instance) {
+                                continue; // the table holds it already
+                            }
+                            creates.push((table.clone(), index, destination, instance.clone()));
+                        }
+                    }
+                    Err(e) => outcomes[index] = Err(e),
+                },
+                RouteChange::Delete { route } => {
+                    let destination = Cidr::parse(&route.destination_cidr).map_err(|e| {
+                        CloudError::invalid(format!("alibaba: route destination: {e}"))
+                    });
+                    let destination = match destination {
+                        Ok(d) => d,
+                        Err(e) => {
+                            outcomes[index] = Err(e);
+                            continue;
+                        }
+                    };
+                    let state = lock(&self.state);
+                    let held: Vec<(String, String)> = state
+                        .entries
+                        .get(&destination)
+                        .map(|t| {
+                            t.iter()
+                                .map(|(t, e)| (t.clone(), e.instance.clone()))
+                                .collect()
+                        })
+                        .unwrap_or_default();
+                    if held.is_empty() {
+                        outcomes[index] = Err(CloudError::new(
+                            CloudErrorKind::NotFound,
+                            format!(
+                                "alibaba: no entry to {destination} of ours in {}",
+                                self.tables.join(", ")
+                            ),
+                        ));
+                    }
+                    for (table, instance) in held {
+                        deletes.push((table, index, destination, instance));
+                    }
+                }
+            }
+        }
+        let mut written = false;
+        // Deletes first: they free the table's quota and the destinations.
+        for (create, list) in [(false, &deletes), (true, &creates)] {
+            for table in &self.tables {
+                let of_table: Vec<(usize, Cidr, String)> = list
+                    .iter()
+                    .filter(|(t, ..)| t == table)
+                    .map(|(_, i, d, n)| (*i, *d, n.clone()))
+                    .collect();
+                for chunk in of_table.chunks(BATCH_SIZE) {
+                    match self.write_table(table, create, chunk) {
+                        Ok(results) => {
+                            for (index, outcome) in results {
+                                if outcome.is_ok()
+                                    && let Some((_, d, n)) =
+                                        chunk.iter().find(|(i, ..)| *i == index)
+                                {
+                                    self.remember(table, create, *d, n);
+                                }
+                                // A change's outcome is its worst table's.
+                                if outcomes[index].is_ok() {
+                                    outcomes[index] = outcome;
+                                }
+                            }
+                        }
+                        Err(failure) if !written => {
+                            return Err(refused_whole(failure, chunk, changes.len()));
+                        }
+                        Err(failure) => {
+                            for (index, ..) in chunk {
+                                if outcomes[*index].is_ok() {
+                                    outcomes[*index] = Err(failure.error.clone());
+                                }
+                            }
+                        }
+                    }
+                    written = true;
+                }
+            }
+        }
+        // A delete whose entry was gone already is done.
+        for (index, outcome) in outcomes.iter_mut().enumerate() {
+            if matches!(changes[index], RouteChange::Delete { .. })
+                && matches!(outcome, Err(e) if e.kind == CloudErrorKind::NotFound)
+                && deletes.iter().any(|(_, i, ..)| *i == index)
+            {
+                *outcome = Ok(());
+            }
+        }
+        Ok(outcomes)
+    }
+}
+
+/// A whole call refused before anything of the batch was written: for an entry the
+/// API holds invalid, the batch refused (naming the entry when its message does).
+fn refused_whole(failure: Failure, chunk: &[(usize, Cidr, String)], _changes: usize) -> CloudError {
+    let e = failure.error;
+    if e.kind != CloudErrorKind::Invalid
+        || failure.code.starts_with("Forbidden")
+        || failure.code.starts_with("InvalidAccessKey")
+        || failure.code.starts_with("Signature")
+    {
+        return e;
+    }
+    let named: Vec<usize> = chunk
+        .iter()
+        .filter(|(_, d, _)| e.message.contains(&d.to_string()))
+        .map(|(i, ..)| *i)
+        .collect();
+    let at_fault = match named.as_slice() {
+        [one] => Some(*one),
+        _ => None,
+    };
+    CloudError::batch_refused(ENTRY_REFUSED, at_fault, e.message)
+}
+
+/// The ECS instance of a providerID as the peer writes it: `<region>.<instance>`,
+/// with or without `alicloud://`.
+pub fn instance_id(provider_id: &str) -> Option<&str> {
+    let id = provider_id
+        .strip_prefix("alicloud://")
+        .unwrap_or(provider_id);
+    let (region, instance) = id.split_once('.')?;
+    (!region.is_empty() && !instance.is_empty() && !instance.contains('/')).then_some(instance)
+}
+
+fn overlaps(a: &Cidr, b: &Cidr) -> bool {
+    a.is_ipv4() == b.is_ipv4() && (a.contains(b.network()) || b.contains(a.network()))
+}
+
+/// A string field.
+fn text(v: &Value, key: &str) -> Option<String> {
+    match v.get(key)? {
+        Value::String(s) if !s.is_empty() => Some(s.clone()),
+        Value::Number(n) => Some(n.to_string()),
+        _ => None,
+    }
+}
+
+/// A count field (`TotalCount`), 0 when absent.
+fn count(v: &Value, key: &str) -> usize {
+    match v.get(key) {
+        Some(Value::Number(n)) => n.as_u64().unwrap_or(0) as usize,
+        Some(Value::String(s)) => s.parse().unwrap_or(0),
+        _ => 0,
+    }
+}
+
+/// The RPC APIs' list shape: `{outer: {inner: [...]}}`.
+fn array(v: &Value, outer: &str, inner: &str) -> Vec<Value> {
+    v.get(outer)
+        .and_then(|o| o.get(inner))
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default()
+}
+
+/// A list given either directly (`{outer: [...]}`, as the V3 SDK models the batch
+/// replies) or in the RPC shape.
+fn array_or_list(v: &Value, outer: &str, inner: &str) -> Vec<Value> {
+    match v.get(outer) {
+        Some(Value::Array(a)) => a.clone(),
+        _ => array(v, outer, inner),
+    }
+}
+
+fn named(e: CloudError, key: &str) -> CloudError {
+    CloudError::new(
+        e.kind,
+        format!("{} (set {key} in the cloud config outside ECS)", e.message),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn provider_ids_name_their_instance() {
+        assert_eq!(instance_id("cn-hangzhou.i-abc"), Some("i-abc"));
+        assert_eq!(instance_id("alicloud://cn-hangzhou.i-abc"), Some("i-abc"));
+        assert_eq!(instance_id("i-abc"), None);
+        assert_eq!(instance_id("aws:///us-east-1a/i-1"), None);
+        assert_eq!(instance_id(".i-abc"), None);
+    }
+
+    #[test]
+    fn overlap_is_either_way_and_per_family() {
+        let c = |s: &str| Cidr::parse(s).unwrap();
+        assert!(overlaps(&c("10.0.0.0/16"), &c("10.0.5.0/24")));
+        assert!(overlaps(&c("10.0.5.0/24"), &c("10.0.0.0/8")));
+        assert!(!overlaps(&c("10.1.0.0/16"), &c("10.0.5.0/24")));
+        assert!(!overlaps(&c("::/0"), &c("10.0.5.0/24")));
+    }
+}
