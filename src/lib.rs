@@ -90,6 +90,7 @@ pub mod model;
 pub mod node_filter;
 mod percent;
 pub mod plan;
+mod process_group;
 mod provider;
 mod ratelimit;
 mod secret;

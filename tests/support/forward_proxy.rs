@@ -18,10 +18,15 @@
 //! dropped or our end of its stdin closes (the test process exited). A missing
 //! `python3` or venv module fails the test with what to install.
 
+// Each support module that needs it includes it: a test may include several.
+#[allow(clippy::duplicate_mod)]
+#[path = "venv.rs"]
+mod venv;
+
 use std::fs::{self, File};
 use std::io::Write;
 use std::os::unix::process::CommandExt;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
@@ -59,73 +64,19 @@ import proxy
 proxy.main()
 "#;
 
-fn target_dir() -> PathBuf {
-    // CARGO_TARGET_TMPDIR is <target>/tmp for integration tests.
-    let tmp = Path::new(env!("CARGO_TARGET_TMPDIR"));
-    tmp.parent().unwrap_or(tmp).to_path_buf()
-}
-
 /// The virtualenv's directory, installing it first if needed.
 pub fn venv() -> PathBuf {
     static READY: OnceLock<PathBuf> = OnceLock::new();
-    READY.get_or_init(install_venv).clone()
-}
-
-fn install_venv() -> PathBuf {
-    let target = target_dir();
-    let dir = target.join("proxy-venv");
-    let marker = dir.join("installed-requirements.txt");
-    let installed = |m: &Path| fs::read_to_string(m).is_ok_and(|r| r == REQUIREMENTS);
-    if installed(&marker) {
-        return dir;
-    }
-    fs::create_dir_all(&target).expect("create the target directory");
-    let lock_path = target.join("proxy-venv.lock");
-    let lock = File::create(&lock_path)
-        .unwrap_or_else(|e| panic!("cannot create {}: {e}", lock_path.display()));
-    lock.lock()
-        .unwrap_or_else(|e| panic!("cannot lock {}: {e}", lock_path.display()));
-    if installed(&marker) {
-        return dir;
-    }
-    let python = Command::new("python3").arg("--version").output();
-    if !python.as_ref().is_ok_and(|o| o.status.success()) {
-        panic!(
-            "the proxy tests run proxy.py, which needs python3 with the venv module and pip: \
-             install them (Debian/Ubuntu: apt-get install python3 python3-venv python3-pip) \
-             and run the tests again"
-        );
-    }
-    if dir.exists() {
-        fs::remove_dir_all(&dir)
-            .unwrap_or_else(|e| panic!("cannot remove the partial {}: {e}", dir.display()));
-    }
-    run(
-        Command::new("python3").args(["-m", "venv"]).arg(&dir),
-        "python3 -m venv (install python3-venv: apt-get install python3-venv)",
-    );
-    run(
-        Command::new(dir.join("bin/pip"))
-            .args(["install", "--quiet", "--disable-pip-version-check"])
-            .arg(REQUIREMENTS.trim()),
-        "pip install proxy.py from PyPI (is PyPI reachable?)",
-    );
-    fs::write(&marker, REQUIREMENTS).expect("write the install marker");
-    dir
-}
-
-fn run(command: &mut Command, what: &str) {
-    let output = command
-        .output()
-        .unwrap_or_else(|e| panic!("{what}: could not start: {e}"));
-    if !output.status.success() {
-        panic!(
-            "{what} failed ({}):\n{}{}",
-            output.status,
-            String::from_utf8_lossy(&output.stdout),
-            String::from_utf8_lossy(&output.stderr)
-        );
-    }
+    READY
+        .get_or_init(|| {
+            venv::install(
+                "proxy-venv",
+                REQUIREMENTS,
+                "the proxy tests run proxy.py",
+                "proxy.py",
+            )
+        })
+        .clone()
 }
 
 /// A running proxy.py.

@@ -36,9 +36,14 @@
 // Every test binary that includes this module uses only part of it.
 #![allow(dead_code)]
 
+// Each support module that needs it includes it: a test may include several.
+#[allow(clippy::duplicate_mod)]
+#[path = "go_build.rs"]
+mod go_build;
+
 use std::collections::VecDeque;
-use std::fs::{self, File};
-use std::io::{BufRead, BufReader, ErrorKind, Read};
+use std::fs;
+use std::io::{BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -948,12 +953,6 @@ pub fn ccm_flags_binary() -> &'static Path {
     BINARY.get_or_init(|| build_go_program(&CCM_FLAGS))
 }
 
-fn go_command() -> PathBuf {
-    std::env::var_os("GO")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| "go".into())
-}
-
 fn build_go_program(program: &GoProgram) -> PathBuf {
     build_go_program_in(&harness_source_dir(), program)
 }
@@ -961,98 +960,20 @@ fn build_go_program(program: &GoProgram) -> PathBuf {
 /// Builds `program` of the Go module in `src` (its own go.mod and go.sum) into
 /// `target/kube-apiserver/`, unless the binary there is current.
 fn build_go_program_in(src: &Path, program: &GoProgram) -> PathBuf {
-    let go = go_command();
-    let go_version = match Command::new(&go).arg("version").output() {
-        Ok(out) if out.status.success() => String::from_utf8_lossy(&out.stdout).trim().to_string(),
-        Ok(out) => panic!(
-            "`{} version` failed ({}): {}",
-            go.display(),
-            out.status,
-            String::from_utf8_lossy(&out.stderr)
-        ),
-        Err(e) if e.kind() == ErrorKind::NotFound => panic!(
-            "Building {} (a Go program in {}) needs Go, \
-             but `{}` was not found. Install Go 1.26 or newer (https://go.dev/dl/) and put `go` \
-             on PATH, or set GO=/path/to/go. The Go module proxy must be reachable for the first build.",
-            program.what,
-            src.display(),
-            go.display()
-        ),
-        Err(e) => panic!("running `{} version`: {e}", go.display()),
-    };
-
+    let (go, go_version) = go_build::go(program.what, src);
     let ldflags = version_ldflags(src);
-    let stamp_value = source_hash(src, program.package, &[&go_version, &ldflags]);
-    let dir = work_dir();
-    fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("create {}: {e}", dir.display()));
-    let binary = dir.join(program.binary);
-    let stamp = dir.join(format!("{}.stamp", program.binary));
-    if is_current(&binary, &stamp, &stamp_value) {
-        return binary;
-    }
-
-    // One build at a time across test binaries; the lock goes with the
-    // file handle, also when a process dies.
-    let lock_path = dir.join("build.lock");
-    let lock =
-        File::create(&lock_path).unwrap_or_else(|e| panic!("create {}: {e}", lock_path.display()));
-    lock.lock()
-        .unwrap_or_else(|e| panic!("lock {}: {e}", lock_path.display()));
-    if is_current(&binary, &stamp, &stamp_value) {
-        return binary;
-    }
-
-    let tmp = dir.join(format!("{}.tmp-{}", program.binary, std::process::id()));
-    let started = Instant::now();
-    eprintln!(
-        "building {} ({}; the first build downloads modules and takes minutes)",
-        program.what, go_version
-    );
-    let out = Command::new(&go)
-        .current_dir(src)
-        .args([
-            "build",
-            "-trimpath",
-            "-buildvcs=false",
-            "-mod=readonly",
-            "-ldflags",
-            &ldflags,
-            "-o",
-        ])
-        .arg(&tmp)
-        .arg(format!("./{}", program.package.trim_start_matches("./")))
-        .stdin(Stdio::null())
-        .output()
-        .unwrap_or_else(|e| panic!("running `{} build`: {e}", go.display()));
-    if !out.status.success() {
-        let _ = fs::remove_file(&tmp);
-        panic!(
-            "building {} failed ({}); reproduce with `cd {} && go build ./{}`\n---- go build stderr:\n{}",
-            program.what,
-            out.status,
-            src.display(),
-            program.package.trim_start_matches("./"),
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
-    fs::rename(&tmp, &binary)
-        .unwrap_or_else(|e| panic!("rename {} -> {}: {e}", tmp.display(), binary.display()));
-    let stamp_tmp = dir.join(format!(
-        "{}.stamp.tmp-{}",
-        program.binary,
-        std::process::id()
-    ));
-    fs::write(&stamp_tmp, &stamp_value)
-        .unwrap_or_else(|e| panic!("write {}: {e}", stamp_tmp.display()));
-    fs::rename(&stamp_tmp, &stamp)
-        .unwrap_or_else(|e| panic!("rename {}: {e}", stamp_tmp.display()));
-    eprintln!("built {} in {:.0?}", program.what, started.elapsed());
-    drop(lock);
-    binary
-}
-
-fn is_current(binary: &Path, stamp: &Path, value: &str) -> bool {
-    binary.is_file() && fs::read_to_string(stamp).is_ok_and(|s| s == value)
+    let stamp = source_hash(src, program.package, &[&go_version, &ldflags]);
+    let package = format!("./{}", program.package.trim_start_matches("./"));
+    let build = go_build::GoBuild {
+        module: src,
+        package: &package,
+        out_dir: &work_dir(),
+        binary: program.binary,
+        what: program.what,
+        ldflags: &ldflags,
+        cache: None,
+    };
+    go_build::build(&build, &go, &go_version, &stamp)
 }
 
 /// Stamps the Kubernetes version from go.mod into the binary, as the

@@ -27,6 +27,11 @@
 //! module fails the test with what to install; nothing is skipped. Timings (install,
 //! templates, start) go to stderr.
 
+// Each support module that needs it includes it: a test may include several.
+#[allow(clippy::duplicate_mod)]
+#[path = "venv.rs"]
+mod venv;
+
 use std::fs::{self, File};
 use std::io::Read;
 use std::net::TcpListener;
@@ -35,6 +40,7 @@ use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
+use venv::{locked, run, target_dir};
 
 use serde_json::{Value, json};
 
@@ -238,85 +244,19 @@ from neutron.db.migration.models import head
 head.get_metadata().create_all(sa.create_engine('sqlite:///' + sys.argv[1]))
 "#;
 
-fn target_dir() -> PathBuf {
-    // CARGO_TARGET_TMPDIR is <target>/tmp for integration tests.
-    let tmp = Path::new(env!("CARGO_TARGET_TMPDIR"));
-    tmp.parent().unwrap_or(tmp).to_path_buf()
-}
-
 /// The virtualenv's directory, installing it first if needed.
 pub fn venv() -> PathBuf {
     static READY: OnceLock<PathBuf> = OnceLock::new();
-    READY.get_or_init(install_venv).clone()
-}
-
-fn locked(path: &Path) -> File {
-    let lock =
-        File::create(path).unwrap_or_else(|e| panic!("cannot create {}: {e}", path.display()));
-    lock.lock()
-        .unwrap_or_else(|e| panic!("cannot lock {}: {e}", path.display()));
-    lock
-}
-
-fn install_venv() -> PathBuf {
-    let target = target_dir();
-    let dir = target.join("openstack-venv");
-    let marker = dir.join("installed-requirements.txt");
-    let installed = |m: &Path| fs::read_to_string(m).is_ok_and(|r| r == REQUIREMENTS);
-    if installed(&marker) {
-        return dir;
-    }
-    fs::create_dir_all(&target).expect("create the target directory");
-    let _lock = locked(&target.join("openstack-venv.lock"));
-    if installed(&marker) {
-        return dir; // another test binary installed it while we waited
-    }
-    let started = Instant::now();
-    let python = Command::new("python3").arg("--version").output();
-    if !python.as_ref().is_ok_and(|o| o.status.success()) {
-        panic!(
-            "the OpenStack tests run a real Keystone and Neutron, which need python3 (3.10 \
-             or later) with the venv module and pip: install them (Debian/Ubuntu: apt-get \
-             install python3 python3-venv python3-pip) and run the tests again"
-        );
-    }
-    if dir.exists() {
-        fs::remove_dir_all(&dir)
-            .unwrap_or_else(|e| panic!("cannot remove the partial {}: {e}", dir.display()));
-    }
-    run(
-        Command::new("python3").args(["-m", "venv"]).arg(&dir),
-        "python3 -m venv (install python3-venv: apt-get install python3-venv)",
-    );
-    let requirements = dir.join("requirements.txt");
-    fs::write(&requirements, REQUIREMENTS).expect("write requirements.txt");
-    run(
-        Command::new(dir.join("bin/pip"))
-            .args(["install", "--quiet", "--disable-pip-version-check", "-r"])
-            .arg(&requirements),
-        "pip install keystone and neutron from PyPI (is PyPI reachable?)",
-    );
-    fs::write(&marker, REQUIREMENTS).expect("write the install marker");
-    eprintln!(
-        "[openstack] installed keystone and neutron into {} in {:.1} s",
-        dir.display(),
-        started.elapsed().as_secs_f64()
-    );
-    dir
-}
-
-fn run(command: &mut Command, what: &str) {
-    let output = command
-        .output()
-        .unwrap_or_else(|e| panic!("{what}: could not start: {e}"));
-    if !output.status.success() {
-        panic!(
-            "{what} failed ({}):\n{}{}",
-            output.status,
-            String::from_utf8_lossy(&output.stdout),
-            String::from_utf8_lossy(&output.stderr)
-        );
-    }
+    READY
+        .get_or_init(|| {
+            venv::install(
+                "openstack-venv",
+                REQUIREMENTS,
+                "the OpenStack tests run a real Keystone and Neutron",
+                "keystone and neutron",
+            )
+        })
+        .clone()
 }
 
 fn user_and_group() -> (String, String) {

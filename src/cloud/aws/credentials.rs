@@ -455,9 +455,25 @@ pub trait Fetch: Send + Sync {
 /// Temporary credentials, fetched on first use and again [`REFRESH_BEFORE_EXPIRY`]
 /// before they expire (as the SDKs' credential caches do), by whichever thread needs
 /// them first; the others wait for that one fetch rather than all asking at once.
+///
+/// A failed fetch is not repeated on every request: the next one waits
+/// [`failure_pause`] (1 s, doubling to [`MIN_REFRESH_INTERVAL`]), during which
+/// credentials still valid keep being used and, without them, the last error is
+/// returned. Credentials that arrive already expired count as a failure: signing with
+/// them could only earn `ExpiredToken` for every request.
 pub struct Refreshing {
     fetch: Box<dyn Fetch>,
-    cached: Mutex<Option<Fetched>>,
+    state: Mutex<RefreshState>,
+}
+
+#[derive(Default)]
+struct RefreshState {
+    cached: Option<Fetched>,
+    /// The failures since the last good fetch, the last one's error and when the
+    /// next fetch may be tried.
+    failures: u32,
+    last_error: Option<CloudError>,
+    next_attempt: Option<SystemTime>,
 }
 
 struct Fetched {
@@ -486,54 +502,111 @@ pub fn refresh_at(fetched: SystemTime, expires: Option<SystemTime>) -> Option<Sy
     Some(early.max(not_before))
 }
 
+/// How long to wait before fetching again after `failures` failed fetches in a row.
+pub fn failure_pause(failures: u32) -> Duration {
+    crate::backoff::delay(
+        Duration::from_secs(1),
+        failures,
+        MIN_REFRESH_INTERVAL,
+        (1.0, 1.0),
+        0.0,
+    )
+}
+
 impl Refreshing {
     pub fn new(fetch: impl Fetch + 'static) -> Refreshing {
         Refreshing {
             fetch: Box::new(fetch),
-            cached: Mutex::new(None),
+            state: Mutex::new(RefreshState::default()),
         }
     }
 
     pub fn current(&self, now: SystemTime) -> Result<Credentials, CloudError> {
-        let mut cached = crate::sync::lock(&self.cached);
-        if let Some(f) = cached.as_ref()
+        let mut state = crate::sync::lock(&self.state);
+        let valid = |f: &Fetched| f.credentials.expires().is_none_or(|exp| now < exp);
+        if let Some(f) = state.cached.as_ref()
             && f.refresh_at.is_none_or(|at| now < at)
         {
             return Ok(f.credentials.clone());
         }
-        match self.fetch.fetch(now) {
+        if let Some(next) = state.next_attempt
+            && now < next
+        {
+            if let Some(f) = state.cached.as_ref().filter(|f| valid(f)) {
+                return Ok(f.credentials.clone());
+            }
+            if let Some(e) = &state.last_error {
+                return Err(
+                    self.no_credentials(e, Some(next.duration_since(now).unwrap_or_default()))
+                );
+            }
+        }
+        let fetched = self
+            .fetch
+            .fetch(now)
+            .and_then(|credentials| match credentials.expires() {
+                Some(exp) if exp <= now => Err(CloudError::new(
+                    CloudErrorKind::Retry { after: None },
+                    format!(
+                        "the credentials it returned had expired {} before they arrived; \
+                         if this machine's clock is right, the source hands out stale \
+                         credentials",
+                        crate::duration::format(now.duration_since(exp).unwrap_or_default())
+                    ),
+                )),
+                _ => Ok(credentials),
+            });
+        match fetched {
             Ok(credentials) => {
                 log::debug!(
                     "fetched AWS credentials {} from {}",
                     credentials.key_hint(),
                     self.fetch.origin()
                 );
-                *cached = Some(Fetched {
-                    refresh_at: refresh_at(now, credentials.expires()),
-                    credentials: credentials.clone(),
-                });
+                *state = RefreshState {
+                    cached: Some(Fetched {
+                        refresh_at: refresh_at(now, credentials.expires()),
+                        credentials: credentials.clone(),
+                    }),
+                    ..RefreshState::default()
+                };
                 Ok(credentials)
             }
-            Err(e) => match cached.as_ref() {
-                // Still valid: keep using them and try again on the next request.
-                Some(f) if f.credentials.expires().is_none_or(|exp| now < exp) => {
-                    log::warn!(
-                        "refreshing the AWS credentials from {} failed: {}",
-                        self.fetch.origin(),
-                        e.message
-                    );
-                    Ok(f.credentials.clone())
-                }
-                _ => Err(CloudError::new(
-                    e.kind,
-                    format!(
-                        "no AWS credentials from {}: {}",
-                        self.fetch.origin(),
-                        e.message
-                    ),
-                )),
-            },
+            Err(e) => {
+                state.failures += 1;
+                let pause = failure_pause(state.failures);
+                state.next_attempt = Some(now + pause);
+                let result = match state.cached.as_ref().filter(|f| valid(f)) {
+                    // Still valid: keep using them and try again after the pause.
+                    Some(f) => {
+                        log::warn!(
+                            "refreshing the AWS credentials from {} failed (trying again in {}): {}",
+                            self.fetch.origin(),
+                            crate::duration::format(pause),
+                            e.message
+                        );
+                        Ok(f.credentials.clone())
+                    }
+                    None => Err(self.no_credentials(&e, None)),
+                };
+                state.last_error = Some(e);
+                result
+            }
         }
+    }
+
+    fn no_credentials(&self, e: &CloudError, next_in: Option<Duration>) -> CloudError {
+        CloudError::new(
+            e.kind,
+            format!(
+                "no AWS credentials from {}: {}{}",
+                self.fetch.origin(),
+                e.message,
+                next_in
+                    .map(|d| format!(" (asking again in {})", crate::duration::format(d)))
+                    .unwrap_or_default()
+            ),
+        )
     }
 }
 
@@ -1107,6 +1180,108 @@ mod tests {
         let thirty_s = Duration::from_secs(30);
         assert_eq!(refresh_at(t0, Some(t0 + thirty_s)), Some(t0 + thirty_s));
         assert_eq!(refresh_at(t0, None), None);
+    }
+
+    /// A source whose answers the test scripts, counting the fetches.
+    struct Scripted {
+        answers: Mutex<Vec<Result<Credentials, CloudError>>>,
+        fetches: std::sync::Arc<std::sync::atomic::AtomicU32>,
+    }
+
+    impl Fetch for Scripted {
+        fn fetch(&self, _now: SystemTime) -> Result<Credentials, CloudError> {
+            self.fetches
+                .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            let mut answers = crate::sync::lock(&self.answers);
+            assert!(!answers.is_empty(), "a fetch the test did not expect");
+            answers.remove(0)
+        }
+
+        fn origin(&self) -> String {
+            "the script".into()
+        }
+    }
+
+    fn scripted(
+        answers: Vec<Result<Credentials, CloudError>>,
+    ) -> (Refreshing, std::sync::Arc<std::sync::atomic::AtomicU32>) {
+        let fetches = std::sync::Arc::new(std::sync::atomic::AtomicU32::new(0));
+        let source = Refreshing::new(Scripted {
+            answers: Mutex::new(answers),
+            fetches: fetches.clone(),
+        });
+        (source, fetches)
+    }
+
+    fn outage() -> CloudError {
+        CloudError::new(CloudErrorKind::Retry { after: None }, "connection refused")
+    }
+
+    #[test]
+    fn a_failed_refresh_keeps_the_valid_credentials_and_pauses_before_asking_again() {
+        let t0 = UNIX_EPOCH + Duration::from_secs(1_000_000);
+        let s = Duration::from_secs;
+        let first = Credentials::new("AKIDFIRST", "secret").with_expiry(t0 + s(3600));
+        let second = Credentials::new("AKIDSECOND", "secret").with_expiry(t0 + s(7200));
+        let (source, fetches) = scripted(vec![Ok(first), Err(outage()), Err(outage()), Ok(second)]);
+        let count = || fetches.load(std::sync::atomic::Ordering::SeqCst);
+        assert_eq!(source.current(t0).unwrap().access_key_id(), "AKIDFIRST");
+        // Refresh is due at 55 min; the source is down.
+        let due = t0 + s(3600) - REFRESH_BEFORE_EXPIRY;
+        assert_eq!(source.current(due).unwrap().access_key_id(), "AKIDFIRST");
+        assert_eq!(count(), 2);
+        // Every request of the next second uses the old key without asking again...
+        for ms in [1, 200, 999] {
+            let at = due + Duration::from_millis(ms);
+            assert_eq!(source.current(at).unwrap().access_key_id(), "AKIDFIRST");
+        }
+        assert_eq!(count(), 2, "no fetch during the pause");
+        // ...then it asks again, fails, and waits twice as long.
+        assert_eq!(
+            source.current(due + s(1)).unwrap().access_key_id(),
+            "AKIDFIRST"
+        );
+        assert_eq!(count(), 3);
+        assert_eq!(
+            source.current(due + s(2)).unwrap().access_key_id(),
+            "AKIDFIRST"
+        );
+        assert_eq!(count(), 3, "the second pause is 2 s");
+        assert_eq!(
+            source.current(due + s(3)).unwrap().access_key_id(),
+            "AKIDSECOND"
+        );
+        assert_eq!(count(), 4);
+        assert_eq!(failure_pause(1), s(1));
+        assert_eq!(failure_pause(30), MIN_REFRESH_INTERVAL, "capped");
+    }
+
+    #[test]
+    fn credentials_that_arrive_expired_are_an_error_and_not_fetched_on_every_request() {
+        let t0 = UNIX_EPOCH + Duration::from_secs(1_000_000);
+        let stale =
+            Credentials::new("AKIDSTALE", "secret").with_expiry(t0 - Duration::from_secs(90));
+        let fresh =
+            Credentials::new("AKIDFRESH", "secret").with_expiry(t0 + Duration::from_secs(3600));
+        let (source, fetches) = scripted(vec![Ok(stale), Ok(fresh)]);
+        let err = source.current(t0).expect_err("expired on arrival");
+        assert!(matches!(err.kind, CloudErrorKind::Retry { .. }), "{err:?}");
+        assert!(
+            err.message.contains("had expired 1m30s before"),
+            "{}",
+            err.message
+        );
+        let again = source
+            .current(t0 + Duration::from_millis(500))
+            .expect_err("still paused");
+        assert!(
+            again.message.contains("asking again in"),
+            "{}",
+            again.message
+        );
+        assert_eq!(fetches.load(std::sync::atomic::Ordering::SeqCst), 1);
+        let fresh = source.current(t0 + Duration::from_secs(1)).expect("fresh");
+        assert_eq!(fresh.access_key_id(), "AKIDFRESH");
     }
 
     #[test]

@@ -3,11 +3,13 @@
 //! `SessionToken` and `Expiration`), run through `sh -c` as the Go SDK runs it, and
 //! again before the credentials expire (never, without `Expiration`).
 //!
-//! A command that hangs is killed after its timeout; at most 64 KiB of its output is
+//! A command that hangs is killed after its timeout, with every process it started
+//! (it runs in a process group of its own, as exec plugins do); at most 64 KiB of its output is
 //! read, and the start of its standard error is quoted in messages (it says why the
 //! command failed; the credentials go to standard output, which is never quoted).
 
 use std::io::Read;
+use std::os::unix::process::CommandExt;
 use std::process::{Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant, SystemTime};
@@ -51,6 +53,7 @@ fn run(command: &str, timeout: Duration) -> Result<String, CloudError> {
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
+        .process_group(0)
         .spawn()
         .map_err(|e| {
             CloudError::invalid(format!("cannot run the credential_process with sh: {e}"))
@@ -62,8 +65,7 @@ fn run(command: &str, timeout: Duration) -> Result<String, CloudError> {
         match child.try_wait() {
             Ok(Some(status)) => break status,
             Ok(None) if Instant::now() >= deadline => {
-                let _ = child.kill();
-                let _ = child.wait();
+                crate::process_group::kill(&mut child);
                 return Err(retry(format!(
                     "the credential_process did not finish within {}: it was stopped",
                     crate::duration::format(timeout)
@@ -216,6 +218,35 @@ mod tests {
             "{:?}",
             started.elapsed()
         );
+    }
+
+    #[test]
+    fn a_process_that_hangs_is_stopped_with_every_process_it_started() {
+        let dir = std::env::temp_dir().join(format!("rc-credproc-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("temp dir");
+        let pid_file = dir.join("grandchild.pid");
+        // The shell starts a helper that would outlive it, as a login wrapper may.
+        let command = format!("sleep 30 & echo $! > {}; wait", pid_file.display());
+        process(&command, Duration::from_millis(300))
+            .fetch(SystemTime::UNIX_EPOCH)
+            .expect_err("times out");
+        let pid = std::fs::read_to_string(&pid_file).expect("the shell wrote the pid");
+        let alive = || {
+            std::fs::read_to_string(format!("/proc/{}/stat", pid.trim()))
+                // A killed process not yet reaped by its new parent is a zombie: gone.
+                .is_ok_and(|stat| !stat.contains(") Z "))
+        };
+        // The kill is sent before `fetch` returns; its delivery is not instant.
+        let give_up = Instant::now() + Duration::from_secs(5);
+        while alive() && Instant::now() < give_up {
+            std::thread::yield_now();
+        }
+        assert!(
+            !alive(),
+            "the credential_process's child {} survived",
+            pid.trim()
+        );
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]

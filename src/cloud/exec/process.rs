@@ -109,7 +109,7 @@ pub fn run(call: Invocation<'_>) -> Result<Finished, std::io::Error> {
                     Ok(()) => open -= 1,
                     Err(mpsc::RecvTimeoutError::Disconnected) => break,
                     Err(mpsc::RecvTimeoutError::Timeout) => {
-                        kill_group(child.id());
+                        crate::process_group::kill_group(child.id());
                         break;
                     }
                 }
@@ -148,48 +148,22 @@ fn wait(child: &mut Child, deadline: Instant, too_large: &AtomicBool) -> Ended {
             Ok(None) => {}
             // The child cannot be waited for (it is not ours any more): treat as a hang.
             Err(_) => {
-                kill(child);
+                crate::process_group::kill(child);
                 return Ended::TimedOut;
             }
         }
         if too_large.load(Ordering::Relaxed) {
-            kill(child);
+            crate::process_group::kill(child);
             return Ended::OutputTooLarge;
         }
         let now = Instant::now();
         if now >= deadline {
-            kill(child);
+            crate::process_group::kill(child);
             return Ended::TimedOut;
         }
         std::thread::sleep(pause.min(deadline - now));
         pause = (pause * 2).min(Duration::from_millis(20));
     }
-}
-
-/// Kills the plugin's process group, then the plugin itself should the group kill
-/// fail, and reaps it.
-fn kill(child: &mut Child) {
-    kill_group(child.id());
-    let _ = child.kill();
-    let _ = child.wait();
-}
-
-/// `kill -KILL -- -PGID`: std has no killpg, and calling libc would need unsafe code.
-/// The group's ID is the plugin's PID (`process_group(0)`); it cannot be reused while
-/// a process of the group lives. Found at its usual paths first, since the controller
-/// may run without PATH; where there is no `kill` at all (a distroless image), only
-/// the plugin itself is killed, and the reply is still bounded by the deadline.
-fn kill_group(pid: u32) {
-    let kill = ["/bin/kill", "/usr/bin/kill"]
-        .into_iter()
-        .find(|p| std::path::Path::new(p).exists())
-        .unwrap_or("kill");
-    let _ = Command::new(kill)
-        .args(["-KILL", "--", &format!("-{pid}")])
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status();
 }
 
 fn read_bounded(

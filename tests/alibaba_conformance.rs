@@ -1,0 +1,683 @@
+//! The Alibaba Cloud double checked against the official Go SDKs
+//! (`github.com/alibabacloud-go/vpc-20160428/v6` v6.12.8 and `ecs-20140526/v7`
+//! v7.7.0 on darabonba-openapi v2, pinned in `tests/alibaba-conformance/go.mod`).
+//! The SDK signs every request with the V3 signature (ACS3-HMAC-SHA256) and the
+//! double checks it, so every test also proves the double's signature check agrees
+//! with the SDK's signer. A reply the SDK's response body models do not hold exactly
+//! (unknown field, wrong type), or a request of the SDK the double refuses when it
+//! should not, fails the test: the double is then wrong, not the SDK.
+//!
+//! The Go side is `tests/alibaba-conformance` (a Go module of its own, built into
+//! `target/alibaba-conformance/` on first use): one JSON command per line in, one
+//! JSON answer out, so a test can change the double between commands.
+
+#[path = "support/alibaba_double.rs"]
+mod alibaba_double;
+
+use std::fs::{self, File};
+use std::io::{BufRead, BufReader, ErrorKind, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+use alibaba_double::{
+    AlibabaDouble, DEFAULT_TABLE, DEFAULT_VPC, DEFAULT_VSWITCH, EntryStatus, Fault, Instance,
+    REGION, StatusWords,
+};
+use serde_json::{Value, json};
+
+// ---- building the Go program ----
+
+fn go_source_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/alibaba-conformance")
+}
+
+fn build_dir() -> PathBuf {
+    Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .parent()
+        .expect("CARGO_TARGET_TMPDIR has a parent")
+        .join("alibaba-conformance")
+}
+
+/// FNV-1a over go.mod, go.sum, the .go files and the Go version: the stamp of a
+/// current binary.
+fn source_stamp(src: &Path, go_version: &str) -> String {
+    let mut files: Vec<PathBuf> = fs::read_dir(src)
+        .unwrap_or_else(|e| panic!("read {}: {e}", src.display()))
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| {
+            p.extension().is_some_and(|e| e == "go")
+                || p.file_name()
+                    .is_some_and(|n| n == "go.mod" || n == "go.sum")
+        })
+        .collect();
+    files.sort();
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    let mut feed = |bytes: &[u8]| {
+        for b in bytes.iter().chain(&[0xff]) {
+            hash ^= u64::from(*b);
+            hash = hash.wrapping_mul(0x0100_0000_01b3);
+        }
+    };
+    feed(go_version.as_bytes());
+    for file in &files {
+        feed(file.file_name().unwrap_or_default().as_encoded_bytes());
+        feed(&fs::read(file).unwrap_or_else(|e| panic!("read {}: {e}", file.display())));
+    }
+    format!("{hash:016x}\n")
+}
+
+/// The `alibaba-conformance` binary, built once (under a lock shared by the test
+/// binaries, with a stamp of its sources) into `target/alibaba-conformance/`. The
+/// first build fetches the SDK modules through the Go module proxy.
+fn sdk_binary() -> &'static Path {
+    static BINARY: OnceLock<PathBuf> = OnceLock::new();
+    BINARY.get_or_init(|| {
+        let go = std::env::var_os("GO")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| "go".into());
+        let go_version = match Command::new(&go).arg("version").output() {
+            Ok(out) if out.status.success() => {
+                String::from_utf8_lossy(&out.stdout).trim().to_string()
+            }
+            Ok(out) => panic!(
+                "`{} version` failed ({}): {}",
+                go.display(),
+                out.status,
+                String::from_utf8_lossy(&out.stderr)
+            ),
+            Err(e) if e.kind() == ErrorKind::NotFound => panic!(
+                "the Alibaba SDK conformance test builds a Go program (tests/alibaba-conformance) \
+                 and needs Go, but `{}` was not found. Install Go 1.26 or newer \
+                 (https://go.dev/dl/) and put `go` on PATH, or set GO=/path/to/go; the Go module \
+                 proxy must be reachable for the first build.",
+                go.display()
+            ),
+            Err(e) => panic!("running `{} version`: {e}", go.display()),
+        };
+        let src = go_source_dir();
+        let dir = build_dir();
+        fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("create {}: {e}", dir.display()));
+        let binary = dir.join("alibaba-conformance");
+        let stamp = dir.join("alibaba-conformance.stamp");
+        let value = source_stamp(&src, &go_version);
+        let current = || binary.is_file() && fs::read_to_string(&stamp).is_ok_and(|s| s == value);
+        if current() {
+            return binary;
+        }
+        let lock_path = dir.join("build.lock");
+        let lock = File::create(&lock_path)
+            .unwrap_or_else(|e| panic!("create {}: {e}", lock_path.display()));
+        lock.lock()
+            .unwrap_or_else(|e| panic!("lock {}: {e}", lock_path.display()));
+        if current() {
+            return binary;
+        }
+        let tmp = dir.join(format!("alibaba-conformance.tmp-{}", std::process::id()));
+        let started = Instant::now();
+        eprintln!("building tests/alibaba-conformance ({go_version}; the first build fetches the SDK and takes minutes)");
+        let out = Command::new(&go)
+            .current_dir(&src)
+            .env("GOFLAGS", "-mod=mod")
+            .args(["build", "-trimpath", "-buildvcs=false", "-o"])
+            .arg(&tmp)
+            .arg(".")
+            .stdin(Stdio::null())
+            .output()
+            .unwrap_or_else(|e| panic!("running `{} build`: {e}", go.display()));
+        if !out.status.success() {
+            let _ = fs::remove_file(&tmp);
+            panic!(
+                "building tests/alibaba-conformance failed ({}); reproduce with `cd {} && GOFLAGS=-mod=mod go build .`\n{}",
+                out.status,
+                src.display(),
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        fs::rename(&tmp, &binary)
+            .unwrap_or_else(|e| panic!("rename {} -> {}: {e}", tmp.display(), binary.display()));
+        fs::write(&stamp, &value).unwrap_or_else(|e| panic!("write {}: {e}", stamp.display()));
+        eprintln!("built tests/alibaba-conformance in {:.0?}", started.elapsed());
+        binary
+    })
+}
+
+// ---- the SDK behind a pipe ----
+
+struct Sdk {
+    child: Child,
+    stdin: ChildStdin,
+    stdout: BufReader<ChildStdout>,
+}
+
+impl Sdk {
+    fn start(double: &AlibabaDouble) -> Sdk {
+        let binary = sdk_binary();
+        let (id, secret) = double.access_key();
+        let mut child = Command::new(binary)
+            .arg(format!("--endpoint={}", double.host()))
+            .arg(format!("--region={REGION}"))
+            .arg(format!("--access-key-id={id}"))
+            .arg(format!("--access-key-secret={secret}"))
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .unwrap_or_else(|e| panic!("start {}: {e}", binary.display()));
+        let stdin = child.stdin.take().expect("piped stdin");
+        let stdout = BufReader::new(child.stdout.take().expect("piped stdout"));
+        Sdk {
+            child,
+            stdin,
+            stdout,
+        }
+    }
+
+    /// One command; every raw reply must have decoded strictly into the SDK's models.
+    fn ask(&mut self, command: Value) -> Value {
+        writeln!(self.stdin, "{command}").expect("write a command to alibaba-conformance");
+        self.stdin.flush().expect("flush the command");
+        let mut line = String::new();
+        let n = self
+            .stdout
+            .read_line(&mut line)
+            .expect("read alibaba-conformance's answer");
+        assert!(n > 0, "alibaba-conformance exited on {command}");
+        let answer: Value = serde_json::from_str(&line)
+            .unwrap_or_else(|e| panic!("alibaba-conformance answered {line:?}: {e}"));
+        assert_eq!(
+            answer["strict"],
+            json!([]),
+            "the SDK's models do not hold the double's replies to {command}: {answer:#}"
+        );
+        answer
+    }
+
+    /// The command must have succeeded; returns the decoded body.
+    fn ok(&mut self, command: Value) -> Value {
+        let answer = self.ask(command.clone());
+        assert_eq!(
+            answer["error"],
+            Value::Null,
+            "the SDK failed on {command}: {answer:#}"
+        );
+        answer["body"].clone()
+    }
+
+    /// The command must have failed: (kind, HTTP status, code) as the SDK saw them.
+    fn fails(&mut self, command: Value) -> (String, u64, String) {
+        let answer = self.ask(command.clone());
+        let e = &answer["error"];
+        assert!(!e.is_null(), "{command} succeeded: {answer:#}");
+        (
+            e["kind"].as_str().unwrap_or_default().to_string(),
+            e["status"].as_u64().unwrap_or(0),
+            e["code"].as_str().unwrap_or_default().to_string(),
+        )
+    }
+}
+
+impl Drop for Sdk {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn setup() -> (AlibabaDouble, Sdk) {
+    let double = AlibabaDouble::start();
+    for n in 1..=4 {
+        double.add_instance(Instance::new(
+            &format!("i-node{n}"),
+            DEFAULT_VPC,
+            &format!("192.168.0.{}", 10 + n),
+        ));
+    }
+    let sdk = Sdk::start(&double);
+    (double, sdk)
+}
+
+fn entry(dst: &str, hop: &str) -> Value {
+    json!({"table": DEFAULT_TABLE, "dst": dst, "nextHop": hop, "nextHopType": "Instance"})
+}
+
+/// (destination, status) of the custom entries the SDK lists, every page.
+fn listed(sdk: &mut Sdk) -> Vec<(String, String)> {
+    let body = sdk.ok(
+        json!({"op": "listAll", "table": DEFAULT_TABLE, "maxResult": 100,
+                             "filters": {"RouteEntryType": "Custom"}}),
+    );
+    body["RouteEntry"]
+        .as_array()
+        .expect("RouteEntry")
+        .iter()
+        .map(|e| {
+            (
+                e["DestinationCidrBlock"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .into(),
+                e["Status"].as_str().unwrap_or_default().into(),
+            )
+        })
+        .collect()
+}
+
+fn pairs(items: &[(&str, &str)]) -> Vec<(String, String)> {
+    items
+        .iter()
+        .map(|(a, b)| (a.to_string(), b.to_string()))
+        .collect()
+}
+
+/// Guards the batch write's reply as the SDK decodes it (counts, IDs, per-entry
+/// failures with the peer's duplicate code), the asynchronous states (`Pending`
+/// on the first read, `Available` after), and the delete's `Deleting` then gone.
+#[test]
+fn batch_create_and_delete_are_asynchronous_and_decode() {
+    let (double, mut sdk) = setup();
+    double.fill_as_peer(DEFAULT_TABLE, &[("10.244.9.0/24", "i-node4")]);
+    let body = sdk.ok(json!({"op": "create", "entries": [
+        entry("10.244.1.0/24", "i-node1"),
+        entry("10.244.2.0/24", "i-node2"),
+        entry("10.244.9.0/24", "i-node3"),
+    ]}));
+    assert_eq!(body["SuccessCount"], 2, "{body:#}");
+    assert_eq!(body["FailedCount"], 1, "{body:#}");
+    assert_eq!(body["RouteEntryIds"].as_array().map(Vec::len), Some(2));
+    assert_eq!(
+        body["FailedRouteEntries"],
+        json!([{"DstCidrBlock": "10.244.9.0/24", "NextHop": "i-node3",
+                "FailedCode": "VPC_ROUTE_ENTRY_CIDR_BLOCK_DUPLICATE",
+                "FailedMessage": "Specified CIDR block is already exists, entry.cidrBlock=10.244.9.0/24"}])
+    );
+    assert!(double.in_flight(DEFAULT_VPC));
+    assert_eq!(
+        listed(&mut sdk),
+        pairs(&[
+            ("10.244.9.0/24", "Available"),
+            ("10.244.1.0/24", "Pending"),
+            ("10.244.2.0/24", "Pending"),
+        ])
+    );
+    assert!(!double.in_flight(DEFAULT_VPC), "one read settles the batch");
+    assert_eq!(
+        listed(&mut sdk),
+        pairs(&[
+            ("10.244.9.0/24", "Available"),
+            ("10.244.1.0/24", "Available"),
+            ("10.244.2.0/24", "Available"),
+        ])
+    );
+
+    let body = sdk.ok(json!({"op": "delete", "entries": [
+        {"table": DEFAULT_TABLE, "dst": "10.244.1.0/24", "nextHop": "i-node1"},
+        {"table": DEFAULT_TABLE, "dst": "10.244.7.0/24", "nextHop": "i-node1"},
+    ]}));
+    assert_eq!(body["SuccessCount"], 1, "{body:#}");
+    assert_eq!(
+        body["FailedRouteEntries"][0]["FailedCode"],
+        "VPC_ROUTER_ENTRY_NOT_EXIST"
+    );
+    assert_eq!(
+        listed(&mut sdk),
+        pairs(&[
+            ("10.244.9.0/24", "Available"),
+            ("10.244.1.0/24", "Deleting"),
+            ("10.244.2.0/24", "Available"),
+        ])
+    );
+    assert_eq!(
+        double.available(DEFAULT_TABLE),
+        pairs(&[("10.244.9.0/24", "i-node4"), ("10.244.2.0/24", "i-node2")])
+    );
+    assert_eq!(double.calls_of("CreateRouteEntries"), 1);
+    assert_eq!(double.calls_of("DeleteRouteEntries"), 1);
+}
+
+/// Guards one batch at a time per VPC: while a batch is in flight the next one is
+/// refused with the busy code (a ClientError, HTTP 400, nothing changed) until it
+/// settles; the code is the test's choice.
+#[test]
+fn a_busy_vpc_refuses_the_next_batch_until_it_settles() {
+    let (double, mut sdk) = setup();
+    double.set_settle_after_reads(None);
+    sdk.ok(json!({"op": "create", "entries": [entry("10.244.1.0/24", "i-node1")]}));
+    let refused =
+        sdk.fails(json!({"op": "create", "entries": [entry("10.244.2.0/24", "i-node2")]}));
+    assert_eq!(refused, ("client".into(), 400, "TaskConflict".into()));
+    let refused = sdk.fails(json!({"op": "delete", "entries": [
+        {"table": DEFAULT_TABLE, "dst": "10.244.1.0/24", "nextHop": "i-node1"}]}));
+    assert_eq!(refused.2, "TaskConflict");
+    double.set_busy_code("IncorrectRouteEntryStatus");
+    let refused =
+        sdk.fails(json!({"op": "create", "entries": [entry("10.244.2.0/24", "i-node2")]}));
+    assert_eq!(refused.2, "IncorrectRouteEntryStatus");
+    // Reads do not settle it in this mode.
+    assert_eq!(listed(&mut sdk), pairs(&[("10.244.1.0/24", "Pending")]));
+    assert_eq!(listed(&mut sdk), pairs(&[("10.244.1.0/24", "Pending")]));
+    double.settle();
+    sdk.ok(json!({"op": "create", "entries": [entry("10.244.2.0/24", "i-node2")]}));
+    double.settle();
+    assert_eq!(
+        listed(&mut sdk),
+        pairs(&[
+            ("10.244.1.0/24", "Available"),
+            ("10.244.2.0/24", "Available")
+        ])
+    );
+}
+
+/// Guards `NextToken` paging as the peer follows it, `MaxResult`'s default (10) and
+/// ceiling (100, the peer's 500 served as 100), the `Custom` filter hiding the
+/// system entries, and a token of another table refused.
+#[test]
+fn the_list_pages_by_next_token() {
+    let (double, mut sdk) = setup();
+    double.set_quota(DEFAULT_TABLE, 300);
+    let routes: Vec<(String, String)> = (0..250)
+        .map(|i| {
+            (
+                format!("10.{}.{}.0/24", 100 + i / 256, i % 256),
+                "i-node1".to_string(),
+            )
+        })
+        .collect();
+    let refs: Vec<(&str, &str)> = routes
+        .iter()
+        .map(|(a, b)| (a.as_str(), b.as_str()))
+        .collect();
+    double.fill_as_peer(DEFAULT_TABLE, &refs);
+
+    let answer = sdk.ask(json!({"op": "listAll", "table": DEFAULT_TABLE, "maxResult": 500,
+                                "filters": {"RouteEntryType": "Custom", "NextHopType": "Instance"}}));
+    assert_eq!(answer["pages"], 3, "500 is served as 100 a page");
+    let got = answer["body"]["RouteEntry"].as_array().expect("entries");
+    assert_eq!(got.len(), 250);
+    assert_eq!(got[0]["DestinationCidrBlock"], "10.100.0.0/24");
+    assert_eq!(got[0]["RouteEntryName"], "", "the peer names no entry");
+    assert_eq!(got[0]["Description"], "");
+    assert_eq!(got[0]["NextHops"]["NextHop"][0]["NextHopId"], "i-node1");
+    assert_eq!(got[0]["NextHops"]["NextHop"][0]["NextHopType"], "Instance");
+
+    let first = sdk.ok(json!({"op": "list", "table": DEFAULT_TABLE}));
+    assert_eq!(
+        first["RouteEntrys"]["RouteEntry"].as_array().map(Vec::len),
+        Some(10)
+    );
+    let all = sdk.ask(json!({"op": "listAll", "table": DEFAULT_TABLE, "maxResult": 100}));
+    let all = all["body"]["RouteEntry"].as_array().expect("entries");
+    assert_eq!(
+        all.len(),
+        252,
+        "the vSwitch's and 100.64.0.0/10's system entries"
+    );
+    assert!(
+        all.iter()
+            .any(|e| e["Type"] == "System" && e["DestinationCidrBlock"] == "100.64.0.0/10")
+    );
+
+    let token = first["NextToken"]
+        .as_str()
+        .expect("a NextToken")
+        .to_string();
+    double.add_custom_table(DEFAULT_VPC, "vtb-other");
+    let refused = sdk.fails(json!({"op": "list", "table": "vtb-other", "nextToken": token}));
+    assert_eq!(refused, ("client".into(), 400, "InvalidNextToken".into()));
+}
+
+/// Guards the destination rules of CreateRouteEntries' description, each refused
+/// for its entry alone (100.64.0.0/10, a vSwitch's CIDR, a next hop outside the
+/// VPC, IPv6 without an IPv6 CIDR), the 50-entry batch and the table's quota
+/// refused whole, and DryRun.
+#[test]
+fn destination_rules_batch_size_and_quota() {
+    let (double, mut sdk) = setup();
+    double.add_vpc("vpc-other", "172.16.0.0/16", "vtb-other");
+    double.add_instance(Instance::new("i-elsewhere", "vpc-other", "172.16.0.5"));
+    let body = sdk.ok(json!({"op": "create", "entries": [
+        entry("100.64.3.0/24", "i-node1"),
+        entry("192.168.0.128/25", "i-node1"),
+        entry("10.244.1.0/24", "i-elsewhere"),
+        entry("fd00:10:244::/64", "i-node1"),
+        entry("10.244.2.0/24", "i-node2"),
+        entry("10.244.3.1/24", "i-node3"),
+    ]}));
+    let codes: Vec<&str> = body["FailedRouteEntries"]
+        .as_array()
+        .expect("failures")
+        .iter()
+        .map(|f| f["FailedCode"].as_str().unwrap_or_default())
+        .collect();
+    assert_eq!(
+        codes,
+        [
+            "VPC_ROUTE_ENTRY_CIDR_BLOCK_RESERVED",
+            "VPC_ROUTE_ENTRY_CIDR_BLOCK_OVERLAP_VSWITCH",
+            "VPC_ROUTE_ENTRY_NEXT_HOP_INVALID",
+            "VPC_ROUTE_ENTRY_CIDR_BLOCK_INVALID",
+            "VPC_ROUTE_ENTRY_CIDR_BLOCK_INVALID",
+        ],
+        "{body:#}"
+    );
+    assert_eq!(body["SuccessCount"], 1);
+    double.settle();
+
+    let fifty_one: Vec<Value> = (0..51)
+        .map(|i| entry(&format!("10.250.{i}.0/24"), "i-node1"))
+        .collect();
+    let refused = sdk.fails(json!({"op": "create", "entries": fifty_one}));
+    assert_eq!(
+        refused,
+        ("client".into(), 400, "InvalidParameter.RouteEntries".into())
+    );
+
+    double.set_quota(DEFAULT_TABLE, 2);
+    let refused = sdk.fails(json!({"op": "create", "entries": [
+        entry("10.244.5.0/24", "i-node1"), entry("10.244.6.0/24", "i-node2")]}));
+    assert_eq!(
+        refused,
+        ("client".into(), 400, "QuotaExceeded.RouteEntry".into())
+    );
+    assert_eq!(
+        double.entries(DEFAULT_TABLE).len(),
+        1,
+        "nothing of a refused batch is made"
+    );
+
+    let refused = sdk.fails(json!({"op": "create", "dryRun": true,
+                                   "entries": [entry("10.244.5.0/24", "i-node1")]}));
+    assert_eq!(refused.2, "DryRunOperation");
+    assert!(!double.in_flight(DEFAULT_VPC));
+
+    double.set_vpc_ipv6(DEFAULT_VPC, "2408:4000:1::/56");
+    double.set_quota(DEFAULT_TABLE, 200);
+    let body = sdk.ok(json!({"op": "create", "entries": [
+        {"table": DEFAULT_TABLE, "dst": "fd00:10:244::/64", "nextHop": "i-node1",
+         "nextHopType": "Instance", "ipVersion": 6}]}));
+    assert_eq!(body["SuccessCount"], 1, "{body:#}");
+}
+
+/// Guards the V3 signature check against the SDK's signer: the right key passes
+/// (every other test), a wrong secret is `SignatureDoesNotMatch`, an unknown key
+/// `InvalidAccessKeyId.NotFound`, a temporary key without its token refused; and
+/// the gateway's errors for an unsigned request, an unknown action or version.
+#[test]
+fn the_signature_is_checked_as_the_sdk_signs() {
+    let (double, mut sdk) = setup();
+    let refused = sdk.fails(json!({"op": "tables", "accessKeyId": double.access_key().0,
+                                   "accessKeySecret": "not-the-secret"}));
+    assert_eq!(
+        refused,
+        ("client".into(), 400, "SignatureDoesNotMatch".into())
+    );
+    let refused = sdk.fails(json!({"op": "tables", "accessKeyId": "LTAI-unknown",
+                                   "accessKeySecret": "x"}));
+    assert_eq!(
+        refused,
+        ("client".into(), 404, "InvalidAccessKeyId.NotFound".into())
+    );
+    double.add_temporary_key("STS.temp", "temp-secret", "temp-token");
+    let refused = sdk.fails(json!({"op": "tables", "accessKeyId": "STS.temp",
+                                   "accessKeySecret": "temp-secret"}));
+    assert_eq!(refused.2, "InvalidSecurityToken.MismatchWithAccessKey");
+    sdk.ok(
+        json!({"op": "tables", "accessKeyId": "STS.temp", "accessKeySecret": "temp-secret",
+                  "securityToken": "temp-token"}),
+    );
+
+    let agent: ureq::Agent = ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .build()
+        .into();
+    let post = |headers: &[(&str, &str)]| -> (u16, Value) {
+        let mut request = agent.post(format!("{}/?RegionId={REGION}", double.endpoint()));
+        for (k, v) in headers {
+            request = request.header(*k, *v);
+        }
+        let mut resp = request.send("").expect("POST to the double");
+        let status = resp.status().as_u16();
+        let text = resp.body_mut().read_to_string().unwrap_or_default();
+        (status, serde_json::from_str(&text).unwrap_or(Value::Null))
+    };
+    let (status, body) = post(&[
+        ("x-acs-action", "DescribeRouteTableList"),
+        ("x-acs-version", "2016-04-28"),
+    ]);
+    assert_eq!(
+        (status, body["Code"].as_str()),
+        (400, Some("MissingAuthorization"))
+    );
+    assert!(body["RequestId"].is_string() && body["Message"].is_string());
+    let (status, body) = post(&[
+        ("x-acs-action", "CreateVpc"),
+        ("x-acs-version", "2016-04-28"),
+    ]);
+    assert_eq!(
+        (status, body["Code"].as_str()),
+        (404, Some("InvalidAction.NotFound"))
+    );
+    let (status, body) = post(&[
+        ("x-acs-action", "DescribeRouteTableList"),
+        ("x-acs-version", "2014-05-26"),
+    ]);
+    assert_eq!(
+        (status, body["Code"].as_str()),
+        (404, Some("InvalidAction.NotFound"))
+    );
+    let (status, body) = post(&[
+        ("x-acs-action", "DescribeRouteTableList"),
+        ("x-acs-version", "2099-01-01"),
+    ]);
+    assert_eq!(
+        (status, body["Code"].as_str()),
+        (400, Some("InvalidVersion"))
+    );
+}
+
+/// Guards what the provider reads besides entries, as the SDK decodes it: the route
+/// tables with their vSwitches (a custom table bound to one), the vSwitches, the
+/// VPC, and ECS instances with their VPC, private IP and ENI; and a missing
+/// `RouteTableId` refused as the gateway does.
+#[test]
+fn tables_vswitches_vpcs_and_instances_decode() {
+    let (double, mut sdk) = setup();
+    double.add_custom_table(DEFAULT_VPC, "vtb-custom1");
+    double.add_vswitch(
+        DEFAULT_VPC,
+        "vsw-second",
+        "192.168.1.0/24",
+        Some("vtb-custom1"),
+    );
+
+    let tables = sdk.ok(json!({"op": "tables", "vpc": DEFAULT_VPC}));
+    let list = tables["RouterTableList"]["RouterTableListType"]
+        .as_array()
+        .expect("tables");
+    assert_eq!(tables["TotalCount"], 2);
+    assert_eq!(list[0]["RouteTableId"], DEFAULT_TABLE);
+    assert_eq!(list[0]["RouteTableType"], "System");
+    assert_eq!(list[0]["VSwitchIds"]["VSwitchId"], json!([DEFAULT_VSWITCH]));
+    assert_eq!(list[1]["RouteTableId"], "vtb-custom1");
+    assert_eq!(list[1]["RouteTableType"], "Custom");
+    assert_eq!(list[1]["VSwitchIds"]["VSwitchId"], json!(["vsw-second"]));
+
+    let vswitches = sdk.ok(json!({"op": "vswitches", "vpc": DEFAULT_VPC}));
+    let cidrs: Vec<&str> = vswitches["VSwitches"]["VSwitch"]
+        .as_array()
+        .expect("vswitches")
+        .iter()
+        .map(|w| w["CidrBlock"].as_str().unwrap_or_default())
+        .collect();
+    assert_eq!(cidrs, ["192.168.0.0/24", "192.168.1.0/24"]);
+    let vpcs = sdk.ok(json!({"op": "vpcs", "vpc": DEFAULT_VPC}));
+    assert_eq!(vpcs["Vpcs"]["Vpc"][0]["CidrBlock"], "192.168.0.0/16");
+
+    let instances = sdk.ok(json!({"op": "instances", "ids": ["i-node2", "i-node3"]}));
+    let list = instances["Instances"]["Instance"]
+        .as_array()
+        .expect("instances");
+    assert_eq!(list.len(), 2);
+    assert_eq!(list[0]["InstanceId"], "i-node2");
+    assert_eq!(list[0]["VpcAttributes"]["VpcId"], DEFAULT_VPC);
+    assert_eq!(
+        list[0]["VpcAttributes"]["PrivateIpAddress"]["IpAddress"],
+        json!(["192.168.0.12"])
+    );
+    assert_eq!(
+        list[0]["NetworkInterfaces"]["NetworkInterface"][0]["NetworkInterfaceId"],
+        "eni-node2"
+    );
+
+    let refused = sdk.fails(json!({"op": "list", "table": ""}));
+    assert_eq!(
+        refused,
+        ("client".into(), 400, "MissingRouteTableId".into())
+    );
+}
+
+/// Guards the faults as the SDK meets them: `Throttling.User` becomes its
+/// ThrottlingError, a 503 its ServerError, a lost reply an error with the change
+/// made (the entry is there, `Pending`), a slow reply still decodes; and that the
+/// double counts requests by action.
+#[test]
+fn faults_reach_the_sdk_as_the_api_sends_them() {
+    let (double, mut sdk) = setup();
+    double.inject("CreateRouteEntries", Fault::throttling());
+    let refused =
+        sdk.fails(json!({"op": "create", "entries": [entry("10.244.1.0/24", "i-node1")]}));
+    assert_eq!(
+        refused,
+        ("throttling".into(), 400, "Throttling.User".into())
+    );
+    assert!(double.entries(DEFAULT_TABLE).is_empty());
+
+    double.inject("DescribeRouteEntryList", Fault::unavailable());
+    let refused = sdk.fails(json!({"op": "list", "table": DEFAULT_TABLE}));
+    assert_eq!(refused, ("server".into(), 503, "ServiceUnavailable".into()));
+
+    double.inject("CreateRouteEntries", Fault::LostReply);
+    let answer = sdk.ask(json!({"op": "create", "entries": [entry("10.244.1.0/24", "i-node1")]}));
+    assert!(!answer["error"].is_null(), "{answer:#}");
+    let made = double.entries(DEFAULT_TABLE);
+    assert_eq!(made.len(), 1);
+    assert_eq!(made[0].status, EntryStatus::Pending);
+
+    double.inject(
+        "DescribeRouteTableList",
+        Fault::Slow(Duration::from_millis(200)),
+    );
+    sdk.ok(json!({"op": "tables"}));
+
+    double.set_status_words(StatusWords::Description);
+    let body = sdk.ok(json!({"op": "list", "table": DEFAULT_TABLE,
+                             "filters": {"RouteEntryType": "Custom"}}));
+    assert_eq!(body["RouteEntrys"]["RouteEntry"][0]["Status"], "Creating");
+
+    let calls = double.calls();
+    assert_eq!(calls.get("CreateRouteEntries"), Some(&2), "{calls:?}");
+    assert_eq!(calls.get("DescribeRouteEntryList"), Some(&2), "{calls:?}");
+    assert_eq!(calls.get("DescribeRouteTableList"), Some(&1), "{calls:?}");
+}
