@@ -260,7 +260,9 @@ pub(super) fn is_busy(code: &str) -> bool {
 /// The kind of a code, also for an entry the API refused in a batch reply
 /// (`FailedRouteEntries[].FailedCode`); `None`: no rule of ours, the caller decides.
 pub(super) fn kind_of(code: &str) -> Option<CloudErrorKind> {
-    if is_busy(code) {
+    // VPC_ROUTE_ENTRY_STATUS_ERROR: the entry is not Available yet (a batch of
+    // another writer is still at it); the peer's name for it.
+    if is_busy(code) || code == "VPC_ROUTE_ENTRY_STATUS_ERROR" {
         return Some(CloudErrorKind::Conflict);
     }
     if code.starts_with("Throttling") {

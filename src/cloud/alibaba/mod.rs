@@ -36,7 +36,7 @@ pub mod sign;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Mutex;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
@@ -81,6 +81,8 @@ const MAX_POLLS: usize = 120;
 const PAGE: usize = 100;
 /// Pages of one list, at most: a server that pages on past this is not trusted.
 const MAX_PAGES: usize = 1000;
+/// How long the vSwitch CIDRs and the VPC's IPv6 are trusted between lists.
+const NETWORK_MAX_AGE: Duration = Duration::from_secs(600);
 /// Instance IDs one `DescribeInstances` takes.
 const INSTANCES_PER_CALL: usize = 100;
 
@@ -102,8 +104,11 @@ struct State {
     entries: HashMap<Cidr, BTreeMap<String, Entry>>,
     /// The VPC's vSwitch CIDRs (IPv4 and IPv6), at start and at each list.
     vswitches: Vec<Cidr>,
-    /// A vSwitch of the VPC has an IPv6 CIDR.
+    /// The VPC has an IPv6 CIDR.
     ipv6: bool,
+    /// When the vSwitches and the VPC were read; read again at a list when older
+    /// than [`NETWORK_MAX_AGE`], or when a create was refused for them since.
+    network_read: Option<Instant>,
     /// What `DescribeInstances` said of each instance: its VPC, `None` when gone.
     instances: HashMap<String, Option<String>>,
 }
@@ -192,7 +197,7 @@ impl AlibabaRoutes {
                 CloudErrorKind::Invalid | CloudErrorKind::NotFound => ConfigError::new(e.message),
                 _ => at_start(e),
             })?;
-        provider.read_vswitches().map_err(at_start)?;
+        provider.read_network().map_err(at_start)?;
         log::info!(
             "alibaba: managing the custom entries of route table(s) {} in VPC {} ({}), at \
              most {} each; one batch at a time",
@@ -282,10 +287,20 @@ impl AlibabaRoutes {
         Ok(configured.to_vec())
     }
 
-    /// The VPC's vSwitch CIDRs, and whether it has IPv6.
-    fn read_vswitches(&self) -> Result<(), CloudError> {
+    /// The VPC's vSwitch CIDRs (`DescribeVSwitches`), and whether it has IPv6
+    /// (`DescribeVpcs`).
+    fn read_network(&self) -> Result<(), CloudError> {
         let mut cidrs = Vec::new();
-        let mut ipv6 = false;
+        let vpcs = self.call(
+            &self.vpc,
+            "DescribeVpcs",
+            vec![("VpcId".into(), self.vpc_id.clone())],
+            false,
+        )?;
+        let ipv6 = array(&vpcs, "Vpcs", "Vpc")
+            .iter()
+            .filter(|v| text(v, "VpcId").as_deref() == Some(self.vpc_id.as_str()))
+            .any(|v| text(v, "Ipv6CidrBlock").is_some());
         let mut seen = 0;
         for page in 1..=MAX_PAGES {
             let reply = self.call(
@@ -303,7 +318,6 @@ impl AlibabaRoutes {
             for s in &switches {
                 for key in ["CidrBlock", "Ipv6CidrBlock"] {
                     if let Some(c) = text(s, key).and_then(|t| Cidr::parse(&t).ok()) {
-                        ipv6 |= !c.is_ipv4();
                         cidrs.push(c);
                     }
                 }
@@ -315,6 +329,7 @@ impl AlibabaRoutes {
         let mut state = lock(&self.state);
         state.vswitches = cidrs;
         state.ipv6 = ipv6;
+        state.network_read = Some(Instant::now());
         Ok(())
     }
 
@@ -461,8 +476,10 @@ impl AlibabaRoutes {
                 ),
             ));
         }
-        let state = lock(&self.state);
+        let mut state = lock(&self.state);
         if !destination.is_ipv4() && !state.ipv6 {
+            // Tried again after the next list, which reads the VPC again.
+            state.network_read = None;
             return Err(CloudError::refused(
                 NO_IPV6,
                 false,
@@ -473,7 +490,13 @@ impl AlibabaRoutes {
                 ),
             ));
         }
-        if let Some(v) = state.vswitches.iter().find(|v| overlaps(v, &destination)) {
+        if let Some(v) = state
+            .vswitches
+            .iter()
+            .find(|v| overlaps(v, &destination))
+            .copied()
+        {
+            state.network_read = None;
             return Err(CloudError::refused(
                 OVERLAPS_VSWITCH,
                 false,
@@ -580,12 +603,7 @@ impl AlibabaRoutes {
 
     /// Reads `table` until every entry of `pending` is `Created` (creates) or gone
     /// (deletes), at most [`MAX_POLLS`] times.
-    fn follow(
-        &self,
-        table: &str,
-        create: bool,
-        pending: &[&(usize, Cidr, String)],
-    ) -> Outcomes {
+    fn follow(&self, table: &str, create: bool, pending: &[&(usize, Cidr, String)]) -> Outcomes {
         let mut left: Vec<&(usize, Cidr, String)> = pending.to_vec();
         let mut done = Vec::new();
         for _ in 0..MAX_POLLS {
@@ -722,7 +740,12 @@ impl Routes for AlibabaRoutes {
         nodes: &NodeDirectory,
         each: &mut dyn FnMut(Route),
     ) -> Result<(), CloudError> {
-        self.read_vswitches()?;
+        let stale = lock(&self.state)
+            .network_read
+            .is_none_or(|at| at.elapsed() >= NETWORK_MAX_AGE);
+        if stale {
+            self.read_network()?;
+        }
         let by_instance: HashMap<&str, &str> = nodes
             .provider_ids()
             .filter_map(|(id, name)| Some((instance_id(id)?, name)))
