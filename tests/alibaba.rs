@@ -258,7 +258,10 @@ fn a_cidr_change_is_one_delete_batch_and_one_create_batch() {
     // counts as done, with no request.
     d.reset_calls();
     let outcomes = p.apply_changes(CLUSTER, &[delete(old)]).unwrap();
-    assert_eq!(outcomes[0].as_ref().unwrap_err().kind, CloudErrorKind::NotFound);
+    assert_eq!(
+        outcomes[0].as_ref().unwrap_err().kind,
+        CloudErrorKind::NotFound
+    );
     assert_eq!(d.writes(), 0);
 }
 
