@@ -221,6 +221,14 @@ mod tests {
         let gce = OwnProvider::of("gce").unwrap();
         assert!(gce.owns("gce://p/europe-west1-b/node-1"));
         assert!(!gce.owns("aws:///eu-west-1a/i-0abc"));
+        // Alibaba's has no scheme of its own: `<region>.<instance>`, as the peer sets
+        // it, or the same behind `alicloud://`.
+        let alibaba = OwnProvider::of("alibaba").unwrap();
+        assert!(alibaba.owns("cn-hangzhou.i-bp16uimj7fl6ze8q5rf3"));
+        assert!(alibaba.owns("alicloud://cn-hangzhou.i-bp16uimj7fl6ze8q5rf3"));
+        assert!(!alibaba.owns("aws:///eu-west-1a/i-0abc"));
+        assert!(!alibaba.owns("kind://docker/kind/node"));
+        assert!(!alibaba.owns("i-bp16uimj7fl6ze8q5rf3"));
         assert_eq!(OwnProvider::of("fake"), None);
         let off = NodeFilter::everything();
         assert!(off.is_everything());

@@ -20,7 +20,8 @@ use route_controller::cloud::alibaba::{
     AlibabaRoutes, Config, INSTANCE_NOT_IN_VPC, NO_IPV6, OVERLAPS_VSWITCH, RESERVED_DESTINATION,
 };
 use route_controller::{
-    Cidr, CloudError, CloudErrorKind, Meter, NodeDirectory, Route, RouteChange, RouteTarget, Routes,
+    Budget, BudgetOp, Cidr, CloudError, CloudErrorKind, Meter, NodeDirectory, Route, RouteChange,
+    RouteTarget, Routes,
 };
 
 const CLUSTER: &str = "e2e";
@@ -399,6 +400,13 @@ fn several_route_tables_are_written_each_and_listed_when_all_hold_the_route() {
     )
     .expect("connects");
     assert_eq!(p.tables(), [DEFAULT_TABLE, "vtb-custom"]);
+    // A batch is a write and two reads in each table: charged so when it is sent.
+    let budget = p.budget().expect("a budget");
+    assert_eq!(
+        budget.draws_with_tables(BudgetOp::Batch, p.tables().len()),
+        [(Budget::DEFAULT_BUCKET, 6)]
+    );
+    assert_eq!(budget.mutations_at_once, 1);
     p.list_routes(CLUSTER, &directory(3)).unwrap();
     d.reset_calls();
     all_ok(&p.apply_changes(CLUSTER, &[create(1), create(2)]).unwrap());

@@ -54,7 +54,8 @@ use auth::Identity;
 use crate::fence::Fence;
 use crate::model::{Cidr, Route};
 use crate::provider::{
-    Budget, CloudError, CloudErrorKind, NodeDirectory, RouteChange, RouteTarget, Routes, TableUsage,
+    Budget, BudgetOp, CloudError, CloudErrorKind, NodeDirectory, RouteChange, RouteTarget, Routes,
+    TableUsage,
 };
 use crate::sync::lock;
 
@@ -691,14 +692,14 @@ impl Routes for AlibabaRoutes {
     }
 
     /// The budget: one mutation at once (the VPC takes one batch at a time), a batch
-    /// charged its write and two reads of the table; what it really sent (each poll)
-    /// corrects the charge.
+    /// charged, for each table, its write and two reads of the table; what it really
+    /// sent (each poll, the instance lookup) corrects the charge.
     fn budget(&self) -> Option<Budget> {
         Some(
             Budget::new(self.budget.0, self.budget.1)
                 .mutations_at_once(1)
                 .requests_per_op(2, 3, 3)
-                .requests_per_batch(3),
+                .draw_per_table(BudgetOp::Batch, Budget::DEFAULT_BUCKET, 3),
         )
     }
 
