@@ -228,6 +228,7 @@ mod tests {
         assert!(alibaba.owns("alicloud://cn-hangzhou.i-bp16uimj7fl6ze8q5rf3"));
         assert!(!alibaba.owns("aws:///eu-west-1a/i-0abc"));
         assert!(!alibaba.owns("kind://docker/kind/node"));
+        assert!(!alibaba.owns("azure://rg.vm-1"));
         assert!(!alibaba.owns("i-bp16uimj7fl6ze8q5rf3"));
         assert_eq!(OwnProvider::of("fake"), None);
         let off = NodeFilter::everything();

@@ -997,7 +997,8 @@ pub fn instance_id(provider_id: &str) -> Option<&str> {
         .strip_prefix("alicloud://")
         .unwrap_or(provider_id);
     let (region, instance) = id.split_once('.')?;
-    (!region.is_empty() && !instance.is_empty() && !instance.contains('/')).then_some(instance)
+    let plain = |s: &str| !s.is_empty() && !s.contains('/') && !s.contains(':');
+    (plain(region) && plain(instance)).then_some(instance)
 }
 
 fn overlaps(a: &Cidr, b: &Cidr) -> bool {
@@ -1058,6 +1059,8 @@ mod tests {
         assert_eq!(instance_id("i-abc"), None);
         assert_eq!(instance_id("aws:///us-east-1a/i-1"), None);
         assert_eq!(instance_id(".i-abc"), None);
+        // Another provider's ID with a dot in it is no instance of ours.
+        assert_eq!(instance_id("azure://rg.vm-1"), None);
     }
 
     #[test]
