@@ -13,13 +13,15 @@
 
 #[path = "support/alibaba_double.rs"]
 mod alibaba_double;
+#[path = "support/go_build.rs"]
+mod go_build;
 
-use std::fs::{self, File};
-use std::io::{BufRead, BufReader, ErrorKind, Write};
+use std::fs;
+use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 use std::sync::OnceLock;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use alibaba_double::{
     AlibabaDouble, DEFAULT_TABLE, DEFAULT_VPC, DEFAULT_VSWITCH, EntryStatus, Fault, Instance,
@@ -29,118 +31,50 @@ use serde_json::{Value, json};
 
 // ---- building the Go program ----
 
-fn go_source_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/alibaba-conformance")
-}
-
-fn build_dir() -> PathBuf {
-    Path::new(env!("CARGO_TARGET_TMPDIR"))
-        .parent()
-        .expect("CARGO_TARGET_TMPDIR has a parent")
-        .join("alibaba-conformance")
-}
-
-/// FNV-1a over go.mod, go.sum, the .go files and the Go version: the stamp of a
-/// current binary.
-fn source_stamp(src: &Path, go_version: &str) -> String {
-    let mut files: Vec<PathBuf> = fs::read_dir(src)
-        .unwrap_or_else(|e| panic!("read {}: {e}", src.display()))
-        .flatten()
-        .map(|e| e.path())
-        .filter(|p| {
-            p.extension().is_some_and(|e| e == "go")
-                || p.file_name()
-                    .is_some_and(|n| n == "go.mod" || n == "go.sum")
-        })
-        .collect();
-    files.sort();
-    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
-    let mut feed = |bytes: &[u8]| {
-        for b in bytes.iter().chain(&[0xff]) {
-            hash ^= u64::from(*b);
-            hash = hash.wrapping_mul(0x0100_0000_01b3);
-        }
-    };
-    feed(go_version.as_bytes());
-    for file in &files {
-        feed(file.file_name().unwrap_or_default().as_encoded_bytes());
-        feed(&fs::read(file).unwrap_or_else(|e| panic!("read {}: {e}", file.display())));
-    }
-    format!("{hash:016x}\n")
-}
-
-/// The `alibaba-conformance` binary, built once (under a lock shared by the test
-/// binaries, with a stamp of its sources) into `target/alibaba-conformance/`. The
-/// first build fetches the SDK modules through the Go module proxy.
+/// The `alibaba-conformance` binary, built once through the Go module proxy into
+/// `target/alibaba-conformance/` (with a Go build cache of its own there, which CI
+/// keeps with target/), rebuilt when go.mod, go.sum, a .go file or Go change.
 fn sdk_binary() -> &'static Path {
     static BINARY: OnceLock<PathBuf> = OnceLock::new();
     BINARY.get_or_init(|| {
-        let go = std::env::var_os("GO")
-            .map(PathBuf::from)
-            .unwrap_or_else(|| "go".into());
-        let go_version = match Command::new(&go).arg("version").output() {
-            Ok(out) if out.status.success() => {
-                String::from_utf8_lossy(&out.stdout).trim().to_string()
-            }
-            Ok(out) => panic!(
-                "`{} version` failed ({}): {}",
-                go.display(),
-                out.status,
-                String::from_utf8_lossy(&out.stderr)
-            ),
-            Err(e) if e.kind() == ErrorKind::NotFound => panic!(
-                "the Alibaba SDK conformance test builds a Go program (tests/alibaba-conformance) \
-                 and needs Go, but `{}` was not found. Install Go 1.26 or newer \
-                 (https://go.dev/dl/) and put `go` on PATH, or set GO=/path/to/go; the Go module \
-                 proxy must be reachable for the first build.",
-                go.display()
-            ),
-            Err(e) => panic!("running `{} version`: {e}", go.display()),
-        };
-        let src = go_source_dir();
-        let dir = build_dir();
-        fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("create {}: {e}", dir.display()));
-        let binary = dir.join("alibaba-conformance");
-        let stamp = dir.join("alibaba-conformance.stamp");
-        let value = source_stamp(&src, &go_version);
-        let current = || binary.is_file() && fs::read_to_string(&stamp).is_ok_and(|s| s == value);
-        if current() {
-            return binary;
+        let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/alibaba-conformance");
+        let out_dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("target/alibaba-conformance");
+        let cache = out_dir.join("go-build");
+        let what = "the Alibaba Cloud SDK conformance driver (tests/alibaba-conformance)";
+        let (go, go_version) = go_build::go(what, &src);
+        let mut files: Vec<PathBuf> = fs::read_dir(&src)
+            .unwrap_or_else(|e| panic!("read {}: {e}", src.display()))
+            .flatten()
+            .map(|e| e.path())
+            .filter(|p| {
+                p.extension().is_some_and(|e| e == "go")
+                    || p.file_name()
+                        .is_some_and(|n| n == "go.mod" || n == "go.sum")
+            })
+            .collect();
+        files.sort();
+        let mut stamp = go_version.clone().into_bytes();
+        for file in &files {
+            stamp.extend_from_slice(file.file_name().unwrap_or_default().as_encoded_bytes());
+            stamp.push(0xff);
+            stamp.extend(fs::read(file).unwrap_or_else(|e| panic!("read {}: {e}", file.display())));
+            stamp.push(0xff);
         }
-        let lock_path = dir.join("build.lock");
-        let lock = File::create(&lock_path)
-            .unwrap_or_else(|e| panic!("create {}: {e}", lock_path.display()));
-        lock.lock()
-            .unwrap_or_else(|e| panic!("lock {}: {e}", lock_path.display()));
-        if current() {
-            return binary;
-        }
-        let tmp = dir.join(format!("alibaba-conformance.tmp-{}", std::process::id()));
-        let started = Instant::now();
-        eprintln!("building tests/alibaba-conformance ({go_version}; the first build fetches the SDK and takes minutes)");
-        let out = Command::new(&go)
-            .current_dir(&src)
-            .env("GOFLAGS", "-mod=mod")
-            .args(["build", "-trimpath", "-buildvcs=false", "-o"])
-            .arg(&tmp)
-            .arg(".")
-            .stdin(Stdio::null())
-            .output()
-            .unwrap_or_else(|e| panic!("running `{} build`: {e}", go.display()));
-        if !out.status.success() {
-            let _ = fs::remove_file(&tmp);
-            panic!(
-                "building tests/alibaba-conformance failed ({}); reproduce with `cd {} && GOFLAGS=-mod=mod go build .`\n{}",
-                out.status,
-                src.display(),
-                String::from_utf8_lossy(&out.stderr)
-            );
-        }
-        fs::rename(&tmp, &binary)
-            .unwrap_or_else(|e| panic!("rename {} -> {}: {e}", tmp.display(), binary.display()));
-        fs::write(&stamp, &value).unwrap_or_else(|e| panic!("write {}: {e}", stamp.display()));
-        eprintln!("built tests/alibaba-conformance in {:.0?}", started.elapsed());
-        binary
+        let stamp = format!("{:016x}\n", go_build::fnv1a(&stamp));
+        go_build::build(
+            &go_build::GoBuild {
+                module: &src,
+                package: ".",
+                out_dir: &out_dir,
+                binary: "alibaba-conformance",
+                what,
+                ldflags: "-s -w",
+                cache: Some(&cache),
+            },
+            &go,
+            &go_version,
+            &stamp,
+        )
     })
 }
 
@@ -680,4 +614,222 @@ fn faults_reach_the_sdk_as_the_api_sends_them() {
     assert_eq!(calls.get("CreateRouteEntries"), Some(&2), "{calls:?}");
     assert_eq!(calls.get("DescribeRouteEntryList"), Some(&2), "{calls:?}");
     assert_eq!(calls.get("DescribeRouteTableList"), Some(&1), "{calls:?}");
+}
+
+/// Guards the ECS RAM role path as credentials-go walks it (IMDSv2 token, the role's
+/// name, its temporary key; the double in hardened mode), and that the VPC API then
+/// takes that key only with its security token, which the SDK sends and signs.
+#[test]
+fn ecs_ram_role_credentials_sign_requests() {
+    let (double, mut sdk) = setup();
+    double.set_metadata_token_required(true);
+    double.set_metadata_role("k8s-route-controller");
+    sdk.ok(json!({"op": "tables", "credentials": "ecsRamRole"}));
+    let calls = double.calls();
+    assert_eq!(
+        calls.get("metadata:/latest/api/token"),
+        Some(&2),
+        "{calls:?}"
+    );
+    assert_eq!(
+        calls.get("metadata:/latest/meta-data/ram/security-credentials/"),
+        Some(&1),
+        "{calls:?}"
+    );
+    assert_eq!(
+        calls.get("metadata:/latest/meta-data/ram/security-credentials/k8s-route-controller"),
+        Some(&1),
+        "{calls:?}"
+    );
+    let issued = double.issued_keys();
+    assert!(
+        issued.len() == 1 && issued[0].starts_with("STS.ECS"),
+        "{issued:?}"
+    );
+    let last = double.requests().pop().expect("a request");
+    assert_eq!(
+        (last.action.as_str(), last.status),
+        ("DescribeRouteTableList", 200)
+    );
+}
+
+/// (status, JSON body, text) of a request to the double.
+fn send(
+    double: &AlibabaDouble,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    form: &str,
+) -> (u16, Value, String) {
+    let agent: ureq::Agent = ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .build()
+        .into();
+    let url = format!("{}{path}", double.endpoint());
+    let mut resp = match method {
+        "GET" => {
+            let mut r = agent.get(&url);
+            for (k, v) in headers {
+                r = r.header(*k, *v);
+            }
+            r.call()
+        }
+        _ => {
+            let mut r = if method == "PUT" {
+                agent.put(&url)
+            } else {
+                agent.post(&url)
+            };
+            for (k, v) in headers {
+                r = r.header(*k, *v);
+            }
+            r.send(form)
+        }
+    }
+    .unwrap_or_else(|e| panic!("{method} {path}: {e}"));
+    let status = resp.status().as_u16();
+    let text = resp.body_mut().read_to_string().unwrap_or_default();
+    (
+        status,
+        serde_json::from_str(&text).unwrap_or(Value::Null),
+        text,
+    )
+}
+
+/// Guards STS `AssumeRoleWithOIDC` as credentials-go's OIDC provider sends it
+/// (providers/oidc.go: `Action`, `Version`, `Format`, `Timestamp` in the query, the
+/// role, provider, token, session name and duration as a form, no signature) and
+/// what it reads back (`Credentials` with an `Expiration` in `2006-01-02T15:04:05Z`);
+/// a wrong token refused; the key it gives works with its token, through the SDK.
+#[test]
+fn assume_role_with_oidc_as_credentials_go_sends_it() {
+    let (double, mut sdk) = setup();
+    let provider = "acs:ram::1234567890123456:oidc-provider/ack-rrsa-c1";
+    let role = "acs:ram::1234567890123456:role/route-controller";
+    double.set_oidc(provider, role, "eyJhbGciOiJSUzI1NiJ9.double.token");
+    let path = "/?Version=2015-04-01&Action=AssumeRoleWithOIDC&Format=JSON&Timestamp=2026-12-06T20%3A00%3A00Z";
+    let form = |token: &str| {
+        format!(
+            "RoleArn={}&OIDCProviderArn={}&OIDCToken={token}&RoleSessionName=route-controller&DurationSeconds=3600",
+            role.replace(':', "%3A").replace('/', "%2F"),
+            provider.replace(':', "%3A").replace('/', "%2F"),
+        )
+    };
+    let content = [("Content-Type", "application/x-www-form-urlencoded")];
+    let (status, body, _) = send(&double, "POST", path, &content, &form("not-the-token"));
+    assert_eq!(
+        (status, body["Code"].as_str()),
+        (400, Some("AuthenticationFail.OIDCToken.Invalid"))
+    );
+    let (status, body, text) = send(
+        &double,
+        "POST",
+        path,
+        &content,
+        &form("eyJhbGciOiJSUzI1NiJ9.double.token"),
+    );
+    assert_eq!(status, 200, "{text}");
+    let creds = &body["Credentials"];
+    let expiration = creds["Expiration"].as_str().expect("an Expiration");
+    assert_eq!(expiration.len(), 20, "{expiration}");
+    assert!(
+        expiration.ends_with('Z') && expiration.as_bytes()[10] == b'T',
+        "{expiration}"
+    );
+    let id = creds["AccessKeyId"].as_str().expect("AccessKeyId");
+    let secret = creds["AccessKeySecret"].as_str().expect("AccessKeySecret");
+    let token = creds["SecurityToken"].as_str().expect("SecurityToken");
+    sdk.ok(
+        json!({"op": "tables", "accessKeyId": id, "accessKeySecret": secret,
+                  "securityToken": token}),
+    );
+    let refused = sdk.fails(json!({"op": "tables", "accessKeyId": id, "accessKeySecret": secret}));
+    assert_eq!(refused.2, "InvalidSecurityToken.MismatchWithAccessKey");
+}
+
+/// Guards the metadata values the provider reads at start (region, instance, VPC),
+/// with and without a token, and a bad token refused.
+#[test]
+fn metadata_serves_region_instance_and_vpc() {
+    let (double, _sdk) = setup();
+    for (path, want) in [
+        ("/latest/meta-data/region-id", REGION),
+        ("/latest/meta-data/instance-id", "i-node1"),
+        ("/latest/meta-data/vpc-id", DEFAULT_VPC),
+        ("/latest/meta-data/vswitch-id", DEFAULT_VSWITCH),
+    ] {
+        let (status, _, text) = send(&double, "GET", path, &[], "");
+        assert_eq!((status, text.as_str()), (200, want), "{path}");
+    }
+    let (status, _, _) = send(
+        &double,
+        "GET",
+        "/latest/meta-data/vpc-id",
+        &[("X-aliyun-ecs-metadata-token", "forged")],
+        "",
+    );
+    assert_eq!(status, 401);
+    double.set_metadata_token_required(true);
+    let (status, _, _) = send(&double, "GET", "/latest/meta-data/vpc-id", &[], "");
+    assert_eq!(status, 401);
+    let (status, _, token) = send(
+        &double,
+        "PUT",
+        "/latest/api/token",
+        &[("X-aliyun-ecs-metadata-token-ttl-seconds", "21600")],
+        "",
+    );
+    assert_eq!(status, 200);
+    let (status, _, text) = send(
+        &double,
+        "GET",
+        "/latest/meta-data/vpc-id",
+        &[("X-aliyun-ecs-metadata-token", &token)],
+        "",
+    );
+    assert_eq!((status, text.as_str()), (200, DEFAULT_VPC));
+}
+
+/// Guards the V1 signature (HMAC-SHA1) of the peer's SDK, aliyun/alibaba-cloud-sdk-go
+/// v1.63.99, called as the peer's vpc.go calls it (batch create, list with
+/// `MaxResult` 500 and the `Custom`/`Instance` filters, batch delete), its decoding of
+/// the double's replies, and the HMAC-SHA1 under it (RFC 2202's first two vectors).
+#[test]
+fn the_peers_sdk_signs_v1_and_decodes_the_double() {
+    assert_eq!(
+        alibaba_double::hmac_sha1(&[0x0b; 20], b"Hi There"),
+        *b"\xb6\x17\x31\x86\x55\x05\x72\x64\xe2\x8b\xc0\xb6\xfb\x37\x8c\x8e\xf1\x46\xbe\x00"
+    );
+    assert_eq!(
+        alibaba_double::hmac_sha1(b"Jefe", b"what do ya want for nothing?"),
+        *b"\xef\xfc\xdf\x6a\xe5\xeb\x2f\xa2\xd2\x74\x16\xd5\xf1\x84\xdf\x9c\x25\x9a\x7c\x79"
+    );
+    let (double, mut sdk) = setup();
+    let body = sdk.ok(json!({"op": "peerCreate", "entries": [
+        entry("10.244.1.0/24", "i-node1"), entry("10.244.2.0/24", "i-node2")]}));
+    assert_eq!(body["SuccessCount"], 2, "{body:#}");
+    let body = sdk.ok(json!({"op": "peerList", "table": DEFAULT_TABLE}));
+    let got = body["RouteEntrys"]["RouteEntry"]
+        .as_array()
+        .expect("entries");
+    assert_eq!(got.len(), 2, "{body:#}");
+    assert_eq!(got[1]["DestinationCidrBlock"], "10.244.2.0/24");
+    assert_eq!(got[1]["NextHops"]["NextHop"][0]["NextHopId"], "i-node2");
+    assert_eq!(got[1]["Type"], "Custom");
+    let body = sdk.ok(json!({"op": "peerDelete", "entries": [
+        {"table": DEFAULT_TABLE, "dst": "10.244.1.0/24", "nextHop": "i-node1"}]}));
+    assert_eq!(body["SuccessCount"], 1, "{body:#}");
+    let v1 = double
+        .requests()
+        .into_iter()
+        .filter(|r| {
+            r.params
+                .get("SignatureMethod")
+                .is_some_and(|m| m == "HMAC-SHA1")
+        })
+        .count();
+    assert_eq!(v1, 3, "every call of the peer's SDK signed V1");
+    let refused =
+        sdk.fails(json!({"op": "peerCreate", "entries": [entry("10.244.3.0/24", "i-node3")]}));
+    assert_eq!((refused.1, refused.2.as_str()), (400, "TaskConflict"));
 }

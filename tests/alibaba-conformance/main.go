@@ -29,6 +29,10 @@ import (
 	ecs "github.com/alibabacloud-go/ecs-20140526/v7/client"
 	"github.com/alibabacloud-go/tea/dara"
 	vpc "github.com/alibabacloud-go/vpc-20160428/v6/client"
+	oldsdk "github.com/aliyun/alibaba-cloud-sdk-go/sdk"
+	oldvpc "github.com/aliyun/alibaba-cloud-sdk-go/services/vpc"
+	"github.com/aliyun/credentials-go/credentials"
+	"github.com/aliyun/credentials-go/credentials/providers"
 )
 
 // recorder is the SDK's HTTP client: it keeps each reply's raw body and action.
@@ -129,6 +133,10 @@ type command struct {
 	PageSize   int32             `json:"pageSize"`
 	PageNumber int32             `json:"pageNumber"`
 	// Credentials other than the process's (a wrong secret, a temporary key).
+	// "ecsRamRole": the credentials of credentials-go's ECS RAM role provider, which
+	// reaches the metadata service at its fixed 100.100.100.200 through the double
+	// as its HTTP proxy (the only way to point it elsewhere).
+	Credentials     string `json:"credentials"`
 	AccessKeyId     string `json:"accessKeyId"`
 	AccessKeySecret string `json:"accessKeySecret"`
 	SecurityToken   string `json:"securityToken"`
@@ -203,6 +211,19 @@ func main() {
 		}
 		if c.SecurityToken != "" {
 			config.SecurityToken = dara.String(c.SecurityToken)
+		}
+		if c.Credentials == "ecsRamRole" {
+			provider, err := providers.NewECSRAMRoleCredentialsProviderBuilder().
+				WithDisableIMDSv1(true).
+				WithHttpOptions(&providers.HttpOptions{Proxy: "http://" + *endpoint}).
+				Build()
+			if err != nil {
+				fmt.Fprintf(os.Stderr, "alibaba-conformance: ecs ram role provider: %v\n", err)
+				os.Exit(2)
+			}
+			config.AccessKeyId = nil
+			config.AccessKeySecret = nil
+			config.Credential = credentials.FromCredentialsProvider("ecs_ram_role", provider)
 		}
 		return config
 	}
@@ -403,6 +424,10 @@ func main() {
 			if err == nil {
 				a.Body = resp.Body
 			}
+		case "peerList", "peerCreate", "peerDelete":
+			// The peer's SDK (aliyun/alibaba-cloud-sdk-go, V1 signature, its own
+			// lenient decoding), called as the peer's vpc.go calls it.
+			a.Body, a.Error = peer(c, *endpoint, *region, *keyID, *keySecret)
 		default:
 			fmt.Fprintf(os.Stderr, "alibaba-conformance: unknown op %q\n", c.Op)
 			os.Exit(2)
@@ -412,5 +437,75 @@ func main() {
 			fmt.Fprintf(os.Stderr, "alibaba-conformance: %v\n", err)
 			os.Exit(2)
 		}
+	}
+}
+
+// peer runs one call of the peer's SDK. Its replies are checked by its own decoding
+// only (its response structs are the peer's view of the API).
+func peer(c command, endpoint, region, keyID, keySecret string) (any, *sdkErr) {
+	config := oldsdk.NewConfig()
+	config.Scheme = "HTTP"
+	config.AutoRetry = false
+	client, err := oldvpc.NewClientWithOptions(region, config, nil)
+	if err != nil {
+		return nil, &sdkErr{"other", 0, "", err.Error()}
+	}
+	if err := client.InitWithAccessKey(region, keyID, keySecret); err != nil {
+		return nil, &sdkErr{"other", 0, "", err.Error()}
+	}
+	client.GetConfig().Scheme = "HTTP"
+	client.GetConfig().AutoRetry = false
+	client.Domain = endpoint
+	describe := func(err error) *sdkErr {
+		if se, ok := err.(interface {
+			HttpStatus() int
+			ErrorCode() string
+			Message() string
+		}); ok {
+			return &sdkErr{"server", se.HttpStatus(), se.ErrorCode(), se.Message()}
+		}
+		return &sdkErr{"other", 0, "", err.Error()}
+	}
+	switch c.Op {
+	case "peerList":
+		req := oldvpc.CreateDescribeRouteEntryListRequest()
+		req.RouteTableId = c.Table
+		req.RouteEntryType = "Custom"
+		req.NextHopType = "Instance"
+		req.MaxResult = "500"
+		req.NextToken = c.NextToken
+		resp, err := client.DescribeRouteEntryList(req)
+		if err != nil {
+			return nil, describe(err)
+		}
+		return resp, nil
+	case "peerCreate":
+		entries := []oldvpc.CreateRouteEntriesRouteEntries{}
+		for _, e := range c.Entries {
+			entries = append(entries, oldvpc.CreateRouteEntriesRouteEntries{
+				RouteTableId: e.Table, DstCidrBlock: e.Dst, NextHop: e.NextHop, NextHopType: "Instance",
+			})
+		}
+		req := oldvpc.CreateCreateRouteEntriesRequest()
+		req.RouteEntries = &entries
+		resp, err := client.CreateRouteEntries(req)
+		if err != nil {
+			return nil, describe(err)
+		}
+		return resp, nil
+	default:
+		entries := []oldvpc.DeleteRouteEntriesRouteEntries{}
+		for _, e := range c.Entries {
+			entries = append(entries, oldvpc.DeleteRouteEntriesRouteEntries{
+				RouteTableId: e.Table, DstCidrBlock: e.Dst, NextHop: e.NextHop,
+			})
+		}
+		req := oldvpc.CreateDeleteRouteEntriesRequest()
+		req.RouteEntries = &entries
+		resp, err := client.DeleteRouteEntries(req)
+		if err != nil {
+			return nil, describe(err)
+		}
+		return resp, nil
 	}
 }

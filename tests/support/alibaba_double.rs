@@ -20,7 +20,9 @@
 //! `GetAuthorization`): the double recomputes it from the canonical request with
 //! the secret of the access key named, checks `x-acs-content-sha256` against the
 //! body, that every `x-acs-*` header is signed, the date's skew and that a nonce is
-//! not reused. Errors have the API's shape: HTTP status and a JSON body with
+//! not reused. The V1 signature (HMAC-SHA1 over the parameters) that the older
+//! `aliyun/alibaba-cloud-sdk-go` sends, which the peer uses, is checked too. Errors
+//! have the API's shape: HTTP status and a JSON body with
 //! `RequestId`, `HostId`, `Code`, `Message`, `Recommend`.
 //!
 //! # Rust API
@@ -66,6 +68,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use base64::Engine as _;
 use hmac::{Hmac, KeyInit, Mac};
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
@@ -286,6 +289,10 @@ struct State {
     credential_lifetime: Duration,
     metadata_role: String,
     metadata_tokens: BTreeSet<String>,
+    /// Whether metadata reads need a token (the instance's hardened mode).
+    metadata_token_required: bool,
+    /// The instance the metadata service speaks for.
+    metadata_instance: String,
     issued: u64,
 }
 
@@ -341,6 +348,8 @@ impl AlibabaDouble {
                 credential_lifetime: Duration::from_secs(3600),
                 metadata_role: "route-controller-role".into(),
                 metadata_tokens: BTreeSet::new(),
+                metadata_token_required: false,
+                metadata_instance: "i-node1".into(),
                 issued: 0,
             }),
             shutdown: AtomicBool::new(false),
@@ -656,6 +665,19 @@ impl AlibabaDouble {
         self.state().metadata_role = role.into();
     }
 
+    /// Whether metadata reads must carry a token from `PUT /latest/api/token` (the
+    /// hardened mode; off by default, as on an instance that allows both).
+    pub fn set_metadata_token_required(&self, required: bool) {
+        self.state().metadata_token_required = required;
+    }
+
+    /// The instance whose `instance-id`, `vpc-id`, `vswitch-id` and `private-ipv4`
+    /// the metadata service reports (`i-node1` by default; add it with
+    /// [`AlibabaDouble::add_instance`]).
+    pub fn set_metadata_instance(&self, id: &str) {
+        self.state().metadata_instance = id.into();
+    }
+
     /// Access key ids the double issued (STS and metadata), oldest first.
     pub fn issued_keys(&self) -> Vec<String> {
         self.state()
@@ -834,6 +856,22 @@ fn params_of(wire: &http_wire::WireRequest) -> BTreeMap<String, String> {
 }
 
 fn handle(inner: &Inner, wire: &http_wire::WireRequest) -> (Outcome, Option<Duration>) {
+    // A client that has the double as its HTTP proxy (as credentials-go reaches the
+    // metadata service's fixed 100.100.100.200 in the conformance test) sends the
+    // absolute form `http://host/path`.
+    let absolute;
+    let wire = match wire.target.strip_prefix("http://") {
+        Some(rest) => {
+            absolute = http_wire::WireRequest {
+                method: wire.method.clone(),
+                target: rest.find('/').map_or("/".into(), |i| rest[i..].to_string()),
+                headers: wire.headers.clone(),
+                body: wire.body.clone(),
+            };
+            &absolute
+        }
+        None => wire,
+    };
     let (path, _) = wire.path_and_query();
     if path.starts_with("/latest/") {
         let mut s = inner.state.lock().unwrap_or_else(|e| e.into_inner());
@@ -1033,18 +1071,12 @@ fn verify_signature(
 ) -> Result<(), Outcome> {
     let Some(authorization) = wire.header("authorization") else {
         if params.contains_key("Signature") {
-            // The V1 RPC signature (HMAC-SHA1 over the parameters), which the older
-            // aliyun/alibaba-cloud-sdk-go sends. Not served: the current SDKs sign V3.
-            return Err(api_error(
-                400,
-                "IncompleteSignature",
-                "The double checks only the V3 signature (ACS3-HMAC-SHA256); this request carries a V1 Signature parameter.",
-            ));
+            return verify_v1_signature(s, wire, params);
         }
         return Err(api_error(
             400,
             "MissingAuthorization",
-            "The request is not signed: the Authorization header is missing.",
+            "The request is not signed: no Authorization header (V3) and no Signature parameter (V1).",
         ));
     };
     let Some(rest) = authorization.strip_prefix("ACS3-HMAC-SHA256 ") else {
@@ -1169,40 +1201,175 @@ fn verify_signature(
         ));
     }
     let date = wire.header("x-acs-date").unwrap_or_default();
-    match parse_acs_date(date) {
-        Some(at) => {
-            let now = SystemTime::now();
-            let skew = now.duration_since(at).unwrap_or_else(|e| e.duration());
-            if skew > MAX_SKEW {
-                return Err(api_error(
-                    400,
-                    "InvalidTimeStamp.Expired",
-                    &format!("Specified time stamp or date value is expired: {date}."),
-                ));
-            }
-        }
-        None => {
-            return Err(api_error(
-                400,
-                "InvalidTimeStamp.Format",
-                &format!(
-                    "Specified time stamp or date value {date:?} is not well formatted (yyyy-MM-ddTHH:mm:ssZ)."
-                ),
-            ));
-        }
+    let nonce = wire.header("x-acs-signature-nonce").unwrap_or_default();
+    check_date_and_nonce(s, date, nonce)
+}
+
+/// The V1 RPC signature, which the older `aliyun/alibaba-cloud-sdk-go` (the peer's
+/// SDK) sends, as its `signRpcRequest` and `buildRpcStringToSign` compute it
+/// (sdk/auth/rpc_signature_composer.go): every query and form parameter but
+/// `Signature`, sorted, `encode(name)=encode(value)` joined by `&` (encoding as for
+/// V3); StringToSign = `METHOD&%2F&` + encode(that); Signature =
+/// Base64(HMAC-SHA1(secret + "&", StringToSign)). `SignatureMethod` must be
+/// `HMAC-SHA1`, `SignatureVersion` `1.0`; `Timestamp` and `SignatureNonce` are
+/// checked as V3's date and nonce, `SecurityToken` as V3's token header.
+fn verify_v1_signature(
+    s: &mut State,
+    wire: &http_wire::WireRequest,
+    params: &BTreeMap<String, String>,
+) -> Result<(), Outcome> {
+    let get = |name: &str| params.get(name).map(String::as_str).unwrap_or_default();
+    if get("SignatureMethod") != "HMAC-SHA1" || get("SignatureVersion") != "1.0" {
+        return Err(api_error(
+            400,
+            "IncompleteSignature",
+            "A V1 signature needs SignatureMethod=HMAC-SHA1 and SignatureVersion=1.0.",
+        ));
     }
-    let nonce = wire
-        .header("x-acs-signature-nonce")
-        .unwrap_or_default()
-        .to_string();
-    if !s.nonces.insert(nonce) {
+    let key_id = get("AccessKeyId");
+    let Some((secret, token)) = s.keys.get(key_id).cloned() else {
+        return Err(api_error(
+            404,
+            "InvalidAccessKeyId.NotFound",
+            "Specified access key is not found.",
+        ));
+    };
+    if let Some(token) = token
+        && get("SecurityToken") != token
+    {
+        return Err(api_error(
+            400,
+            "InvalidSecurityToken.MismatchWithAccessKey",
+            "The security token does not belong to the access key, or is missing.",
+        ));
+    }
+    let canonical = params
+        .iter()
+        .filter(|(k, _)| k.as_str() != "Signature")
+        .map(|(k, v)| format!("{}={}", acs_encode(k), acs_encode(v)))
+        .collect::<Vec<_>>()
+        .join("&");
+    let string_to_sign = format!("{}&%2F&{}", wire.method, acs_encode(&canonical));
+    let expected = base64::engine::general_purpose::STANDARD.encode(hmac_sha1(
+        format!("{secret}&").as_bytes(),
+        string_to_sign.as_bytes(),
+    ));
+    if expected != get("Signature") {
+        return Err(api_error(
+            400,
+            "SignatureDoesNotMatch",
+            &format!(
+                "Specified signature does not match our calculation. The double's string to sign was: {string_to_sign}"
+            ),
+        ));
+    }
+    check_date_and_nonce(s, get("Timestamp"), get("SignatureNonce"))
+}
+
+fn check_date_and_nonce(s: &mut State, date: &str, nonce: &str) -> Result<(), Outcome> {
+    let Some(at) = parse_acs_date(date) else {
+        return Err(api_error(
+            400,
+            "InvalidTimeStamp.Format",
+            &format!(
+                "Specified time stamp or date value {date:?} is not well formatted (yyyy-MM-ddTHH:mm:ssZ)."
+            ),
+        ));
+    };
+    let skew = SystemTime::now()
+        .duration_since(at)
+        .unwrap_or_else(|e| e.duration());
+    if skew > MAX_SKEW {
+        return Err(api_error(
+            400,
+            "InvalidTimeStamp.Expired",
+            &format!("Specified time stamp or date value is expired: {date}."),
+        ));
+    }
+    if nonce.is_empty() || !s.nonces.insert(nonce.to_string()) {
         return Err(api_error(
             400,
             "SignatureNonceUsed",
-            "Specified signature nonce was used already.",
+            "Specified signature nonce was used already, or is missing.",
         ));
     }
     Ok(())
+}
+
+/// SHA-1 (FIPS 180-4), for the V1 signature only: the crate's dependencies have
+/// SHA-256 but not SHA-1, and a test double is no reason for a new one.
+fn sha1(data: &[u8]) -> [u8; 20] {
+    let mut h: [u32; 5] = [
+        0x6745_2301,
+        0xEFCD_AB89,
+        0x98BA_DCFE,
+        0x1032_5476,
+        0xC3D2_E1F0,
+    ];
+    let mut message = data.to_vec();
+    message.push(0x80);
+    while message.len() % 64 != 56 {
+        message.push(0);
+    }
+    message.extend_from_slice(&((data.len() as u64) * 8).to_be_bytes());
+    for block in message.chunks(64) {
+        let mut w = [0u32; 80];
+        for (i, word) in block.chunks(4).enumerate() {
+            w[i] = u32::from_be_bytes([word[0], word[1], word[2], word[3]]);
+        }
+        for i in 16..80 {
+            w[i] = (w[i - 3] ^ w[i - 8] ^ w[i - 14] ^ w[i - 16]).rotate_left(1);
+        }
+        let [mut a, mut b, mut c, mut d, mut e] = h;
+        for (i, wi) in w.iter().enumerate() {
+            let (f, k) = match i {
+                0..=19 => ((b & c) | (!b & d), 0x5A82_7999),
+                20..=39 => (b ^ c ^ d, 0x6ED9_EBA1),
+                40..=59 => ((b & c) | (b & d) | (c & d), 0x8F1B_BCDC),
+                _ => (b ^ c ^ d, 0xCA62_C1D6),
+            };
+            let t = a
+                .rotate_left(5)
+                .wrapping_add(f)
+                .wrapping_add(e)
+                .wrapping_add(k)
+                .wrapping_add(*wi);
+            e = d;
+            d = c;
+            c = b.rotate_left(30);
+            b = a;
+            a = t;
+        }
+        for (x, y) in h.iter_mut().zip([a, b, c, d, e]) {
+            *x = x.wrapping_add(y);
+        }
+    }
+    let mut out = [0u8; 20];
+    for (i, x) in h.iter().enumerate() {
+        out[i * 4..i * 4 + 4].copy_from_slice(&x.to_be_bytes());
+    }
+    out
+}
+
+/// HMAC (RFC 2104) over [`sha1`].
+pub fn hmac_sha1(key: &[u8], data: &[u8]) -> [u8; 20] {
+    let mut k = [0u8; 64];
+    if key.len() > 64 {
+        k[..20].copy_from_slice(&sha1(key));
+    } else {
+        k[..key.len()].copy_from_slice(key);
+    }
+    let inner: Vec<u8> = k
+        .iter()
+        .map(|b| b ^ 0x36)
+        .chain(data.iter().copied())
+        .collect();
+    let outer: Vec<u8> = k
+        .iter()
+        .map(|b| b ^ 0x5c)
+        .chain(sha1(&inner).iter().copied())
+        .collect();
+    sha1(&outer)
 }
 
 /// `2006-01-02T15:04:05Z` (darabonba-openapi's `GetTimestamp`).
@@ -2221,11 +2388,26 @@ fn metadata(s: &mut State, wire: &http_wire::WireRequest, path: &str) -> Outcome
     if wire.method != "GET" {
         return Outcome::Text(405, "Method Not Allowed".into());
     }
-    if !wire
-        .header("x-aliyun-ecs-metadata-token")
-        .is_some_and(|t| s.metadata_tokens.contains(t))
-    {
-        return Outcome::Text(401, "Unauthorized: a metadata token is required".into());
+    match wire.header("x-aliyun-ecs-metadata-token") {
+        Some(t) if !s.metadata_tokens.contains(t) => {
+            return Outcome::Text(401, "Unauthorized: the metadata token is not valid".into());
+        }
+        None if s.metadata_token_required => {
+            return Outcome::Text(401, "Unauthorized: a metadata token is required".into());
+        }
+        _ => {}
+    }
+    let instance = s.instances.get(&s.metadata_instance).cloned();
+    let simple = match (path, &instance) {
+        ("/latest/meta-data/region-id", _) => Some(REGION.to_string()),
+        ("/latest/meta-data/instance-id", Some(i)) => Some(i.id.clone()),
+        ("/latest/meta-data/vpc-id", Some(i)) => Some(i.vpc.clone()),
+        ("/latest/meta-data/vswitch-id", Some(i)) => Some(i.vswitch.clone()),
+        ("/latest/meta-data/private-ipv4", Some(i)) => Some(i.private_ip.clone()),
+        _ => None,
+    };
+    if let Some(value) = simple {
+        return Outcome::Text(200, value);
     }
     let base = "/latest/meta-data/ram/security-credentials/";
     match path.strip_prefix(base) {
