@@ -486,12 +486,31 @@ fn rrsa_keys_come_from_sts_with_the_token_read_again_at_each_refresh() {
 }
 
 /// Guards the ECS RAM role: with no key anywhere, the role the metadata service
-/// names gives the keys, fetched with the hardened mode's token.
+/// names gives the keys, fetched with the hardened mode's token; with no region or
+/// VPC in the cloud config, the metadata service's are used.
 #[test]
 fn the_ecs_ram_role_gives_the_keys_through_the_metadata_service() {
     let d = double(1);
-    let p = provider_with(&d, "", |_| None).expect("connects with the RAM role's keys");
+    d.set_metadata_token_required(true);
+    d.set_metadata_instance("i-node1");
+    let text = format!(
+        "Global:\n  vpcEndpoint: {e}\n  ecsEndpoint: {e}\n  metadataEndpoint: {e}\n",
+        e = d.endpoint()
+    );
+    let cidrs = [Cidr::parse("10.244.0.0/16").unwrap()];
+    let (config, _) = Config::from_cloud_config(Some(&text), &cidrs, |_| None).unwrap();
+    let p = AlibabaRoutes::connect(config).expect("connects with the RAM role's keys");
+    assert_eq!(p.tables(), [DEFAULT_TABLE], "the metadata's VPC's table");
     p.list_routes(CLUSTER, &directory(1)).unwrap();
+    let calls = d.calls();
+    assert!(
+        calls.contains_key("metadata:/latest/meta-data/region-id"),
+        "{calls:?}"
+    );
+    assert!(
+        calls.contains_key("metadata:/latest/meta-data/vpc-id"),
+        "{calls:?}"
+    );
     let calls = d.calls();
     assert!(
         calls.contains_key("metadata:/latest/api/token"),

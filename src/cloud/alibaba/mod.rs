@@ -556,8 +556,9 @@ impl AlibabaRoutes {
             params.push((p("NextHop"), instance.clone()));
             if create {
                 params.push((p("NextHopType"), "Instance".to_string()));
+                // An int32 in the SDK's request model, sent as `6`.
                 if !destination.is_ipv4() {
-                    params.push((p("IpVersion"), "IPv6".to_string()));
+                    params.push((p("IpVersion"), "6".to_string()));
                 }
             }
         }
