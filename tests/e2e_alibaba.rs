@@ -159,6 +159,21 @@ fn a_hundred_nodes_joining_then_idle_then_a_cidr_change() {
     assert!(writes <= 2 + 3, "{writes} batch writes: {calls:?}");
     assert_eq!(ali.double.writes(), writes, "{calls:?}");
     assert_eq!(ali.conflicts(), 0, "our own writes met: {calls:?}");
+    // Node to route, for the record (a batch's round trip here: a write and two reads
+    // 200 ms apart); not asserted, as this machine's load sets it.
+    let mut latency = |le: &str| {
+        ctl.metric_sum(
+            "route_controller_node_to_route_seconds_bucket",
+            &[("le", le)],
+        )
+    };
+    let (within_1s, within_2_5s, all) = (latency("1"), latency("2.5"), latency("+Inf"));
+    let sum = ctl.metric_sum("route_controller_node_to_route_seconds_sum", &[]);
+    eprintln!(
+        "node to route: {all} routes, mean {:.2} s, {within_1s} within 1 s, {within_2_5s} \
+         within 2.5 s",
+        sum / all.max(1.0)
+    );
 
     // Idle in watch mode: nothing is asked of the cloud. Observed over a few seconds
     // of real time, the only way to see that nothing happens.
