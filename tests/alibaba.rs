@@ -266,6 +266,48 @@ fn a_cidr_change_is_one_delete_batch_and_one_create_batch() {
     assert_eq!(d.writes(), 0);
 }
 
+/// Guards "never reported done when nothing was deleted": a delete batch refused
+/// whole with a not-found code (of the table, or of an entry in a call of many)
+/// reports none of its entries done, and they stay; only a call of one entry whose
+/// code names the entry makes that entry done.
+#[test]
+fn a_delete_batch_refused_whole_as_not_found_is_never_done() {
+    let d = double(2);
+    d.fill_as_peer(
+        DEFAULT_TABLE,
+        &[("10.244.1.0/24", "i-node1"), ("10.244.2.0/24", "i-node2")],
+    );
+    let p = provider(&d);
+    let routes = p.list_routes(CLUSTER, &directory(2)).unwrap();
+    let deletes: Vec<RouteChange> = routes.iter().map(delete).collect();
+    for (status, code) in [
+        (404, "InvalidRouteTableId.NotFound"),
+        (404, "InvalidAction.NotFound"),
+        (400, "InvalidRouteEntry.NotFound"),
+    ] {
+        d.inject(
+            "DeleteRouteEntries",
+            Fault::error(status, code, "not found"),
+        );
+        match p.apply_changes(CLUSTER, &deletes) {
+            Err(e) => assert_ne!(e.kind, CloudErrorKind::NotFound, "{code}: {e}"),
+            Ok(outcomes) => {
+                for o in &outcomes {
+                    let e = o.as_ref().expect_err(code);
+                    assert_ne!(e.kind, CloudErrorKind::NotFound, "{code}: {e}");
+                }
+            }
+        }
+        assert_eq!(d.available(DEFAULT_TABLE).len(), 2, "{code}");
+    }
+    d.inject(
+        "DeleteRouteEntries",
+        Fault::error(400, "InvalidRouteEntry.NotFound", "not found"),
+    );
+    let one = p.apply_changes(CLUSTER, &deletes[..1]).unwrap();
+    all_ok(&one);
+}
+
 /// Guards item 3: a busy VPC (any of its codes) is a conflict, flow control rate
 /// limits (and is reported for the budget), a full table is `TableFull`, a 5xx or a
 /// lost reply of a write is ambiguous, and a duplicate destination is

@@ -330,7 +330,9 @@ fn classify(what: &str, status: u16, error: ErrorBody, write: bool) -> Failure {
                 (CloudErrorKind::Retry { after: None }, "")
             }
         }
-        None if status == 404 => (CloudErrorKind::NotFound, ""),
+        // A bare 404 (the table, the action, the region) is no entry's "gone":
+        // only the codes of an entry above are.
+        None if status == 404 => (CloudErrorKind::Invalid, ""),
         None => (CloudErrorKind::Invalid, ""),
     };
     let shown = if code.is_empty() {
@@ -400,6 +402,10 @@ mod tests {
             CloudErrorKind::Retry { .. }
         ));
         assert_eq!(fail(403, "Forbidden.RAM", false), CloudErrorKind::Invalid);
+        assert_eq!(
+            fail(404, "InvalidRouteTableId.NotFound", true),
+            CloudErrorKind::Invalid
+        );
         assert_eq!(fail(400, "InvalidParameter", true), CloudErrorKind::Invalid);
     }
 }

@@ -940,13 +940,22 @@ impl Routes for AlibabaRoutes {
                                 }
                             }
                         }
+                        Err(failure) if !create && gone_entry(&failure, chunk) => {
+                            // One entry, and the code names it: that entry is gone.
+                            let (index, destination, instance) = &chunk[0];
+                            self.remember(table, create, *destination, instance);
+                            if outcomes[*index].is_ok() {
+                                outcomes[*index] = Err(failure.error);
+                            }
+                        }
                         Err(failure) if !written => {
                             return Err(refused_whole(failure, chunk, changes.len()));
                         }
                         Err(failure) => {
+                            let error = unknown_after_write(failure.error);
                             for (index, ..) in chunk {
                                 if outcomes[*index].is_ok() {
-                                    outcomes[*index] = Err(failure.error.clone());
+                                    outcomes[*index] = Err(error.clone());
                                 }
                             }
                         }
@@ -968,10 +977,37 @@ impl Routes for AlibabaRoutes {
     }
 }
 
+/// Whether a whole call's failure says its one entry is gone: a not-found code of an
+/// entry (not of the table, nor a bare 404) for a call of one entry. A call of many
+/// that fails whole says nothing of any one of them.
+fn gone_entry(failure: &Failure, chunk: &[(usize, Cidr, String)]) -> bool {
+    chunk.len() == 1 && api::kind_of(&failure.code) == Some(CloudErrorKind::NotFound)
+}
+
+/// A whole call that failed after another of the pass was written: a not-found is
+/// not "done" (nothing of these entries is known), so it is ambiguous and the
+/// controller lists.
+fn unknown_after_write(e: CloudError) -> CloudError {
+    if e.kind == CloudErrorKind::NotFound {
+        CloudError::ambiguous(format!(
+            "{} (the whole call failed; what became of its entries is read at the next list)",
+            e.message
+        ))
+    } else {
+        e
+    }
+}
+
 /// A whole call refused before anything of the batch was written: for an entry the
 /// API holds invalid, the batch refused (naming the entry when its message does).
 fn refused_whole(failure: Failure, chunk: &[(usize, Cidr, String)], _changes: usize) -> CloudError {
-    let e = failure.error;
+    let mut e = failure.error;
+    if e.kind == CloudErrorKind::NotFound {
+        // A whole call not found (the table, the action, a bare 404) is no entry's
+        // "done": nothing was written, and the configuration is at fault.
+        e.kind = CloudErrorKind::Invalid;
+        return e;
+    }
     if e.kind != CloudErrorKind::Invalid
         || failure.code.starts_with("Forbidden")
         || failure.code.starts_with("InvalidAccessKey")
