@@ -308,6 +308,38 @@ fn a_delete_batch_refused_whole_as_not_found_is_never_done() {
     all_ok(&one);
 }
 
+/// Guards "delete only what is dead": a destination whose entry is dead in one
+/// table and leads to a live instance that is no node in another loses the dead
+/// entry alone.
+#[test]
+fn a_dead_entry_is_deleted_from_its_table_alone() {
+    let d = double(1);
+    d.add_custom_table(DEFAULT_VPC, "vtb-custom");
+    d.add_instance(Instance::new("i-appliance", DEFAULT_VPC, "192.168.0.200"));
+    d.fill_as_peer(DEFAULT_TABLE, &[("10.244.9.0/24", "i-gone")]);
+    d.fill_as_peer("vtb-custom", &[("10.244.9.0/24", "i-appliance")]);
+    let p = provider_with(
+        &d,
+        &format!("  routeTableIDs: \"{DEFAULT_TABLE}, vtb-custom\"\n"),
+        access_key_env,
+    )
+    .expect("connects");
+    assert_eq!(
+        listed(&p, &directory(1)),
+        [("10.244.9.0/24".to_string(), String::new())]
+    );
+    let dead = Route {
+        destination_cidr: "10.244.9.0/24".into(),
+        ..Route::default()
+    };
+    all_ok(&p.apply_changes(CLUSTER, &[delete(&dead)]).unwrap());
+    assert!(d.available(DEFAULT_TABLE).is_empty());
+    assert_eq!(
+        d.available("vtb-custom"),
+        [("10.244.9.0/24".to_string(), "i-appliance".to_string())]
+    );
+}
+
 /// Guards item 3: a busy VPC (any of its codes) is a conflict, flow control rate
 /// limits (and is reported for the budget), a full table is `TableFull`, a 5xx or a
 /// lost reply of a write is ambiguous, and a duplicate destination is

@@ -424,14 +424,7 @@ impl AlibabaRoutes {
                 ],
                 false,
             )?;
-            let mut found: HashMap<String, Option<String>> =
-                chunk.iter().map(|i| (i.clone(), None)).collect();
-            for i in array(&reply, "Instances", "Instance") {
-                if let Some(id) = text(&i, "InstanceId") {
-                    let vpc = i.get("VpcAttributes").and_then(|v| text(v, "VpcId"));
-                    found.insert(id, Some(vpc.unwrap_or_default()));
-                }
-            }
+            let found = instances_of(chunk, &reply)?;
             lock(&self.state).instances.extend(found);
         }
         Ok(())
@@ -789,6 +782,16 @@ impl Routes for AlibabaRoutes {
                 .values()
                 .find_map(|e| by_instance.get(e.instance.as_str()).copied());
             let dead = tables.values().any(|e| gone(&e.instance));
+            // A dead entry's delete touches the tables where it is dead alone: another
+            // table's entry to a live instance on the destination is not ours.
+            let tables = if node.is_none() && dead {
+                tables
+                    .into_iter()
+                    .filter(|(_, e)| gone(&e.instance))
+                    .collect()
+            } else {
+                tables
+            };
             let everywhere = tables.len() == self.tables.len()
                 && tables
                     .values()
@@ -1027,6 +1030,47 @@ fn refused_whole(failure: Failure, chunk: &[(usize, Cidr, String)], _changes: us
     CloudError::batch_refused(ENTRY_REFUSED, at_fault, e.message)
 }
 
+/// What a `DescribeInstances` reply for `asked` says of each: its VPC, or `None`
+/// when it is gone. Gone is concluded from silence only in a well-formed reply (the
+/// instance list present, every instance one asked for, `TotalCount` agreeing):
+/// anything else is a retry, since a gone instance's entries are deleted.
+fn instances_of(
+    asked: &[String],
+    reply: &Value,
+) -> Result<HashMap<String, Option<String>>, CloudError> {
+    let odd = |why: &str| {
+        CloudError::new(
+            CloudErrorKind::Retry { after: None },
+            format!(
+                "alibaba: DescribeInstances: {why}; no instance is taken for gone from this reply"
+            ),
+        )
+    };
+    let listed = reply
+        .get("Instances")
+        .and_then(|o| o.get("Instance"))
+        .and_then(Value::as_array)
+        .ok_or_else(|| odd("the reply has no Instances.Instance list"))?;
+    if reply.get("TotalCount").is_none() || count(reply, "TotalCount") != listed.len() {
+        return Err(odd(&format!(
+            "TotalCount {:?} disagrees with the {} instances listed",
+            reply.get("TotalCount"),
+            listed.len()
+        )));
+    }
+    let mut found: HashMap<String, Option<String>> =
+        asked.iter().map(|i| (i.clone(), None)).collect();
+    for i in listed {
+        let id = text(i, "InstanceId").ok_or_else(|| odd("an instance without InstanceId"))?;
+        if !found.contains_key(&id) {
+            return Err(odd(&format!("instance {id} was not asked for")));
+        }
+        let vpc = i.get("VpcAttributes").and_then(|v| text(v, "VpcId"));
+        found.insert(id, Some(vpc.unwrap_or_default()));
+    }
+    Ok(found)
+}
+
 /// The ECS instance of a providerID as the peer writes it: `<region>.<instance>`,
 /// with or without `alicloud://`.
 pub fn instance_id(provider_id: &str) -> Option<&str> {
@@ -1098,6 +1142,29 @@ mod tests {
         assert_eq!(instance_id(".i-abc"), None);
         // Another provider's ID with a dot in it is no instance of ours.
         assert_eq!(instance_id("azure://rg.vm-1"), None);
+    }
+
+    /// Guards "an undecodable reply never deletes": gone is concluded only from a
+    /// well-formed reply.
+    #[test]
+    fn instances_are_gone_only_by_a_well_formed_reply() {
+        let asked = vec!["i-a".to_string(), "i-b".to_string()];
+        let vpc =
+            |id: &str| serde_json::json!({"InstanceId": id, "VpcAttributes": {"VpcId": "vpc-1"}});
+        let good = serde_json::json!({"TotalCount": 1, "Instances": {"Instance": [vpc("i-a")]}});
+        let found = instances_of(&asked, &good).unwrap();
+        assert_eq!(found["i-a"].as_deref(), Some("vpc-1"));
+        assert_eq!(found["i-b"], None);
+        for odd in [
+            serde_json::json!({}),
+            serde_json::json!({"TotalCount": 0, "Instances": {}}),
+            serde_json::json!({"Instances": {"Instance": [vpc("i-a")]}}),
+            serde_json::json!({"TotalCount": 5, "Instances": {"Instance": [vpc("i-a")]}}),
+            serde_json::json!({"TotalCount": 1, "Instances": {"Instance": [vpc("i-z")]}}),
+        ] {
+            let e = instances_of(&asked, &odd).expect_err(&odd.to_string());
+            assert!(matches!(e.kind, CloudErrorKind::Retry { .. }), "{e}");
+        }
     }
 
     #[test]
