@@ -17,7 +17,8 @@ use alibaba_double::{
     StatusWords,
 };
 use route_controller::cloud::alibaba::{
-    AlibabaRoutes, Config, INSTANCE_NOT_IN_VPC, NO_IPV6, OVERLAPS_VSWITCH, RESERVED_DESTINATION,
+    AlibabaRoutes, Config, DESTINATION_HELD, INSTANCE_NOT_IN_VPC, NO_IPV6, OVERLAPS_VSWITCH,
+    RESERVED_DESTINATION,
 };
 use route_controller::{
     Budget, BudgetOp, Cidr, CloudError, CloudErrorKind, Meter, NodeDirectory, Route, RouteChange,
@@ -337,6 +338,37 @@ fn a_dead_entry_is_deleted_from_its_table_alone() {
     assert_eq!(
         d.available("vtb-custom"),
         [("10.244.9.0/24".to_string(), "i-appliance".to_string())]
+    );
+}
+
+/// Guards a leaked entry: the node's pod CIDR held by a live instance that is no
+/// node (a node deleted while its instance lives on) refuses the node's create with
+/// a reason naming that instance, before any write, and the entry stays.
+#[test]
+fn a_pod_cidr_held_by_a_live_stranger_refuses_the_create_naming_it() {
+    let d = double(1);
+    d.add_instance(Instance::new("i-was-a-node", DEFAULT_VPC, "192.168.0.201"));
+    d.fill_as_peer(DEFAULT_TABLE, &[("10.244.1.0/24", "i-was-a-node")]);
+    let p = provider(&d);
+    assert!(listed(&p, &directory(1)).is_empty());
+    d.reset_calls();
+    let outcomes = p.apply_changes(CLUSTER, &[create(1)]).unwrap();
+    let e = outcomes[0].as_ref().expect_err("refused");
+    assert!(
+        matches!(
+            e.kind,
+            CloudErrorKind::Refused {
+                reason: DESTINATION_HELD,
+                ..
+            }
+        ),
+        "{e}"
+    );
+    assert!(e.message.contains("i-was-a-node"), "{e}");
+    assert_eq!(d.writes(), 0);
+    assert_eq!(
+        d.available(DEFAULT_TABLE),
+        [("10.244.1.0/24".to_string(), "i-was-a-node".to_string())]
     );
 }
 

@@ -10,7 +10,8 @@
 //!   it), or an instance that no longer exists (a dead entry, listed without a node
 //!   for the controller to delete once its view of the nodes is whole). An entry to
 //!   an instance that exists but is no node (an appliance, another cluster's router)
-//!   is never touched; it still counts against the table's quota.
+//!   is never touched; it still counts against the table's quota, and a node's create
+//!   on its destination is refused naming that instance ([`DESTINATION_HELD`]).
 //! - **Tables**: `Global.routeTableIDs` (several, comma-separated, as the peer takes
 //!   them), else the VPC's one route table. A route is listed when every table holds
 //!   it; a create writes the tables that lack it, a delete every table that holds it.
@@ -72,6 +73,10 @@ pub const RESERVED_DESTINATION: &str = "DestinationInReservedRange";
 pub const OVERLAPS_VSWITCH: &str = "DestinationOverlapsVSwitch";
 /// `NetworkUnavailable` reason: an IPv6 pod CIDR in a VPC without IPv6.
 pub const NO_IPV6: &str = "VPCWithoutIPv6";
+/// `NetworkUnavailable` reason: the table holds the node's pod CIDR already, leading
+/// to a live instance that is no node (left by a node deleted while its instance
+/// lives on); never deleted by us, so named for the operator to delete.
+pub const DESTINATION_HELD: &str = "DestinationHeldByOtherInstance";
 /// `NetworkUnavailable` reason of a node whose entry the API refused in a batch for
 /// a reason of its own (`FailedRouteEntries[].FailedCode`).
 pub const ENTRY_REFUSED: &str = "RouteEntryRefused";
@@ -112,6 +117,9 @@ struct State {
     network_read: Option<Instant>,
     /// What `DescribeInstances` said of each instance: its VPC, `None` when gone.
     instances: HashMap<String, Option<String>>,
+    /// Entries inside the cluster CIDRs to a live instance that no node claims, by
+    /// destination: (table, instance). Never ours; a create on one is refused.
+    foreign: HashMap<Cidr, (String, String)>,
 }
 
 /// The Alibaba Cloud implementation of [`Routes`]. Safe to share between threads.
@@ -502,6 +510,21 @@ impl AlibabaRoutes {
                 ),
             ));
         }
+        if let Some((table, other)) = state.foreign.get(&destination)
+            && other != &instance
+        {
+            return Err(CloudError::refused(
+                DESTINATION_HELD,
+                false,
+                format!(
+                    "alibaba: node {node}: route table {table} holds its pod CIDR {destination} \
+                     already, leading to instance {other}, which is no node of the cluster (a \
+                     node deleted while its instance lives on?): delete that entry if it is \
+                     stale (the controller never deletes an entry to a live instance it does \
+                     not know)"
+                ),
+            ));
+        }
         match state.instances.get(&instance) {
             Some(Some(vpc)) if vpc != &self.vpc_id => {
                 Err(self.not_in_vpc(node, &instance, Some(vpc)))
@@ -777,6 +800,7 @@ impl Routes for AlibabaRoutes {
         let state_instances = lock(&self.state).instances.clone();
         let gone = |i: &str| matches!(state_instances.get(i), Some(None));
         let mut kept = HashMap::new();
+        let mut foreign = HashMap::new();
         for (destination, tables) in entries {
             let node = tables
                 .values()
@@ -803,7 +827,12 @@ impl Routes for AlibabaRoutes {
                 (Some(_), _) => None,
                 (None, true) => Some(String::new()),
                 // Another instance's entry inside the cluster CIDR: never ours.
-                (None, false) => continue,
+                (None, false) => {
+                    if let Some((table, e)) = tables.iter().next() {
+                        foreign.insert(destination, (table.clone(), e.instance.clone()));
+                    }
+                    continue;
+                }
             };
             if let Some(target_node) = target {
                 each(Route {
@@ -815,7 +844,9 @@ impl Routes for AlibabaRoutes {
             }
             kept.insert(destination, tables);
         }
-        lock(&self.state).entries = kept;
+        let mut state = lock(&self.state);
+        state.entries = kept;
+        state.foreign = foreign;
         Ok(())
     }
 
