@@ -5,7 +5,8 @@
 //! `Code` kept for the provider's own decisions ([`Failure`]).
 //!
 //! Codes (VPC API reference, "Error codes" of each action): `TaskConflict`,
-//! `IncorrectRouteEntryStatus` and `IncorrectStatus.*` say the VPC is busy with
+//! `IncorrectRouteEntryStatus`, `IncorrectStatus.*`, `SystemBusy` and
+//! `OperationFailed.ConcurrentOperation` say the VPC is busy with
 //! another change (it takes one batch at a time): a conflict, retried soon.
 //! `Throttling.*` is the account's flow control: rate limited. `QuotaExceeded.*` is
 //! a full route table. A call that got no reply, or a 5xx, may have been applied if
@@ -251,7 +252,11 @@ impl Api {
 pub(super) fn is_busy(code: &str) -> bool {
     matches!(
         code,
-        "TaskConflict" | "IncorrectRouteEntryStatus" | "OperationConflict"
+        "TaskConflict"
+            | "IncorrectRouteEntryStatus"
+            | "OperationConflict"
+            | "SystemBusy"
+            | "OperationFailed.ConcurrentOperation"
     ) || code.starts_with("IncorrectStatus")
         || code.starts_with("IncorrectVpcStatus")
         || code.starts_with("OperationFailed.LastTokenProcessing")
@@ -312,11 +317,17 @@ fn classify(what: &str, status: u16, error: ErrorBody, write: bool) -> Failure {
                  check-config's identity line)",
             )
         }
-        None if code.starts_with("Forbidden") || code.starts_with("NoPermission") => (
-            CloudErrorKind::Invalid,
-            "; the identity lacks a permission: the README's Alibaba Cloud section lists \
+        // `Forbbiden` as the API spells it in places.
+        None if code.starts_with("Forbidden")
+            || code.starts_with("Forbbiden")
+            || code.starts_with("NoPermission") =>
+        {
+            (
+                CloudErrorKind::Invalid,
+                "; the identity lacks a permission: the README's Alibaba Cloud section lists \
              the RAM policy",
-        ),
+            )
+        }
         None if status == 429 => (
             CloudErrorKind::RateLimited {
                 after: THROTTLE_PAUSE,
@@ -372,7 +383,13 @@ mod tests {
             .error
             .kind
         };
-        assert_eq!(fail(400, "TaskConflict", true), CloudErrorKind::Conflict);
+        for busy in [
+            "TaskConflict",
+            "SystemBusy",
+            "OperationFailed.ConcurrentOperation",
+        ] {
+            assert_eq!(fail(400, busy, true), CloudErrorKind::Conflict, "{busy}");
+        }
         assert_eq!(
             fail(400, "IncorrectRouteEntryStatus", true),
             CloudErrorKind::Conflict

@@ -1042,11 +1042,9 @@ fn refused_whole(failure: Failure, chunk: &[(usize, Cidr, String)], _changes: us
         e.kind = CloudErrorKind::Invalid;
         return e;
     }
-    if e.kind != CloudErrorKind::Invalid
-        || failure.code.starts_with("Forbidden")
-        || failure.code.starts_with("InvalidAccessKey")
-        || failure.code.starts_with("Signature")
-    {
+    if e.kind != CloudErrorKind::Invalid || !about_one_entry(&failure.code) {
+        // Permissions, keys, signatures, parameters of the call, unknown codes: no
+        // node is at fault, and splitting the batch would only repeat the refusal.
         return e;
     }
     let named: Vec<usize> = chunk
@@ -1100,6 +1098,22 @@ fn instances_of(
         found.insert(id, Some(vpc.unwrap_or_default()));
     }
     Ok(found)
+}
+
+/// Whether a code refusing a whole call is about one entry's destination or next
+/// hop (e.g. `OperationUnsupported.DestinationCidrBlockOverlapWithVSwitch`,
+/// `InvalidNextHop.NotFound`), so that splitting the batch finds the node at fault.
+fn about_one_entry(code: &str) -> bool {
+    let code = code.to_ascii_lowercase();
+    [
+        "cidrblock",
+        "cidr_block",
+        "destination",
+        "nexthop",
+        "next_hop",
+    ]
+    .iter()
+    .any(|k| code.contains(k))
 }
 
 /// The ECS instance of a providerID as the peer writes it: `<region>.<instance>`,
@@ -1195,6 +1209,43 @@ mod tests {
         ] {
             let e = instances_of(&asked, &odd).expect_err(&odd.to_string());
             assert!(matches!(e.kind, CloudErrorKind::Retry { .. }), "{e}");
+        }
+    }
+
+    /// Guards "whole-call errors are blamed on no node": only a code about one
+    /// entry's destination or next hop makes the batch refused (and split).
+    #[test]
+    fn only_codes_about_one_entry_refuse_the_batch() {
+        let chunk = [(0, Cidr::parse("10.244.1.0/24").unwrap(), "i-1".to_string())];
+        let refused = |code: &str| {
+            let failure = Failure {
+                code: code.into(),
+                error: CloudError::invalid(format!("alibaba: X: HTTP 400 {code}")),
+            };
+            matches!(
+                refused_whole(failure, &chunk, 1).kind,
+                CloudErrorKind::BatchRefused { .. }
+            )
+        };
+        for code in [
+            "OperationUnsupported.DestinationCidrBlockOverlapWithVSwitch",
+            "InvalidDestinationCidrBlock.Malformed",
+            "InvalidNextHop.NotFound",
+            "VPC_ROUTE_ENTRY_CIDR_BLOCK_RESERVED",
+        ] {
+            assert!(refused(code), "{code}");
+        }
+        for code in [
+            "NoPermission.RouteEntry",
+            "Forbbiden",
+            "Forbidden.RAM",
+            "IncompleteSignature",
+            "InvalidSecurityToken.Expired",
+            "InvalidParameter.RouteEntries",
+            "MissingRegionId",
+            "SomethingNew",
+        ] {
+            assert!(!refused(code), "{code}");
         }
     }
 
