@@ -594,6 +594,39 @@ fn rrsa_keys_come_from_sts_with_the_token_read_again_at_each_refresh() {
 /// Guards the ECS RAM role: with no key anywhere, the role the metadata service
 /// names gives the keys, fetched with the hardened mode's token; with no region or
 /// VPC in the cloud config, the metadata service's are used.
+/// Guards the lease fence before the keys: a replica that lost its lease asks
+/// neither STS nor anything else (keys of no lifetime would be fetched at each
+/// request), and an oversized token file is refused, not read whole.
+#[test]
+fn no_keys_are_fetched_behind_a_closed_fence_nor_from_an_oversized_token() {
+    let d = double(1);
+    let dir = tempdir::TempDir::new("rrsa-fence");
+    let token = dir.write("token", "oidc-token-1\n");
+    let role = "acs:ram::1234567890123456:role/route-controller";
+    let oidc = "acs:ram::1234567890123456:oidc-provider/ack-rrsa-double";
+    d.set_oidc(oidc, role, "oidc-token-1");
+    d.set_credential_lifetime(std::time::Duration::ZERO);
+    let token_path = token.display().to_string();
+    let env = move |name: &str| match name {
+        "ALIBABA_CLOUD_ROLE_ARN" => Some(role.to_string()),
+        "ALIBABA_CLOUD_OIDC_PROVIDER_ARN" => Some(oidc.to_string()),
+        "ALIBABA_CLOUD_OIDC_TOKEN_FILE" => Some(token_path.clone()),
+        _ => None,
+    };
+    let fence = route_controller::Fence::new();
+    let p = provider_with(&d, "", env)
+        .expect("connects with RRSA keys")
+        .with_fence(fence.clone());
+    d.reset_calls();
+    assert!(p.list_routes(CLUSTER, &directory(1)).is_err());
+    assert!(d.calls().is_empty(), "{:?}", d.calls());
+    fence.open_for_good();
+    std::fs::write(&token, "x".repeat(1 << 20)).unwrap();
+    let e = p.list_routes(CLUSTER, &directory(1)).unwrap_err();
+    assert!(e.message.contains("larger than"), "{e}");
+    assert_eq!(d.calls_of("AssumeRoleWithOIDC"), 0, "{:?}", d.calls());
+}
+
 #[test]
 fn the_ecs_ram_role_gives_the_keys_through_the_metadata_service() {
     let d = double(1);

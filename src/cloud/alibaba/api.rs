@@ -135,13 +135,14 @@ impl Api {
         let what = format!("alibaba: {action}");
         let mut renewed = false;
         loop {
-            let keys = self.identity.keys().map_err(|error| Failure {
-                code: String::new(),
-                error,
-            })?;
+            // The fence first: a replica that lost its lease fetches no keys either.
             self.fence.check().map_err(|e| Failure {
                 code: String::new(),
                 error: CloudError::new(e.kind, format!("{what}: {}", e.message)),
+            })?;
+            let keys = self.identity.keys().map_err(|error| Failure {
+                code: String::new(),
+                error,
             })?;
             let host = service
                 .url

@@ -22,6 +22,8 @@ pub const REFRESH_BEFORE: Duration = Duration::from_secs(5 * 60);
 const STS_VERSION: &str = "2015-04-01";
 /// What RRSA asks STS for: an hour, the role's default maximum.
 const RRSA_SECONDS: u64 = 3600;
+/// The largest service account token read (a JWT is a few kB).
+const TOKEN_LIMIT: u64 = 64 << 10;
 /// The metadata service's hardened mode (IMDSv2-like): a token for this long.
 const METADATA_TOKEN_SECONDS: &str = "21600";
 
@@ -322,14 +324,14 @@ fn temporary(keys: TemporaryKeys, now: SystemTime) -> Result<Cached, CloudError>
 
 /// The service account's token, read at every refresh: the kubelet rotates it.
 fn read_token(path: &Path) -> Result<Secret, CloudError> {
-    let text = std::fs::read_to_string(path).map_err(|e| {
+    let text = crate::cloud::aws::credentials::read_bounded(path, TOKEN_LIMIT, "RRSA token file")
+        .map_err(|e| {
         CloudError::invalid(format!(
-            "alibaba: RRSA token file {}: {e}; mount the service account token there (ACK's \
-             pod identity webhook does)",
-            path.display()
+            "alibaba: {e}; mount the service account token there (ACK's pod identity \
+                 webhook does)"
         ))
     })?;
-    Ok(Secret::new(text.trim()))
+    Ok(Secret::new(text))
 }
 
 fn retry(message: String) -> CloudError {

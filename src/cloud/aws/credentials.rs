@@ -611,7 +611,7 @@ impl Refreshing {
 }
 
 /// Reads a small file named by a setting (a token), at most `limit` bytes, trimmed.
-pub(super) fn read_bounded(
+pub(crate) fn read_bounded(
     path: &std::path::Path,
     limit: u64,
     what: &str,
