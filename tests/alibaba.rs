@@ -594,6 +594,36 @@ fn rrsa_keys_come_from_sts_with_the_token_read_again_at_each_refresh() {
 /// Guards the ECS RAM role: with no key anywhere, the role the metadata service
 /// names gives the keys, fetched with the hardened mode's token; with no region or
 /// VPC in the cloud config, the metadata service's are used.
+/// Guards "a failed lookup is not cached": a node whose instance DescribeInstances
+/// does not show yet is refused, and its create's next try, with no list between,
+/// looks the instance up again and writes the entry.
+#[test]
+fn an_instance_not_found_yet_is_looked_up_again_at_the_next_try() {
+    let d = double(1);
+    let p = provider(&d);
+    p.list_routes(CLUSTER, &directory(2)).unwrap();
+    let outcomes = p.apply_changes(CLUSTER, &[create(2)]).unwrap();
+    let e = outcomes[0].as_ref().expect_err("no instance yet");
+    assert!(
+        matches!(
+            e.kind,
+            CloudErrorKind::Refused {
+                reason: INSTANCE_NOT_IN_VPC,
+                ..
+            }
+        ),
+        "{e}"
+    );
+    d.add_instance(Instance::new("i-node2", DEFAULT_VPC, "192.168.0.12"));
+    let RouteChange::Create { route, target, .. } = create(2) else {
+        unreachable!()
+    };
+    p.preflight(&route, &target)
+        .expect("the pre-flight leaves the lookup to the create");
+    all_ok(&p.apply_changes(CLUSTER, &[create(2)]).unwrap());
+    assert_eq!(d.available(DEFAULT_TABLE).len(), 1);
+}
+
 /// Guards the lease fence before the keys: a replica that lost its lease asks
 /// neither STS nor anything else (keys of no lifetime would be fetched at each
 /// request), and an oversized token file is refused, not read whole.

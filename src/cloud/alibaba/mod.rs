@@ -739,6 +739,13 @@ impl Routes for AlibabaRoutes {
     }
 
     fn preflight(&self, route: &Route, target: &RouteTarget) -> Result<(), CloudError> {
+        if let Some(instance) = target.provider_id.as_deref().and_then(instance_id) {
+            // Not found before is not refused here: the create looks it up again.
+            let mut state = lock(&self.state);
+            if matches!(state.instances.get(instance), Some(None)) {
+                state.instances.remove(instance);
+            }
+        }
         self.check_create(route, target).map(|_| ())
     }
 
@@ -892,6 +899,16 @@ impl Routes for AlibabaRoutes {
                 RouteChange::Delete { .. } => None,
             })
             .collect();
+        {
+            // An instance not found is looked up again at each try: a new node's
+            // instance may not be listed yet, and a list may be 12-24 h away.
+            let mut state = lock(&self.state);
+            for i in &instances {
+                if matches!(state.instances.get(i), Some(None)) {
+                    state.instances.remove(i);
+                }
+            }
+        }
         self.learn_instances(&instances)?;
         // (table, index, destination, instance) of every write.
         let mut creates: Vec<(String, usize, Cidr, String)> = Vec::new();
