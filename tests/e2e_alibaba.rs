@@ -214,6 +214,18 @@ fn a_rolling_upgrade_from_the_peers_table_writes_nothing_and_a_second_writer_is_
     let peer: Vec<(String, String)> = (0..3).map(|i| (cidr(i), format!("i-node{i}"))).collect();
     let peer: Vec<(&str, &str)> = peer.iter().map(|(c, n)| (c.as_str(), n.as_str())).collect();
     ali.double.fill_as_peer(DEFAULT_TABLE, &peer);
+    // A second writer's entry inside the cluster CIDR, to a live instance that is no
+    // node: both replicas list it, and only the ownership rule keeps it.
+    ali.double
+        .add_instance(Instance::new("i-vpn", DEFAULT_VPC, "192.168.0.250"));
+    ali.double.put_entry(
+        DEFAULT_TABLE,
+        "10.244.250.0/24",
+        "Instance",
+        "i-vpn",
+        "vpn",
+        "",
+    );
     let lease = [
         "--leader-elect-lease-duration=4s",
         "--leader-elect-renew-deadline=3s",
@@ -244,16 +256,9 @@ fn a_rolling_upgrade_from_the_peers_table_writes_nothing_and_a_second_writer_is_
     );
     assert_eq!(ali.double.writes(), 0, "{:?}", ali.double.calls());
 
-    // A second writer adds its own entry after our list, its batch still in flight
-    // when ours comes: ours is refused once (TaskConflict) and retried.
-    ali.double.put_entry(
-        DEFAULT_TABLE,
-        "172.16.9.0/24",
-        "Instance",
-        "i-node0",
-        "vpn",
-        "",
-    );
+    // A second writer's batch in flight when ours comes: ours is refused once
+    // (TaskConflict, injected: the double has no second writer's pending batch yet)
+    // and retried.
     ali.double.inject(
         "CreateRouteEntries",
         Fault::error(
@@ -266,8 +271,11 @@ fn a_rolling_upgrade_from_the_peers_table_writes_nothing_and_a_second_writer_is_
     ali.wait(&mut b, &names(3..4));
     assert!(ali.routed(3, &cidr(3)));
     assert!(
-        ali.routed(0, "172.16.9.0/24"),
-        "the other writer's entry stays"
+        ali.double
+            .available(DEFAULT_TABLE)
+            .contains(&("10.244.250.0/24".to_string(), "i-vpn".to_string())),
+        "the other writer's entry stays: {:?}",
+        ali.double.available(DEFAULT_TABLE)
     );
     assert_eq!(ali.conflicts(), 1, "{:?}", ali.double.calls());
     assert_eq!(ali.double.calls_of("CreateRouteEntries"), 2);
