@@ -202,6 +202,10 @@ fn entries_filled_as_the_peer_fills_them_are_adopted_with_zero_writes() {
         ]
     );
     assert_eq!(d.writes(), 0);
+    // The dead entry is a blackhole, the nodes' are not.
+    for r in p.list_routes(CLUSTER, &directory(3)).unwrap() {
+        assert_eq!(r.blackhole, r.target_node.is_empty(), "{r:?}");
+    }
     // The dead entry goes in one delete batch; the appliance's stays.
     let dead = Route {
         destination_cidr: "10.244.9.0/24".into(),

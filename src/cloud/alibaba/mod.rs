@@ -844,6 +844,9 @@ impl Routes for AlibabaRoutes {
             if let Some(target_node) = target {
                 each(Route {
                     name: String::new(),
+                    // A dead entry leads nowhere (as aws's and hcloud's): the plan's
+                    // reason for its delete is Blackhole.
+                    blackhole: node.is_none(),
                     target_node,
                     destination_cidr: destination.to_string(),
                     ..Route::default()
