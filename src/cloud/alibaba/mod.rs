@@ -581,11 +581,13 @@ impl AlibabaRoutes {
         let reply = self.call(&self.vpc, action, params, true)?;
         let mut outcomes: HashMap<usize, Result<(), CloudError>> = HashMap::new();
         for failed in array_or_list(&reply, "FailedRouteEntries", "FailedRouteEntry") {
-            let cidr = text(&failed, "DstCidrBlock").and_then(|c| Cidr::parse(&c).ok());
             let code = text(&failed, "FailedCode").unwrap_or_default();
             let message = text(&failed, "FailedMessage").unwrap_or_default();
-            let Some(&(index, destination, _)) = entries.iter().find(|(_, d, _)| Some(*d) == cidr)
-            else {
+            let Some(&(index, destination, _)) = failed_entry(entries, &failed) else {
+                log::warn!(
+                    "alibaba: {action} in {table}: a failure matching no entry sent ({code}: \
+                     {message}); its entry is read at the next poll"
+                );
                 continue;
             };
             let kind = api::kind_of(&code).unwrap_or(CloudErrorKind::BatchRefused {
@@ -1120,6 +1122,24 @@ fn instances_of(
     Ok(found)
 }
 
+/// The entry a `FailedRouteEntries` item is about: by its destination, else (one
+/// missing or unreadable) by its next hop when one entry alone has it, as the peer
+/// matches them.
+fn failed_entry<'a>(
+    entries: &'a [(usize, Cidr, String)],
+    failed: &Value,
+) -> Option<&'a (usize, Cidr, String)> {
+    if let Some(cidr) = text(failed, "DstCidrBlock").and_then(|c| Cidr::parse(&c).ok()) {
+        return entries.iter().find(|(_, d, _)| *d == cidr);
+    }
+    let hop = text(failed, "NextHop")?;
+    let mut to_hop = entries.iter().filter(|(_, _, i)| *i == hop);
+    match (to_hop.next(), to_hop.next()) {
+        (Some(one), None) => Some(one),
+        _ => None,
+    }
+}
+
 /// Whether a code refusing a whole call is about one entry's destination or next
 /// hop (e.g. `OperationUnsupported.DestinationCidrBlockOverlapWithVSwitch`,
 /// `InvalidNextHop.NotFound`), so that splitting the batch finds the node at fault.
@@ -1267,6 +1287,34 @@ mod tests {
         ] {
             assert!(!refused(code), "{code}");
         }
+    }
+
+    /// Guards the mapping of per-entry failures: by destination, else by next hop
+    /// when it names one entry alone, else none (never a guess).
+    #[test]
+    fn a_failed_entry_is_matched_by_destination_else_by_its_next_hop() {
+        let c = |s: &str| Cidr::parse(s).unwrap();
+        let entries = [
+            (0, c("10.244.1.0/24"), "i-1".to_string()),
+            (1, c("10.244.2.0/24"), "i-2".to_string()),
+            (2, c("10.244.3.0/24"), "i-2".to_string()),
+        ];
+        let index = |failed: Value| failed_entry(&entries, &failed).map(|e| e.0);
+        use serde_json::json as j;
+        assert_eq!(
+            index(j!({"DstCidrBlock": "10.244.2.0/24", "NextHop": "i-1"})),
+            Some(1)
+        );
+        assert_eq!(index(j!({"NextHop": "i-1"})), Some(0));
+        assert_eq!(
+            index(j!({"DstCidrBlock": "garbage", "NextHop": "i-1"})),
+            Some(0)
+        );
+        assert_eq!(index(j!({"NextHop": "i-2"})), None);
+        assert_eq!(
+            index(j!({"DstCidrBlock": "10.244.9.0/24", "NextHop": "i-1"})),
+            None
+        );
     }
 
     #[test]
