@@ -88,17 +88,21 @@ impl OwnProvider {
             OwnProvider::Azure => provider_id.starts_with("azure://"),
             OwnProvider::Gce => provider_id.starts_with("gce://"),
             OwnProvider::OpenStack => provider_id.starts_with("openstack://"),
-            OwnProvider::Alibaba => {
-                let id = provider_id
-                    .strip_prefix("alicloud://")
-                    .unwrap_or(provider_id);
-                !id.contains("://")
-                    && id
-                        .split_once('.')
-                        .is_some_and(|(r, i)| !r.is_empty() && !i.is_empty())
-            }
+            OwnProvider::Alibaba => alibaba_instance(provider_id).is_some(),
         }
     }
+}
+
+/// The ECS instance of a providerID as cloud-provider-alibaba-cloud writes it:
+/// `<region>.<instance>`, with or without `alicloud://`. The one parser of both the
+/// node filter and the provider, so that a node the filter routes names an instance.
+pub fn alibaba_instance(provider_id: &str) -> Option<&str> {
+    let id = provider_id
+        .strip_prefix("alicloud://")
+        .unwrap_or(provider_id);
+    let (region, instance) = id.split_once('.')?;
+    let plain = |s: &str| !s.is_empty() && !s.contains('/') && !s.contains(':');
+    (plain(region) && plain(instance)).then_some(instance)
 }
 
 /// The filter. The default routes every node.
@@ -230,6 +234,9 @@ mod tests {
         assert!(!alibaba.owns("kind://docker/kind/node"));
         assert!(!alibaba.owns("azure://rg.vm-1"));
         assert!(!alibaba.owns("i-bp16uimj7fl6ze8q5rf3"));
+        // What the provider cannot use, the filter does not route.
+        assert!(!alibaba.owns("cn.a/b"));
+        assert!(!alibaba.owns("alicloud://cn:x.i-1"));
         assert_eq!(OwnProvider::of("fake"), None);
         let off = NodeFilter::everything();
         assert!(off.is_everything());

@@ -1156,16 +1156,8 @@ fn about_one_entry(code: &str) -> bool {
     .any(|k| code.contains(k))
 }
 
-/// The ECS instance of a providerID as the peer writes it: `<region>.<instance>`,
-/// with or without `alicloud://`.
-pub fn instance_id(provider_id: &str) -> Option<&str> {
-    let id = provider_id
-        .strip_prefix("alicloud://")
-        .unwrap_or(provider_id);
-    let (region, instance) = id.split_once('.')?;
-    let plain = |s: &str| !s.is_empty() && !s.contains('/') && !s.contains(':');
-    (plain(region) && plain(instance)).then_some(instance)
-}
+/// The ECS instance of a providerID (the node filter's parser, one for both).
+pub use crate::node_filter::alibaba_instance as instance_id;
 
 fn overlaps(a: &Cidr, b: &Cidr) -> bool {
     a.is_ipv4() == b.is_ipv4() && (a.contains(b.network()) || b.contains(a.network()))
