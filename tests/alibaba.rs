@@ -628,6 +628,28 @@ fn an_instance_not_found_yet_is_looked_up_again_at_the_next_try() {
     assert_eq!(d.available(DEFAULT_TABLE).len(), 1);
 }
 
+/// Guards the RAM policy the manifests and the README give: every action a connect,
+/// a list, a create and a delete call is in it.
+#[test]
+fn every_action_called_is_in_the_ram_policy() {
+    let d = double(1);
+    let p = provider(&d);
+    p.list_routes(CLUSTER, &directory(1)).unwrap();
+    all_ok(&p.apply_changes(CLUSTER, &[create(1)]).unwrap());
+    let routes = p.list_routes(CLUSTER, &directory(1)).unwrap();
+    all_ok(&p.apply_changes(CLUSTER, &[delete(&routes[0])]).unwrap());
+    let policy = route_controller::cloud::alibaba::RAM_ACTIONS;
+    for r in d.requests() {
+        let named = |product: &str| policy.contains(&format!("{product}:{}", r.action).as_str());
+        assert!(
+            named("vpc") || named("ecs"),
+            "{} is in no RAM policy",
+            r.action
+        );
+    }
+    assert!(d.calls_of("DescribeVpcs") > 0, "{:?}", d.calls());
+}
+
 /// Guards the lease fence before the keys: a replica that lost its lease asks
 /// neither STS nor anything else (keys of no lifetime would be fetched at each
 /// request), and an oversized token file is refused, not read whole.

@@ -962,3 +962,19 @@ fn the_default_image_comes_with_a_note_to_build_and_push_it() {
     });
     assert!(!given.contains("exists only once you build it"), "{given}");
 }
+
+/// Guards the Alibaba Cloud RAM policy in the manifests' header: every action the
+/// provider calls (tests/alibaba.rs checks the calls against the list) is named.
+#[test]
+fn the_alibaba_header_names_every_ram_action_the_provider_calls() {
+    let header = route_controller::manifests::render(&options("alibaba"));
+    let header: String = header
+        .lines()
+        .filter(|l| l.starts_with('#'))
+        .map(|l| l.trim_start_matches('#'))
+        .collect::<Vec<_>>()
+        .join(" ");
+    for action in route_controller::cloud::alibaba::RAM_ACTIONS {
+        assert!(header.contains(action), "{action} missing from: {header}");
+    }
+}

@@ -60,6 +60,17 @@ use crate::provider::{
 };
 use crate::sync::lock;
 
+/// The RAM actions the provider calls: the policy the manifests' header and the
+/// README give.
+pub const RAM_ACTIONS: &[&str] = &[
+    "vpc:DescribeRouteTableList",
+    "vpc:DescribeRouteEntryList",
+    "vpc:CreateRouteEntries",
+    "vpc:DeleteRouteEntries",
+    "vpc:DescribeVSwitches",
+    "vpc:DescribeVpcs",
+    "ecs:DescribeInstances",
+];
 /// Entries one `CreateRouteEntries` or `DeleteRouteEntries` takes (the API's limit).
 pub const BATCH_SIZE: usize = 50;
 /// `NetworkUnavailable` reason: the node's providerID names no ECS instance.
