@@ -95,6 +95,7 @@ mod provider;
 mod ratelimit;
 mod secret;
 pub mod selector;
+mod signing;
 pub(crate) mod spelling;
 mod sync;
 

@@ -150,7 +150,7 @@ impl Api {
                 .map_or(service.url.as_str(), |(_, rest)| rest)
                 .trim_end_matches('/')
                 .to_string();
-            let empty = crate::cloud::aws::sigv4::sha256_hex(b"");
+            let empty = crate::signing::sha256_hex(b"");
             let nonce = format!("{:032x}", rand::random::<u128>());
             let mut headers = vec![
                 ("host", host),

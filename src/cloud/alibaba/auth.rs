@@ -11,9 +11,9 @@ use std::time::{Duration, SystemTime};
 use serde::Deserialize;
 
 use super::config::Credentials;
-use crate::cloud::aws::sigv4::parse_rfc3339_utc;
 use crate::provider::{CloudError, CloudErrorKind};
 use crate::secret::Secret;
+use crate::signing::parse_rfc3339_utc;
 use crate::sync::lock;
 
 /// Temporary keys are fetched again this long before they expire.

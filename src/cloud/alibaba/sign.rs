@@ -17,8 +17,8 @@
 use hmac::{Hmac, KeyInit, Mac};
 use sha2::Sha256;
 
-use crate::cloud::aws::sigv4::{hex, sha256_hex};
 use crate::percent::encode;
+use crate::signing::{hex, sha256_hex};
 
 /// The algorithm's name, first word of the `Authorization` header.
 pub const ALGORITHM: &str = "ACS3-HMAC-SHA256";
@@ -96,7 +96,7 @@ pub fn authorization(
 
 /// `x-acs-date`: ISO 8601 in UTC to the second, `2023-10-26T09:01:01Z`.
 pub fn acs_date(time: std::time::SystemTime) -> String {
-    let compact = crate::cloud::aws::sigv4::amz_date(time); // 20231026T090101Z
+    let compact = crate::signing::amz_date(time); // 20231026T090101Z
     format!(
         "{}-{}-{}T{}:{}:{}Z",
         &compact[0..4],
