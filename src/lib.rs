@@ -82,6 +82,7 @@
 mod backoff;
 mod config;
 mod controller;
+mod credentials;
 mod duration;
 mod fence;
 mod http;

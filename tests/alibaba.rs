@@ -555,8 +555,8 @@ fn several_route_tables_are_written_each_and_listed_when_all_hold_the_route() {
 }
 
 /// Guards RRSA: the service account's token is exchanged at STS for keys that sign
-/// the requests, and the token file is read again at each refresh (here every
-/// request, the keys living no time at all).
+/// the requests, and the token file is read again at each refresh (here when the
+/// virtual clock reaches five minutes before the hour's keys expire).
 #[test]
 fn rrsa_keys_come_from_sts_with_the_token_read_again_at_each_refresh() {
     let d = double(1);
@@ -565,7 +565,7 @@ fn rrsa_keys_come_from_sts_with_the_token_read_again_at_each_refresh() {
     let role = "acs:ram::1234567890123456:role/route-controller";
     let oidc = "acs:ram::1234567890123456:oidc-provider/ack-rrsa-double";
     d.set_oidc(oidc, role, "oidc-token-1");
-    d.set_credential_lifetime(std::time::Duration::ZERO);
+    let (clock, advance) = virtual_clock();
     let token_path = token.display().to_string();
     let env = move |name: &str| match name {
         "ALIBABA_CLOUD_ROLE_ARN" => Some(role.to_string()),
@@ -573,12 +573,22 @@ fn rrsa_keys_come_from_sts_with_the_token_read_again_at_each_refresh() {
         "ALIBABA_CLOUD_OIDC_TOKEN_FILE" => Some(token_path.clone()),
         _ => None,
     };
-    let p = provider_with(&d, "", env).expect("connects with RRSA keys");
+    let p = provider_with(&d, "", env)
+        .expect("connects with RRSA keys")
+        .with_clock(clock);
     assert!(d.calls_of("AssumeRoleWithOIDC") >= 1, "{:?}", d.calls());
     // The kubelet rotates the token: the next refresh sends the new one.
     std::fs::write(&token, "oidc-token-2\n").unwrap();
     d.set_oidc(oidc, role, "oidc-token-2");
     let before = d.calls_of("AssumeRoleWithOIDC");
+    p.list_routes(CLUSTER, &directory(1))
+        .expect("the hour's keys are still good");
+    assert_eq!(
+        d.calls_of("AssumeRoleWithOIDC"),
+        before,
+        "kept, not fetched"
+    );
+    advance(56 * 60);
     p.list_routes(CLUSTER, &directory(1))
         .expect("signed with keys from the rotated token");
     assert!(d.calls_of("AssumeRoleWithOIDC") > before, "{:?}", d.calls());
@@ -651,8 +661,8 @@ fn every_action_called_is_in_the_ram_policy() {
 }
 
 /// Guards the lease fence before the keys: a replica that lost its lease asks
-/// neither STS nor anything else (keys of no lifetime would be fetched at each
-/// request), and an oversized token file is refused, not read whole.
+/// neither STS nor anything else (its keys having expired), and an oversized token
+/// file is refused, not read whole.
 #[test]
 fn no_keys_are_fetched_behind_a_closed_fence_nor_from_an_oversized_token() {
     let d = double(1);
@@ -661,7 +671,6 @@ fn no_keys_are_fetched_behind_a_closed_fence_nor_from_an_oversized_token() {
     let role = "acs:ram::1234567890123456:role/route-controller";
     let oidc = "acs:ram::1234567890123456:oidc-provider/ack-rrsa-double";
     d.set_oidc(oidc, role, "oidc-token-1");
-    d.set_credential_lifetime(std::time::Duration::ZERO);
     let token_path = token.display().to_string();
     let env = move |name: &str| match name {
         "ALIBABA_CLOUD_ROLE_ARN" => Some(role.to_string()),
@@ -670,9 +679,13 @@ fn no_keys_are_fetched_behind_a_closed_fence_nor_from_an_oversized_token() {
         _ => None,
     };
     let fence = route_controller::Fence::new();
+    let (clock, advance) = virtual_clock();
     let p = provider_with(&d, "", env)
         .expect("connects with RRSA keys")
+        .with_clock(clock)
         .with_fence(fence.clone());
+    // Past the hour's expiry: a failed refresh has no valid keys to fall back on.
+    advance(61 * 60);
     d.reset_calls();
     assert!(p.list_routes(CLUSTER, &directory(1)).is_err());
     assert!(d.calls().is_empty(), "{:?}", d.calls());
@@ -724,4 +737,98 @@ fn the_ecs_ram_role_gives_the_keys_through_the_metadata_service() {
         "the keys are kept until they near expiry: {issued:?}"
     );
     assert!(issued[0].starts_with("STS.ECS"), "{issued:?}");
+}
+
+/// A clock `advance(seconds)` moves ahead of the real one: the double stamps the
+/// keys' Expiration with the real time, the provider reads it against this.
+fn virtual_clock() -> (route_controller::cloud::alibaba::Clock, impl Fn(u64)) {
+    let offset = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let read = offset.clone();
+    let clock: route_controller::cloud::alibaba::Clock = std::sync::Arc::new(move || {
+        std::time::SystemTime::now()
+            + std::time::Duration::from_secs(read.load(std::sync::atomic::Ordering::SeqCst))
+    });
+    let advance = move |seconds: u64| {
+        offset.fetch_add(seconds, std::sync::atomic::Ordering::SeqCst);
+    };
+    (clock, advance)
+}
+
+/// An RRSA identity against the double's STS, the token in a file under `dir`.
+fn rrsa_provider(
+    d: &AlibabaDouble,
+    dir: &tempdir::TempDir,
+) -> Result<AlibabaRoutes, route_controller::cloud::alibaba::ConfigError> {
+    let token = dir.write("token", "oidc-token-1\n");
+    let role = "acs:ram::1234567890123456:role/route-controller";
+    let oidc = "acs:ram::1234567890123456:oidc-provider/ack-rrsa-double";
+    d.set_oidc(oidc, role, "oidc-token-1");
+    let token_path = token.display().to_string();
+    provider_with(d, "", move |name: &str| match name {
+        "ALIBABA_CLOUD_ROLE_ARN" => Some(role.to_string()),
+        "ALIBABA_CLOUD_OIDC_PROVIDER_ARN" => Some(oidc.to_string()),
+        "ALIBABA_CLOUD_OIDC_TOKEN_FILE" => Some(token_path.clone()),
+        _ => None,
+    })
+}
+
+/// Guards the refresh of temporary keys when STS fails: the keys, valid five more
+/// minutes, keep signing; STS is not asked again at every request but after a
+/// pause of 1 s, then 2 s; new keys replace the old once STS answers.
+#[test]
+fn a_failed_key_refresh_keeps_the_valid_keys_and_pauses_before_asking_again() {
+    let d = double(1);
+    let dir = tempdir::TempDir::new("rrsa-refresh");
+    let (clock, advance) = virtual_clock();
+    let p = rrsa_provider(&d, &dir)
+        .expect("connects with RRSA keys")
+        .with_clock(clock);
+    let sts = || d.calls_of("AssumeRoleWithOIDC");
+    let first = sts();
+    assert_eq!(d.issued_keys().len(), 1, "{:?}", d.issued_keys());
+    advance(56 * 60);
+    for _ in 0..2 {
+        d.inject(
+            "AssumeRoleWithOIDC",
+            Fault::error(503, "ServiceUnavailable", "down"),
+        );
+    }
+    p.list_routes(CLUSTER, &directory(1))
+        .expect("signed with the keys still valid for four minutes");
+    assert_eq!(sts(), first + 1, "one refresh tried");
+    p.list_routes(CLUSTER, &directory(1))
+        .expect("the old keys again");
+    assert_eq!(
+        sts(),
+        first + 1,
+        "no refresh during the first second's pause"
+    );
+    advance(1);
+    p.list_routes(CLUSTER, &directory(1))
+        .expect("the old keys again");
+    assert_eq!(
+        sts(),
+        first + 2,
+        "asked again after the pause, failed again"
+    );
+    advance(1);
+    p.list_routes(CLUSTER, &directory(1))
+        .expect("the old keys again");
+    assert_eq!(sts(), first + 2, "the second pause is 2 s");
+    advance(1);
+    p.list_routes(CLUSTER, &directory(1)).expect("new keys");
+    assert_eq!(sts(), first + 3);
+    assert_eq!(d.issued_keys().len(), 2, "{:?}", d.issued_keys());
+}
+
+/// Guards keys that arrive already expired: refused with a message saying so, not
+/// used to earn an InvalidSecurityToken for every request.
+#[test]
+fn keys_that_arrive_expired_are_refused() {
+    let d = double(1);
+    d.set_credential_lifetime(std::time::Duration::ZERO);
+    let dir = tempdir::TempDir::new("rrsa-expired");
+    let e = rrsa_provider(&d, &dir).expect_err("no usable keys");
+    assert!(e.message.contains("had expired"), "{e:?}");
+    assert!(e.message.contains("Alibaba Cloud RRSA"), "{e:?}");
 }

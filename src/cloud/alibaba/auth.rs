@@ -5,19 +5,16 @@
 //! secret is ever logged or put in an error message.
 
 use std::path::Path;
-use std::sync::Mutex;
-use std::time::{Duration, SystemTime};
+use std::time::SystemTime;
 
 use serde::Deserialize;
 
 use super::config::Credentials;
+use crate::credentials::{Clock, Credentials as AnyKeys, Fetch, Refreshing, read_bounded};
 use crate::provider::{CloudError, CloudErrorKind};
 use crate::secret::Secret;
 use crate::signing::parse_rfc3339_utc;
-use crate::sync::lock;
 
-/// Temporary keys are fetched again this long before they expire.
-pub const REFRESH_BEFORE: Duration = Duration::from_secs(5 * 60);
 /// The STS API version of `AssumeRoleWithOIDC`.
 const STS_VERSION: &str = "2015-04-01";
 /// What RRSA asks STS for: an hour, the role's default maximum.
@@ -35,29 +32,26 @@ pub(super) struct Keys {
     pub security_token: Option<Secret>,
 }
 
-#[derive(Debug)]
-struct Cached {
-    keys: Keys,
-    /// When to fetch again; `None`: never (a fixed pair).
-    refresh_at: Option<SystemTime>,
+/// Where the keys come from: a fixed pair, or temporary keys kept by the refresh
+/// the providers share (still-valid keys kept when a refresh fails, a pause after
+/// failures, keys expired on arrival refused).
+enum Source {
+    Fixed(Keys),
+    Temporary(Refreshing),
 }
 
 /// The source of the keys and the last keys it gave.
 pub(super) struct Identity {
-    source: Credentials,
-    /// Reaches STS (through the proxy the environment names).
-    api: ureq::Agent,
-    /// Reaches the metadata service, never through a proxy.
-    metadata: ureq::Agent,
-    sts_endpoint: String,
-    metadata_endpoint: String,
-    cached: Mutex<Option<Cached>>,
+    source: Source,
+    description: String,
+    /// The time keys expire against: a test passes a virtual one.
+    clock: Clock,
 }
 
 impl std::fmt::Debug for Identity {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Identity")
-            .field("source", &self.source.describe())
+            .field("source", &self.description)
             .finish_non_exhaustive()
     }
 }
@@ -92,91 +86,121 @@ impl Identity {
         sts_endpoint: String,
         metadata_endpoint: String,
     ) -> Identity {
-        Identity {
-            source,
-            api,
-            metadata,
-            sts_endpoint,
-            metadata_endpoint,
-            cached: Mutex::new(None),
-        }
-    }
-
-    /// The keys to sign the next request with, fetched again when they are about to
-    /// expire.
-    pub(super) fn keys(&self) -> Result<Keys, CloudError> {
-        self.keys_at(SystemTime::now())
-    }
-
-    fn keys_at(&self, now: SystemTime) -> Result<Keys, CloudError> {
-        let mut cached = lock(&self.cached);
-        if let Some(c) = cached.as_ref()
-            && c.refresh_at.is_none_or(|at| now < at)
-        {
-            return Ok(c.keys.clone());
-        }
-        let fresh = self.fetch(now)?;
-        let keys = fresh.keys.clone();
-        *cached = Some(fresh);
-        Ok(keys)
-    }
-
-    /// Forgets the keys (the cloud said they expired): the next request fetches new ones.
-    pub(super) fn invalidate(&self) {
-        if !matches!(self.source, Credentials::AccessKey { .. }) {
-            *lock(&self.cached) = None;
-        }
-    }
-
-    fn fetch(&self, now: SystemTime) -> Result<Cached, CloudError> {
-        match &self.source {
+        let description = source.describe().to_string();
+        let source = match source {
             Credentials::AccessKey {
                 id,
                 secret,
                 security_token,
                 ..
-            } => Ok(Cached {
-                keys: Keys {
-                    id: id.clone(),
-                    secret: secret.clone(),
-                    security_token: security_token.clone(),
-                },
-                refresh_at: None,
+            } => Source::Fixed(Keys {
+                id,
+                secret,
+                security_token,
             }),
-            Credentials::EcsRamRole { role } => {
-                let role = match role {
-                    Some(r) => r.clone(),
-                    None => self.attached_role()?,
-                };
-                let body = self.metadata_get(&format!(
-                    "/latest/meta-data/ram/security-credentials/{}",
-                    crate::percent::encode(&role)
-                ))?;
-                let keys: TemporaryKeys = serde_json::from_str(&body).map_err(|_| {
-                    retry(format!(
-                        "alibaba: the metadata service's keys for RAM role {role} are not \
-                         the expected JSON"
-                    ))
-                })?;
-                temporary(keys, now)
-            }
+            Credentials::EcsRamRole { role } => Source::Temporary(Refreshing::new(EcsRamRole {
+                role,
+                metadata,
+                metadata_endpoint,
+            })),
             Credentials::Rrsa {
                 role_arn,
                 oidc_provider_arn,
                 token_file,
                 session_name,
-            } => {
-                let token = read_token(token_file)?;
-                let keys =
-                    self.assume_role_with_oidc(role_arn, oidc_provider_arn, &token, session_name)?;
-                temporary(keys, now)
+            } => Source::Temporary(Refreshing::new(Rrsa {
+                role_arn,
+                oidc_provider_arn,
+                token_file,
+                session_name,
+                api,
+                sts_endpoint,
+            })),
+        };
+        Identity {
+            source,
+            description,
+            clock: std::sync::Arc::new(SystemTime::now),
+        }
+    }
+
+    /// Keys expire against `clock` from now on (tests: a virtual clock).
+    pub(super) fn set_clock(&mut self, clock: Clock) {
+        self.clock = clock;
+    }
+
+    /// The keys to sign the next request with, fetched again when they are about to
+    /// expire.
+    pub(super) fn keys(&self) -> Result<Keys, CloudError> {
+        match &self.source {
+            Source::Fixed(keys) => Ok(keys.clone()),
+            Source::Temporary(refreshing) => {
+                let c = refreshing.current((self.clock)())?;
+                Ok(Keys {
+                    id: c.access_key_id().to_string(),
+                    secret: Secret::new(c.secret_access_key()),
+                    security_token: c.session_token().map(Secret::new),
+                })
             }
         }
     }
 
+    /// Forgets the keys (the cloud said they expired): the next request fetches new ones.
+    pub(super) fn invalidate(&self) {
+        if let Source::Temporary(refreshing) = &self.source {
+            refreshing.invalidate();
+        }
+    }
+}
+
+/// An ECS RAM role's keys from the instance metadata service.
+struct EcsRamRole {
+    /// `None`: the role attached to the instance.
+    role: Option<String>,
+    metadata: ureq::Agent,
+    metadata_endpoint: String,
+}
+
+impl Fetch for EcsRamRole {
+    fn fetch(&self, _now: SystemTime) -> Result<AnyKeys, CloudError> {
+        let role = match &self.role {
+            Some(r) => r.clone(),
+            None => self.attached_role()?,
+        };
+        let body = metadata_get(
+            &self.metadata,
+            &self.metadata_endpoint,
+            &format!(
+                "/latest/meta-data/ram/security-credentials/{}",
+                crate::percent::encode(&role)
+            ),
+        )?;
+        let keys: TemporaryKeys = serde_json::from_str(&body).map_err(|_| {
+            retry(format!(
+                "alibaba: the metadata service's keys for RAM role {role} are not \
+                 the expected JSON"
+            ))
+        })?;
+        temporary(keys)
+    }
+
+    fn origin(&self) -> String {
+        format!(
+            "Alibaba Cloud's ECS RAM role {} (metadata service {})",
+            self.role.as_deref().unwrap_or("attached to the instance"),
+            self.metadata_endpoint
+        )
+    }
+}
+
+impl EcsRamRole {
     /// The RAM role attached to this instance.
     fn attached_role(&self) -> Result<String, CloudError> {
-        let list = self.metadata_get("/latest/meta-data/ram/security-credentials/")?;
+        let list = metadata_get(
+            &self.metadata,
+            &self.metadata_endpoint,
+            "/latest/meta-data/ram/security-credentials/",
+        )?;
         list.lines()
             .map(str::trim)
             .find(|l| !l.is_empty())
@@ -189,11 +213,41 @@ impl Identity {
                 )
             })
     }
+}
 
-    pub(super) fn metadata_get(&self, path: &str) -> Result<String, CloudError> {
-        metadata_get(&self.metadata, &self.metadata_endpoint, path)
+/// RRSA: the service account's token exchanged at STS `AssumeRoleWithOIDC`.
+struct Rrsa {
+    role_arn: String,
+    oidc_provider_arn: String,
+    token_file: std::path::PathBuf,
+    session_name: String,
+    /// Reaches STS (through the proxy the environment names).
+    api: ureq::Agent,
+    sts_endpoint: String,
+}
+
+impl Fetch for Rrsa {
+    fn fetch(&self, _now: SystemTime) -> Result<AnyKeys, CloudError> {
+        let token = read_token(&self.token_file)?;
+        let keys = self.assume_role_with_oidc(
+            &self.role_arn,
+            &self.oidc_provider_arn,
+            &token,
+            &self.session_name,
+        )?;
+        temporary(keys)
     }
 
+    fn origin(&self) -> String {
+        format!(
+            "Alibaba Cloud RRSA (role {}, token file {})",
+            self.role_arn,
+            self.token_file.display()
+        )
+    }
+}
+
+impl Rrsa {
     fn assume_role_with_oidc(
         &self,
         role_arn: &str,
@@ -301,31 +355,22 @@ pub(super) fn metadata_get(
     }
 }
 
-/// Temporary keys with the time to fetch them again: [`REFRESH_BEFORE`] their
-/// expiry, or half-way through a shorter life.
-fn temporary(keys: TemporaryKeys, now: SystemTime) -> Result<Cached, CloudError> {
+/// Temporary keys with their expiry, which the shared refresh keeps them until.
+fn temporary(keys: TemporaryKeys) -> Result<AnyKeys, CloudError> {
     let expiry = parse_rfc3339_utc(&keys.expiration).ok_or_else(|| {
         retry(format!(
             "alibaba: temporary keys with an unreadable Expiration {:?}",
             keys.expiration
         ))
     })?;
-    let life = expiry.duration_since(now).unwrap_or_default();
-    let refresh_at = now + life.saturating_sub(REFRESH_BEFORE).max(life / 2);
-    Ok(Cached {
-        keys: Keys {
-            id: keys.access_key_id,
-            secret: Secret::new(keys.access_key_secret),
-            security_token: Some(Secret::new(keys.security_token)),
-        },
-        refresh_at: Some(refresh_at),
-    })
+    Ok(AnyKeys::new(&keys.access_key_id, &keys.access_key_secret)
+        .with_session_token(&keys.security_token)
+        .with_expiry(expiry))
 }
 
 /// The service account's token, read at every refresh: the kubelet rotates it.
 fn read_token(path: &Path) -> Result<Secret, CloudError> {
-    let text = crate::cloud::aws::credentials::read_bounded(path, TOKEN_LIMIT, "RRSA token file")
-        .map_err(|e| {
+    let text = read_bounded(path, TOKEN_LIMIT, "RRSA token file").map_err(|e| {
         CloudError::invalid(format!(
             "alibaba: {e}; mount the service account token there (ACK's pod identity \
                  webhook does)"
@@ -342,24 +387,22 @@ fn retry(message: String) -> CloudError {
 mod tests {
     use super::*;
 
-    /// Guards the refresh rule: an hour's keys are kept until five minutes before
-    /// they expire, keys of a short life until half of it; never past the expiry.
+    /// Guards the reading of temporary keys: the Expiration becomes the expiry the
+    /// shared refresh works from; an unreadable one is an error, not keys kept for ever.
     #[test]
-    fn temporary_keys_are_fetched_again_before_they_expire() {
-        let now = std::time::UNIX_EPOCH + Duration::from_secs(1_700_000_000);
+    fn temporary_keys_carry_their_expiry() {
         let keys = |expiration: &str| TemporaryKeys {
             access_key_id: "STS.id".into(),
             access_key_secret: "s".into(),
             security_token: "t".into(),
             expiration: expiration.into(),
         };
-        // 2023-11-14T22:13:20Z is `now`.
-        let hour = temporary(keys("2023-11-14T23:13:20Z"), now).unwrap();
-        assert_eq!(hour.refresh_at, Some(now + Duration::from_secs(55 * 60)));
-        let short = temporary(keys("2023-11-14T22:15:20Z"), now).unwrap();
-        assert_eq!(short.refresh_at, Some(now + Duration::from_secs(60)));
-        let gone = temporary(keys("2023-11-14T22:00:00Z"), now).unwrap();
-        assert_eq!(gone.refresh_at, Some(now));
-        assert!(temporary(keys("soon"), now).is_err());
+        let hour = temporary(keys("2023-11-14T23:13:20Z")).unwrap();
+        assert_eq!(
+            hour.expires(),
+            Some(std::time::UNIX_EPOCH + std::time::Duration::from_secs(1_700_003_600))
+        );
+        assert_eq!(hour.session_token(), Some("t"));
+        assert!(temporary(keys("soon")).is_err());
     }
 }

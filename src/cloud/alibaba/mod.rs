@@ -41,7 +41,9 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-pub use auth::REFRESH_BEFORE;
+pub use crate::credentials::Clock;
+/// Temporary keys are fetched again this long before they expire.
+pub use crate::credentials::REFRESH_BEFORE_EXPIRY as REFRESH_BEFORE;
 pub use config::{
     Config, ConfigError, Credentials, DEFAULT_METADATA_ENDPOINT, DEFAULT_ROUTE_ENTRY_QUOTA,
     ENV_ACCESS_KEY_ID, ENV_ACCESS_KEY_SECRET, ENV_ECS_METADATA, ENV_OIDC_PROVIDER_ARN,
@@ -233,6 +235,13 @@ impl AlibabaRoutes {
     /// nothing is sent, and a batch stops between its calls and polls.
     pub fn with_fence(mut self, fence: Fence) -> AlibabaRoutes {
         self.api.set_fence(fence);
+        self
+    }
+
+    /// Temporary keys (RRSA, the ECS RAM role) expire against `clock` from now on:
+    /// tests pass a virtual one to reach a refresh without waiting an hour.
+    pub fn with_clock(mut self, clock: Clock) -> AlibabaRoutes {
+        self.api.identity.set_clock(clock);
         self
     }
 
