@@ -832,3 +832,30 @@ fn keys_that_arrive_expired_are_refused() {
     assert!(e.message.contains("had expired"), "{e:?}");
     assert!(e.message.contains("Alibaba Cloud RRSA"), "{e:?}");
 }
+
+/// Guards the answer to InvalidSecurityToken (keys revoked or expired early): the
+/// temporary keys are forgotten and the same request is sent again with new ones.
+#[test]
+fn a_refused_security_token_brings_new_keys_for_the_same_request() {
+    let d = double(1);
+    let dir = tempdir::TempDir::new("rrsa-refused");
+    let p = rrsa_provider(&d, &dir).expect("connects with RRSA keys");
+    let before = d.calls_of("AssumeRoleWithOIDC");
+    d.inject(
+        "DescribeRouteEntryList",
+        Fault::error(
+            400,
+            "InvalidSecurityToken.Expired",
+            "Specified SecurityToken is expired.",
+        ),
+    );
+    p.list_routes(CLUSTER, &directory(1))
+        .expect("listed with new keys");
+    assert_eq!(
+        d.calls_of("AssumeRoleWithOIDC"),
+        before + 1,
+        "{:?}",
+        d.calls()
+    );
+    assert_eq!(d.issued_keys().len(), 2, "{:?}", d.issued_keys());
+}
