@@ -82,6 +82,7 @@
 mod backoff;
 mod config;
 mod controller;
+mod credentials;
 mod duration;
 mod fence;
 mod http;
@@ -95,6 +96,7 @@ mod provider;
 mod ratelimit;
 mod secret;
 pub mod selector;
+mod signing;
 pub(crate) mod spelling;
 mod sync;
 

@@ -21,7 +21,16 @@ use crate::kube::status::StatusConfig;
 pub const NAME: &str = "route-controller";
 
 /// The providers `manifests` renders: every one `run` takes.
-pub const PROVIDERS: [&str; 7] = ["hcloud", "aws", "azure", "gce", "openstack", "exec", "fake"];
+pub const PROVIDERS: [&str; 8] = [
+    "hcloud",
+    "aws",
+    "azure",
+    "gce",
+    "openstack",
+    "alibaba",
+    "exec",
+    "fake",
+];
 
 /// What to render. Field docs give the defaults.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -451,6 +460,14 @@ fn cloud_config_header(out: &mut String, opts: &ManifestOptions, file: &CloudCon
             "# Keystone credentials are in cloud.conf ([Global]: an application credential, or\n\
              # a user's password and project); [Route] router-id names the router.\n"
         }
+        "alibaba" => {
+            "# Its identity: the AccessKey pair of the cloud config (base64, as the peer keeps it),\n\
+             # ALIBABA_CLOUD_ACCESS_KEY_ID/_SECRET, RRSA (ALIBABA_CLOUD_ROLE_ARN, _OIDC_PROVIDER_ARN,\n\
+             # _OIDC_TOKEN_FILE), else the ECS instance's RAM role. It needs vpc:DescribeRouteTableList,\n\
+             # vpc:DescribeRouteEntryList, vpc:CreateRouteEntries, vpc:DeleteRouteEntries,\n\
+             # vpc:DescribeVSwitches, vpc:DescribeVpcs and ecs:DescribeInstances (README, Alibaba\n\
+             # Cloud).\n"
+        }
         _ => "",
     };
     out.push_str(notes);
@@ -528,6 +545,13 @@ pub fn cloud_config_file(provider: &str) -> Option<CloudConfigFile> {
             "/etc/kubernetes/cloud.conf",
             true,
             "cloud-provider-openstack's cloud.conf",
+        )),
+        "alibaba" => Some(file(
+            "alibaba-cloud-config",
+            "cloud-config.conf",
+            "/etc/kubernetes/config/cloud-config.conf",
+            true,
+            "cloud-provider-alibaba-cloud's cloud config",
         )),
         "exec" => Some(file(
             "exec-cloud-config",

@@ -58,6 +58,9 @@ pub enum OwnProvider {
     Gce,
     /// OpenStack Nova instances, `openstack:///<instance id>`.
     OpenStack,
+    /// Alibaba Cloud ECS instances, `<region>.<instance id>` or
+    /// `alicloud://<region>.<instance id>`, as cloud-provider-alibaba-cloud writes them.
+    Alibaba,
 }
 
 impl OwnProvider {
@@ -70,6 +73,7 @@ impl OwnProvider {
             "azure" => Some(OwnProvider::Azure),
             "gce" => Some(OwnProvider::Gce),
             "openstack" => Some(OwnProvider::OpenStack),
+            "alibaba" => Some(OwnProvider::Alibaba),
             _ => None,
         }
     }
@@ -84,8 +88,21 @@ impl OwnProvider {
             OwnProvider::Azure => provider_id.starts_with("azure://"),
             OwnProvider::Gce => provider_id.starts_with("gce://"),
             OwnProvider::OpenStack => provider_id.starts_with("openstack://"),
+            OwnProvider::Alibaba => alibaba_instance(provider_id).is_some(),
         }
     }
+}
+
+/// The ECS instance of a providerID as cloud-provider-alibaba-cloud writes it:
+/// `<region>.<instance>`, with or without `alicloud://`. The one parser of both the
+/// node filter and the provider, so that a node the filter routes names an instance.
+pub fn alibaba_instance(provider_id: &str) -> Option<&str> {
+    let id = provider_id
+        .strip_prefix("alicloud://")
+        .unwrap_or(provider_id);
+    let (region, instance) = id.split_once('.')?;
+    let plain = |s: &str| !s.is_empty() && !s.contains('/') && !s.contains(':');
+    (plain(region) && plain(instance)).then_some(instance)
 }
 
 /// The filter. The default routes every node.
@@ -151,6 +168,9 @@ impl fmt::Display for NodeFilter {
             Some(OwnProvider::Azure) => f.write_str(" with providerID azure://... or none"),
             Some(OwnProvider::Gce) => f.write_str(" with providerID gce://... or none"),
             Some(OwnProvider::OpenStack) => f.write_str(" with providerID openstack://... or none"),
+            Some(OwnProvider::Alibaba) => {
+                f.write_str(" with providerID <region>.<instance> (or alicloud://...) or none")
+            }
             None => Ok(()),
         }
     }
@@ -205,6 +225,18 @@ mod tests {
         let gce = OwnProvider::of("gce").unwrap();
         assert!(gce.owns("gce://p/europe-west1-b/node-1"));
         assert!(!gce.owns("aws:///eu-west-1a/i-0abc"));
+        // Alibaba's has no scheme of its own: `<region>.<instance>`, as the peer sets
+        // it, or the same behind `alicloud://`.
+        let alibaba = OwnProvider::of("alibaba").unwrap();
+        assert!(alibaba.owns("cn-hangzhou.i-bp16uimj7fl6ze8q5rf3"));
+        assert!(alibaba.owns("alicloud://cn-hangzhou.i-bp16uimj7fl6ze8q5rf3"));
+        assert!(!alibaba.owns("aws:///eu-west-1a/i-0abc"));
+        assert!(!alibaba.owns("kind://docker/kind/node"));
+        assert!(!alibaba.owns("azure://rg.vm-1"));
+        assert!(!alibaba.owns("i-bp16uimj7fl6ze8q5rf3"));
+        // What the provider cannot use, the filter does not route.
+        assert!(!alibaba.owns("cn.a/b"));
+        assert!(!alibaba.owns("alicloud://cn:x.i-1"));
         assert_eq!(OwnProvider::of("fake"), None);
         let off = NodeFilter::everything();
         assert!(off.is_everything());

@@ -182,7 +182,7 @@ fn the_chart_refuses_what_manifests_refuses() {
     for (sets, message) in [
         (vec!["cloudProvider=hcloud"], "clusterCIDR is required"),
         (
-            vec!["clusterCIDR=10.0.0.0/8", "cloudProvider=alibaba"],
+            vec!["clusterCIDR=10.0.0.0/8", "cloudProvider=vultr"],
             "cloudProvider",
         ),
         (

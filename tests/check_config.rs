@@ -120,6 +120,54 @@ fn each_ccms_own_config_is_understood_and_shown_without_secrets() {
     let out = text(&gce.stdout);
     assert_eq!(gce.status.code(), Some(0), "{out}{}", text(&gce.stderr));
     assert!(out.contains("my-network in project my-project"), "{out}");
+
+    // The peer's file as its docs write it (JSON, the AccessKey pair base64-encoded),
+    // with YAML's keys in any case, several tables, a key of its service controller and
+    // a typo.
+    let alibaba = check(
+        "alibaba",
+        "Global:\n  Region: cn-hangzhou\n  vpcid: vpc-1\n  routeTableIDs: vtb-a,vtb-b\n  \
+         accessKeyID: TFRBSWV4YW1wbGU=\n  accessKeySecret: YWxpYmFiYS1zZWNyZXQtbmV2ZXItc2hvd24=\n  \
+         serviceBackendType: eni\n  vpcID2: x\n",
+        &[],
+    );
+    let out = text(&alibaba.stdout);
+    assert_eq!(
+        alibaba.status.code(),
+        Some(0),
+        "{out}{}",
+        text(&alibaba.stderr)
+    );
+    for expected in [
+        "vtb-a, vtb-b",
+        "cn-hangzhou",
+        "the AccessKey LTAIexample from the cloud config",
+        "serviceBackendType does not concern routes",
+        "unknown key Global.vpcID2 for --cloud-provider=alibaba; ignored (did you mean vpcid?)",
+        "200 custom entries a table",
+    ] {
+        assert!(out.contains(expected), "missing {expected:?} in:\n{out}");
+    }
+    assert!(!out.contains("alibaba-secret-never-shown"), "{out}");
+    let rrsa = check(
+        "alibaba",
+        "{\"Global\": {\"region\": \"cn-beijing\", \"vpcid\": \"vpc-2\"}}",
+        &[
+            ("ALIBABA_CLOUD_ROLE_ARN", "acs:ram::1:role/routes"),
+            (
+                "ALIBABA_CLOUD_OIDC_PROVIDER_ARN",
+                "acs:ram::1:oidc-provider/ack",
+            ),
+            (
+                "ALIBABA_CLOUD_OIDC_TOKEN_FILE",
+                "/var/run/secrets/tokens/oidc-token",
+            ),
+        ],
+    );
+    let out = text(&rrsa.stdout);
+    assert_eq!(rrsa.status.code(), Some(0), "{out}{}", text(&rrsa.stderr));
+    assert!(out.contains("RRSA: role acs:ram::1:role/routes"), "{out}");
+    assert!(out.contains("the VPC's one route table"), "{out}");
 }
 
 /// What run would refuse at start: exit 2, one line naming the key and the fix.
@@ -154,6 +202,12 @@ fn what_run_would_refuse_exits_2_naming_the_key() {
             "[Global]\nauth-url = https://k/v3\n",
             "cloud.conf",
         ),
+        (
+            "alibaba",
+            "Global:\n  accessKeyID: '%%'\n  accessKeySecret: eA==\n",
+            "base64",
+        ),
+        ("alibaba", "Global:\n  pollInterval: soon\n", "pollInterval"),
         ("exec", "Arg=x\n", "Command="),
         ("exec", "Command=/nonexistent/plugin\n", "is not there"),
     ];

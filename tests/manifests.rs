@@ -100,7 +100,16 @@ fn policy(rules: &[RbacRule]) -> Vec<PolicyRule> {
 fn every_provider_renders_its_objects_with_their_names() {
     assert_eq!(
         PROVIDERS,
-        ["hcloud", "aws", "azure", "gce", "openstack", "exec", "fake"],
+        [
+            "hcloud",
+            "aws",
+            "azure",
+            "gce",
+            "openstack",
+            "alibaba",
+            "exec",
+            "fake"
+        ],
         "every provider `run` takes"
     );
     for provider in PROVIDERS {
@@ -672,7 +681,7 @@ fn each_settings_file_is_mounted_from_its_secret_where_cloud_config_points() {
         .into_iter()
         .filter(|p| cloud_config_file(p).is_some())
         .collect();
-    assert_eq!(with_file, ["azure", "gce", "openstack", "exec"]);
+    assert_eq!(with_file, ["azure", "gce", "openstack", "alibaba", "exec"]);
     for provider in PROVIDERS {
         let objects = parse(&options(provider));
         let c = container(&objects);
@@ -850,7 +859,7 @@ fn invalid_options_are_refused_naming_the_flag() {
     assert_eq!(options("hcloud").validate(), Ok(()));
     for (change, flag) in [
         (
-            Box::new(|o: &mut ManifestOptions| o.provider = "alibaba".into())
+            Box::new(|o: &mut ManifestOptions| o.provider = "vultr".into())
                 as Box<dyn Fn(&mut ManifestOptions)>,
             "--cloud-provider",
         ),
@@ -952,4 +961,20 @@ fn the_default_image_comes_with_a_note_to_build_and_push_it() {
         ..options("hcloud")
     });
     assert!(!given.contains("exists only once you build it"), "{given}");
+}
+
+/// Guards the Alibaba Cloud RAM policy in the manifests' header: every action the
+/// provider calls (tests/alibaba.rs checks the calls against the list) is named.
+#[test]
+fn the_alibaba_header_names_every_ram_action_the_provider_calls() {
+    let header = route_controller::manifests::render(&options("alibaba"));
+    let header: String = header
+        .lines()
+        .filter(|l| l.starts_with('#'))
+        .map(|l| l.trim_start_matches('#'))
+        .collect::<Vec<_>>()
+        .join(" ");
+    for action in route_controller::cloud::alibaba::RAM_ACTIONS {
+        assert!(header.contains(action), "{action} missing from: {header}");
+    }
 }

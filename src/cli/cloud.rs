@@ -44,7 +44,16 @@ impl From<UsageError> for ProviderError {
 }
 
 /// Every value `--cloud-provider` takes.
-pub const PROVIDERS: [&str; 7] = ["hcloud", "aws", "azure", "gce", "openstack", "exec", "fake"];
+pub const PROVIDERS: [&str; 8] = [
+    "hcloud",
+    "aws",
+    "azure",
+    "gce",
+    "openstack",
+    "alibaba",
+    "exec",
+    "fake",
+];
 
 /// The cloud's settings, read and checked; nothing has been asked of the cloud yet.
 #[derive(Clone, Debug)]
@@ -69,6 +78,7 @@ enum Provider {
     Azure(Box<crate::cloud::azure::Config>),
     Gce(Box<crate::cloud::gce::Config>),
     OpenStack(Box<crate::cloud::openstack::Config>),
+    Alibaba(Box<crate::cloud::alibaba::Config>),
     Exec(Box<crate::cloud::exec::Config>),
 }
 
@@ -104,6 +114,7 @@ pub fn read(
         "azure" => azure_settings(cloud_config)?,
         "gce" => gce_settings(cloud_config)?,
         "openstack" => openstack_settings(cloud_config, cluster_cidrs)?,
+        "alibaba" => alibaba_settings(cloud_config, cluster_cidrs)?,
         "exec" => exec_settings(cloud_config)?,
         other => {
             return Err(UsageError(format!(
@@ -129,6 +140,7 @@ impl CloudSettings {
             Provider::Azure(_) => "azure",
             Provider::Gce(_) => "gce",
             Provider::OpenStack(_) => "openstack",
+            Provider::Alibaba(_) => "alibaba",
             Provider::Exec(_) => "exec",
         }
     }
@@ -186,6 +198,13 @@ impl CloudSettings {
                 let provider = started(provider, |e| e.outage)?;
                 Ok(Arc::new(provider.with_fence(fence.clone())))
             }
+            Provider::Alibaba(config) => {
+                let mut config = (**config).clone();
+                config.metrics = metrics;
+                let provider = crate::cloud::alibaba::AlibabaRoutes::connect(config);
+                let provider = started(provider, |e| e.outage)?;
+                Ok(Arc::new(provider.with_fence(fence.clone())))
+            }
             Provider::Exec(config) => {
                 Ok(Arc::new(exec_provider(config)?.with_fence(fence.clone())))
             }
@@ -215,6 +234,7 @@ impl CloudSettings {
             Provider::Azure(c) => describe_azure(c, &mut lines),
             Provider::Gce(c) => describe_gce(c, &mut lines),
             Provider::OpenStack(c) => describe_openstack(c, &mut lines),
+            Provider::Alibaba(c) => describe_alibaba(c, &mut lines),
             Provider::Exec(c) => {
                 let command = std::iter::once(c.command.as_str())
                     .chain(c.args.iter().map(String::as_str))
@@ -479,6 +499,49 @@ fn describe_openstack(
         format!(
             "{} requests a second, a burst of {}",
             c.requests_per_second, c.burst
+        ),
+    ));
+}
+
+fn describe_alibaba(c: &crate::cloud::alibaba::Config, lines: &mut Vec<(&'static str, String)>) {
+    let from_metadata = "from the instance metadata service".to_string();
+    lines.push((
+        "route tables",
+        if c.route_table_ids.is_empty() {
+            "the VPC's one route table (DescribeRouteTableList)".to_string()
+        } else {
+            c.route_table_ids.join(", ")
+        },
+    ));
+    lines.push((
+        "region",
+        c.region.clone().unwrap_or_else(|| from_metadata.clone()),
+    ));
+    lines.push(("VPC", c.vpc_id.clone().unwrap_or(from_metadata)));
+    for (what, url) in [
+        ("VPC endpoint", &c.vpc_endpoint),
+        ("ECS endpoint", &c.ecs_endpoint),
+        ("STS endpoint", &c.sts_endpoint),
+    ] {
+        if let Some(url) = url {
+            lines.push((what, url.clone()));
+        }
+    }
+    lines.push(("TLS trust", c.trust.describe()));
+    lines.push(("identity", c.credentials.describe()));
+    lines.push((
+        "limits",
+        format!(
+            "{} custom entries a table, {} entries a batch, one batch at a time",
+            c.route_entry_quota,
+            crate::cloud::alibaba::BATCH_SIZE
+        ),
+    ));
+    lines.push((
+        "budget",
+        format!(
+            "{} requests a second, a burst of {}; entries followed every {:?} until Created",
+            c.requests_per_second, c.burst, c.poll_interval
         ),
     ));
 }
@@ -871,6 +934,34 @@ fn openstack_settings(
         .map(|w| format!("{shown}{w}"))
         .collect();
     Ok((Provider::OpenStack(Box::new(config)), warnings))
+}
+
+/// Alibaba Cloud: cloud-provider-alibaba-cloud's cloud config (optional: region and
+/// VPC then come from the instance metadata) and the SDKs' and the peer's variables.
+fn alibaba_settings(
+    path: Option<&Path>,
+    cluster_cidrs: &[Cidr],
+) -> Result<(Provider, Vec<String>), UsageError> {
+    use crate::cloud::alibaba::Config as AlibabaConfig;
+    let text = path.map(read_text).transpose()?;
+    let shown = path.map_or(String::new(), |p| {
+        format!("--cloud-config {}: ", p.display())
+    });
+    let (config, warnings) =
+        AlibabaConfig::from_cloud_config(text.as_deref(), cluster_cidrs, |k| std::env::var(k).ok())
+            .map_err(|e| UsageError(format!("{shown}{e}")))?;
+    if cluster_cidrs.is_empty() {
+        return Err(UsageError(
+            "--cloud-provider=alibaba needs --cluster-cidr: only the route tables' entries \
+             inside the cluster CIDRs are this cluster's"
+                .into(),
+        ));
+    }
+    let warnings = warnings
+        .into_iter()
+        .map(|w| format!("{shown}{w}"))
+        .collect();
+    Ok((Provider::Alibaba(Box::new(config)), warnings))
 }
 
 /// A plugin: `Command=`, `Arg=`, `Env=` … lines of `--cloud-config`.

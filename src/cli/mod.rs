@@ -33,7 +33,7 @@ pub const EXIT_USAGE: i32 = 2;
 pub(crate) const CLOUD_PROVIDER: Flag = Flag::new(
     "cloud-provider",
     Kind::String,
-    "the cloud: hcloud, aws, azure, gce, openstack, exec (a plugin, see --cloud-config) or fake",
+    "the cloud: hcloud, aws, azure, gce, openstack, alibaba, exec (a plugin, see --cloud-config) or fake",
 );
 pub(crate) const CLOUD_CONFIG: Flag = Flag::new(
     "cloud-config",
@@ -45,7 +45,9 @@ pub(crate) const CLOUD_CONFIG: Flag = Flag::new(
      RoleARN; [ServiceOverride] of EC2); for azure (required), cloud-provider-azure's \
      azure.json (JSON or YAML, keys without case); for gce, cloud-provider-gcp's gce.conf; \
      for openstack (required), cloud-provider-openstack's cloud.conf ([Global] and [Route] \
-     router-id); for exec, the plugin's Command=, Arg=, Env=, Timeout= lines (see \
+     router-id); for alibaba, cloud-provider-alibaba-cloud's cloud config (YAML or JSON: \
+     Global region, vpcid, routeTableIDs, base64 accessKeyID/accessKeySecret; optional on \
+     ECS); for exec, the plugin's Command=, Arg=, Env=, Timeout= lines (see \
      plugin-check --help). The peer's keys that do not concern routes, and unknown ones \
      (with the closest known key), are logged once at start; check-config shows what was \
      read",
@@ -68,9 +70,9 @@ pub(crate) const NODE_SELECTOR: Flag = Flag::new(
 pub(crate) const SKIP_NODES_OF_OTHER_PROVIDERS: Flag = Flag::new(
     "skip-nodes-of-other-providers",
     Kind::Bool,
-    "with --cloud-provider hcloud, aws, azure, gce or openstack, do not route nodes whose spec.providerID \
+    "with --cloud-provider hcloud, aws, azure, gce, openstack or alibaba, do not route nodes whose spec.providerID \
      belongs to another provider (hcloud: anything but hcloud://<id>, so Robot servers' \
-     hrobot:// and hcloud://bm-; aws: anything but aws://; azure: anything but azure://; gce: anything but gce://; openstack: anything but openstack://); a node with no providerID yet is routed. \
+     hrobot:// and hcloud://bm-; aws: anything but aws://; azure: anything but azure://; gce: anything but gce://; openstack: anything but openstack://; alibaba: anything but <region>.<instance>); a node with no providerID yet is routed. \
      Such nodes are unselected, as by --node-selector",
 )
 .default("true");
@@ -732,7 +734,7 @@ static PLAN: Spec = Spec {
                 ..NODE_SELECTOR
             },
             Flag {
-                help: "with --cloud-provider hcloud, aws, azure, gce or openstack, plan as run does: nodes whose \
+                help: "with --cloud-provider hcloud, aws, azure, gce, openstack or alibaba, plan as run does: nodes whose \
                        providerID belongs to another provider are unselected",
                 ..SKIP_NODES_OF_OTHER_PROVIDERS
             },
@@ -747,7 +749,7 @@ static PLAN: Spec = Spec {
                 ..MASTER
             },
             Flag {
-                help: "without --routes: the cloud to list routes from: hcloud, aws, azure, gce, openstack, exec or fake",
+                help: "without --routes: the cloud to list routes from: hcloud, aws, azure, gce, openstack, alibaba, exec or fake",
                 ..CLOUD_PROVIDER
             },
             Flag {

@@ -192,6 +192,14 @@ pub(crate) const ENV: &[(&str, &str)] = &[
              token, unless gce.conf sets token-url), the metadata server's host",
     ),
     (
+        "ALIBABA_CLOUD_ACCESS_KEY_ID, ALIBABA_CLOUD_ACCESS_KEY_SECRET, ACCESS_KEY_ID, ACCESS_KEY_SECRET, \
+         ALIBABA_CLOUD_ROLE_ARN, ALIBABA_CLOUD_OIDC_PROVIDER_ARN, ALIBABA_CLOUD_OIDC_TOKEN_FILE, \
+         ALIBABA_CLOUD_ECS_METADATA",
+        "--cloud-provider=alibaba: an AccessKey pair (the SDKs' names, then the peer's), RRSA \
+             (the role assumed at STS with the service account's OIDC token), else the ECS \
+             instance's RAM role",
+    ),
+    (
         "(none for openstack)",
         "--cloud-provider=openstack: everything is in --cloud-config (cloud.conf), or in \
              the clouds.yaml it names",
@@ -510,11 +518,9 @@ impl RunArgs {
     pub fn settings(&self) -> Result<RunSettings, UsageError> {
         let p = &self.0;
         let provider = p.string("cloud-provider");
-        if !["hcloud", "aws", "azure", "gce", "openstack", "exec", "fake"]
-            .contains(&provider.as_str())
-        {
+        if !super::cloud::PROVIDERS.contains(&provider.as_str()) {
             return Err(UsageError(format!(
-                "--cloud-provider: {provider:?} is not supported; use hcloud, aws, azure, gce, openstack, exec or fake"
+                "--cloud-provider: {provider:?} is not supported; use hcloud, aws, azure, gce, openstack, alibaba, exec or fake"
             )));
         }
         let cluster_cidrs = parse_cluster_cidrs(&p.string("cluster-cidr")).map_err(UsageError)?;
@@ -892,7 +898,7 @@ mod tests {
         );
         assert!(
             error(&["--cloud-provider=vsphere"])
-                .contains("use hcloud, aws, azure, gce, openstack, exec or fake")
+                .contains("use hcloud, aws, azure, gce, openstack, alibaba, exec or fake")
         );
     }
 
@@ -988,7 +994,7 @@ mod tests {
         let one_line = text.split_whitespace().collect::<Vec<_>>().join(" ");
         assert!(
             one_line.contains(
-                "the cloud: hcloud, aws, azure, gce, openstack, exec (a plugin, see --cloud-config) or fake (required)"
+                "the cloud: hcloud, aws, azure, gce, openstack, alibaba, exec (a plugin, see --cloud-config) or fake (required)"
             ),
             "{text}"
         );

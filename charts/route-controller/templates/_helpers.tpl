@@ -8,7 +8,7 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 
 {{/* The settings file of the provider, if it reads one: "secret key". */}}
 {{- define "route-controller.cloudConfigFile" -}}
-{{- $files := dict "azure" "azure-cloud-config azure.json" "gce" "gce-cloud-config gce.conf" "openstack" "openstack-cloud-config cloud.conf" "exec" "exec-cloud-config plugin.conf" -}}
+{{- $files := dict "azure" "azure-cloud-config azure.json" "gce" "gce-cloud-config gce.conf" "openstack" "openstack-cloud-config cloud.conf" "alibaba" "alibaba-cloud-config cloud-config.conf" "exec" "exec-cloud-config plugin.conf" -}}
 {{- get $files .Values.cloudProvider -}}
 {{- end }}
 
@@ -18,7 +18,7 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 
 {{/* Refuses what `manifests` refuses. */}}
 {{- define "route-controller.validate" -}}
-{{- $providers := list "hcloud" "aws" "azure" "gce" "openstack" "exec" "fake" -}}
+{{- $providers := list "hcloud" "aws" "azure" "gce" "openstack" "alibaba" "exec" "fake" -}}
 {{- if not (has .Values.cloudProvider $providers) -}}
 {{- fail (printf "cloudProvider: %q is not a provider; use one of %s" .Values.cloudProvider (join ", " $providers)) -}}
 {{- end -}}
