@@ -32,7 +32,7 @@ use crate::controller::{
     CloudOp, CloudReply, Command, Config, Controller, Input, Mode, NodeEvent, OpId,
 };
 use crate::metrics::Metrics;
-use crate::model::{Cidr, Node, NodeAddress, Route};
+use crate::model::{Cidr, Condition, Node, NodeAddress, Route};
 use crate::provider::{CloudErrorKind, RouteChange, Routes};
 use crate::workers::run_op_metered;
 
@@ -570,7 +570,8 @@ enum Event {
         id: OpId,
         reply: CloudReply,
     },
-    ConditionWritten(String),
+    /// The API server has stored a node's condition: the watch will show it.
+    ConditionWritten(String, Condition),
 }
 
 struct World<'a> {
@@ -768,10 +769,18 @@ impl<'a> World<'a> {
                 Vec::new()
             }
             Event::Reply { id, reply } => self.handle(Input::Cloud { id, reply }),
-            Event::ConditionWritten(node) => self.handle(Input::ConditionWritten {
-                node,
-                result: Ok(()),
-            }),
+            Event::ConditionWritten(node, condition) => {
+                // The node as the API server now holds it, as the next watch event of
+                // it (a heartbeat) will show it; else each heartbeat would take back
+                // what was written, and the next pass write it again.
+                if let Some(n) = self.cluster.get_mut(&node) {
+                    n.network_unavailable = Some(condition);
+                }
+                self.handle(Input::ConditionWritten {
+                    node,
+                    result: Ok(()),
+                })
+            }
         }
     }
 
@@ -921,8 +930,13 @@ impl<'a> World<'a> {
                         },
                     );
                 }
-                Command::WriteCondition { node, .. } => {
-                    self.push(self.now + 10_000_000, Event::ConditionWritten(node));
+                Command::WriteCondition {
+                    node, condition, ..
+                } => {
+                    self.push(
+                        self.now + 10_000_000,
+                        Event::ConditionWritten(node, condition),
+                    );
                 }
                 // The simulation neither shuts down nor loses a lease.
                 Command::RecordEvent { .. } | Command::Exit(_) => {}

@@ -539,6 +539,52 @@ fn poll_mode_retries_a_failed_create_before_the_next_poll() {
     assert_eq!(d.count("list"), 2, "{:?}", sent_ops(&d));
 }
 
+/// A poll that lists the same routes after nothing but heartbeats skips planning
+/// (`Quiet` in the controller), and must then do exactly what a full plan would: no
+/// write. But a node changed otherwise (its condition taken back by hand) is written
+/// again at the next poll, and a route changed behind the controller's back (made a
+/// blackhole) is repaired. Fails with the shortcut taken after any node event (the
+/// condition is never written again) or without comparing the list (no repair).
+#[test]
+fn a_quiet_poll_plans_again_when_anything_but_a_heartbeat_changed() {
+    let mut d = Driver::new(poll_config());
+    d.start(nodes(2));
+    assert_eq!(d.condition_writes.len(), 2);
+    let shown = |d: &Driver, i: usize| {
+        let mut n = nodes(2).remove(i);
+        n.network_unavailable = Some(d.condition_writes[i].1.clone());
+        n
+    };
+    for rv in 2..5 {
+        for i in 0..2 {
+            let n = bumped(shown(&d, i), rv);
+            d.node_event(NodeEvent::Modified(n));
+        }
+        d.advance(secs(10.0));
+    }
+    assert_eq!(
+        (d.condition_writes.len(), d.count("create"), d.count("list")),
+        (2, 2, 4),
+        "heartbeats and polls alone write nothing: {:?}",
+        sent_ops(&d)
+    );
+
+    // Someone takes n0's condition back: the next poll writes it again.
+    d.node_event(NodeEvent::Modified(bumped(nodes(2).remove(0), 9)));
+    d.advance(secs(10.0));
+    assert_eq!(condition_statuses(&d)[2..], [("n0", "False")]);
+
+    // n1's route becomes a blackhole behind the controller's back: repaired.
+    for i in 0..2 {
+        let n = bumped(shown(&d, i), 10);
+        d.node_event(NodeEvent::Modified(n));
+    }
+    d.advance(secs(10.0));
+    d.cloud.make_blackhole(Cidr::parse("10.0.1.0/24").unwrap());
+    d.advance(secs(10.0));
+    assert_eq!(d.count("create"), 3, "{:?}", sent_ops(&d));
+}
+
 /// `poll_retries = false` reproduces upstream's poll mode (simulate's `poll` column):
 /// the failed create waits for the poll at 10 s. Fails with the setting ignored.
 #[test]

@@ -135,6 +135,26 @@ pub struct Controller {
     /// The search for a change at fault in a batch the cloud refused whole, and the
     /// changes it refused, which go alone.
     splitting: batches::Splitting,
+    /// The last plan did nothing (see [`Quiet`]), and nothing it reads has changed
+    /// since: a list that shows the same routes would plan the same nothing.
+    quiet: Option<Quiet>,
+    /// Something a plan reads may have changed since the last plan: every input but
+    /// the passing of time, a list, and a node event that changed only the node's
+    /// resourceVersion (a heartbeat). Kept on the safe side: it may say so when
+    /// nothing did.
+    changed: bool,
+    /// Condition decisions that wrote or marked something, for [`Quiet`].
+    condition_effects: u64,
+}
+
+/// A plan that found nothing to do: no operation, no problem, no condition to write
+/// or node to mark. In poll mode most passes are such, at every node every 10 s;
+/// the next pass that lists the same routes with nothing else changed skips
+/// planning, so that a steady cluster costs a list and a comparison per pass.
+#[derive(Clone, Copy, Debug)]
+struct Quiet {
+    /// The routes the plan kept, for the pass report.
+    kept: usize,
 }
 
 /// A pass that needs a list before it can plan.
@@ -181,6 +201,9 @@ impl Controller {
             refusals: Refusals::default(),
             batch: None,
             splitting: batches::Splitting::default(),
+            quiet: None,
+            changed: true,
+            condition_effects: 0,
         }
     }
 
@@ -238,6 +261,19 @@ impl Controller {
             self.log_wake(now);
         }
         self.now = Some(now);
+        // A list is judged when it is read (`on_listed`), a node event by the view;
+        // what a call spent changes the budget only, which no plan reads.
+        if !matches!(
+            input,
+            Input::Tick
+                | Input::Cloud {
+                    reply: CloudReply::Listed(Ok(_)) | CloudReply::Spent(_),
+                    ..
+                }
+                | Input::Node(NodeEvent::Added(_) | NodeEvent::Modified(_))
+        ) {
+            self.changed = true;
+        }
         match input {
             Input::Node(event) => self.on_node_event(event, now, &mut out),
             Input::Cloud { id, reply } => self.on_cloud_reply(id, reply, now, &mut out),
@@ -309,6 +345,7 @@ impl Controller {
             self.trigger(Trigger::RouteRetry(cidr), now);
         }
         for node in self.conditions.due(now) {
+            self.changed = true;
             self.write_condition(&node, None, out);
         }
         self.scheduler.advance(now);
@@ -359,6 +396,9 @@ impl Controller {
 
     /// Plans with the current views and replaces what is queued with the new plan.
     fn plan_and_queue(&mut self, pass: u64, now: Instant, out: &mut Vec<Command>) {
+        self.quiet = None;
+        self.changed = false;
+        let effects_before = self.condition_effects;
         let Some(view) = &self.view else { return };
         let unselected = self.nodes.unselected();
         let unrouted = plan::UnroutedNodes {
@@ -382,9 +422,11 @@ impl Controller {
         // The plan borrows the nodes' names from the view; the conditions below are
         // written by name through `&mut self`, so each name is found again by its
         // place in the view (which the pass does not reorder).
-        let routings: Vec<(u32, bool)> = nodes
-            .iter()
-            .filter_map(|r| Some((self.nodes.position(r.node)?, r.routable)))
+        let positions = self.nodes.positions_in_order(nodes.iter().map(|r| r.node));
+        let routings: Vec<(u32, bool)> = positions
+            .into_iter()
+            .zip(&nodes)
+            .filter_map(|(at, r)| Some((at?, r.routable)))
             .collect();
         drop(nodes);
         for p in &problems {
@@ -399,7 +441,9 @@ impl Controller {
 
         // The new plan is authoritative for every destination without an operation in
         // flight: queued operations it does not repeat are dropped.
+        let nothing_planned = planned.is_empty() && problems.is_empty();
         let (superseded, already_queued) = self.ops.supersede(&planned);
+        let nothing_planned = nothing_planned && superseded.is_empty();
         for q in superseded {
             self.passes.resolve(q.pass, |r| r.deferred += 1);
         }
@@ -450,12 +494,19 @@ impl Controller {
             r.problems = problems.iter().map(ToString::to_string).collect();
         }
         for (at, routable) in routings {
-            let Some(node) = self.nodes.name_at(at).map(str::to_string) else {
-                continue;
-            };
-            if self.ops.pending_creates(&node) == 0 {
-                self.write_condition_for(&node, Some(routable), pass, out);
+            let waits = self
+                .nodes
+                .name_at(at)
+                .is_some_and(|node| self.ops.pending_creates(node) > 0);
+            if !waits
+                && self.write_condition_at(at, Some(routable), out)
+                && let Some(r) = self.passes.report(pass)
+            {
+                r.conditions += 1;
             }
+        }
+        if nothing_planned && self.condition_effects == effects_before && self.ops.is_idle() {
+            self.quiet = Some(Quiet { kept });
         }
         self.maybe_finish(pass, now, out);
     }
@@ -594,10 +645,25 @@ impl Controller {
         }
         match result {
             Ok(routes) => {
+                self.retries.list_done();
+                if self.can_write()
+                    && let Some(quiet) = self.quiet
+                    && !self.changed
+                    && let Some(view) = self.view.as_mut()
+                    && !view.stale
+                    && view.routes == routes
+                {
+                    // The same routes, and nothing else changed: the plan would be the
+                    // same nothing (see `Quiet`).
+                    view.listed_at = sent;
+                    if let Some(r) = self.passes.report(pass) {
+                        r.kept = quiet.kept;
+                    }
+                    return;
+                }
                 // Age the view from when the list was sent: anything changed by others
                 // after that instant may be missing.
                 self.view = Some(RouteView::new(routes, sent));
-                self.retries.list_done();
                 if self.can_write() {
                     self.plan_and_queue(pass, now, out);
                 } else if let Some(r) = self.passes.report(pass) {
