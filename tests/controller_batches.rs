@@ -572,3 +572,79 @@ fn a_search_ends_when_a_suspect_is_no_longer_wanted() {
     );
     assert_eq!(d.metrics.route_refusals(RULE), 0);
 }
+
+/// Guards the search against a suspect re-planned: n8's change is at fault, and while
+/// the halves before it are out n8 is replaced by m8, which gets the same pod CIDR
+/// (and whatever made n8's change fail does not hold for m8). The CIDR is still
+/// queued, but not as the change the cloud refused: the search must end and m8's
+/// create go in a write, not be refused by elimination without one.
+#[test]
+fn a_suspect_replanned_to_another_node_is_written_not_refused() {
+    let mut d = batching(100);
+    let at_fault = cidr("10.0.8.0/24");
+    d.cloud.poison(at_fault, Some((RULE, false)));
+    d.list((1..=8).map(n).collect());
+    answer_list(&mut d);
+    d.answer_one(); // the 8 together: refused
+    assert_eq!(
+        batches(&d).last().map(Vec::len),
+        Some(4),
+        "{:?}",
+        batches(&d)
+    );
+    d.cloud.poison(at_fault, None);
+    d.node_event(NodeEvent::Deleted(n(8)));
+    d.node_event(NodeEvent::Added(node(
+        "m8",
+        &["10.0.8.0/24"],
+        "192.168.0.88",
+    )));
+    // The pass that re-plans runs while the first half is still out.
+    while let Some(at) = d.ctrl.next_deadline().filter(|&at| at < d.now + secs(1.0)) {
+        d.now = d.now.max(at);
+        d.feed(Input::Tick);
+    }
+    assert_eq!(batches_pending(&d), 1, "the first half is still out");
+    d.advance(secs(30.0));
+    let route = d.cloud.route(&at_fault);
+    assert_eq!(
+        route.map(|r| r.target_node),
+        Some("m8".to_string()),
+        "{:?}",
+        batches(&d)
+    );
+    assert_eq!(d.metrics.route_refusals(RULE), 0, "{:?}", d.conditions);
+}
+
+/// Guards the end of a search that cannot go on: another writer fills the table
+/// while the 4 changes refused together are split, so the first half makes one route
+/// and finds the table full, and the next half cannot be sent; meanwhile n5 was
+/// removed, and its delete would make room. The search must stop, or nothing but its
+/// halves may go and the delete waits for ever. Fails without the stop in
+/// `dispatch_batch`.
+#[test]
+fn a_search_whose_next_half_cannot_be_sent_stops() {
+    let mut d = batching(100);
+    d.cloud.set_route_limit(Some(5));
+    d.cloud.seed([route("kubernetes-n5", "n5", "10.0.5.0/24")]);
+    d.cloud.poison(cidr("10.0.4.0/24"), Some((RULE, false)));
+    d.list((1..=5).map(n).collect());
+    answer_list(&mut d);
+    d.cloud
+        .seed((0..3).map(|i| route(&format!("other-{i}"), "", &format!("192.168.{i}.0/24"))));
+    d.answer_one(); // the 4 creates together: refused
+    d.node_event(NodeEvent::Deleted(n(5)));
+    // The pass that plans n5's delete runs while the first half is still out.
+    while let Some(at) = d.ctrl.next_deadline().filter(|&at| at < d.now + secs(1.0)) {
+        d.now = d.now.max(at);
+        d.feed(Input::Tick);
+    }
+    assert_eq!(batches(&d).len(), 2, "{:?}", batches(&d));
+    d.answer_one(); // the first half: n1 made, n2 refused for want of room
+    d.advance(secs(30.0));
+    assert!(
+        d.cloud.route(&cidr("10.0.5.0/24")).is_none(),
+        "{:?}",
+        batches(&d)
+    );
+}

@@ -51,7 +51,7 @@ use std::time::Instant;
 
 use super::budget::Cost;
 use super::dispatch::route_change;
-use super::{CloudOp, CloudReply, Command, Controller, OpId, Queued};
+use super::{CloudOp, CloudReply, Command, Controller, OpId, Planned, Queued};
 use crate::model::Cidr;
 use crate::provider::{CloudError, CloudErrorKind};
 
@@ -71,6 +71,9 @@ pub(super) struct Splitting {
     /// Destinations whose changes, together, the cloud refused: at least one of them
     /// is at fault. Empty: no search.
     suspects: Vec<Cidr>,
+    /// The suspects' changes as the cloud refused them: a destination re-planned
+    /// since (to another node) is no longer the change under suspicion.
+    refused_as: Vec<Planned>,
     /// The cloud's refusal of the suspects, for the one found by elimination.
     refusal: Option<CloudError>,
     /// Destinations whose change the cloud refused: sent alone until one succeeds.
@@ -80,6 +83,7 @@ pub(super) struct Splitting {
 impl Splitting {
     fn abandon(&mut self) {
         self.suspects.clear();
+        self.refused_as.clear();
         self.refusal = None;
     }
 
@@ -190,10 +194,17 @@ impl Controller {
     fn pick(&mut self, now: Instant, out: &mut Vec<Command>) -> Option<Pick> {
         let suspects = &self.splitting.suspects;
         if !suspects.is_empty() {
-            if !suspects.iter().all(|c| self.ops.has_queued(*c)) {
+            let still_queued = |c: &Cidr| {
+                self.splitting
+                    .refused_as
+                    .iter()
+                    .find(|p| p.cidr() == *c)
+                    .is_some_and(|p| self.ops.has_queued_as(p))
+            };
+            if !suspects.iter().all(still_queued) {
                 log::info!(
                     "the search for the change the cloud refused stops: a suspect is no \
-                     longer queued; the rest go in ordinary batches"
+                     longer queued as it was refused; the rest go in ordinary batches"
                 );
                 self.splitting.abandon();
             } else if let [last] = suspects[..] {
@@ -412,7 +423,8 @@ impl Controller {
                     suspects.len(),
                     refusal.message
                 );
-                self.splitting.suspects = suspects;
+                self.splitting.suspects = suspects.iter().map(Planned::cidr).collect();
+                self.splitting.refused_as = suspects;
                 self.splitting.refusal = Some(refusal);
             }
         }
@@ -420,8 +432,8 @@ impl Controller {
     }
 
     /// Changes the cloud did not apply through no fault of theirs: back at the head
-    /// of the queue, in the order sent, with no failure counted. Their destinations.
-    fn not_applied(&mut self, ids: &[OpId]) -> Vec<Cidr> {
+    /// of the queue, in the order sent, with no failure counted. Their operations.
+    fn not_applied(&mut self, ids: &[OpId]) -> Vec<Planned> {
         let mut back = Vec::new();
         for &id in ids {
             if let Some(flight) = self.ops.complete(id)
@@ -433,10 +445,10 @@ impl Controller {
                 });
             }
         }
-        let cidrs = back.iter().map(|q| q.op.cidr()).collect();
+        let ops = back.iter().map(|q| q.op.clone()).collect();
         for q in back.into_iter().rev() {
             self.ops.requeue_front(q);
         }
-        cidrs
+        ops
     }
 }

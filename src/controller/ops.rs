@@ -301,9 +301,9 @@ impl Operations {
         })
     }
 
-    /// Whether an operation to `cidr` is queued.
-    pub(super) fn has_queued(&self, cidr: Cidr) -> bool {
-        self.queue.iter().any(|q| q.op.cidr() == cidr)
+    /// Whether `op` is queued as it is (a create: to the same node).
+    pub(super) fn has_queued_as(&self, op: &Planned) -> bool {
+        self.queue.iter().any(|q| q.op.makes_same_as(op))
     }
 
     /// Takes the first queued operation to `cidr` out of the queue, whatever its kind.
