@@ -648,3 +648,35 @@ fn a_search_whose_next_half_cannot_be_sent_stops() {
         batches(&d)
     );
 }
+
+/// Guards a replacement whose delete the cloud refuses: the old route is still
+/// there, so the create queued behind the delete would fail too; it waits for the
+/// delete's retry, as after any other failed delete, instead of going in the next
+/// write. Fails with the create left queued on a refusal.
+#[test]
+fn a_refused_delete_holds_back_the_create_that_replaces_it() {
+    let mut d = batching(100);
+    d.cloud.set_report_node_addresses(true);
+    d.cloud.seed([route_controller::model::Route {
+        target_node_addresses: n(1).addresses,
+        ..route("r1", "n1", "10.0.1.0/24")
+    }]);
+    d.start(vec![n(1), n(2)]);
+    let before = batches(&d).len();
+    let moved = Node {
+        addresses: vec![route_controller::model::NodeAddress::internal_ip(
+            "192.168.0.99",
+        )],
+        ..bumped(n(1), 2)
+    };
+    d.cloud.poison(cidr("10.0.1.0/24"), Some((RULE, true)));
+    d.node_event(NodeEvent::Modified(moved));
+    d.advance(secs(5.0));
+    let later = &batches(&d)[before..];
+    assert_eq!(later.first(), Some(&vec!["delete 10.0.1.0/24".to_string()]));
+    assert!(
+        later.iter().flatten().all(|c| c != "create 10.0.1.0/24"),
+        "{later:?}"
+    );
+    assert_eq!(d.metrics.route_refusals(RULE), 1);
+}

@@ -42,7 +42,8 @@
 //! `NetworkUnavailable` reason naming the cloud's rule, an event with the cloud's
 //! message, `route_controller_route_refusals_total{reason}`), retried slowly, and
 //! from then on sent in a write of its own until it succeeds, so it never fails a
-//! batch again.
+//! batch again. A refused delete, like a failed one, leaves its route in place: the
+//! create queued behind it (a replacement) waits for the delete's retry.
 //!
 //! [`Operations`]: super::ops::Operations
 

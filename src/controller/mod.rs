@@ -767,6 +767,9 @@ impl Controller {
             }
             (_, Err(e)) if matches!(e.kind, CloudErrorKind::BatchRefused { .. }) => {
                 self.cloud_refused(&op, &e, pass, out);
+                if let OpKind::Delete(_) = &op {
+                    self.hold_create_behind(cidr, now, out);
+                }
                 self.schedule_retry(cidr, CloudErrorKind::Invalid, now);
                 self.passes.resolve(pass, |r| r.failed += 1);
             }
@@ -805,13 +808,8 @@ impl Controller {
                 if let OpKind::Create(c) = &op {
                     self.failed_create_event(c, pass, &e, now.saturating_duration_since(sent), out);
                 }
-                if let OpKind::Delete(_) = &op
-                    && let Some(dropped) = self.ops.remove_queued_create(cidr)
-                {
-                    // The old route is still there, so the create behind it would fail
-                    // too; it waits for the retry instead.
-                    self.passes.resolve(dropped.pass, |r| r.deferred += 1);
-                    self.maybe_finish(dropped.pass, now, out);
+                if let OpKind::Delete(_) = &op {
+                    self.hold_create_behind(cidr, now, out);
                 }
                 log::warn!(
                     "{} of route {cidr} for node {} failed ({}): {}",
@@ -860,6 +858,16 @@ impl Controller {
             {
                 self.write_condition_for(node, Some(routable), pass, out);
             }
+        }
+    }
+
+    /// A delete of `cidr` failed or was refused: the old route is still there, so the
+    /// create queued behind it (a replacement) would fail too; it waits for the
+    /// delete's retry, whose pass plans it again.
+    fn hold_create_behind(&mut self, cidr: Cidr, now: Instant, out: &mut Vec<Command>) {
+        if let Some(dropped) = self.ops.remove_queued_create(cidr) {
+            self.passes.resolve(dropped.pass, |r| r.deferred += 1);
+            self.maybe_finish(dropped.pass, now, out);
         }
     }
 
