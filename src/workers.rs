@@ -79,6 +79,14 @@ fn call(provider: &dyn Routes, cluster_name: &str, op: &CloudOp, metrics: &Metri
         }
         CloudOp::Apply { changes } => {
             let outcomes = apply_prechecked(provider, cluster_name, changes);
+            if outcomes
+                .iter()
+                .all(|r| matches!(r, Err(e) if matches!(e.kind, CloudErrorKind::Refused { .. })))
+            {
+                // The pre-flight check refused every change: no request left, no call
+                // to count (as for a single create).
+                return CloudReply::Applied(outcomes);
+            }
             // The request's outcome: the first failure of a change that was sent (a
             // pre-flight refusal sent nothing), else success.
             let outcome = outcomes

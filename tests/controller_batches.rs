@@ -680,3 +680,28 @@ fn a_refused_delete_holds_back_the_create_that_replaces_it() {
     );
     assert_eq!(d.metrics.route_refusals(RULE), 1);
 }
+
+/// Guards the count of cloud requests when the pre-check refuses a whole batch: no
+/// write leaves, so none is counted in `route_controller_cloud_requests_total`, as
+/// none is for a single create the pre-check refuses; each refusal is counted once.
+/// Fails with the worker counting the write it did not send.
+#[test]
+fn a_batch_the_precheck_refuses_whole_counts_no_request() {
+    let mut d = batching(100);
+    for i in 1..=2 {
+        d.cloud.refuse(
+            cidr(&format!("10.0.{i}.0/24")),
+            Some(("InvalidRouteName", false)),
+        );
+    }
+    d.list((1..=2).map(n).collect());
+    answer_list(&mut d);
+    d.answer_one(); // the batch of both: refused before any request
+    assert_eq!(batches(&d).len(), 1, "{:?}", batches(&d));
+    assert_eq!(
+        d.metrics
+            .cloud_requests(route_controller::CloudOperation::Apply),
+        0
+    );
+    assert_eq!(d.metrics.route_refusals("InvalidRouteName"), 2);
+}
