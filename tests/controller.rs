@@ -2676,6 +2676,35 @@ fn upstream_watch_mode_names_what_an_update_changed() {
     );
 }
 
+/// Kills: the heartbeat shortcut of `Nodes::apply` taken for an unchanged
+/// resourceVersion in upstream's mode. A node repeated exactly as the controller holds
+/// it (its condition as written) is, upstream, a resync that runs a pass; only a new
+/// resourceVersion with nothing else changed is a heartbeat.
+#[test]
+fn upstream_watch_mode_resyncs_a_node_repeated_as_held() {
+    let mut config = watch_config();
+    config.mode = Mode::UpstreamWatch;
+    let mut d = Driver::new(config);
+    let mut n0 = nodes(1).remove(0);
+    d.start(vec![n0.clone()]);
+    d.advance(secs(20.0));
+    n0.network_unavailable = d.conditions.get("n0").cloned();
+    assert!(
+        n0.network_unavailable.is_some(),
+        "the condition was written"
+    );
+    let before = d.reports.len();
+    for update in [n0.clone(), bumped(n0, 7)] {
+        d.node_event(NodeEvent::Modified(update));
+        d.advance(secs(20.0));
+    }
+    let causes: Vec<String> = d.reports[before..]
+        .iter()
+        .map(|r| r.cause.to_string())
+        .collect();
+    assert_eq!(causes, ["node n0 resynced"]);
+}
+
 /// Kills: the `!` of `!o.resource_version.is_empty()` in `change_trigger` deleted. In
 /// our watch mode an update with an unchanged resourceVersion is ignored (the resync
 /// is our own timer), but only if there is one: without a resourceVersion the content

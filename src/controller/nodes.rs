@@ -208,9 +208,12 @@ impl NodeView {
         }
         let new = Known::new(&node);
         let name = node.name;
+        // Upstream treats an update with the same resourceVersion as a resync (see
+        // `change_trigger`): that one is no heartbeat.
         if let Some(old) = self.nodes.get(&name)
             && !old.waits_since_list
             && old.same_but_version(&new)
+            && (mode != Mode::UpstreamWatch || old.resource_version() != new.resource_version())
         {
             // Its CIDRs wait, or not, as they did: a heartbeat starts no clock.
             self.nodes.insert(new);
