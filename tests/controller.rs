@@ -585,6 +585,32 @@ fn a_quiet_poll_plans_again_when_anything_but_a_heartbeat_changed() {
     assert_eq!(d.count("create"), 3, "{:?}", sent_ops(&d));
 }
 
+/// Which passes skipped planning (`PassReport::unchanged`), in order.
+fn unchanged(d: &Driver) -> Vec<bool> {
+    d.reports.iter().map(|r| r.unchanged).collect()
+}
+
+/// Kills: `on_tables` marking every list's tables as a change. A provider that knows
+/// its limits reports the tables with every list: a quiet poll must still skip its
+/// plan when they are as the controller counted them, and plan when they are not.
+#[test]
+fn a_quiet_poll_with_route_tables_skips_planning_until_they_change() {
+    let cloud = Arc::new(FakeCloud::new());
+    cloud.set_route_limit(Some(10));
+    let mut d = Driver::with_cloud(poll_config(), cloud.clone());
+    d.start(nodes(2));
+    d.advance(secs(30.0));
+    assert_eq!(unchanged(&d), [false, false, true, true]);
+    cloud.set_route_limit(Some(20));
+    d.advance(secs(20.0));
+    assert_eq!(
+        unchanged(&d)[4..],
+        [false, true],
+        "a new limit is planned with once"
+    );
+    assert_eq!(d.count("create"), 2, "{:?}", sent_ops(&d));
+}
+
 /// `poll_retries = false` reproduces upstream's poll mode (simulate's `poll` column):
 /// the failed create waits for the poll at 10 s. Fails with the setting ignored.
 #[test]

@@ -261,13 +261,14 @@ impl Controller {
             self.log_wake(now);
         }
         self.now = Some(now);
-        // A list is judged when it is read (`on_listed`), a node event by the view;
-        // what a call spent changes the budget only, which no plan reads.
+        // A list is judged when it is read (`on_listed`), its tables and a node event
+        // when stored (`on_tables`, the view); what a call spent changes the budget
+        // only, which no plan reads.
         if !matches!(
             input,
             Input::Tick
                 | Input::Cloud {
-                    reply: CloudReply::Listed(Ok(_)) | CloudReply::Spent(_),
+                    reply: CloudReply::Listed(Ok(_)) | CloudReply::Spent(_) | CloudReply::Tables(_),
                     ..
                 }
                 | Input::Node(NodeEvent::Added(_) | NodeEvent::Modified(_))
@@ -658,6 +659,7 @@ impl Controller {
                     view.listed_at = sent;
                     if let Some(r) = self.passes.report(pass) {
                         r.kept = quiet.kept;
+                        r.unchanged = true;
                     }
                     return;
                 }
