@@ -544,7 +544,8 @@ fn poll_mode_retries_a_failed_create_before_the_next_poll() {
 /// write. But a node changed otherwise (its condition taken back by hand) is written
 /// again at the next poll, and a route changed behind the controller's back (made a
 /// blackhole) is repaired. Fails with the shortcut taken after any node event (the
-/// condition is never written again) or without comparing the list (no repair).
+/// condition is never written again), without comparing the list (no repair), or
+/// with the shortcut never taken (`PassReport::unchanged` stays false).
 #[test]
 fn a_quiet_poll_plans_again_when_anything_but_a_heartbeat_changed() {
     let mut d = Driver::new(poll_config());
@@ -568,6 +569,11 @@ fn a_quiet_poll_plans_again_when_anything_but_a_heartbeat_changed() {
         "heartbeats and polls alone write nothing: {:?}",
         sent_ops(&d)
     );
+    assert_eq!(
+        unchanged(&d),
+        [false, false, true, true],
+        "the start creates, the first poll plans and finds nothing, the later ones skip"
+    );
 
     // Someone takes n0's condition back: the next poll writes it again.
     d.node_event(NodeEvent::Modified(bumped(nodes(2).remove(0), 9)));
@@ -583,6 +589,11 @@ fn a_quiet_poll_plans_again_when_anything_but_a_heartbeat_changed() {
     d.cloud.make_blackhole(Cidr::parse("10.0.1.0/24").unwrap());
     d.advance(secs(10.0));
     assert_eq!(d.count("create"), 3, "{:?}", sent_ops(&d));
+    assert_eq!(
+        unchanged(&d)[4..],
+        [false, false, false],
+        "each pass after a change plans"
+    );
 }
 
 /// Which passes skipped planning (`PassReport::unchanged`), in order.
