@@ -616,6 +616,39 @@ fn a_suspect_replanned_to_another_node_is_written_not_refused() {
     assert_eq!(d.metrics.route_refusals(RULE), 0, "{:?}", d.conditions);
 }
 
+/// Guards the search against a suspect whose request changed: n8's change is at
+/// fault, and while the first half is out n8 gets a new address (the usual fix for a
+/// next-hop the cloud refuses). Its create is still queued for n8, but it is not the
+/// request the cloud refused: the search must end and the new request go in a
+/// write, not be refused by elimination without one.
+#[test]
+fn a_suspect_whose_node_changed_its_address_is_written_not_refused() {
+    let mut d = batching(100);
+    let at_fault = cidr("10.0.8.0/24");
+    d.cloud.poison(at_fault, Some((RULE, false)));
+    d.list((1..=8).map(n).collect());
+    answer_list(&mut d);
+    d.answer_one(); // the 8 together: refused
+    assert_eq!(
+        batches(&d).last().map(Vec::len),
+        Some(4),
+        "{:?}",
+        batches(&d)
+    );
+    d.cloud.poison(at_fault, None);
+    let mut moved = node("n8", &["10.0.8.0/24"], "192.168.0.99");
+    moved.resource_version = "2".into();
+    d.node_event(NodeEvent::Modified(moved));
+    while let Some(at) = d.ctrl.next_deadline().filter(|&at| at < d.now + secs(1.0)) {
+        d.now = d.now.max(at);
+        d.feed(Input::Tick);
+    }
+    assert_eq!(batches_pending(&d), 1, "the first half is still out");
+    d.advance(secs(30.0));
+    assert!(d.cloud.route(&at_fault).is_some(), "{:?}", batches(&d));
+    assert_eq!(d.metrics.route_refusals(RULE), 0, "{:?}", d.conditions);
+}
+
 /// Guards the end of a search that cannot go on: another writer fills the table
 /// while the 4 changes refused together are split, so the first half makes one route
 /// and finds the table full, and the next half cannot be sent; meanwhile n5 was

@@ -52,7 +52,8 @@ use std::time::Instant;
 
 use super::budget::Cost;
 use super::dispatch::route_change;
-use super::{CloudOp, CloudReply, Command, Controller, OpId, Planned, Queued};
+use super::ops::OpKind;
+use super::{CloudOp, CloudReply, Command, Controller, OpId, Queued};
 use crate::model::Cidr;
 use crate::provider::{CloudError, CloudErrorKind};
 
@@ -72,9 +73,10 @@ pub(super) struct Splitting {
     /// Destinations whose changes, together, the cloud refused: at least one of them
     /// is at fault. Empty: no search.
     suspects: Vec<Cidr>,
-    /// The suspects' changes as the cloud refused them: a destination re-planned
-    /// since (to another node) is no longer the change under suspicion.
-    refused_as: Vec<Planned>,
+    /// The suspects' requests as the cloud refused them: a destination whose request
+    /// is another since (re-planned to another node, its node's addresses or UID
+    /// changed) is no longer the change under suspicion.
+    refused_as: Vec<OpKind>,
     /// The cloud's refusal of the suspects, for the one found by elimination.
     refusal: Option<CloudError>,
     /// Destinations whose change the cloud refused: sent alone until one succeeds.
@@ -199,8 +201,12 @@ impl Controller {
                 self.splitting
                     .refused_as
                     .iter()
-                    .find(|p| p.cidr() == *c)
-                    .is_some_and(|p| self.ops.has_queued_as(p))
+                    .find(|k| k.cidr() == *c)
+                    .is_some_and(|k| {
+                        self.ops
+                            .queued_as(&k.planned())
+                            .is_some_and(|q| self.request_for(&q.op).as_ref() == Some(k))
+                    })
             };
             if !suspects.iter().all(still_queued) {
                 log::info!(
@@ -424,7 +430,7 @@ impl Controller {
                     suspects.len(),
                     refusal.message
                 );
-                self.splitting.suspects = suspects.iter().map(Planned::cidr).collect();
+                self.splitting.suspects = suspects.iter().map(OpKind::cidr).collect();
                 self.splitting.refused_as = suspects;
                 self.splitting.refusal = Some(refusal);
             }
@@ -434,8 +440,9 @@ impl Controller {
 
     /// Changes the cloud did not apply through no fault of theirs: back at the head
     /// of the queue, in the order sent, with no failure counted. Their operations.
-    fn not_applied(&mut self, ids: &[OpId]) -> Vec<Planned> {
+    fn not_applied(&mut self, ids: &[OpId]) -> Vec<OpKind> {
         let mut back = Vec::new();
+        let mut kinds = Vec::new();
         for &id in ids {
             if let Some(flight) = self.ops.complete(id)
                 && let Some(kind) = flight.kind
@@ -444,12 +451,12 @@ impl Controller {
                     op: kind.planned(),
                     pass: flight.pass,
                 });
+                kinds.push(kind);
             }
         }
-        let ops = back.iter().map(|q| q.op.clone()).collect();
         for q in back.into_iter().rev() {
             self.ops.requeue_front(q);
         }
-        ops
+        kinds
     }
 }

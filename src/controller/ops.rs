@@ -301,9 +301,10 @@ impl Operations {
         })
     }
 
-    /// Whether `op` is queued as it is (a create: to the same node).
-    pub(super) fn has_queued_as(&self, op: &Planned) -> bool {
-        self.queue.iter().any(|q| q.op.makes_same_as(op))
+    /// The queued operation that makes what `op` asks for (a create: to the same
+    /// node), if any.
+    pub(super) fn queued_as(&self, op: &Planned) -> Option<&Queued> {
+        self.queue.iter().find(|q| q.op.makes_same_as(op))
     }
 
     /// Takes the first queued operation to `cidr` out of the queue, whatever its kind.
