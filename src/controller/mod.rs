@@ -652,7 +652,7 @@ impl Controller {
                     && !self.changed
                     && let Some(view) = self.view.as_mut()
                     && !view.stale
-                    && view.routes == routes
+                    && view.routes.same_routes(&routes)
                 {
                     // The same routes, and nothing else changed: the plan would be the
                     // same nothing (see `Quiet`).

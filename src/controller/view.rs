@@ -140,6 +140,23 @@ impl RouteList {
         self.0.iter().map(KeptRoute::to_route).collect()
     }
 
+    /// Whether `other` holds the same routes, in any order: a cloud need not list its
+    /// routes in the same order twice.
+    pub(super) fn same_routes(&self, other: &RouteList) -> bool {
+        if self.0.len() != other.0.len() {
+            return false;
+        }
+        if self.0 == other.0 {
+            return true;
+        }
+        fn sorted(list: &RouteList) -> Vec<&[u8]> {
+            let mut kept: Vec<&[u8]> = list.0.iter().map(|k| &*k.0).collect();
+            kept.sort_unstable();
+            kept
+        }
+        sorted(self) == sorted(other)
+    }
+
     /// Gives back the room the list grew into beyond its routes.
     pub fn shrink_to_fit(&mut self) {
         self.0.shrink_to_fit();
@@ -311,6 +328,21 @@ mod tests {
             blackhole,
             ..Route::default()
         }
+    }
+
+    /// Guards the quiet poll's comparison: the same routes listed in another order are
+    /// the same routes; another route, or one listed twice, is not.
+    #[test]
+    fn a_list_is_the_same_in_any_order() {
+        let (a, b) = (
+            route("n0", "10.0.0.0/24", false),
+            route("n1", "10.0.1.0/24", false),
+        );
+        let list = |routes: &[&Route]| routes.iter().copied().collect::<RouteList>();
+        assert!(list(&[&a, &b]).same_routes(&list(&[&b, &a])));
+        assert!(!list(&[&a, &b]).same_routes(&list(&[&a, &a])));
+        let blackhole = route("n1", "10.0.1.0/24", true);
+        assert!(!list(&[&a, &b]).same_routes(&list(&[&blackhole, &a])));
     }
 
     /// What `routes_to` must say: the usable routes to `node`, in list order.
