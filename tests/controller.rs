@@ -2532,6 +2532,21 @@ fn node_to_route_latency_is_observed_once_per_route() {
     );
 }
 
+/// Kills: `NodeView::route_planned` emptied. A route lost behind the controller's
+/// back (made a blackhole) and re-created by the next poll is observed, from the plan
+/// that found it missing, though no node event started a clock for it.
+#[test]
+fn node_to_route_latency_is_observed_for_a_lost_route_repaired() {
+    let mut d = Driver::new(poll_config());
+    d.start(nodes(2));
+    d.advance(secs(10.0));
+    assert_eq!(d.metrics.node_to_route.count(), 2);
+    d.cloud.make_blackhole(Cidr::parse("10.0.1.0/24").unwrap());
+    d.advance(secs(10.0));
+    assert_eq!(d.count("create"), 3, "{:?}", sent_ops(&d));
+    assert_eq!(d.metrics.node_to_route.count(), 3);
+}
+
 /// Kills: the `==`s and the `&&` of `NodeView::complete_list`'s upstream rule. A relist
 /// of unchanged nodes is, in our watch mode, one pass caused by the relist alone; in
 /// upstream's, each unchanged node enqueues as a resync update.
@@ -2606,8 +2621,8 @@ fn a_failed_delete_holds_back_only_its_own_destinations_create() {
 }
 
 /// Kills: `NodeView::all_routed` emptied. A node whose routes all exist no longer
-/// counts towards node-to-route latency: if its route is replaced a day later, that
-/// is no node waiting for its route.
+/// counts towards node-to-route latency: if its route is replaced a day later, the
+/// wait counts from the plan that found it missing, not from the node's start.
 #[test]
 fn a_node_whose_routes_exist_adds_no_latency_when_one_is_replaced_later() {
     let cloud = Arc::new(FakeCloud::new());
@@ -2618,7 +2633,12 @@ fn a_node_whose_routes_exist_adds_no_latency_when_one_is_replaced_later() {
     d.cloud.make_blackhole(Cidr::parse("10.0.0.0/24").unwrap());
     d.advance(Duration::from_secs(25 * 3600));
     assert_eq!(d.count("create"), 1, "the resync replaced the blackhole");
-    assert_eq!(d.metrics.node_to_route.count(), 0);
+    assert_eq!(d.metrics.node_to_route.count(), 1);
+    let exposition = d.metrics.encode();
+    assert!(
+        exposition.contains("route_controller_node_to_route_seconds_sum 0\n"),
+        "{exposition}"
+    );
 }
 
 /// Kills: `Conditions::in_flight` returning None. A condition write in flight counts

@@ -452,6 +452,9 @@ impl Controller {
         let mut deferred = 0;
         for (op, queued) in planned.into_iter().zip(already_queued) {
             let cidr = op.cidr();
+            if let Planned::Create(c) = &op {
+                self.nodes.route_planned(&c.node, cidr, now);
+            }
             if queued {
                 continue;
             }

@@ -398,6 +398,15 @@ impl NodeView {
             })
     }
 
+    /// A plan creates `node`'s route to `cidr`. If no clock runs for it (the route was
+    /// lost behind the controller's back: a heartbeat starts none), it waits from now,
+    /// so that the metric records the repair; a running clock goes on.
+    pub fn route_planned(&mut self, node: &str, cidr: Cidr, now: Instant) {
+        if self.nodes.get(node).is_some_and(|k| !k.waits_since_list) {
+            self.cidr_seen.note(node, cidr, now);
+        }
+    }
+
     pub fn all_routed(&mut self, node: &str) {
         let clock = &mut self.cidr_seen;
         self.nodes.update(node, |known| {
