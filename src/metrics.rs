@@ -588,7 +588,8 @@ impl Metrics {
             &mut out,
             "route_controller_node_to_route_seconds",
             "histogram",
-            "Time from a node showing a pod CIDR to its route existing in the cloud.",
+            "Time from a node showing a pod CIDR to its route existing in the cloud; for a \
+             route lost later, from the pass that found it missing.",
         );
         self.node_to_route
             .encode(&mut out, "route_controller_node_to_route_seconds", "");

@@ -719,11 +719,26 @@ impl NodeDirectory {
             .filter_map(|&(name, id)| Some((id?, name)))
             .collect();
         by_id.sort_unstable_by(|a, b| dir.at(a.0).cmp(dir.at(b.0)).then(a.0.cmp(&b.0)));
-        given.sort_unstable_by(|a, b| dir.at(a.0).cmp(dir.at(b.0)).then(a.0.cmp(&b.0)));
+        // The controller gives its nodes in name order: then no sort at all.
+        if !given.is_sorted_by(|a, b| (dir.at(a.0), a.0) <= (dir.at(b.0), b.0)) {
+            given.sort_unstable_by(|a, b| dir.at(a.0).cmp(dir.at(b.0)).then(a.0.cmp(&b.0)));
+        }
+        // Each name's place in `by_name`, found by where its span starts (a number)
+        // rather than by comparing names.
+        let mut by_start: Vec<(u32, u32)> = (0..)
+            .zip(&given)
+            .map(|(position, &(name, _))| (name.0, position))
+            .collect();
+        by_start.sort_unstable();
         dir.by_name = given;
         dir.by_provider_id = by_id
             .iter()
-            .filter_map(|&(_, name)| dir.position_of(dir.at(name)))
+            .filter_map(|&(_, name)| {
+                let i = by_start
+                    .binary_search_by_key(&name.0, |&(start, _)| start)
+                    .ok()?;
+                Some(by_start[i].1)
+            })
             .collect();
         dir.text.shrink_to_fit();
         dir

@@ -32,7 +32,7 @@ use crate::controller::{
     CloudOp, CloudReply, Command, Config, Controller, Input, Mode, NodeEvent, OpId,
 };
 use crate::metrics::Metrics;
-use crate::model::{Cidr, Node, NodeAddress, Route};
+use crate::model::{Cidr, Condition, Node, NodeAddress, Route};
 use crate::provider::{CloudErrorKind, RouteChange, Routes};
 use crate::workers::run_op_metered;
 
@@ -276,21 +276,121 @@ pub struct ScenarioReport {
     pub failure_rate: f64,
 }
 
+/// The modes every scenario is played in, in the order reports list them.
+const MODES: [Mode; 3] = [Mode::Poll, Mode::UpstreamWatch, Mode::Watch];
+
 /// Runs one scenario in the three modes. `progress` is called with the fraction done.
 pub fn run(options: &SimOptions, progress: &mut dyn FnMut(f64)) -> ScenarioReport {
+    let planned = script_of(options);
+    let (script, _, duration) = &planned;
+    let mut reports = Vec::new();
+    for (i, mode) in MODES.into_iter().enumerate() {
+        let mut sub = |f: f64| progress((i as f64 + f) / MODES.len() as f64);
+        reports.push(World::new(script, mode, options, *duration).run(&mut sub));
+    }
+    scenario_report(options, &planned, reports)
+}
+
+/// Runs several scenarios, each in the three modes, on up to `threads` threads; the
+/// reports are those [`run`] gives, in the order of `scenarios`. Every (scenario,
+/// mode) run is independent and deterministic, so threads change only how long it
+/// takes: the longest runs (by simulated node-seconds, poll mode first) start first so
+/// that no thread is left with a long one at the end. `progress` is called on the
+/// calling thread with the fraction done, at most every 100 ms.
+pub fn run_all(
+    scenarios: &[SimOptions],
+    threads: usize,
+    progress: &mut dyn FnMut(f64),
+) -> Vec<ScenarioReport> {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::mpsc;
+
+    let scripts: Vec<(Script, usize, Duration)> = scenarios.iter().map(script_of).collect();
+    let mut jobs: Vec<(usize, usize)> = (0..scenarios.len())
+        .flat_map(|s| (0..MODES.len()).map(move |m| (s, m)))
+        .collect();
+    let cost = |&(s, m): &(usize, usize)| {
+        let (_, nodes, duration) = &scripts[s];
+        let poll_weight = if MODES[m] == Mode::Poll { 4 } else { 1 };
+        *nodes as u128 * duration.as_secs() as u128 * poll_weight
+    };
+    jobs.sort_by_key(|job| std::cmp::Reverse(cost(job)));
+    let next = AtomicUsize::new(0);
+    // Each job's fraction done, in thousandths.
+    let done: Vec<AtomicUsize> = jobs.iter().map(|_| AtomicUsize::new(0)).collect();
+    let (finished, reports) = mpsc::channel::<((usize, usize), ModeReport)>();
+    let mut by_scenario: Vec<Vec<Option<ModeReport>>> = scenarios
+        .iter()
+        .map(|_| MODES.iter().map(|_| None).collect())
+        .collect();
+    std::thread::scope(|scope| {
+        for _ in 0..threads.clamp(1, jobs.len().max(1)) {
+            let finished = finished.clone();
+            let (jobs, next, done, scripts) = (&jobs, &next, &done, &scripts);
+            scope.spawn(move || {
+                loop {
+                    let i = next.fetch_add(1, Ordering::Relaxed);
+                    let Some(&(s, m)) = jobs.get(i) else { return };
+                    let (script, _, duration) = &scripts[s];
+                    let mut mark = |f: f64| done[i].store((f * 1000.0) as usize, Ordering::Relaxed);
+                    let report =
+                        World::new(script, MODES[m], &scenarios[s], *duration).run(&mut mark);
+                    done[i].store(1000, Ordering::Relaxed);
+                    if finished.send(((s, m), report)).is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+        drop(finished);
+        let fraction = || {
+            let sum: usize = done.iter().map(|d| d.load(Ordering::Relaxed)).sum();
+            sum as f64 / (1000.0 * jobs.len().max(1) as f64)
+        };
+        loop {
+            match reports.recv_timeout(Duration::from_millis(100)) {
+                Ok(((s, m), report)) => by_scenario[s][m] = Some(report),
+                Err(mpsc::RecvTimeoutError::Timeout) => {}
+                Err(mpsc::RecvTimeoutError::Disconnected) => break,
+            }
+            progress(fraction());
+        }
+    });
+    scenarios
+        .iter()
+        .zip(&scripts)
+        .zip(by_scenario)
+        .map(|((options, planned), modes)| {
+            let modes = modes
+                .into_iter()
+                .map(|m| m.expect("every job reports (a thread that panicked ends the scope)"))
+                .collect();
+            scenario_report(options, planned, modes)
+        })
+        .collect()
+}
+
+/// The scenario's script, node count and duration, bounded.
+fn script_of(options: &SimOptions) -> (Script, usize, Duration) {
     let (default_nodes, default_duration) = options.scenario.defaults();
     let nodes = options.nodes.unwrap_or(default_nodes).clamp(1, MAX_NODES);
     let duration = options
         .duration
         .unwrap_or(default_duration)
         .min(MAX_DURATION);
-    let script = Script::new(options.scenario, nodes, duration, options.seed);
-    let modes = [Mode::Poll, Mode::UpstreamWatch, Mode::Watch];
-    let mut reports = Vec::new();
-    for (i, mode) in modes.into_iter().enumerate() {
-        let mut sub = |f: f64| progress((i as f64 + f) / modes.len() as f64);
-        reports.push(World::new(&script, mode, options, duration).run(&mut sub));
-    }
+    (
+        Script::new(options.scenario, nodes, duration, options.seed),
+        nodes,
+        duration,
+    )
+}
+
+fn scenario_report(
+    options: &SimOptions,
+    (script, nodes, duration): &(Script, usize, Duration),
+    reports: Vec<ModeReport>,
+) -> ScenarioReport {
+    let (nodes, duration) = (*nodes, *duration);
     ScenarioReport {
         scenario: options.scenario.name(),
         nodes,
@@ -570,7 +670,8 @@ enum Event {
         id: OpId,
         reply: CloudReply,
     },
-    ConditionWritten(String),
+    /// The API server has stored a node's condition: the watch will show it.
+    ConditionWritten(String, Condition),
 }
 
 struct World<'a> {
@@ -768,10 +869,18 @@ impl<'a> World<'a> {
                 Vec::new()
             }
             Event::Reply { id, reply } => self.handle(Input::Cloud { id, reply }),
-            Event::ConditionWritten(node) => self.handle(Input::ConditionWritten {
-                node,
-                result: Ok(()),
-            }),
+            Event::ConditionWritten(node, condition) => {
+                // The node as the API server now holds it, as the next watch event of
+                // it (a heartbeat) will show it; else each heartbeat would take back
+                // what was written, and the next pass write it again.
+                if let Some(n) = self.cluster.get_mut(&node) {
+                    n.network_unavailable = Some(condition);
+                }
+                self.handle(Input::ConditionWritten {
+                    node,
+                    result: Ok(()),
+                })
+            }
         }
     }
 
@@ -921,8 +1030,13 @@ impl<'a> World<'a> {
                         },
                     );
                 }
-                Command::WriteCondition { node, .. } => {
-                    self.push(self.now + 10_000_000, Event::ConditionWritten(node));
+                Command::WriteCondition {
+                    node, condition, ..
+                } => {
+                    self.push(
+                        self.now + 10_000_000,
+                        Event::ConditionWritten(node, condition),
+                    );
                 }
                 // The simulation neither shuts down nor loses a lease.
                 Command::RecordEvent { .. } | Command::Exit(_) => {}

@@ -78,7 +78,14 @@ fn call(provider: &dyn Routes, cluster_name: &str, op: &CloudOp, metrics: &Metri
             (CloudReply::Done(r), outcome)
         }
         CloudOp::Apply { changes } => {
-            let outcomes = apply_prechecked(provider, cluster_name, changes);
+            let (outcomes, sent) = apply_prechecked(provider, cluster_name, changes);
+            if !sent {
+                // The pre-flight check refused every change: no request left, no call
+                // to count (as for a single create). Known here only: a provider may
+                // also refuse a change it did send (OpenStack, a port out of address
+                // pairs), and that request counts.
+                return CloudReply::Applied(outcomes);
+            }
             // The request's outcome: the first failure of a change that was sent (a
             // pre-flight refusal sent nothing), else success.
             let outcome = outcomes
@@ -97,12 +104,13 @@ fn call(provider: &dyn Routes, cluster_name: &str, op: &CloudOp, metrics: &Metri
 /// [`Routes::apply_changes`], so a change the cloud would refuse never fails the write
 /// of the others. One outcome per change of `changes`, in order; an error of the
 /// whole write stands for each change that was in it, with the change at fault of a
-/// [`CloudErrorKind::BatchRefused`] given by its position in `changes`.
+/// [`CloudErrorKind::BatchRefused`] given by its position in `changes`. And whether
+/// the write was attempted: false when the pre-check refused every change.
 fn apply_prechecked(
     provider: &dyn Routes,
     cluster_name: &str,
     changes: &[RouteChange],
-) -> Vec<Result<(), CloudError>> {
+) -> (Vec<Result<(), CloudError>>, bool) {
     let mut outcomes: Vec<Result<(), CloudError>> = vec![Ok(()); changes.len()];
     let mut passed = Vec::with_capacity(changes.len());
     let mut positions = Vec::with_capacity(changes.len());
@@ -113,12 +121,14 @@ fn apply_prechecked(
                 positions.push(i);
             }
             // Nothing more may be sent: none of the batch was.
-            Err(e) if e.kind == CloudErrorKind::Fenced => return vec![Err(e); changes.len()],
+            Err(e) if e.kind == CloudErrorKind::Fenced => {
+                return (vec![Err(e); changes.len()], true);
+            }
             Err(e) => outcomes[i] = Err(e),
         }
     }
     if passed.is_empty() {
-        return outcomes;
+        return (outcomes, false);
     }
     let written = match provider.apply_changes(cluster_name, &passed) {
         Ok(written) if written.len() == passed.len() => written,
@@ -145,7 +155,7 @@ fn apply_prechecked(
     for (i, outcome) in positions.into_iter().zip(written) {
         outcomes[i] = outcome;
     }
-    outcomes
+    (outcomes, true)
 }
 
 /// The reply to an operation the fence kept from starting, counted like any other.
@@ -323,6 +333,32 @@ mod tests {
         assert_eq!(
             kinds(&Answers(done), 2),
             vec![None, Some(CloudErrorKind::NotFound)]
+        );
+    }
+
+    /// Guards the count of a batch's request: a write the provider sent counts even
+    /// when it refused every change in it (OpenStack maps a port out of address pairs
+    /// to a refusal after its update). A batch the pre-check refused whole sent
+    /// nothing and counts nothing (`a_batch_the_precheck_refuses_whole_counts_no_request`
+    /// in tests/controller_batches.rs).
+    #[test]
+    fn a_batch_refused_after_it_was_sent_counts_its_request() {
+        let refused = || CloudError::refused("AllowedAddressPairExhausted", false, "full");
+        let metrics = Metrics::new();
+        let op = CloudOp::Apply {
+            changes: vec![
+                RouteChange::Delete {
+                    route: Route::default(),
+                };
+                2
+            ],
+        };
+        let sent = Answers(Ok(vec![Err(refused()), Err(refused())]));
+        let reply = run_op(&sent, "kubernetes", &op, &metrics);
+        assert!(matches!(reply, CloudReply::Applied(o) if o.iter().all(Result::is_err)));
+        assert_eq!(
+            metrics.cloud_requests(crate::metrics::CloudOperation::Apply),
+            1
         );
     }
 

@@ -539,6 +539,89 @@ fn poll_mode_retries_a_failed_create_before_the_next_poll() {
     assert_eq!(d.count("list"), 2, "{:?}", sent_ops(&d));
 }
 
+/// A poll that lists the same routes after nothing but heartbeats skips planning
+/// (`Quiet` in the controller), and must then do exactly what a full plan would: no
+/// write. But a node changed otherwise (its condition taken back by hand) is written
+/// again at the next poll, and a route changed behind the controller's back (made a
+/// blackhole) is repaired. Fails with the shortcut taken after any node event (the
+/// condition is never written again), without comparing the list (no repair), or
+/// with the shortcut never taken (`PassReport::unchanged` stays false).
+#[test]
+fn a_quiet_poll_plans_again_when_anything_but_a_heartbeat_changed() {
+    let mut d = Driver::new(poll_config());
+    d.start(nodes(2));
+    assert_eq!(d.condition_writes.len(), 2);
+    let shown = |d: &Driver, i: usize| {
+        let mut n = nodes(2).remove(i);
+        n.network_unavailable = Some(d.condition_writes[i].1.clone());
+        n
+    };
+    for rv in 2..5 {
+        for i in 0..2 {
+            let n = bumped(shown(&d, i), rv);
+            d.node_event(NodeEvent::Modified(n));
+        }
+        d.advance(secs(10.0));
+    }
+    assert_eq!(
+        (d.condition_writes.len(), d.count("create"), d.count("list")),
+        (2, 2, 4),
+        "heartbeats and polls alone write nothing: {:?}",
+        sent_ops(&d)
+    );
+    assert_eq!(
+        unchanged(&d),
+        [false, false, true, true],
+        "the start creates, the first poll plans and finds nothing, the later ones skip"
+    );
+
+    // Someone takes n0's condition back: the next poll writes it again.
+    d.node_event(NodeEvent::Modified(bumped(nodes(2).remove(0), 9)));
+    d.advance(secs(10.0));
+    assert_eq!(condition_statuses(&d)[2..], [("n0", "False")]);
+
+    // n1's route becomes a blackhole behind the controller's back: repaired.
+    for i in 0..2 {
+        let n = bumped(shown(&d, i), 10);
+        d.node_event(NodeEvent::Modified(n));
+    }
+    d.advance(secs(10.0));
+    d.cloud.make_blackhole(Cidr::parse("10.0.1.0/24").unwrap());
+    d.advance(secs(10.0));
+    assert_eq!(d.count("create"), 3, "{:?}", sent_ops(&d));
+    assert_eq!(
+        unchanged(&d)[4..],
+        [false, false, false],
+        "each pass after a change plans"
+    );
+}
+
+/// Which passes skipped planning (`PassReport::unchanged`), in order.
+fn unchanged(d: &Driver) -> Vec<bool> {
+    d.reports.iter().map(|r| r.unchanged).collect()
+}
+
+/// Kills: `on_tables` marking every list's tables as a change. A provider that knows
+/// its limits reports the tables with every list: a quiet poll must still skip its
+/// plan when they are as the controller counted them, and plan when they are not.
+#[test]
+fn a_quiet_poll_with_route_tables_skips_planning_until_they_change() {
+    let cloud = Arc::new(FakeCloud::new());
+    cloud.set_route_limit(Some(10));
+    let mut d = Driver::with_cloud(poll_config(), cloud.clone());
+    d.start(nodes(2));
+    d.advance(secs(30.0));
+    assert_eq!(unchanged(&d), [false, false, true, true]);
+    cloud.set_route_limit(Some(20));
+    d.advance(secs(20.0));
+    assert_eq!(
+        unchanged(&d)[4..],
+        [false, true],
+        "a new limit is planned with once"
+    );
+    assert_eq!(d.count("create"), 2, "{:?}", sent_ops(&d));
+}
+
 /// `poll_retries = false` reproduces upstream's poll mode (simulate's `poll` column):
 /// the failed create waits for the poll at 10 s. Fails with the setting ignored.
 #[test]
@@ -2449,6 +2532,21 @@ fn node_to_route_latency_is_observed_once_per_route() {
     );
 }
 
+/// Kills: `NodeView::route_planned` emptied. A route lost behind the controller's
+/// back (made a blackhole) and re-created by the next poll is observed, from the plan
+/// that found it missing, though no node event started a clock for it.
+#[test]
+fn node_to_route_latency_is_observed_for_a_lost_route_repaired() {
+    let mut d = Driver::new(poll_config());
+    d.start(nodes(2));
+    d.advance(secs(10.0));
+    assert_eq!(d.metrics.node_to_route.count(), 2);
+    d.cloud.make_blackhole(Cidr::parse("10.0.1.0/24").unwrap());
+    d.advance(secs(10.0));
+    assert_eq!(d.count("create"), 3, "{:?}", sent_ops(&d));
+    assert_eq!(d.metrics.node_to_route.count(), 3);
+}
+
 /// Kills: the `==`s and the `&&` of `NodeView::complete_list`'s upstream rule. A relist
 /// of unchanged nodes is, in our watch mode, one pass caused by the relist alone; in
 /// upstream's, each unchanged node enqueues as a resync update.
@@ -2523,8 +2621,8 @@ fn a_failed_delete_holds_back_only_its_own_destinations_create() {
 }
 
 /// Kills: `NodeView::all_routed` emptied. A node whose routes all exist no longer
-/// counts towards node-to-route latency: if its route is replaced a day later, that
-/// is no node waiting for its route.
+/// counts towards node-to-route latency: if its route is replaced a day later, the
+/// wait counts from the plan that found it missing, not from the node's start.
 #[test]
 fn a_node_whose_routes_exist_adds_no_latency_when_one_is_replaced_later() {
     let cloud = Arc::new(FakeCloud::new());
@@ -2535,7 +2633,12 @@ fn a_node_whose_routes_exist_adds_no_latency_when_one_is_replaced_later() {
     d.cloud.make_blackhole(Cidr::parse("10.0.0.0/24").unwrap());
     d.advance(Duration::from_secs(25 * 3600));
     assert_eq!(d.count("create"), 1, "the resync replaced the blackhole");
-    assert_eq!(d.metrics.node_to_route.count(), 0);
+    assert_eq!(d.metrics.node_to_route.count(), 1);
+    let exposition = d.metrics.encode();
+    assert!(
+        exposition.contains("route_controller_node_to_route_seconds_sum 0\n"),
+        "{exposition}"
+    );
 }
 
 /// Kills: `Conditions::in_flight` returning None. A condition write in flight counts
@@ -2628,6 +2731,35 @@ fn upstream_watch_mode_names_what_an_update_changed() {
             "node n0 resynced"
         ]
     );
+}
+
+/// Kills: the heartbeat shortcut of `Nodes::apply` taken for an unchanged
+/// resourceVersion in upstream's mode. A node repeated exactly as the controller holds
+/// it (its condition as written) is, upstream, a resync that runs a pass; only a new
+/// resourceVersion with nothing else changed is a heartbeat.
+#[test]
+fn upstream_watch_mode_resyncs_a_node_repeated_as_held() {
+    let mut config = watch_config();
+    config.mode = Mode::UpstreamWatch;
+    let mut d = Driver::new(config);
+    let mut n0 = nodes(1).remove(0);
+    d.start(vec![n0.clone()]);
+    d.advance(secs(20.0));
+    n0.network_unavailable = d.conditions.get("n0").cloned();
+    assert!(
+        n0.network_unavailable.is_some(),
+        "the condition was written"
+    );
+    let before = d.reports.len();
+    for update in [n0.clone(), bumped(n0, 7)] {
+        d.node_event(NodeEvent::Modified(update));
+        d.advance(secs(20.0));
+    }
+    let causes: Vec<String> = d.reports[before..]
+        .iter()
+        .map(|r| r.cause.to_string())
+        .collect();
+    assert_eq!(causes, ["node n0 resynced"]);
 }
 
 /// Kills: the `!` of `!o.resource_version.is_empty()` in `change_trigger` deleted. In

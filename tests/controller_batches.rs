@@ -572,3 +572,169 @@ fn a_search_ends_when_a_suspect_is_no_longer_wanted() {
     );
     assert_eq!(d.metrics.route_refusals(RULE), 0);
 }
+
+/// Guards the search against a suspect re-planned: n8's change is at fault, and while
+/// the halves before it are out n8 is replaced by m8, which gets the same pod CIDR
+/// (and whatever made n8's change fail does not hold for m8). The CIDR is still
+/// queued, but not as the change the cloud refused: the search must end and m8's
+/// create go in a write, not be refused by elimination without one.
+#[test]
+fn a_suspect_replanned_to_another_node_is_written_not_refused() {
+    let mut d = batching(100);
+    let at_fault = cidr("10.0.8.0/24");
+    d.cloud.poison(at_fault, Some((RULE, false)));
+    d.list((1..=8).map(n).collect());
+    answer_list(&mut d);
+    d.answer_one(); // the 8 together: refused
+    assert_eq!(
+        batches(&d).last().map(Vec::len),
+        Some(4),
+        "{:?}",
+        batches(&d)
+    );
+    d.cloud.poison(at_fault, None);
+    d.node_event(NodeEvent::Deleted(n(8)));
+    d.node_event(NodeEvent::Added(node(
+        "m8",
+        &["10.0.8.0/24"],
+        "192.168.0.88",
+    )));
+    // The pass that re-plans runs while the first half is still out.
+    while let Some(at) = d.ctrl.next_deadline().filter(|&at| at < d.now + secs(1.0)) {
+        d.now = d.now.max(at);
+        d.feed(Input::Tick);
+    }
+    assert_eq!(batches_pending(&d), 1, "the first half is still out");
+    d.advance(secs(30.0));
+    let route = d.cloud.route(&at_fault);
+    assert_eq!(
+        route.map(|r| r.target_node),
+        Some("m8".to_string()),
+        "{:?}",
+        batches(&d)
+    );
+    assert_eq!(d.metrics.route_refusals(RULE), 0, "{:?}", d.conditions);
+}
+
+/// Guards the search against a suspect whose request changed: n8's change is at
+/// fault, and while the first half is out n8 gets a new address (the usual fix for a
+/// next-hop the cloud refuses). Its create is still queued for n8, but it is not the
+/// request the cloud refused: the search must end and the new request go in a
+/// write, not be refused by elimination without one.
+#[test]
+fn a_suspect_whose_node_changed_its_address_is_written_not_refused() {
+    let mut d = batching(100);
+    let at_fault = cidr("10.0.8.0/24");
+    d.cloud.poison(at_fault, Some((RULE, false)));
+    d.list((1..=8).map(n).collect());
+    answer_list(&mut d);
+    d.answer_one(); // the 8 together: refused
+    assert_eq!(
+        batches(&d).last().map(Vec::len),
+        Some(4),
+        "{:?}",
+        batches(&d)
+    );
+    d.cloud.poison(at_fault, None);
+    let mut moved = node("n8", &["10.0.8.0/24"], "192.168.0.99");
+    moved.resource_version = "2".into();
+    d.node_event(NodeEvent::Modified(moved));
+    while let Some(at) = d.ctrl.next_deadline().filter(|&at| at < d.now + secs(1.0)) {
+        d.now = d.now.max(at);
+        d.feed(Input::Tick);
+    }
+    assert_eq!(batches_pending(&d), 1, "the first half is still out");
+    d.advance(secs(30.0));
+    assert!(d.cloud.route(&at_fault).is_some(), "{:?}", batches(&d));
+    assert_eq!(d.metrics.route_refusals(RULE), 0, "{:?}", d.conditions);
+}
+
+/// Guards the end of a search that cannot go on: another writer fills the table
+/// while the 4 changes refused together are split, so the first half makes one route
+/// and finds the table full, and the next half cannot be sent; meanwhile n5 was
+/// removed, and its delete would make room. The search must stop, or nothing but its
+/// halves may go and the delete waits for ever. Fails without the stop in
+/// `dispatch_batch`.
+#[test]
+fn a_search_whose_next_half_cannot_be_sent_stops() {
+    let mut d = batching(100);
+    d.cloud.set_route_limit(Some(5));
+    d.cloud.seed([route("kubernetes-n5", "n5", "10.0.5.0/24")]);
+    d.cloud.poison(cidr("10.0.4.0/24"), Some((RULE, false)));
+    d.list((1..=5).map(n).collect());
+    answer_list(&mut d);
+    d.cloud
+        .seed((0..3).map(|i| route(&format!("other-{i}"), "", &format!("192.168.{i}.0/24"))));
+    d.answer_one(); // the 4 creates together: refused
+    d.node_event(NodeEvent::Deleted(n(5)));
+    // The pass that plans n5's delete runs while the first half is still out.
+    while let Some(at) = d.ctrl.next_deadline().filter(|&at| at < d.now + secs(1.0)) {
+        d.now = d.now.max(at);
+        d.feed(Input::Tick);
+    }
+    assert_eq!(batches(&d).len(), 2, "{:?}", batches(&d));
+    d.answer_one(); // the first half: n1 made, n2 refused for want of room
+    d.advance(secs(30.0));
+    assert!(
+        d.cloud.route(&cidr("10.0.5.0/24")).is_none(),
+        "{:?}",
+        batches(&d)
+    );
+}
+
+/// Guards a replacement whose delete the cloud refuses: the old route is still
+/// there, so the create queued behind the delete would fail too; it waits for the
+/// delete's retry, as after any other failed delete, instead of going in the next
+/// write. Fails with the create left queued on a refusal.
+#[test]
+fn a_refused_delete_holds_back_the_create_that_replaces_it() {
+    let mut d = batching(100);
+    d.cloud.set_report_node_addresses(true);
+    d.cloud.seed([route_controller::model::Route {
+        target_node_addresses: n(1).addresses,
+        ..route("r1", "n1", "10.0.1.0/24")
+    }]);
+    d.start(vec![n(1), n(2)]);
+    let before = batches(&d).len();
+    let moved = Node {
+        addresses: vec![route_controller::model::NodeAddress::internal_ip(
+            "192.168.0.99",
+        )],
+        ..bumped(n(1), 2)
+    };
+    d.cloud.poison(cidr("10.0.1.0/24"), Some((RULE, true)));
+    d.node_event(NodeEvent::Modified(moved));
+    d.advance(secs(5.0));
+    let later = &batches(&d)[before..];
+    assert_eq!(later.first(), Some(&vec!["delete 10.0.1.0/24".to_string()]));
+    assert!(
+        later.iter().flatten().all(|c| c != "create 10.0.1.0/24"),
+        "{later:?}"
+    );
+    assert_eq!(d.metrics.route_refusals(RULE), 1);
+}
+
+/// Guards the count of cloud requests when the pre-check refuses a whole batch: no
+/// write leaves, so none is counted in `route_controller_cloud_requests_total`, as
+/// none is for a single create the pre-check refuses; each refusal is counted once.
+/// Fails with the worker counting the write it did not send.
+#[test]
+fn a_batch_the_precheck_refuses_whole_counts_no_request() {
+    let mut d = batching(100);
+    for i in 1..=2 {
+        d.cloud.refuse(
+            cidr(&format!("10.0.{i}.0/24")),
+            Some(("InvalidRouteName", false)),
+        );
+    }
+    d.list((1..=2).map(n).collect());
+    answer_list(&mut d);
+    d.answer_one(); // the batch of both: refused before any request
+    assert_eq!(batches(&d).len(), 1, "{:?}", batches(&d));
+    assert_eq!(
+        d.metrics
+            .cloud_requests(route_controller::CloudOperation::Apply),
+        0
+    );
+    assert_eq!(d.metrics.route_refusals("InvalidRouteName"), 2);
+}

@@ -194,8 +194,8 @@ impl FakeCloud {
         };
     }
 
-    /// Makes the cloud refuse, as a whole, any batch (or single create) with a create
-    /// to `destination`, for the rule `reason`, naming the change at fault when
+    /// Makes the cloud refuse, as a whole, any batch (or single create) with a change
+    /// to `destination` (a create, or in a batch a delete), for the rule `reason`, naming the change at fault when
     /// `named` (as ARM's and Neutron's messages name the route): nothing of such a
     /// batch is applied. `None` lifts it.
     pub fn poison(&self, destination: Cidr, poison: Option<(&'static str, bool)>) {
@@ -629,15 +629,13 @@ impl FakeCloud {
 }
 
 /// Removes a route after the call was admitted, if it is there to that target.
-/// The refusal of a batch with a create to a poisoned destination, naming the first
+/// The refusal of a batch with a change to a poisoned destination, naming the first
 /// such change if the poison says so.
 fn poisoned(s: &State, changes: &[RouteChange]) -> Result<(), CloudError> {
-    let first = changes.iter().enumerate().find_map(|(i, c)| match c {
-        RouteChange::Create { route, .. } => {
-            let cidr = Cidr::parse(&route.destination_cidr).ok()?;
-            Some((i, cidr, *s.poisoned.get(&cidr)?))
-        }
-        RouteChange::Delete { .. } => None,
+    let first = changes.iter().enumerate().find_map(|(i, c)| {
+        let (RouteChange::Create { route, .. } | RouteChange::Delete { route }) = c;
+        let cidr = Cidr::parse(&route.destination_cidr).ok()?;
+        Some((i, cidr, *s.poisoned.get(&cidr)?))
     });
     match first {
         None => Ok(()),

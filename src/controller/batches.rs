@@ -42,7 +42,8 @@
 //! `NetworkUnavailable` reason naming the cloud's rule, an event with the cloud's
 //! message, `route_controller_route_refusals_total{reason}`), retried slowly, and
 //! from then on sent in a write of its own until it succeeds, so it never fails a
-//! batch again.
+//! batch again. A refused delete, like a failed one, leaves its route in place: the
+//! create queued behind it (a replacement) waits for the delete's retry.
 //!
 //! [`Operations`]: super::ops::Operations
 
@@ -51,6 +52,7 @@ use std::time::Instant;
 
 use super::budget::Cost;
 use super::dispatch::route_change;
+use super::ops::OpKind;
 use super::{CloudOp, CloudReply, Command, Controller, OpId, Queued};
 use crate::model::Cidr;
 use crate::provider::{CloudError, CloudErrorKind};
@@ -71,6 +73,10 @@ pub(super) struct Splitting {
     /// Destinations whose changes, together, the cloud refused: at least one of them
     /// is at fault. Empty: no search.
     suspects: Vec<Cidr>,
+    /// The suspects' requests as the cloud refused them: a destination whose request
+    /// is another since (re-planned to another node, its node's addresses or UID
+    /// changed) is no longer the change under suspicion.
+    refused_as: Vec<OpKind>,
     /// The cloud's refusal of the suspects, for the one found by elimination.
     refusal: Option<CloudError>,
     /// Destinations whose change the cloud refused: sent alone until one succeeds.
@@ -80,6 +86,7 @@ pub(super) struct Splitting {
 impl Splitting {
     fn abandon(&mut self) {
         self.suspects.clear();
+        self.refused_as.clear();
         self.refusal = None;
     }
 
@@ -190,10 +197,21 @@ impl Controller {
     fn pick(&mut self, now: Instant, out: &mut Vec<Command>) -> Option<Pick> {
         let suspects = &self.splitting.suspects;
         if !suspects.is_empty() {
-            if !suspects.iter().all(|c| self.ops.has_queued(*c)) {
+            let still_queued = |c: &Cidr| {
+                self.splitting
+                    .refused_as
+                    .iter()
+                    .find(|k| k.cidr() == *c)
+                    .is_some_and(|k| {
+                        self.ops
+                            .queued_as(&k.planned())
+                            .is_some_and(|q| self.request_for(&q.op).as_ref() == Some(k))
+                    })
+            };
+            if !suspects.iter().all(still_queued) {
                 log::info!(
                     "the search for the change the cloud refused stops: a suspect is no \
-                     longer queued; the rest go in ordinary batches"
+                     longer queued as it was refused; the rest go in ordinary batches"
                 );
                 self.splitting.abandon();
             } else if let [last] = suspects[..] {
@@ -412,7 +430,8 @@ impl Controller {
                     suspects.len(),
                     refusal.message
                 );
-                self.splitting.suspects = suspects;
+                self.splitting.suspects = suspects.iter().map(OpKind::cidr).collect();
+                self.splitting.refused_as = suspects;
                 self.splitting.refusal = Some(refusal);
             }
         }
@@ -420,9 +439,10 @@ impl Controller {
     }
 
     /// Changes the cloud did not apply through no fault of theirs: back at the head
-    /// of the queue, in the order sent, with no failure counted. Their destinations.
-    fn not_applied(&mut self, ids: &[OpId]) -> Vec<Cidr> {
+    /// of the queue, in the order sent, with no failure counted. Their operations.
+    fn not_applied(&mut self, ids: &[OpId]) -> Vec<OpKind> {
         let mut back = Vec::new();
+        let mut kinds = Vec::new();
         for &id in ids {
             if let Some(flight) = self.ops.complete(id)
                 && let Some(kind) = flight.kind
@@ -431,12 +451,12 @@ impl Controller {
                     op: kind.planned(),
                     pass: flight.pass,
                 });
+                kinds.push(kind);
             }
         }
-        let cidrs = back.iter().map(|q| q.op.cidr()).collect();
         for q in back.into_iter().rev() {
             self.ops.requeue_front(q);
         }
-        cidrs
+        kinds
     }
 }

@@ -56,6 +56,11 @@ impl<'a> Reader<'a> {
         Reader { data, at: 0 }
     }
 
+    /// Where the next read starts, in the data.
+    pub fn position(&self) -> usize {
+        self.at.min(self.data.len())
+    }
+
     pub fn byte(&mut self) -> u8 {
         let b = self.data.get(self.at).copied().unwrap_or(0);
         self.at += 1;

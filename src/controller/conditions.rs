@@ -31,6 +31,14 @@ pub(super) struct Conditions {
     reasons: HashMap<String, (&'static str, String)>,
 }
 
+/// What a pass does about one node's condition: mark it routed, write it, or both.
+struct ConditionDecision {
+    node: String,
+    mark_routed: bool,
+    /// The condition and the node's UID.
+    write: Option<(Condition, String)>,
+}
+
 /// How a condition write was answered, for the controller.
 pub(super) enum Answer {
     /// Written: the node view shows it until the watch confirms.
@@ -191,21 +199,64 @@ impl Controller {
         routable: Option<bool>,
         out: &mut Vec<Command>,
     ) -> bool {
+        match self.nodes.position(node) {
+            Some(at) => self.write_condition_at(at, routable, out),
+            None => {
+                self.conditions.retry_sent(node);
+                false
+            }
+        }
+    }
+
+    /// [`Controller::write_condition`] for the node at `at` of the view's name order:
+    /// a pass decides for every node, and most need nothing, so nothing of a node is
+    /// looked up by name or copied until a write or a mark is due.
+    pub(super) fn write_condition_at(
+        &mut self,
+        at: u32,
+        routable: Option<bool>,
+        out: &mut Vec<Command>,
+    ) -> bool {
+        let Some(node) = self.nodes.name_at(at) else {
+            return false;
+        };
         self.conditions.retry_sent(node);
         if !self.leading || self.shutting_down {
             return false;
         }
-        let Some(known) = self.nodes.get(node) else {
+        let Some(decision) = self.condition_decision(at, routable) else {
             return false;
         };
-        let routes = self
-            .view
-            .as_ref()
-            .map(|v| v.routes_to(node))
-            .unwrap_or_default();
-        let managed = known.has_pod_cidrs() || !routes.is_empty();
-        if !managed {
+        self.condition_effects += 1;
+        if decision.mark_routed {
+            // The route exists: this node no longer counts towards node-to-route latency.
+            self.nodes.all_routed(&decision.node);
+        }
+        let Some((condition, uid)) = decision.write else {
             return false;
+        };
+        self.conditions.sent(&decision.node, condition.clone());
+        let cause = self.passes.latest_cause();
+        out.push(Command::WriteCondition {
+            node: decision.node,
+            uid,
+            condition,
+            cause,
+        });
+        true
+    }
+
+    /// What [`Controller::write_condition_at`] does for the node at `at`; `None` when
+    /// nothing.
+    fn condition_decision(&self, at: u32, routable: Option<bool>) -> Option<ConditionDecision> {
+        let known = self.nodes.at(at)?;
+        let node = known.name();
+        let routes = self.view.as_ref().map(|v| v.routes_to(node));
+        let routes_to = |c: &Cidr| routes.clone().is_some_and(|mut r| r.any(|r| r == *c));
+        let managed =
+            known.has_pod_cidrs() || routes.clone().is_some_and(|mut r| r.next().is_some());
+        if !managed {
+            return None;
         }
         let routable = routable.unwrap_or_else(|| known.is_routable());
         // A pod CIDR this cloud can never route (IPv6 on Hetzner) does not hold back a
@@ -213,40 +264,36 @@ impl Controller {
         let unroutable: Vec<Cidr> = self.refusals.lasting_for(node).collect();
         let all_routed = known
             .pod_cidrs()
-            .all(|c| c.is_ok_and(|c| routes.contains(&c) || unroutable.contains(&c)))
-            && (unroutable.is_empty() || known.valid_cidrs().any(|c| routes.contains(&c)));
+            .all(|c| c.is_ok_and(|c| routes_to(&c) || unroutable.contains(&c)))
+            && (unroutable.is_empty() || known.valid_cidrs().any(|c| routes_to(&c)));
         let created = routable && all_routed;
-        let current = self
-            .conditions
-            .in_flight(node)
-            .cloned()
-            .or_else(|| known.network_unavailable());
+        let in_flight = self.conditions.in_flight(node);
+        let shown;
+        let current = match in_flight {
+            Some(c) => Some(c),
+            None => {
+                shown = known.network_unavailable();
+                shown.as_ref()
+            }
+        };
         let condition = match self.conditions.reason(node) {
             Some((reason, message)) if !created => {
-                plan::network_condition_because(reason, message, current.as_ref())
+                plan::network_condition_because(reason, message, current)
             }
-            _ => plan::network_condition(created, current.as_ref()),
+            _ => plan::network_condition(created, current),
         };
         // Most nodes of a pass were routed long ago: no clock runs for them and they
         // are not marked, so there is nothing to stop and no need to find them again.
-        let waits = known.waits_since_list || self.nodes.route_clock_running();
-        let uid = condition.as_ref().map(|_| known.uid().to_string());
-        if created && waits {
-            // The route exists: this node no longer counts towards node-to-route latency.
-            self.nodes.all_routed(node);
+        let waits = known.waits_since_list || self.nodes.clock_runs_for(known);
+        let mark_routed = created && waits;
+        if condition.is_none() && !mark_routed {
+            return None;
         }
-        let (Some(condition), Some(uid)) = (condition, uid) else {
-            return false;
-        };
-        self.conditions.sent(node, condition.clone());
-        let cause = self.passes.latest_cause();
-        out.push(Command::WriteCondition {
+        Some(ConditionDecision {
             node: node.to_string(),
-            uid,
-            condition,
-            cause,
-        });
-        true
+            mark_routed,
+            write: condition.map(|c| (c, known.uid().to_string())),
+        })
     }
 
     pub(super) fn on_condition_written(

@@ -134,6 +134,24 @@ impl Known {
         self.fixed(2)
     }
 
+    /// Whether `other` is this node with at most another resourceVersion: the same
+    /// bytes before the version's field and after it.
+    pub fn same_but_version(&self, other: &Known) -> bool {
+        let (before, after) = self.around_version();
+        let (other_before, other_after) = other.around_version();
+        before == other_before && after == other_after
+    }
+
+    /// The bytes before the resourceVersion's field and after it.
+    fn around_version(&self) -> (&[u8], &[u8]) {
+        let (_, mut r) = self.header();
+        r.skip(2);
+        let start = r.position();
+        r.skip(1);
+        let end = r.position();
+        (&self.data[..start], &self.data[end..])
+    }
+
     /// `spec.podCIDRs` in order, each its text and its network (`None`: it does not
     /// parse).
     fn cidr_entries(&self) -> impl Iterator<Item = (&str, Option<Cidr>)> + Clone {

@@ -135,6 +135,26 @@ pub struct Controller {
     /// The search for a change at fault in a batch the cloud refused whole, and the
     /// changes it refused, which go alone.
     splitting: batches::Splitting,
+    /// The last plan did nothing (see [`Quiet`]), and nothing it reads has changed
+    /// since: a list that shows the same routes would plan the same nothing.
+    quiet: Option<Quiet>,
+    /// Something a plan reads may have changed since the last plan: every input but
+    /// the passing of time, a list, and a node event that changed only the node's
+    /// resourceVersion (a heartbeat). Kept on the safe side: it may say so when
+    /// nothing did.
+    changed: bool,
+    /// Condition decisions that wrote or marked something, for [`Quiet`].
+    condition_effects: u64,
+}
+
+/// A plan that found nothing to do: no operation, no problem, no condition to write
+/// or node to mark. In poll mode most passes are such, at every node every 10 s;
+/// the next pass that lists the same routes with nothing else changed skips
+/// planning, so that a steady cluster costs a list and a comparison per pass.
+#[derive(Clone, Copy, Debug)]
+struct Quiet {
+    /// The routes the plan kept, for the pass report.
+    kept: usize,
 }
 
 /// A pass that needs a list before it can plan.
@@ -181,6 +201,9 @@ impl Controller {
             refusals: Refusals::default(),
             batch: None,
             splitting: batches::Splitting::default(),
+            quiet: None,
+            changed: true,
+            condition_effects: 0,
         }
     }
 
@@ -238,6 +261,20 @@ impl Controller {
             self.log_wake(now);
         }
         self.now = Some(now);
+        // A list is judged when it is read (`on_listed`), its tables and a node event
+        // when stored (`on_tables`, the view); what a call spent changes the budget
+        // only, which no plan reads.
+        if !matches!(
+            input,
+            Input::Tick
+                | Input::Cloud {
+                    reply: CloudReply::Listed(Ok(_)) | CloudReply::Spent(_) | CloudReply::Tables(_),
+                    ..
+                }
+                | Input::Node(NodeEvent::Added(_) | NodeEvent::Modified(_))
+        ) {
+            self.changed = true;
+        }
         match input {
             Input::Node(event) => self.on_node_event(event, now, &mut out),
             Input::Cloud { id, reply } => self.on_cloud_reply(id, reply, now, &mut out),
@@ -309,6 +346,7 @@ impl Controller {
             self.trigger(Trigger::RouteRetry(cidr), now);
         }
         for node in self.conditions.due(now) {
+            self.changed = true;
             self.write_condition(&node, None, out);
         }
         self.scheduler.advance(now);
@@ -359,6 +397,9 @@ impl Controller {
 
     /// Plans with the current views and replaces what is queued with the new plan.
     fn plan_and_queue(&mut self, pass: u64, now: Instant, out: &mut Vec<Command>) {
+        self.quiet = None;
+        self.changed = false;
+        let effects_before = self.condition_effects;
         let Some(view) = &self.view else { return };
         let unselected = self.nodes.unselected();
         let unrouted = plan::UnroutedNodes {
@@ -382,9 +423,11 @@ impl Controller {
         // The plan borrows the nodes' names from the view; the conditions below are
         // written by name through `&mut self`, so each name is found again by its
         // place in the view (which the pass does not reorder).
-        let routings: Vec<(u32, bool)> = nodes
-            .iter()
-            .filter_map(|r| Some((self.nodes.position(r.node)?, r.routable)))
+        let positions = self.nodes.positions_in_order(nodes.iter().map(|r| r.node));
+        let routings: Vec<(u32, bool)> = positions
+            .into_iter()
+            .zip(&nodes)
+            .filter_map(|(at, r)| Some((at?, r.routable)))
             .collect();
         drop(nodes);
         for p in &problems {
@@ -399,7 +442,9 @@ impl Controller {
 
         // The new plan is authoritative for every destination without an operation in
         // flight: queued operations it does not repeat are dropped.
+        let nothing_planned = planned.is_empty() && problems.is_empty();
         let (superseded, already_queued) = self.ops.supersede(&planned);
+        let nothing_planned = nothing_planned && superseded.is_empty();
         for q in superseded {
             self.passes.resolve(q.pass, |r| r.deferred += 1);
         }
@@ -407,6 +452,9 @@ impl Controller {
         let mut deferred = 0;
         for (op, queued) in planned.into_iter().zip(already_queued) {
             let cidr = op.cidr();
+            if let Planned::Create(c) = &op {
+                self.nodes.route_planned(&c.node, cidr, now);
+            }
             if queued {
                 continue;
             }
@@ -450,12 +498,19 @@ impl Controller {
             r.problems = problems.iter().map(ToString::to_string).collect();
         }
         for (at, routable) in routings {
-            let Some(node) = self.nodes.name_at(at).map(str::to_string) else {
-                continue;
-            };
-            if self.ops.pending_creates(&node) == 0 {
-                self.write_condition_for(&node, Some(routable), pass, out);
+            let waits = self
+                .nodes
+                .name_at(at)
+                .is_some_and(|node| self.ops.pending_creates(node) > 0);
+            if !waits
+                && self.write_condition_at(at, Some(routable), out)
+                && let Some(r) = self.passes.report(pass)
+            {
+                r.conditions += 1;
             }
+        }
+        if nothing_planned && self.condition_effects == effects_before && self.ops.is_idle() {
+            self.quiet = Some(Quiet { kept });
         }
         self.maybe_finish(pass, now, out);
     }
@@ -594,10 +649,26 @@ impl Controller {
         }
         match result {
             Ok(routes) => {
+                self.retries.list_done();
+                if self.can_write()
+                    && let Some(quiet) = self.quiet
+                    && !self.changed
+                    && let Some(view) = self.view.as_mut()
+                    && !view.stale
+                    && view.routes.same_routes(&routes)
+                {
+                    // The same routes, and nothing else changed: the plan would be the
+                    // same nothing (see `Quiet`).
+                    view.listed_at = sent;
+                    if let Some(r) = self.passes.report(pass) {
+                        r.kept = quiet.kept;
+                        r.unchanged = true;
+                    }
+                    return;
+                }
                 // Age the view from when the list was sent: anything changed by others
                 // after that instant may be missing.
                 self.view = Some(RouteView::new(routes, sent));
-                self.retries.list_done();
                 if self.can_write() {
                     self.plan_and_queue(pass, now, out);
                 } else if let Some(r) = self.passes.report(pass) {
@@ -701,6 +772,9 @@ impl Controller {
             }
             (_, Err(e)) if matches!(e.kind, CloudErrorKind::BatchRefused { .. }) => {
                 self.cloud_refused(&op, &e, pass, out);
+                if let OpKind::Delete(_) = &op {
+                    self.hold_create_behind(cidr, now, out);
+                }
                 self.schedule_retry(cidr, CloudErrorKind::Invalid, now);
                 self.passes.resolve(pass, |r| r.failed += 1);
             }
@@ -739,13 +813,8 @@ impl Controller {
                 if let OpKind::Create(c) = &op {
                     self.failed_create_event(c, pass, &e, now.saturating_duration_since(sent), out);
                 }
-                if let OpKind::Delete(_) = &op
-                    && let Some(dropped) = self.ops.remove_queued_create(cidr)
-                {
-                    // The old route is still there, so the create behind it would fail
-                    // too; it waits for the retry instead.
-                    self.passes.resolve(dropped.pass, |r| r.deferred += 1);
-                    self.maybe_finish(dropped.pass, now, out);
+                if let OpKind::Delete(_) = &op {
+                    self.hold_create_behind(cidr, now, out);
                 }
                 log::warn!(
                     "{} of route {cidr} for node {} failed ({}): {}",
@@ -794,6 +863,16 @@ impl Controller {
             {
                 self.write_condition_for(node, Some(routable), pass, out);
             }
+        }
+    }
+
+    /// A delete of `cidr` failed or was refused: the old route is still there, so the
+    /// create queued behind it (a replacement) would fail too; it waits for the
+    /// delete's retry, whose pass plans it again.
+    fn hold_create_behind(&mut self, cidr: Cidr, now: Instant, out: &mut Vec<Command>) {
+        if let Some(dropped) = self.ops.remove_queued_create(cidr) {
+            self.passes.resolve(dropped.pass, |r| r.deferred += 1);
+            self.maybe_finish(dropped.pass, now, out);
         }
     }
 

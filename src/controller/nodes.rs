@@ -87,6 +87,31 @@ impl NodeView {
         self.nodes.at(position as usize).map(NodeFacts::name)
     }
 
+    /// The node at `position` of the view's name order.
+    pub fn at(&self, position: u32) -> Option<&Known> {
+        self.nodes.at(position as usize)
+    }
+
+    /// The places in the view of `names`, which come in the view's name order (as a
+    /// plan of its nodes lists them): one walk, where a search per name would compare
+    /// a dozen names.
+    pub fn positions_in_order<'a>(&self, names: impl Iterator<Item = &'a str>) -> Vec<Option<u32>> {
+        let mut at = 0usize;
+        names
+            .map(|name| {
+                let mut rest = self.nodes.iter().skip(at);
+                match rest.position(|k| k.name_bytes() == name.as_bytes()) {
+                    Some(i) => {
+                        at += i + 1;
+                        u32::try_from(at - 1).ok()
+                    }
+                    // Not in order after all: found by name.
+                    None => self.position(name),
+                }
+            })
+            .collect()
+    }
+
     pub fn names(&self) -> Vec<String> {
         self.nodes.names().map(str::to_string).collect()
     }
@@ -173,14 +198,27 @@ impl NodeView {
     }
 
     /// A node added or changed: what that is, in `mode`'s terms (`None` during a
-    /// relist, which buffers it, and for changes that concern no route).
-    pub fn apply(&mut self, node: Node, mode: Mode, now: Instant) -> Option<Trigger> {
+    /// relist, which buffers it, and for changes that concern no route), and whether
+    /// only its resourceVersion changed (a heartbeat: the view is then as it was, but
+    /// for the version).
+    pub fn apply(&mut self, node: Node, mode: Mode, now: Instant) -> (Option<Trigger>, bool) {
         if self.relist.is_some() {
             self.list_apply(node);
-            return None;
+            return (None, false);
         }
         let new = Known::new(&node);
         let name = node.name;
+        // Upstream treats an update with the same resourceVersion as a resync (see
+        // `change_trigger`): that one is no heartbeat.
+        if let Some(old) = self.nodes.get(&name)
+            && !old.waits_since_list
+            && old.same_but_version(&new)
+            && (mode != Mode::UpstreamWatch || old.resource_version() != new.resource_version())
+        {
+            // Its CIDRs wait, or not, as they did: a heartbeat starts no clock.
+            self.nodes.insert(new);
+            return (None, true);
+        }
         if let Some(old) = self.nodes.get(&name) {
             // The CIDRs it keeps wait since they did; those it no longer has wait for
             // no route.
@@ -201,7 +239,7 @@ impl NodeView {
             Some(old) => change_trigger(old, &new, mode),
         };
         self.nodes.insert(new);
-        trigger
+        (trigger, false)
     }
 
     /// A node added or changed that is not routed here: a trigger if it was routed
@@ -349,6 +387,26 @@ impl NodeView {
         !self.cidr_seen.since.is_empty()
     }
 
+    /// Whether some pod CIDR of `known` waits for its route as an entry of the clock
+    /// (one looked up by key only while the clock runs at all).
+    pub fn clock_runs_for(&self, known: &Known) -> bool {
+        self.route_clock_running()
+            && known.valid_cidrs().any(|c| {
+                self.cidr_seen
+                    .since
+                    .contains_key(&self.cidr_seen.key(known.name(), c))
+            })
+    }
+
+    /// A plan creates `node`'s route to `cidr`. If no clock runs for it (the route was
+    /// lost behind the controller's back: a heartbeat starts none), it waits from now,
+    /// so that the metric records the repair; a running clock goes on.
+    pub fn route_planned(&mut self, node: &str, cidr: Cidr, now: Instant) {
+        if self.nodes.get(node).is_some_and(|k| !k.waits_since_list) {
+            self.cidr_seen.note(node, cidr, now);
+        }
+    }
+
     pub fn all_routed(&mut self, node: &str) {
         let clock = &mut self.cidr_seen;
         self.nodes.update(node, |known| {
@@ -392,7 +450,11 @@ impl Controller {
             }
             NodeEvent::InitDone => self.on_list_complete(now),
             NodeEvent::Added(node) | NodeEvent::Modified(node) => {
-                if let Some(t) = self.nodes.apply(node, self.config.mode, now) {
+                let (trigger, only_version) = self.nodes.apply(node, self.config.mode, now);
+                if !only_version {
+                    self.changed = true;
+                }
+                if let Some(t) = trigger {
                     self.node_trigger(t, now);
                 }
             }
@@ -732,7 +794,7 @@ mod tests {
         view.list_apply(node("b", "1", "10.0.1.0/24"));
         view.list_apply(node("c", "1", "10.0.2.0/24"));
         view.complete_list(Mode::Watch, t0);
-        view.apply(node("a", "2", "10.0.9.0/24"), Mode::Watch, t0);
+        let _ = view.apply(node("a", "2", "10.0.9.0/24"), Mode::Watch, t0);
         assert_eq!(
             view.route_created("a", cidr("10.0.0.0/24"), t0),
             None,
@@ -770,7 +832,7 @@ mod tests {
         view.complete_list(Mode::Watch, t0);
         assert!(view.cidr_seen.is_empty(), "a list only marks");
         view.all_routed("d");
-        view.apply(node("e", "1", "10.0.5.0/24"), Mode::Watch, at(1));
+        let _ = view.apply(node("e", "1", "10.0.5.0/24"), Mode::Watch, at(1));
 
         view.begin_relist();
         view.list_apply(node("a", "1", "10.0.0.0/24"));

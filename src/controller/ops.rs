@@ -325,9 +325,10 @@ impl Operations {
         })
     }
 
-    /// Whether an operation to `cidr` is queued.
-    pub(super) fn has_queued(&self, cidr: Cidr) -> bool {
-        self.queue.iter().any(|q| q.op.cidr() == cidr)
+    /// The queued operation that makes what `op` asks for (a create: to the same
+    /// node), if any.
+    pub(super) fn queued_as(&self, op: &Planned) -> Option<&Queued> {
+        self.queue.iter().find(|q| q.op.makes_same_as(op))
     }
 
     /// Takes the first queued operation to `cidr` out of the queue, whatever its kind.

@@ -43,6 +43,7 @@ impl Passes {
             created: 0,
             deleted: 0,
             kept: 0,
+            unchanged: false,
             failed: 0,
             deferred: 0,
             conditions: 0,

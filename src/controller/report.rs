@@ -24,6 +24,9 @@ pub struct PassReport {
     pub deleted: usize,
     /// Routes already as wanted.
     pub kept: usize,
+    /// The list showed the routes the last plan kept, which found nothing to do, and
+    /// nothing else it reads had changed: this pass did not plan again.
+    pub unchanged: bool,
     /// Route operations that failed (each is retried in watch mode).
     pub failed: usize,
     /// Operations not attempted: waiting for a retry backoff, or cancelled (relist,

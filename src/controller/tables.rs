@@ -137,6 +137,11 @@ impl Controller {
     /// The provider's tables after a list: export them, and look again at held
     /// creates if there is room now (the pass of the list plans them anyway).
     pub(super) fn on_tables(&mut self, tables: Vec<TableUsage>) {
+        // Every list of a provider that knows its limits brings them: only other
+        // counts than the controller's own estimate can change a plan.
+        if tables != self.tables.tables() {
+            self.changed = true;
+        }
         self.spending.set_tables(tables.len());
         self.tables.listed(tables);
         self.update_table_gauges();
