@@ -751,6 +751,10 @@ impl Routes for AlibabaRoutes {
                     table: t.clone(),
                     routes: *state.held.get(t)?,
                     limit: self.quota,
+                    // The quota is one number of custom entries; that IPv6 entries
+                    // count apart is documented nowhere we could read, so both count
+                    // together (on the safe side for creates).
+                    by_family: None,
                 })
             })
             .collect()
