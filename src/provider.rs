@@ -147,6 +147,17 @@ pub trait Routes: Send + Sync {
     }
 }
 
+/// A single create or delete as a batch of one, for a provider whose cloud writes its
+/// table only in batches (its `create_route` and `delete_route` are this).
+pub fn apply_one<R: Routes + ?Sized>(
+    provider: &R,
+    cluster_name: &str,
+    change: RouteChange,
+) -> Result<(), CloudError> {
+    let mut outcomes = provider.apply_changes(cluster_name, std::slice::from_ref(&change))?;
+    outcomes.pop().unwrap_or(Ok(()))
+}
+
 /// One change of a batch ([`Routes::apply_changes`]): what a single
 /// [`Routes::create_route`] or [`Routes::delete_route`] would be given.
 #[derive(Clone, Debug, PartialEq, Eq)]

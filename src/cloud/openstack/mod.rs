@@ -1043,16 +1043,14 @@ impl Routes for OpenStackRoutes {
             name_hint: name_hint.to_string(),
             target: target.clone(),
         };
-        let mut outcomes = self.apply_changes(cluster_name, std::slice::from_ref(&change))?;
-        outcomes.pop().unwrap_or(Ok(()))
+        crate::provider::apply_one(self, cluster_name, change)
     }
 
     fn delete_route(&self, cluster_name: &str, route: &Route) -> Result<(), CloudError> {
         let change = RouteChange::Delete {
             route: route.clone(),
         };
-        let mut outcomes = self.apply_changes(cluster_name, std::slice::from_ref(&change))?;
-        outcomes.pop().unwrap_or(Ok(()))
+        crate::provider::apply_one(self, cluster_name, change)
     }
 
     fn apply_changes(
