@@ -401,7 +401,7 @@ static SIMULATE: Spec = Spec {
             latencies and what limited each. The real controller code runs; only the cluster \
             and the cloud are simulated. The default run (all six scenarios) takes about 11 s \
             of CPU, 7 s of it the 24 h of 1000 nodes of steady (8640 passes in poll mode); \
-            its runs share the machine's cores, so on two it ends in about 8 s; any other \
+            its runs share the machine's cores, so on two it ends in about 6 s; any other \
             single scenario takes under 1.5 s.",
     env: &[],
     groups: &[(
