@@ -360,20 +360,9 @@ fn propagated(destination: &str) -> String {
     )
 }
 
-/// Guards item 5 of issue 36: the usage reported for a table is what "Routes per
-/// route table (non-propagated routes)" counts, IPv4 and IPv6 apart: local routes
-/// counted, propagated ones not, a prefix-list route as the list's `MaxEntries`
-/// (one `DescribeManagedPrefixLists` per process). Seen failing with each rule
-/// reverted, 22 expected: propagated routes counted, 27; IPv4 and IPv6 summed, 26;
-/// a prefix-list route counted as one, 4 (the IPv6 side).
-#[test]
-fn table_usage_counts_local_propagated_ipv6_and_prefix_list_routes_as_the_quota_does() {
-    let moto = moto::shared();
-    let ec2 = moto.ec2();
-    let net = moto::network(&ec2);
-    let table = ec2.create_route_table(&net.vpc, &[(&tag(), "owned")]);
-    ec2.enable_ipv6(&net.vpc, &net.subnet);
-    let a = ec2.run_instance(&net.ami, &net.subnet);
+/// An internet gateway attached to `vpc`, and a route in `table` to it for a customer
+/// prefix list of 20 entries (what the table's usage must count as 20).
+fn prefix_list_route(ec2: &moto::Ec2, vpc: &str, table: &str) {
     let igw = ec2
         .call("CreateInternetGateway", Params::new())
         .child("internetGateway")
@@ -384,7 +373,7 @@ fn table_usage_counts_local_propagated_ipv6_and_prefix_list_routes_as_the_quota_
         "AttachInternetGateway",
         Params::new()
             .add("InternetGatewayId", &igw)
-            .add("VpcId", &net.vpc),
+            .add("VpcId", vpc),
     );
     let list = ec2
         .call(
@@ -401,10 +390,27 @@ fn table_usage_counts_local_propagated_ipv6_and_prefix_list_routes_as_the_quota_
     ec2.call(
         "CreateRoute",
         Params::new()
-            .add("RouteTableId", &table)
+            .add("RouteTableId", table)
             .add("DestinationPrefixListId", &list)
             .add("GatewayId", &igw),
     );
+}
+
+/// Guards item 5 of issue 36: the usage reported for a table is what "Routes per
+/// route table (non-propagated routes)" counts, IPv4 and IPv6 apart: local routes
+/// counted, propagated ones not, a prefix-list route as the list's `MaxEntries`
+/// (one `DescribeManagedPrefixLists` per process). Seen failing with each rule
+/// reverted, 22 expected: propagated routes counted, 27; IPv4 and IPv6 summed, 26;
+/// a prefix-list route counted as one, 4 (the IPv6 side).
+#[test]
+fn table_usage_counts_local_propagated_ipv6_and_prefix_list_routes_as_the_quota_does() {
+    let moto = moto::shared();
+    let ec2 = moto.ec2();
+    let net = moto::network(&ec2);
+    let table = ec2.create_route_table(&net.vpc, &[(&tag(), "owned")]);
+    ec2.enable_ipv6(&net.vpc, &net.subnet);
+    let a = ec2.run_instance(&net.ami, &net.subnet);
+    prefix_list_route(&ec2, &net.vpc, &table);
     for i in 1..=3 {
         ec2.call(
             "CreateRoute",
@@ -461,37 +467,7 @@ fn a_prefix_list_read_is_one_call_when_it_fails_or_the_list_is_aws_managed() {
     let ec2 = moto.ec2();
     let net = moto::network(&ec2);
     let table = ec2.create_route_table(&net.vpc, &[(&tag(), "owned")]);
-    let igw = ec2
-        .call("CreateInternetGateway", Params::new())
-        .child("internetGateway")
-        .and_then(|g| g.text_of("internetGatewayId"))
-        .expect("internet gateway")
-        .to_string();
-    ec2.call(
-        "AttachInternetGateway",
-        Params::new()
-            .add("InternetGatewayId", &igw)
-            .add("VpcId", &net.vpc),
-    );
-    let list = ec2
-        .call(
-            "CreateManagedPrefixList",
-            Params::new()
-                .add("PrefixListName", "offices")
-                .add("AddressFamily", "IPv4")
-                .add("MaxEntries", "20"),
-        )
-        .child("prefixList")
-        .and_then(|l| l.text_of("prefixListId"))
-        .expect("prefix list")
-        .to_string();
-    ec2.call(
-        "CreateRoute",
-        Params::new()
-            .add("RouteTableId", &table)
-            .add("DestinationPrefixListId", &list)
-            .add("GatewayId", &igw),
-    );
+    prefix_list_route(&ec2, &net.vpc, &table);
     let layer = layer(&moto, &ec2);
     let nodes = NodeDirectory::default();
     let ipv4 = |provider: &AwsProvider| {
