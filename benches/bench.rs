@@ -43,6 +43,8 @@ use std::time::{Duration, Instant};
 mod aws_peer;
 #[path = "../tests/support/chaos.rs"]
 mod chaos;
+#[path = "../tests/support/chaos_openstack.rs"]
+mod chaos_openstack;
 #[path = "../tests/support/controller_process.rs"]
 mod controller_process;
 #[path = "../tests/support/e2e_cluster.rs"]
@@ -63,6 +65,8 @@ mod http_fault;
 mod kube_apiserver;
 #[path = "../tests/support/moto.rs"]
 mod moto;
+#[path = "../tests/support/openstack_real.rs"]
+mod openstack_real;
 #[path = "../tests/support/prometheus.rs"]
 mod prometheus;
 mod scale;
@@ -309,8 +313,15 @@ fn chaos() {
             let figures = match cloud {
                 "hcloud" => chaos::hetzner(settings),
                 "aws" => chaos::aws(settings),
+                "openstack" => chaos_openstack::openstack(settings, openstack_real::Mode::Atomic),
+                "openstack-without-atomic" => {
+                    chaos_openstack::openstack(settings, openstack_real::Mode::WithoutAtomic)
+                }
                 other => {
-                    eprintln!("CHAOS_CLOUDS: unknown cloud {other:?}; use hcloud and aws");
+                    eprintln!(
+                        "CHAOS_CLOUDS: unknown cloud {other:?}; use hcloud, aws, openstack and \
+                         openstack-without-atomic"
+                    );
                     std::process::exit(2);
                 }
             };

@@ -2,15 +2,24 @@
 //! replicas with leader election against a real kube-apiserver, each behind fault
 //! proxies of its own to the API server and to the cloud, while the API server is
 //! restarted and SIGKILLed, replicas are SIGKILLed and SIGTERMed, nodes come and go
-//! and the cloud fails; once with the Hetzner double and once with moto. The run and
-//! its checks are in `tests/support/chaos.rs`; `cargo bench -- chaos` runs longer
-//! ones over several seeds.
+//! and the cloud fails; once with the Hetzner double, once with moto, and once in
+//! each of Neutron's modes against a real Keystone and Neutron (with Neutron
+//! restarted and another writer of routes and VIPs racing the replicas,
+//! `tests/support/chaos_openstack.rs`). The run and its checks are in
+//! `tests/support/chaos.rs`; `cargo bench -- chaos` runs longer ones over several
+//! seeds.
 //!
-//! `CHAOS_SEED` and `CHAOS_SECONDS` (default 2 and 20) change the run;
+//! `CHAOS_SEED` and `CHAOS_SECONDS` (default 2 and 20; 40 against the real Neutron)
+//! change the run;
 //! `--nocapture` shows the figures.
+
+// The support modules each carry their own copy of `http_wire.rs`.
+#![allow(clippy::duplicate_mod)]
 
 #[path = "support/chaos.rs"]
 mod chaos;
+#[path = "support/chaos_openstack.rs"]
+mod chaos_openstack;
 #[path = "support/controller_process.rs"]
 mod controller_process;
 #[path = "support/e2e_cluster.rs"]
@@ -27,6 +36,8 @@ mod http_fault;
 mod kube_apiserver;
 #[path = "support/moto.rs"]
 mod moto;
+#[path = "support/openstack_real.rs"]
+mod openstack_real;
 
 use std::sync::Mutex;
 use std::time::{Duration, SystemTime};
@@ -39,6 +50,13 @@ static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
 
 fn settings() -> Settings {
     Settings::from_env(2, 20)
+}
+
+/// Longer against the real Neutron: the other writer's races with the replicas' port
+/// writes need the time to happen (at 40 s, a provider that writes pairs from its
+/// cached copy loses a VIP with seed 2; at 20 s it did not).
+fn openstack_settings() -> Settings {
+    Settings::from_env(2, 40)
 }
 
 fn report(figures: &Figures) {
@@ -75,6 +93,30 @@ fn a_chaos_run_with_the_hetzner_double_keeps_the_invariants_and_converges() {
 fn a_chaos_run_with_moto_keeps_the_invariants_and_converges() {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     report(&chaos::aws(settings()));
+}
+
+/// The same against a real Keystone and Neutron with `extraroute-atomic`: writes
+/// checked by the token's user, the router and every node port compared whole.
+/// Seen failing: with the port's pairs written from the copy cached at the list
+/// (the provider before issue 41), the other writer's VIPs are lost.
+#[test]
+fn a_chaos_run_with_a_real_neutron_keeps_the_invariants_and_converges() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    report(&chaos_openstack::openstack(
+        openstack_settings(),
+        openstack_real::Mode::Atomic,
+    ));
+}
+
+/// The same with a Neutron without `extraroute-atomic` (the whole route list, under
+/// `If-Match`), where the other writer's routes race ours in one list.
+#[test]
+fn a_chaos_run_with_a_real_neutron_without_atomic_routes_keeps_the_invariants_and_converges() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    report(&chaos_openstack::openstack(
+        openstack_settings(),
+        openstack_real::Mode::WithoutAtomic,
+    ));
 }
 
 #[test]

@@ -155,6 +155,11 @@ pub trait Cloud: Sync {
     fn writes(&self) -> Vec<CloudWrite>;
     /// The provider's timeout of one request.
     fn request_timeout(&self) -> Duration;
+    /// Restarts the cloud's server, once, halfway through the run, where the cloud
+    /// is a real server that can be (Neutron); the fault's name for the figures.
+    fn restart(&self) -> Option<&'static str> {
+        None
+    }
 }
 
 /// What a run found.
@@ -615,7 +620,7 @@ struct Run<'a> {
     started: Instant,
 }
 
-fn run(
+pub fn run(
     settings: Settings,
     api: &mut KubeApiserver,
     identity: &Identity,
@@ -727,6 +732,7 @@ impl Run<'_> {
             outages[1].1 = false;
         }
         let long_holds = settings.seconds >= 60;
+        let mut cloud_restart = Some(length / 2);
         // Half the machines have nodes from the start, so that there is work at once.
         for _ in 0..MACHINES {
             if self.nodes.len() < MACHINES / 2 {
@@ -751,6 +757,25 @@ impl Run<'_> {
                 if trace {
                     eprintln!(
                         "[chaos] {:6.1} s: API server outage (kill {kill}) took {:.1} s",
+                        self.started.elapsed().as_secs_f64(),
+                        outage.elapsed().as_secs_f64()
+                    );
+                }
+                continue;
+            }
+            if let Some(at) = cloud_restart
+                && elapsed(paused) >= at
+            {
+                cloud_restart = None;
+                let outage = Instant::now();
+                if let Some(kind) = self.cloud.restart() {
+                    *self.figures.faults.entry(kind).or_default() += 1;
+                }
+                self.reap();
+                paused += outage.elapsed();
+                if trace {
+                    eprintln!(
+                        "[chaos] {:6.1} s: cloud restart took {:.1} s",
                         self.started.elapsed().as_secs_f64(),
                         outage.elapsed().as_secs_f64()
                     );

@@ -31,9 +31,14 @@
 //! [`HttpFaultLayer::rewrite`] changes moto's replies of one action, for what moto
 //! cannot hold at all (a route propagated from a virtual private gateway).
 //!
-//! One request per connection to moto (`Connection: close`), so a reply is read to
-//! its end; clients keep their connection to the layer. Loopback only; threads end
-//! when the layer is dropped.
+//! [`HttpFaultLayer::start_neutron`] puts the same layer in front of a real Neutron
+//! (the OpenStack chaos run): a request's action is Neutron's call as the provider's
+//! metrics name it (`routers.add_extraroutes`, `ports.update`, …), its credential the
+//! Keystone token it carries, and the injected errors are Neutron's JSON faults.
+//!
+//! One request per connection to the server (`Connection: close`), so a reply is
+//! read to its end; clients keep their connection to the layer. Loopback only;
+//! threads end when the layer is dropped.
 
 // The Hetzner double has its own copy of this module in the same test binaries.
 #[allow(clippy::duplicate_mod)]
@@ -69,14 +74,29 @@ pub enum Answer {
 }
 
 impl Answer {
-    fn error(self) -> Option<(u16, &'static str)> {
-        match self {
-            Answer::Throttle => Some((503, "RequestLimitExceeded")),
-            Answer::InternalError => Some((500, "InternalError")),
-            Answer::Unavailable => Some((503, "Unavailable")),
-            Answer::LoseReply => None,
+    fn error(self, dialect: Dialect) -> Option<(u16, &'static str)> {
+        match (dialect, self) {
+            (_, Answer::LoseReply) => None,
+            (Dialect::Ec2, Answer::Throttle) => Some((503, "RequestLimitExceeded")),
+            (Dialect::Ec2, Answer::InternalError) => Some((500, "InternalError")),
+            (Dialect::Ec2, Answer::Unavailable) => Some((503, "Unavailable")),
+            // What a rate-limiting front (e.g. HAProxy) and Neutron's WSGI layer answer.
+            (Dialect::Neutron, Answer::Throttle) => Some((429, "HTTPTooManyRequests")),
+            (Dialect::Neutron, Answer::InternalError) => Some((500, "HTTPInternalServerError")),
+            (Dialect::Neutron, Answer::Unavailable) => Some((503, "HTTPServiceUnavailable")),
         }
     }
+}
+
+/// The API behind the layer: how a request names its action and credential, and how
+/// an error is written.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Dialect {
+    /// EC2's Query API (moto).
+    #[default]
+    Ec2,
+    /// Neutron's REST API.
+    Neutron,
 }
 
 /// One request as the layer saw it.
@@ -84,9 +104,11 @@ impl Answer {
 pub struct Exchange {
     /// When it was sent on to moto, or answered by the layer.
     pub at: Instant,
-    /// The access key ID of the request's SigV4 `Credential`.
+    /// The access key ID of the request's SigV4 `Credential` (EC2), or the
+    /// request's Keystone token (Neutron).
     pub key_id: String,
-    /// `Action` and the other form parameters.
+    /// `Action` and the other form parameters (EC2); the call, and `id` (the
+    /// resource's) and `body` (the request's JSON) (Neutron).
     pub action: String,
     pub params: BTreeMap<String, String>,
     /// Moto's status, or 0 when the request never reached moto.
@@ -156,6 +178,7 @@ type Rewrite = Box<dyn Fn(&str) -> String + Send + Sync>;
 
 #[derive(Default)]
 struct Shared {
+    dialect: Dialect,
     injected: Mutex<Vec<Injected>>,
     /// Each instance's network interfaces, primary first, when EC2's interface rules
     /// are on.
@@ -174,12 +197,25 @@ pub struct HttpFaultLayer {
 }
 
 impl HttpFaultLayer {
-    /// Listens on a loopback port chosen by the OS and forwards to `target`.
+    /// Listens on a loopback port chosen by the OS and forwards to `target`, an EC2
+    /// Query API.
     pub fn start(target: SocketAddr) -> HttpFaultLayer {
+        HttpFaultLayer::start_for(target, Dialect::Ec2)
+    }
+
+    /// The same in front of a Neutron.
+    pub fn start_neutron(target: SocketAddr) -> HttpFaultLayer {
+        HttpFaultLayer::start_for(target, Dialect::Neutron)
+    }
+
+    fn start_for(target: SocketAddr, dialect: Dialect) -> HttpFaultLayer {
         let listener = TcpListener::bind("127.0.0.1:0").expect("bind the fault layer");
         listener.set_nonblocking(true).expect("nonblocking");
         let addr = listener.local_addr().expect("layer address");
-        let shared = Arc::new(Shared::default());
+        let shared = Arc::new(Shared {
+            dialect,
+            ..Shared::default()
+        });
         let s = shared.clone();
         std::thread::Builder::new()
             .name(format!("http-fault {addr}"))
@@ -305,8 +341,17 @@ fn serve(client: TcpStream, target: SocketAddr, s: &Shared) {
         let Some(request) = read_request_patiently(&mut reader, s) else {
             break;
         };
-        let (action, params) = form(&request);
-        let key_id = key_id(&request);
+        let (action, params, key_id) = match s.dialect {
+            Dialect::Ec2 => {
+                let (action, params) = form(&request);
+                (action, params, key_id(&request))
+            }
+            Dialect::Neutron => {
+                let (action, params) = neutron_call(&request);
+                let token = request.header("x-auth-token").unwrap_or_default();
+                (action, params, token.to_string())
+            }
+        };
         let fault = take_fault(s, &action).or_else(|| over_budget(s, &action));
         let mut exchange = Exchange {
             at: Instant::now(),
@@ -318,7 +363,7 @@ fn serve(client: TcpStream, target: SocketAddr, s: &Shared) {
             fault,
         };
         let refusal = fault
-            .and_then(Answer::error)
+            .and_then(|f| f.error(s.dialect))
             .map(|(status, code)| (status, code.to_string(), "injected by the chaos run".into()))
             .or_else(|| ec2_refusal(s, &exchange.action, &exchange.params));
         if let Some((status, code, message)) = refusal {
@@ -326,12 +371,23 @@ fn serve(client: TcpStream, target: SocketAddr, s: &Shared) {
                 exchange.code = Some(code.clone());
             }
             s.log.lock().expect("log").push(exchange);
-            let body = format!(
-                "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<Response><Errors><Error><Code>{code}</Code>\
-                 <Message>{message}</Message></Error></Errors>\
-                 <RequestID>fault-layer</RequestID></Response>"
-            );
-            if write_reply(&mut out, status, "text/xml", body.as_bytes()).is_err() {
+            let (content_type, body) = match s.dialect {
+                Dialect::Ec2 => (
+                    "text/xml",
+                    format!(
+                        "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<Response><Errors><Error><Code>{code}</Code>\
+                         <Message>{message}</Message></Error></Errors>\
+                         <RequestID>fault-layer</RequestID></Response>"
+                    ),
+                ),
+                Dialect::Neutron => (
+                    "application/json",
+                    serde_json::json!({"NeutronError": {"type": code, "message": message,
+                        "detail": ""}})
+                    .to_string(),
+                ),
+            };
+            if write_reply(&mut out, status, content_type, body.as_bytes()).is_err() {
                 break;
             }
             continue;
@@ -346,7 +402,10 @@ fn serve(client: TcpStream, target: SocketAddr, s: &Shared) {
             body = rewritten(s, &exchange.action, body);
         }
         exchange.status = status;
-        exchange.code = error_code(&body);
+        exchange.code = match s.dialect {
+            Dialect::Ec2 => error_code(&body),
+            Dialect::Neutron => neutron_error_type(&body),
+        };
         s.log.lock().expect("log").push(exchange);
         if fault == Some(Answer::LoseReply) {
             break;
@@ -516,6 +575,42 @@ fn form(request: &WireRequest) -> (String, BTreeMap<String, String>) {
         .collect();
     let action = params.get("Action").cloned().unwrap_or_default();
     (action, params)
+}
+
+/// A Neutron request as `(call, {id, body})`: the call named as the OpenStack
+/// provider's metrics name it (`routers.show`, `routers.update`,
+/// `routers.add_extraroutes`, `ports.list`, `ports.update`, …).
+fn neutron_call(request: &WireRequest) -> (String, BTreeMap<String, String>) {
+    let (path, _) = request.path_and_query();
+    let parts: Vec<&str> = path
+        .trim_start_matches("/v2.0/")
+        .split('/')
+        .filter(|p| !p.is_empty())
+        .collect();
+    let verb = match (request.method.as_str(), parts.len()) {
+        ("GET", 1) => "list",
+        ("GET", _) => "show",
+        ("POST", _) => "create",
+        ("DELETE", _) => "delete",
+        ("PUT", 3) => parts[2],
+        _ => "update",
+    };
+    let mut params = BTreeMap::new();
+    if let Some(id) = parts.get(1) {
+        params.insert("id".to_string(), (*id).to_string());
+    }
+    params.insert(
+        "body".to_string(),
+        String::from_utf8_lossy(&request.body).into_owned(),
+    );
+    let resource = parts.first().copied().unwrap_or_default();
+    (format!("{resource}.{verb}"), params)
+}
+
+/// `type` of Neutron's `{"NeutronError": {"type": …}}`.
+fn neutron_error_type(body: &[u8]) -> Option<String> {
+    let value: serde_json::Value = serde_json::from_slice(body).ok()?;
+    value["NeutronError"]["type"].as_str().map(str::to_string)
 }
 
 /// `AKID` of `Authorization: AWS4-HMAC-SHA256 Credential=AKID/date/region/...`.

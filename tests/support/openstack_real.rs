@@ -493,8 +493,9 @@ impl Server {
     }
 }
 
-impl Drop for Server {
-    fn drop(&mut self) {
+impl Server {
+    /// Closes the watchdog's stdin (it terminates the server) and waits for it.
+    fn stop(&mut self) {
         drop(self.stdin.take());
         let deadline = Instant::now() + Duration::from_secs(15);
         while Instant::now() < deadline {
@@ -505,6 +506,12 @@ impl Drop for Server {
         }
         let _ = self.watchdog.kill();
         let _ = self.watchdog.wait();
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        self.stop();
     }
 }
 
@@ -551,8 +558,14 @@ pub struct RealCloud {
     pub project_id: String,
     pub member_id: String,
     pub app_credential_id: String,
+    /// Neutron's port, its `neutron.conf` and the servers' directory, to start it
+    /// again on the same database ([`RealCloud::restart_neutron`]).
+    neutron_port: u16,
+    neutron_conf: PathBuf,
+    network_service_id: String,
+    member_role_id: String,
     // Dropped first: the servers stop before their directory goes.
-    neutron: Server,
+    neutron: Mutex<Server>,
     keystone: Server,
     agent: ureq::Agent,
     member: Api,
@@ -749,7 +762,11 @@ impl RealCloud {
             project_id,
             member_id,
             app_credential_id,
-            neutron,
+            neutron_port: ne_port,
+            neutron_conf: ne_conf,
+            network_service_id: service_id,
+            member_role_id: role_id,
+            neutron: Mutex::new(neutron),
             keystone,
             agent,
             member,
@@ -791,8 +808,94 @@ impl RealCloud {
             .join("\n");
         format!(
             "--- neutron.log (last 60 lines) ---\n{tail}\n--- gunicorn ---\n{}",
-            self.neutron.log_text()
+            self.neutron
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .log_text()
         )
+    }
+
+    /// Stops Neutron (SIGTERM to gunicorn, as a service restart does), waits `down`,
+    /// and starts it again on the same database, port and configuration; returns once
+    /// it answers. Requests meanwhile find the port closed.
+    pub fn restart_neutron(&self, down: Duration) {
+        let mut neutron = self.neutron.lock().unwrap_or_else(|e| e.into_inner());
+        neutron.stop();
+        std::thread::sleep(down);
+        *neutron = Server::start(
+            "neutron",
+            &self.dir,
+            self.neutron_port,
+            &[
+                ("RC_SERVICE", "neutron".into()),
+                ("RC_CONFIG_FILES", self.neutron_conf.display().to_string()),
+            ],
+        );
+        neutron.wait_until_serving(
+            &self.agent,
+            &format!("{}/", self.neutron_url),
+            Duration::from_secs(120),
+        );
+    }
+
+    /// A user `name` of the project with the `member` role and [`MEMBER_PASSWORD`]:
+    /// one identity per process, so that a server-side log can tell processes apart.
+    pub fn add_member_user(&self, name: &str) {
+        let auth = format!("{}/v3", self.keystone_url);
+        let user = self.admin.send(
+            "POST",
+            &auth,
+            "/users",
+            &json!({"user": {"name": name, "domain_id": "default", "password": MEMBER_PASSWORD,
+                    "default_project_id": self.project_id}}),
+        );
+        let user_id = id(&user["user"]);
+        self.admin.send(
+            "PUT",
+            &auth,
+            &format!(
+                "/projects/{}/users/{user_id}/roles/{}",
+                self.project_id, self.member_role_id
+            ),
+            &Value::Null,
+        );
+    }
+
+    /// Region `region` in the catalog, its Neutron at `url` on every interface: a
+    /// client configured with that region reaches Neutron through `url` (a fault
+    /// proxy of its own).
+    pub fn add_neutron_region(&self, region: &str, url: &str) {
+        let auth = format!("{}/v3", self.keystone_url);
+        self.admin.send(
+            "POST",
+            &auth,
+            "/regions",
+            &json!({"region": {"id": region}}),
+        );
+        for interface in ["public", "internal", "admin"] {
+            self.admin.send(
+                "POST",
+                &auth,
+                "/endpoints",
+                &json!({"endpoint": {"service_id": self.network_service_id,
+                        "interface": interface, "url": url, "region_id": region}}),
+            );
+        }
+    }
+
+    /// The name of the user a Keystone token was issued to (`None` if Keystone does
+    /// not know the token).
+    pub fn token_user(&self, token: &str) -> Option<String> {
+        let url = format!("{}/v3/auth/tokens", self.keystone_url);
+        let mut response = self
+            .agent
+            .get(&url)
+            .header("X-Auth-Token", &self.admin.token)
+            .header("X-Subject-Token", token)
+            .call()
+            .ok()?;
+        let body: Value = serde_json::from_str(&response.body_mut().read_to_string().ok()?).ok()?;
+        body["token"]["user"]["name"].as_str().map(str::to_string)
     }
 }
 
@@ -892,6 +995,19 @@ impl Api {
         body: Option<&Value>,
         if_match: Option<u64>,
     ) -> Reply {
+        self.try_request(method, base, path, body, if_match)
+            .unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// [`Api::request`], with a transport error (the server down) as an `Err`.
+    pub fn try_request(
+        &self,
+        method: &str,
+        base: &str,
+        path: &str,
+        body: Option<&Value>,
+        if_match: Option<u64>,
+    ) -> Result<Reply, String> {
         let url = format!("{base}{path}");
         let sent = match (method, body) {
             ("GET", _) => self
@@ -924,7 +1040,7 @@ impl Api {
                 }
             }
         };
-        let mut response = sent.unwrap_or_else(|e| panic!("{method} {url}: {e}"));
+        let mut response = sent.map_err(|e| format!("{method} {url}: {e}"))?;
         let status = response.status().as_u16();
         let text = response.body_mut().read_to_string().unwrap_or_default();
         let body = serde_json::from_str(&text).unwrap_or(if text.is_empty() {
@@ -932,7 +1048,12 @@ impl Api {
         } else {
             Value::String(text)
         });
-        Reply { status, body }
+        Ok(Reply { status, body })
+    }
+
+    /// Where this client reaches Neutron.
+    pub fn neutron_url(&self) -> &str {
+        &self.neutron
     }
 
     /// A request that must succeed; its body.
@@ -1050,8 +1171,19 @@ impl Api {
 
     /// Sets the port's pairs, guarded by `if_match` when given; the reply.
     pub fn put_pairs(&self, port: &str, pairs: &[String], if_match: Option<u64>) -> Reply {
+        self.put_pairs_try(port, pairs, if_match)
+            .unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// [`Api::put_pairs`], with a transport error as an `Err`.
+    pub fn put_pairs_try(
+        &self,
+        port: &str,
+        pairs: &[String],
+        if_match: Option<u64>,
+    ) -> Result<Reply, String> {
         let pairs: Vec<Value> = pairs.iter().map(|p| json!({"ip_address": p})).collect();
-        self.request(
+        self.try_request(
             "PUT",
             &self.neutron,
             &format!("/v2.0/ports/{port}"),
