@@ -12,11 +12,13 @@ mod moto;
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime};
 
 use http_fault::HttpFaultLayer;
 use route_controller::cloud::aws::credentials::AwsEnv;
 use route_controller::cloud::aws::query::{Params, QueryError};
-use route_controller::cloud::aws::{AwsConfig, AwsProvider};
+use route_controller::cloud::aws::{AwsConfig, AwsProvider, PREFIX_LIST_RETRY};
 use route_controller::cloud::{CloudErrorKind, NodeDirectory, RouteTarget, Routes};
 use route_controller::model::{NodeAddress, Route};
 
@@ -44,7 +46,12 @@ fn provider(layer: &HttpFaultLayer) -> AwsProvider {
 }
 
 fn provider_with(layer: &HttpFaultLayer, config: AwsConfig) -> AwsProvider {
-    let env = AwsEnv::new()
+    provider_on(layer, config, AwsEnv::new())
+}
+
+/// A provider whose environment is `env` plus moto's keys.
+fn provider_on(layer: &HttpFaultLayer, config: AwsConfig, env: AwsEnv) -> AwsProvider {
+    let env = env
         .with_var("AWS_ACCESS_KEY_ID", moto::TEST_KEY_ID)
         .with_var("AWS_SECRET_ACCESS_KEY", moto::TEST_SECRET)
         .with_var("AWS_EC2_METADATA_DISABLED", "true");
@@ -458,9 +465,11 @@ fn table_usage_counts_local_propagated_ipv6_and_prefix_list_routes_as_the_quota_
 /// Guards review finding 3 of aws6: the prefix-list read is one call, also when it
 /// fails (a missing IAM action: the next lists do not ask again, the route counts as
 /// one) and when the reply gives no `maxEntries` (an AWS-managed list, counted as its
-/// documented weight, here CloudFront's 55). Seen failing with the failure not
-/// remembered (2 reads instead of 1) and with lists lacking `maxEntries` not stored
-/// (3 reads in 3 lists).
+/// documented weight, here CloudFront's 55), until [`PREFIX_LIST_RETRY`] has passed
+/// on the environment's clock (moved by the test): then one read again. Seen failing
+/// with the failure not remembered (2 reads instead of 1), with lists lacking
+/// `maxEntries` not stored (3 reads in 3 lists), and with the period measured on the
+/// wall clock (no second read).
 #[test]
 fn a_prefix_list_read_is_one_call_when_it_fails_or_the_list_is_aws_managed() {
     let moto = moto::shared();
@@ -483,10 +492,21 @@ fn a_prefix_list_read_is_one_call_when_it_fails_or_the_list_is_aws_managed() {
         1,
         http_fault::Answer::InternalError,
     );
-    let failing = provider(&layer);
+    let now = Arc::new(Mutex::new(SystemTime::now()));
+    let clock = {
+        let now = now.clone();
+        Arc::new(move || *now.lock().unwrap_or_else(|e| e.into_inner()))
+    };
+    let failing = provider_on(
+        &layer,
+        AwsConfig::default(),
+        AwsEnv::new().with_clock(clock),
+    );
     failing.list_routes(CLUSTER, &nodes).expect("list");
     let counted_as_one = ipv4(&failing);
+    let advance = |by: Duration| *now.lock().unwrap_or_else(|e| e.into_inner()) += by;
     for _ in 0..2 {
+        advance(PREFIX_LIST_RETRY / 2 - Duration::from_secs(1));
         failing.list_routes(CLUSTER, &nodes).expect("list again");
     }
     assert_eq!(
@@ -496,6 +516,13 @@ fn a_prefix_list_read_is_one_call_when_it_fails_or_the_list_is_aws_managed() {
         layer.log()
     );
     assert_eq!(ipv4(&failing), counted_as_one);
+    // The period is over: read again (and counted as its 20 entries).
+    advance(Duration::from_secs(3));
+    failing
+        .list_routes(CLUSTER, &nodes)
+        .expect("list after the period");
+    assert_eq!(actions(&layer).get("DescribeManagedPrefixLists"), Some(&2));
+    assert_eq!(ipv4(&failing), counted_as_one - 1 + 20);
 
     // An AWS-managed list: no maxEntries, named as AWS names them.
     layer.clear_log();

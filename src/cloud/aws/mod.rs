@@ -63,7 +63,7 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fmt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, OnceLock};
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use rand::RngExt;
 
@@ -78,6 +78,7 @@ use self::ec2::{
 };
 use self::query::{Endpoint, Params, QueryClient, QueryClientConfig, QueryError};
 use self::xml::Element;
+use crate::credentials::Clock;
 use crate::fence::Fence;
 use crate::model::{Cidr, Route};
 use crate::provider::{
@@ -206,7 +207,7 @@ pub fn ec2_buckets() -> Vec<ActionBucket> {
 }
 
 /// How long a failed read of prefix lists is not tried again.
-const PREFIX_LIST_RETRY: Duration = Duration::from_secs(15 * 60);
+pub const PREFIX_LIST_RETRY: Duration = Duration::from_secs(15 * 60);
 
 /// `NetworkUnavailable` reason: the node's instance is in another VPC than a route table.
 pub const INSTANCE_NOT_IN_VPC: &str = "InstanceNotInVPC";
@@ -274,8 +275,10 @@ pub struct AwsProvider {
     prefix_lists: Mutex<HashMap<String, (bool, usize)>>,
     /// When a read of prefix lists last failed: none is tried again for
     /// [`PREFIX_LIST_RETRY`], so that a missing IAM action costs one call per period,
-    /// not one per list.
-    prefix_list_failure: Mutex<Option<Instant>>,
+    /// not one per list. On the environment's clock ([`AwsEnv::clock`]), which
+    /// tests move.
+    prefix_list_failure: Mutex<Option<SystemTime>>,
+    clock: Clock,
     /// The interface each instance with several interfaces is routed to (the one
     /// holding its node's InternalIP), as the last pre-flight check found it: a listed
     /// route to another interface of it is reported for replacement.
@@ -428,6 +431,7 @@ impl AwsProvider {
             flights: Mutex::new(HashMap::new()),
             prefix_lists: Mutex::new(HashMap::new()),
             prefix_list_failure: Mutex::new(None),
+            clock: env.clock(),
             interface_hops: Mutex::new(HashMap::new()),
             gone: Mutex::new(HashSet::new()),
             calls: Mutex::new(BTreeMap::new()),
@@ -802,7 +806,10 @@ impl AwsProvider {
         if ids.is_empty() {
             return;
         }
-        if lock(&self.prefix_list_failure).is_some_and(|at| at.elapsed() < PREFIX_LIST_RETRY) {
+        let now = (self.clock)();
+        // A clock stepped back counts as no time passed.
+        let since = |at: SystemTime| now.duration_since(at).unwrap_or_default();
+        if lock(&self.prefix_list_failure).is_some_and(|at| since(at) < PREFIX_LIST_RETRY) {
             return;
         }
         ids.sort_unstable();
@@ -828,7 +835,7 @@ impl AwsProvider {
                 }
             }
             Err(e) => {
-                *lock(&self.prefix_list_failure) = Some(Instant::now());
+                *lock(&self.prefix_list_failure) = Some(now);
                 log::info!(
                     "could not read the size of prefix lists {} (routes to them count as one \
                      each in the table's usage; tried again in {} minutes): {}",
