@@ -675,6 +675,15 @@ pub fn run(
     );
     let (agent, admin) = (run.api.agent().clone(), run.api.admin_token().to_string());
     std::thread::scope(|s| {
+        // Stops the samplers when the run ends, also by a panic (a replica that never
+        // gets ready): the scope would otherwise wait for them for ever.
+        struct Stop<'a>(&'a AtomicBool);
+        impl Drop for Stop<'_> {
+            fn drop(&mut self) {
+                self.0.store(true, Ordering::SeqCst);
+            }
+        }
+        let _stop = Stop(&stop);
         s.spawn(|| {
             while !stop.load(Ordering::SeqCst) {
                 if let Some(sample) = sample_lease(&agent, &lease_url, &admin) {

@@ -375,7 +375,11 @@ impl Cloud for OpenStack<'_> {
                 "cloud reply lost after the change",
             ),
         };
+        // One fault waits at a time: a replica starting alone behind its layer would
+        // otherwise meet every 429 queued while it was down (its readiness waits for
+        // Neutron's extensions).
         for layer in &self.layers {
+            layer.clear();
             layer.inject(action, times, answer);
         }
         name
