@@ -584,6 +584,15 @@ pub fn pod_cidr(id: usize) -> String {
 
 // --- the run -------------------------------------------------------------------------
 
+/// A server going away during a run; its time does not count against the length.
+#[derive(Clone, Copy, Debug)]
+enum Outage {
+    /// The API server stopped (or SIGKILLed) and started again on its data.
+    Api { kill: bool },
+    /// The cloud's server restarted ([`Cloud::restart`]), if it can be.
+    Cloud,
+}
+
 /// A replica slot: its proxies and the process now running in it.
 struct Replica {
     slot: usize,
@@ -734,14 +743,18 @@ impl Run<'_> {
     fn faults(&mut self, settings: &Settings, rng: &mut SmallRng) {
         let length = Duration::from_secs(settings.seconds);
         // The API server goes away twice: stopped cleanly and SIGKILLed, in an
-        // order the seed picks.
-        let mut outages: Vec<(Duration, bool)> = vec![(length / 3, false), (length * 2 / 3, true)];
+        // order the seed picks; between the two, the cloud's server restarts (where
+        // it can).
+        let mut outages = vec![
+            (length / 3, Outage::Api { kill: false }),
+            (length / 2, Outage::Cloud),
+            (length * 2 / 3, Outage::Api { kill: true }),
+        ];
         if rng.random_bool(0.5) {
-            outages[0].1 = true;
-            outages[1].1 = false;
+            outages[0].1 = Outage::Api { kill: true };
+            outages[2].1 = Outage::Api { kill: false };
         }
         let long_holds = settings.seconds >= 60;
-        let mut cloud_restart = Some(length / 2);
         // Half the machines have nodes from the start, so that there is work at once.
         for _ in 0..MACHINES {
             if self.nodes.len() < MACHINES / 2 {
@@ -755,38 +768,26 @@ impl Run<'_> {
         let mut paused = Duration::ZERO;
         let elapsed = |paused: Duration| started.elapsed().saturating_sub(paused);
         while elapsed(paused) < length {
-            if let Some(&(at, kill)) = outages.first()
+            if let Some(&(at, outage)) = outages.first()
                 && elapsed(paused) >= at
             {
                 outages.remove(0);
-                let outage = Instant::now();
-                self.outage(kill, rng);
-                self.reap();
-                paused += outage.elapsed();
-                if trace {
-                    eprintln!(
-                        "[chaos] {:6.1} s: API server outage (kill {kill}) took {:.1} s",
-                        self.started.elapsed().as_secs_f64(),
-                        outage.elapsed().as_secs_f64()
-                    );
-                }
-                continue;
-            }
-            if let Some(at) = cloud_restart
-                && elapsed(paused) >= at
-            {
-                cloud_restart = None;
-                let outage = Instant::now();
-                if let Some(kind) = self.cloud.restart() {
-                    *self.figures.faults.entry(kind).or_default() += 1;
+                let began = Instant::now();
+                match outage {
+                    Outage::Api { kill } => self.outage(kill, rng),
+                    Outage::Cloud => {
+                        if let Some(kind) = self.cloud.restart() {
+                            *self.figures.faults.entry(kind).or_default() += 1;
+                        }
+                    }
                 }
                 self.reap();
-                paused += outage.elapsed();
+                paused += began.elapsed();
                 if trace {
                     eprintln!(
-                        "[chaos] {:6.1} s: cloud restart took {:.1} s",
+                        "[chaos] {:6.1} s: {outage:?} took {:.1} s",
                         self.started.elapsed().as_secs_f64(),
-                        outage.elapsed().as_secs_f64()
+                        began.elapsed().as_secs_f64()
                     );
                 }
                 continue;
