@@ -482,11 +482,17 @@ impl ExecRoutes {
                         .find(|(name, _)| *name == t.name)
                         .and_then(|(_, limit)| *limit)
                 })?;
+                // Both families' counts, or one count for both.
+                let by_family = t.routes_ipv4.zip(t.routes_ipv6);
+                let routes = match by_family {
+                    Some((v4, v6)) => v4.max(v6),
+                    None => t.routes?,
+                };
                 Some(TableUsage {
                     table: t.name.clone(),
-                    routes: t.routes?,
+                    routes,
                     limit,
-                    by_family: None,
+                    by_family,
                 })
             })
             .collect()
@@ -515,6 +521,36 @@ mod tests {
     }
 
     const V: &str = protocol::API_VERSION;
+
+    /// Guards the per-family counts of a plugin's table: both given, the table's usage
+    /// is per family (the core then measures an IPv6 create against the IPv6 count
+    /// only); one of them alone is one count for both, from `routes`.
+    #[test]
+    fn a_list_reply_with_both_families_counts_gives_usage_per_family() {
+        let (p, dir) = plugin(
+            "families",
+            &format!(
+                r#"cat >/dev/null; echo '{{"apiVersion":"{V}","routes":[],"tables":[{{"name":"t","routesIPv4":10,"routesIPv6":2,"limit":10}},{{"name":"u","routes":4,"routesIPv4":3,"limit":10}}]}}'"#
+            ),
+        );
+        p.list_routes("c", &NodeDirectory::default()).unwrap();
+        let usage = p.route_tables();
+        assert_eq!(
+            usage[0],
+            TableUsage {
+                table: "t".into(),
+                routes: 10,
+                limit: 10,
+                by_family: Some((10, 2)),
+            }
+        );
+        assert_eq!(
+            (usage[0].routes_of(false), usage[0].routes_of(true)),
+            (10, 2)
+        );
+        assert_eq!((usage[1].routes, usage[1].by_family), (4, None));
+        let _ = std::fs::remove_dir_all(dir);
+    }
 
     #[test]
     fn a_list_reply_gives_routes_and_table_usage() {

@@ -265,6 +265,14 @@ pub struct WireTable {
     pub routes: Option<usize>,
     /// Routes it may hold (`describe` or `list`).
     pub limit: Option<usize>,
+    /// With `routesIPv6`, instead of `routes`: the routes of each family, for a
+    /// target whose `limit` holds for each family apart (as EC2's does), so that a
+    /// full IPv4 side holds back no IPv6 create (`list`).
+    #[serde(rename = "routesIPv4")]
+    pub routes_ipv4: Option<usize>,
+    /// The IPv6 routes, beside `routesIPv4`.
+    #[serde(rename = "routesIPv6")]
+    pub routes_ipv6: Option<usize>,
 }
 
 /// What the plugin's target allows.
