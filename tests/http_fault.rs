@@ -1,6 +1,6 @@
-//! The HTTP fault layer of the chaos run with moto (`tests/support/http_fault.rs`),
-//! against a stub EC2: each fault does what its docs say and the request log records
-//! what the cloud got. These pin the test tool itself, so that the chaos run's
+//! The HTTP fault layer of the chaos runs with moto and Neutron
+//! (`tests/support/http_fault.rs`), against a stub EC2 and a stub Neutron: each fault
+//! does what its docs say and the request log records what the cloud got. These pin the test tool itself, so that the chaos run's
 //! "faults injected" are real and its checker reads a true log.
 
 #[path = "support/http_fault.rs"]
@@ -180,4 +180,74 @@ fn each_action_is_throttled_in_a_bucket_of_its_own() {
     let throttled = layer.throttled();
     assert_eq!(throttled.len(), 1);
     assert_eq!(throttled[0].action, "DeleteRoute");
+}
+
+/// A Neutron request through the layer: `method path` with the token and a JSON body.
+fn send_neutron(s: &mut TcpStream, method: &str, path: &str, body: &str) {
+    let head = format!(
+        "{method} {path} HTTP/1.1\r\nHost: neutron\r\nX-Auth-Token: token-of-replica-a\r\n\
+         Content-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    s.write_all(head.as_bytes()).expect("send");
+}
+
+/// Guards the Neutron dialect of the OpenStack chaos run: calls named as the
+/// provider's metrics name them, the token as the credential, the request's body and
+/// the resource's ID kept, Neutron's error type read from its JSON, and an injected
+/// fault answered as a Neutron fault that never reaches the server.
+#[test]
+fn in_front_of_neutron_calls_tokens_bodies_and_faults_are_neutrons() {
+    let stub = StubServer::start(|r| match (r.method.as_str(), r.path.as_str()) {
+        ("PUT", p) if p.ends_with("/add_extraroutes") => Reply::Respond {
+            status: 400,
+            headers: vec![("Content-Type".into(), "application/json".into())],
+            body: r#"{"NeutronError": {"type": "InvalidRoutes", "message": "no", "detail": ""}}"#
+                .into(),
+        },
+        _ => Reply::Respond {
+            status: 200,
+            headers: vec![("Content-Type".into(), "application/json".into())],
+            body: "{}".into(),
+        },
+    });
+    let addr = stub
+        .url()
+        .trim_start_matches("http://")
+        .parse()
+        .expect("the stub's address");
+    let layer = HttpFaultLayer::start_neutron(addr);
+    layer.inject(Some("ports.update"), 1, Answer::Unavailable);
+    let mut c = connect(&layer);
+    let routes =
+        r#"{"router": {"routes": [{"destination": "10.244.1.0/24", "nexthop": "10.0.0.11"}]}}"#;
+    send_neutron(&mut c, "PUT", "/v2.0/routers/r-1/add_extraroutes", routes);
+    assert_eq!(reply(&mut c).map(|r| r.0), Some(400));
+    send_neutron(&mut c, "GET", "/v2.0/ports?device_owner=compute%3Anova", "");
+    assert_eq!(reply(&mut c).map(|r| r.0), Some(200));
+    send_neutron(&mut c, "PUT", "/v2.0/ports/p-1", r#"{"port": {}}"#);
+    let (status, body) = reply(&mut c).expect("the layer's answer");
+    assert_eq!(status, 503);
+    assert!(
+        body.contains(r#""type":"HTTPServiceUnavailable""#),
+        "{body}"
+    );
+
+    assert_eq!(
+        stub.requests().len(),
+        2,
+        "the faulted write never reached Neutron"
+    );
+    let log = layer.log();
+    let calls: Vec<&str> = log.iter().map(|e| e.action.as_str()).collect();
+    assert_eq!(
+        calls,
+        ["routers.add_extraroutes", "ports.list", "ports.update"]
+    );
+    assert!(log.iter().all(|e| e.key_id == "token-of-replica-a"));
+    assert_eq!(log[0].params.get("id").map(String::as_str), Some("r-1"));
+    assert_eq!(log[0].params.get("body").map(String::as_str), Some(routes));
+    assert_eq!(log[0].code.as_deref(), Some("InvalidRoutes"));
+    assert!(!log[2].reached_cloud());
+    assert_eq!(log[2].fault, Some(Answer::Unavailable));
 }
