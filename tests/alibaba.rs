@@ -12,6 +12,8 @@ mod alibaba_double;
 #[path = "support/tempdir.rs"]
 mod tempdir;
 
+use std::sync::{Mutex, Once};
+
 use alibaba_double::{
     ACCESS_KEY_ID, ACCESS_KEY_SECRET, AlibabaDouble, DEFAULT_TABLE, DEFAULT_VPC, Fault, Instance,
     StatusWords,
@@ -45,7 +47,8 @@ fn double(n: u32) -> AlibabaDouble {
 fn cloud_config(d: &AlibabaDouble, extra: &str) -> String {
     format!(
         "Global:\n  region: {REGION}\n  vpcid: {DEFAULT_VPC}\n  vpcEndpoint: {e}\n  \
-         ecsEndpoint: {e}\n  stsEndpoint: {e}\n  metadataEndpoint: {e}\n  pollInterval: 0s\n{extra}",
+         ecsEndpoint: {e}\n  stsEndpoint: {e}\n  quotasEndpoint: {e}\n  metadataEndpoint: {e}\n  \
+         pollInterval: 0s\n{extra}",
         e = d.endpoint()
     )
 }
@@ -639,7 +642,7 @@ fn an_instance_not_found_yet_is_looked_up_again_at_the_next_try() {
 }
 
 /// Guards the RAM policy the manifests and the README give: every action a connect,
-/// a list, a create and a delete call is in it.
+/// a list, a create and a delete call is in it (Quota Center's among the optional).
 #[test]
 fn every_action_called_is_in_the_ram_policy() {
     let d = double(1);
@@ -648,11 +651,15 @@ fn every_action_called_is_in_the_ram_policy() {
     all_ok(&p.apply_changes(CLUSTER, &[create(1)]).unwrap());
     let routes = p.list_routes(CLUSTER, &directory(1)).unwrap();
     all_ok(&p.apply_changes(CLUSTER, &[delete(&routes[0])]).unwrap());
-    let policy = route_controller::cloud::alibaba::RAM_ACTIONS;
+    let required = route_controller::cloud::alibaba::RAM_ACTIONS;
+    let optional = route_controller::cloud::alibaba::OPTIONAL_RAM_ACTIONS;
     for r in d.requests() {
-        let named = |product: &str| policy.contains(&format!("{product}:{}", r.action).as_str());
+        let named = |product: &str| {
+            let action = format!("{product}:{}", r.action);
+            required.contains(&action.as_str()) || optional.contains(&action.as_str())
+        };
         assert!(
-            named("vpc") || named("ecs"),
+            named("vpc") || named("ecs") || named("quotas"),
             "{} is in no RAM policy",
             r.action
         );
@@ -858,4 +865,147 @@ fn a_refused_security_token_brings_new_keys_for_the_same_request() {
         d.calls()
     );
     assert_eq!(d.issued_keys().len(), 2, "{:?}", d.issued_keys());
+}
+
+/// The warnings logged in this test binary (every test's: a test looks for its own
+/// by a word only it uses).
+static WARNINGS: Mutex<Vec<String>> = Mutex::new(Vec::new());
+
+/// From now on, warnings are kept for [`warnings_with`].
+fn capture_warnings() {
+    struct Capture;
+    impl log::Log for Capture {
+        fn enabled(&self, metadata: &log::Metadata) -> bool {
+            metadata.level() <= log::Level::Warn
+        }
+        fn log(&self, record: &log::Record) {
+            if record.level() == log::Level::Warn {
+                let mut w = WARNINGS.lock().unwrap_or_else(|e| e.into_inner());
+                w.push(record.args().to_string());
+            }
+        }
+        fn flush(&self) {}
+    }
+    static INSTALL: Once = Once::new();
+    INSTALL.call_once(|| {
+        log::set_boxed_logger(Box::new(Capture)).expect("no other logger in this test binary");
+        log::set_max_level(log::LevelFilter::Warn);
+    });
+}
+
+/// The warnings logged since [`capture_warnings`] that contain `needle`.
+fn warnings_with(needle: &str) -> Vec<String> {
+    WARNINGS
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .iter()
+        .filter(|w| w.contains(needle))
+        .cloned()
+        .collect()
+}
+
+/// Guards item 3's "the table's quota read at start": without
+/// `Global.routeEntryQuota` a table holds what the account's Quota Center says
+/// (`ListProductQuotas`, product `vpc`, the route entry quota in our region, signed
+/// V3 like every call), read once at the first list and counted for the budget with
+/// the list's requests; set explicitly, the key wins and Quota Center is not asked.
+#[test]
+fn the_tables_quota_is_the_accounts_from_quota_center_unless_set() {
+    let d = double(2);
+    d.set_account_quota(7);
+    let p = provider(&d);
+    assert_eq!(d.calls_of("ListProductQuotas"), 0, "read at the list");
+    d.reset_calls();
+    let (list, usage) = Meter::measure(|| p.list_routes(CLUSTER, &directory(2)));
+    list.expect("the list");
+    assert_eq!(d.calls_of("ListProductQuotas"), 1, "{:?}", d.calls());
+    assert_eq!(
+        usage.expect("metered").requests as usize,
+        d.requests().len(),
+        "every request of the list is charged, the quota's too"
+    );
+    let read = d
+        .requests()
+        .into_iter()
+        .find(|r| r.action == "ListProductQuotas")
+        .expect("the quota read");
+    assert_eq!(read.version, "2020-05-10");
+    for (k, v) in [
+        ("ProductCode", "vpc"),
+        (
+            "QuotaActionCode",
+            route_controller::cloud::alibaba::ROUTE_ENTRY_QUOTA,
+        ),
+        ("Dimensions.1.Key", "regionId"),
+        ("Dimensions.1.Value", REGION),
+    ] {
+        assert_eq!(
+            read.params.get(k).map(String::as_str),
+            Some(v),
+            "{:?}",
+            read.params
+        );
+    }
+    assert!(!read.params.contains_key("SignatureMethod"), "V3, not V1");
+    assert_eq!(p.route_tables()[0].limit, 7);
+    // Read once: the next list does not ask again.
+    p.list_routes(CLUSTER, &directory(2)).expect("the list");
+    assert_eq!(d.calls_of("ListProductQuotas"), 1, "{:?}", d.calls());
+
+    let set = provider_with(&d, "  routeEntryQuota: 12\n", access_key_env).expect("connect");
+    set.list_routes(CLUSTER, &directory(2)).expect("the list");
+    assert_eq!(set.route_tables()[0].limit, 12, "the key wins");
+    assert_eq!(d.calls_of("ListProductQuotas"), 1, "{:?}", d.calls());
+}
+
+/// Guards the fallback: Quota Center refusing the read (no RAM permission) or not
+/// answering never fails the list; the table keeps 200, and one warning names
+/// what failed and the permission to grant.
+#[test]
+fn a_quota_read_refused_or_lost_keeps_200_with_one_warning() {
+    capture_warnings();
+    let d = double(1);
+    d.set_account_quota(7);
+    d.inject(
+        "ListProductQuotas",
+        Fault::error(403, "NoPermission", "quota-read-refused-in-this-test"),
+    );
+    let p = provider(&d);
+    p.list_routes(CLUSTER, &directory(1))
+        .expect("the list goes on");
+    assert_eq!(p.route_tables()[0].limit, 200);
+    let said = warnings_with("quota-read-refused-in-this-test");
+    assert_eq!(said.len(), 1, "{said:?}");
+    assert!(said[0].contains("quotas:ListProductQuotas"), "{said:?}");
+    assert!(said[0].contains("NoPermission"), "{said:?}");
+
+    d.inject("ListProductQuotas", Fault::LostReply);
+    let p = provider(&d);
+    p.list_routes(CLUSTER, &directory(1))
+        .expect("the list goes on");
+    assert_eq!(p.route_tables()[0].limit, 200);
+    assert_eq!(d.calls_of("ListProductQuotas"), 2, "{:?}", d.calls());
+}
+
+/// Guards the re-read: when the VPC says a table is full (`QuotaExceeded.*`) the
+/// next list asks Quota Center again, so that a quota changed since start is the
+/// one the controller plans with.
+#[test]
+fn a_table_found_full_makes_the_next_list_read_the_quota_again() {
+    let d = double(4);
+    let p = provider(&d);
+    p.list_routes(CLUSTER, &directory(4)).expect("the list");
+    assert_eq!(p.route_tables()[0].limit, 200);
+    d.set_account_quota(3);
+    let changes: Vec<RouteChange> = (1..=4).map(create).collect();
+    let full = match p.apply_changes(CLUSTER, &changes) {
+        Err(e) => e.kind == CloudErrorKind::TableFull,
+        Ok(outcomes) => outcomes
+            .iter()
+            .any(|o| matches!(o, Err(e) if e.kind == CloudErrorKind::TableFull)),
+    };
+    assert!(full, "{:?}", d.calls());
+    p.list_routes(CLUSTER, &directory(4)).expect("the list");
+    assert_eq!(d.calls_of("ListProductQuotas"), 2, "{:?}", d.calls());
+    assert_eq!(p.route_tables()[0].limit, 3);
 }

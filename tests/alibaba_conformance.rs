@@ -839,3 +839,59 @@ fn the_peers_sdk_signs_v1_and_decodes_the_double() {
         sdk.fails(json!({"op": "peerCreate", "entries": [entry("10.244.3.0/24", "i-node3")]}));
     assert_eq!((refused.1, refused.2.as_str()), (400, "TaskConflict"));
 }
+
+/// Guards the double's Quota Center against the all-in-one SDK's quotas client (V1
+/// signature, parameters in the form body): `ListProductQuotas` for product `vpc`
+/// decodes strictly into the SDK's `ListProductQuotasResponse`, the route table's
+/// quota is the account's (`set_account_quota`), filtered by action code and the
+/// `regionId` dimension as the provider asks, and an injected refusal reaches the SDK
+/// as the API's error.
+#[test]
+fn quota_center_list_product_quotas_decodes_in_the_sdk() {
+    let (double, mut sdk) = setup();
+    double.set_account_quota(7);
+    let body = sdk.ok(json!({"op": "listProductQuotas", "productCode": "vpc"}));
+    let quotas = body["Quotas"].as_array().expect("Quotas");
+    assert_eq!(quotas.len(), 2, "{body:#}");
+    let body = sdk.ok(json!({"op": "listProductQuotas", "productCode": "vpc",
+        "quotaActionCode": alibaba_double::ROUTE_ENTRY_QUOTA,
+        "dimensions": {"regionId": REGION}}));
+    let quotas = body["Quotas"].as_array().expect("Quotas");
+    assert_eq!(quotas.len(), 1, "{body:#}");
+    assert_eq!(
+        quotas[0]["QuotaActionCode"],
+        alibaba_double::ROUTE_ENTRY_QUOTA
+    );
+    assert_eq!(quotas[0]["TotalQuota"], 7.0, "{body:#}");
+    assert_eq!(quotas[0]["Dimensions"]["regionId"], REGION);
+    assert_eq!(body["TotalCount"], 1);
+    let other = sdk.ok(json!({"op": "listProductQuotas", "productCode": "vpc",
+        "quotaActionCode": alibaba_double::ROUTE_ENTRY_QUOTA,
+        "dimensions": {"regionId": "cn-beijing"}}));
+    assert_eq!(other["Quotas"], json!([]), "{other:#}");
+    let v1 = double
+        .requests()
+        .iter()
+        .filter(|r| r.action == "ListProductQuotas")
+        .filter(|r| {
+            r.params
+                .get("SignatureMethod")
+                .is_some_and(|m| m == "HMAC-SHA1")
+        })
+        .count();
+    assert_eq!(v1, 3, "signed V1 and served: {:?}", double.calls());
+    double.inject(
+        "ListProductQuotas",
+        Fault::error(
+            403,
+            "NoPermission",
+            "You are not authorized to do this action.",
+        ),
+    );
+    let refused = sdk.fails(json!({"op": "listProductQuotas", "productCode": "vpc"}));
+    assert_eq!(
+        refused,
+        ("server".into(), 403, "NoPermission".into()),
+        "the refusal as the SDK sees it"
+    );
+}

@@ -13,7 +13,9 @@
 //! - a rolling upgrade from a table filled as the peer fills it: zero writes, and the
 //!   new leader routes the next node with one batch; a second writer's batch in
 //!   flight (its entry added after our list) refuses ours once with `TaskConflict`,
-//!   which is retried, and the other writer's entry stays.
+//!   which is retried, and the other writer's entry stays;
+//! - an account whose route tables hold 7 custom entries (Quota Center's quota, read
+//!   at start): the eighth node's create is held as `RouteTableFull`, never sent.
 
 #[path = "support/alibaba_double.rs"]
 mod alibaba_double;
@@ -59,7 +61,8 @@ impl Alibaba {
         let text = format!(
             "{{\"Global\": {{\"region\": \"{REGION}\", \"vpcid\": \"{DEFAULT_VPC}\", \
              \"routeTableIDs\": \"{DEFAULT_TABLE}\", \"vpcEndpoint\": \"{e}\", \
-             \"ecsEndpoint\": \"{e}\", \"pollInterval\": \"200ms\", \
+             \"ecsEndpoint\": \"{e}\", \"quotasEndpoint\": \"{e}\", \
+             \"pollInterval\": \"200ms\", \
              \"serviceBackendType\": \"eni\"}}}}",
             e = double.endpoint()
         );
@@ -281,4 +284,45 @@ fn a_rolling_upgrade_from_the_peers_table_writes_nothing_and_a_second_writer_is_
     assert_eq!(ali.double.calls_of("CreateRouteEntries"), 2);
     assert_eq!(ali.double.calls_of("DeleteRouteEntries"), 0);
     b.terminate();
+}
+
+/// Guards the quota read at start end to end: Quota Center says the account's tables
+/// hold 7 custom entries; seven nodes are routed, the eighth is held with
+/// `NetworkUnavailable=True` (`RouteTableFull`) and its create never sent (the VPC
+/// answers no `QuotaExceeded`), where the default of 200 would have sent it.
+#[test]
+fn a_table_fills_at_the_accounts_quota_read_from_quota_center() {
+    let ali = Alibaba::start("e2e-alibaba-quota");
+    ali.double.set_account_quota(7);
+    let mut ctl = ali.controller().spawn("alibaba-quota");
+    ctl.wait_ready(PATIENCE);
+    for i in 0..7 {
+        ali.node(i);
+    }
+    ali.wait(&mut ctl, &names(0..7));
+    ali.node(7);
+    if let Err(e) =
+        wait_for_network_unavailable(&ali.api, &names(7..8), "True", "RouteTableFull", PATIENCE)
+    {
+        ctl.fail(&format!("{e}\ncalls: {:?}", ali.double.calls()));
+    }
+    assert!(!ali.routed(7, &cidr(7)));
+    let refused: Vec<String> = ali
+        .double
+        .requests()
+        .iter()
+        .filter(|r| r.code.starts_with("QuotaExceeded"))
+        .map(|r| r.action.clone())
+        .collect();
+    assert!(
+        refused.is_empty(),
+        "a create beyond the quota was sent: {refused:?}"
+    );
+    assert_eq!(
+        ali.double.calls_of("ListProductQuotas"),
+        1,
+        "{:?}",
+        ali.double.calls()
+    );
+    ctl.terminate();
 }

@@ -11,6 +11,10 @@
 //!   `DescribeVSwitches`, `DescribeVpcs`;
 //! - ECS 2014-05-26: `DescribeInstances` (instance → VPC, vSwitch, IPs, ENIs);
 //! - STS 2015-04-01: `AssumeRoleWithOIDC` (RRSA);
+//! - Quota Center (`quotas` 2020-05-10): `ListProductQuotas` for product `vpc`,
+//!   the quota [`ROUTE_ENTRY_QUOTA`] (and one other, so that a client must pick),
+//!   reply shaped as the SDK's `ListProductQuotasResponse`
+//!   (aliyun/alibaba-cloud-sdk-go v1.63.99, services/quotas);
 //! - the ECS instance metadata service's RAM role credentials
 //!   (`/latest/meta-data/ram/security-credentials/…`, with the IMDSv2 token).
 //!
@@ -86,6 +90,10 @@ pub const ACCESS_KEY_SECRET: &str = "double-access-key-secret-0123456789";
 pub const VPC_VERSION: &str = "2016-04-28";
 pub const ECS_VERSION: &str = "2014-05-26";
 pub const STS_VERSION: &str = "2015-04-01";
+pub const QUOTAS_VERSION: &str = "2020-05-10";
+/// Quota Center's action code of "custom route entries per route table" (the
+/// quota name of the VPC quotas page, `vpc_quota_route_entrys_num`).
+pub const ROUTE_ENTRY_QUOTA: &str = "vpc_quota_route_entrys_num";
 
 /// At most this many entries per `CreateRouteEntries`/`DeleteRouteEntries`: the
 /// request model's doc "You can specify at most 50 …" for every field of
@@ -186,6 +194,9 @@ pub enum Fault {
     LostReply,
     /// Answer after this long (the server thread waits; nothing else does).
     Slow(Duration),
+    /// Answer 200 with this body (JSON or not), changing nothing: a reply the
+    /// server garbled, or one of a shape the test chooses.
+    Reply(String),
 }
 
 impl Fault {
@@ -275,6 +286,8 @@ struct State {
     instances: BTreeMap<String, Instance>,
     in_flight: BTreeMap<String, Batch>,
     settle_after_reads: Option<u32>,
+    /// The custom-entry quota of new tables, and what Quota Center reports.
+    account_quota: usize,
     busy_code: String,
     status_words: StatusWords,
     faults: Vec<(String, Fault)>,
@@ -336,6 +349,7 @@ impl AlibabaDouble {
                 instances: BTreeMap::new(),
                 in_flight: BTreeMap::new(),
                 settle_after_reads: Some(1),
+                account_quota: DEFAULT_QUOTA,
                 busy_code: "TaskConflict".into(),
                 status_words: StatusWords::Model,
                 faults: Vec::new(),
@@ -401,11 +415,12 @@ impl AlibabaDouble {
             cidr: cidr.into(),
             ipv6_cidr: String::new(),
         });
+        let quota = s.account_quota;
         s.tables.push(Table {
             id: table.into(),
             vpc: id.into(),
             kind: "System",
-            quota: DEFAULT_QUOTA,
+            quota,
         });
         let entry_id = next_id(&mut s, "rte");
         s.entries.push(Entry {
@@ -432,11 +447,13 @@ impl AlibabaDouble {
     /// A custom route table of `vpc`, bound to no vSwitch until
     /// [`AlibabaDouble::add_vswitch`] names it.
     pub fn add_custom_table(&self, vpc: &str, table: &str) {
-        self.state().tables.push(Table {
+        let mut s = self.state();
+        let quota = s.account_quota;
+        s.tables.push(Table {
             id: table.into(),
             vpc: vpc.into(),
             kind: "Custom",
-            quota: DEFAULT_QUOTA,
+            quota,
         });
     }
 
@@ -616,6 +633,45 @@ impl AlibabaDouble {
         }
     }
 
+    /// The account's quota of custom entries per route table: what Quota Center's
+    /// `ListProductQuotas` reports for [`ROUTE_ENTRY_QUOTA`], and what every table
+    /// (those there and those added later) enforces.
+    pub fn set_account_quota(&self, quota: usize) {
+        let mut s = self.state();
+        s.account_quota = quota;
+        for t in s.tables.iter_mut() {
+            t.quota = quota;
+        }
+    }
+
+    /// A second writer's batch, accepted now and in flight: its entries of `table`
+    /// (destination, instance) are `Pending` and the table's VPC is busy (our next
+    /// batch is refused with the busy code) until the batch settles as the double's
+    /// own do (after [`AlibabaDouble::set_settle_after_reads`] reads, or
+    /// [`AlibabaDouble::settle`]). Returns the entries' ids.
+    pub fn begin_foreign_batch(&self, table: &str, routes: &[(&str, &str)]) -> Vec<String> {
+        let mut s = self.state();
+        let vpc = table_vpc(&s, table).expect("begin_foreign_batch: a table of the double");
+        let mut ids = Vec::new();
+        for (cidr, instance) in routes {
+            let id = next_id(&mut s, "rte");
+            s.entries.push(Entry {
+                id: id.clone(),
+                table: table.into(),
+                destination: (*cidr).into(),
+                next_hop_type: "Instance".into(),
+                next_hop: (*instance).into(),
+                name: String::new(),
+                description: String::new(),
+                status: EntryStatus::Pending,
+                kind: "Custom",
+            });
+            ids.push(id);
+        }
+        start_batch(&mut s, BTreeSet::from([vpc]));
+        ids
+    }
+
     /// The next request of `action` (an action name, or `*` for any) meets `fault`.
     /// Faults of one action apply in the order injected, once each.
     pub fn inject(&self, action: &str, fault: Fault) {
@@ -773,6 +829,8 @@ fn accept_loop(listener: TcpListener, inner: Arc<Inner>) {
 enum Outcome {
     Json(u16, Value),
     Text(u16, String),
+    /// This body, as the API's JSON content type ([`Fault::Reply`]).
+    Raw(u16, String),
     /// Close the connection without an answer (after the change was made).
     Close,
 }
@@ -799,6 +857,9 @@ fn serve_connection(stream: TcpStream, inner: &Inner) {
                 serde_json::to_vec(&body).unwrap_or_default(),
             ),
             Outcome::Text(status, text) => (status, "text/plain", text.into_bytes()),
+            Outcome::Raw(status, text) => {
+                (status, "application/json;charset=utf-8", text.into_bytes())
+            }
         };
         let head = format!(
             "HTTP/1.1 {status} {}\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\nx-acs-request-id: {}\r\n\r\n",
@@ -895,7 +956,7 @@ fn handle(inner: &Inner, wire: &http_wire::WireRequest) -> (Outcome, Option<Dura
         let mut s = inner.state.lock().unwrap_or_else(|e| e.into_inner());
         let outcome = metadata(&mut s, wire, path);
         let status = match &outcome {
-            Outcome::Json(st, _) | Outcome::Text(st, _) => *st,
+            Outcome::Json(st, _) | Outcome::Text(st, _) | Outcome::Raw(st, _) => *st,
             Outcome::Close => 0,
         };
         record(
@@ -941,12 +1002,14 @@ fn handle(inner: &Inner, wire: &http_wire::WireRequest) -> (Outcome, Option<Dura
                 } => break 'outcome api_error(status, &code, &message),
                 Fault::LostReply => lost = true,
                 Fault::Slow(d) => delay = Some(d),
+                Fault::Reply(body) => break 'outcome Outcome::Raw(200, body),
             }
         }
         match product {
             Product::Vpc => vpc_action(&mut s, &action, &params),
             Product::Ecs => ecs_action(&mut s, &action, &params),
             Product::Sts => sts_action(&mut s, &action, &params),
+            Product::Quotas => quotas_action(&mut s, &action, &params),
         }
     };
     let outcome = if lost { Outcome::Close } else { outcome };
@@ -958,7 +1021,7 @@ fn handle(inner: &Inner, wire: &http_wire::WireRequest) -> (Outcome, Option<Dura
                 .unwrap_or_default()
                 .to_string(),
         ),
-        Outcome::Text(st, _) => (*st, String::new()),
+        Outcome::Text(st, _) | Outcome::Raw(st, _) => (*st, String::new()),
         Outcome::Close => (0, String::new()),
     };
     record(&mut s, action, &version, params, status, &code);
@@ -992,6 +1055,7 @@ enum Product {
     Vpc,
     Ecs,
     Sts,
+    Quotas,
 }
 
 const VPC_ACTIONS: &[&str] = &[
@@ -1004,6 +1068,7 @@ const VPC_ACTIONS: &[&str] = &[
 ];
 const ECS_ACTIONS: &[&str] = &["DescribeInstances"];
 const STS_ACTIONS: &[&str] = &["AssumeRoleWithOIDC"];
+const QUOTAS_ACTIONS: &[&str] = &["ListProductQuotas"];
 
 /// The product of an (action, version). The double serves every product on one
 /// host; a version of no product is `InvalidVersion` (400), an action its product
@@ -1013,6 +1078,7 @@ fn product_of(action: &str, version: &str) -> Result<Product, Outcome> {
         VPC_VERSION => (Product::Vpc, VPC_ACTIONS),
         ECS_VERSION => (Product::Ecs, ECS_ACTIONS),
         STS_VERSION => (Product::Sts, STS_ACTIONS),
+        QUOTAS_VERSION => (Product::Quotas, QUOTAS_ACTIONS),
         "" => {
             return Err(api_error(
                 400,
@@ -1564,6 +1630,91 @@ fn vpc_action(s: &mut State, action: &str, params: &BTreeMap<String, String>) ->
         Ok(body) => Outcome::Json(200, body),
         Err(e) => e,
     }
+}
+
+/// Quota Center's `ListProductQuotas` (the request model: `ProductCode`,
+/// `QuotaActionCode`, `Dimensions.N.Key`/`.Value`, `MaxResults`, `NextToken`), for
+/// the two VPC quotas it holds: route entries per table (the account's, see
+/// [`AlibabaDouble::set_account_quota`]) and route tables per VPC. Both have the
+/// dimension `regionId` (assumed: the VPC quotas are per region, and the Quota
+/// Center console filters them so). Everything fits one page.
+fn quotas_action(s: &mut State, action: &str, params: &BTreeMap<String, String>) -> Outcome {
+    if action != "ListProductQuotas" {
+        return api_error(404, "InvalidAction.NotFound", action);
+    }
+    let Some(product) = params.get("ProductCode").filter(|p| !p.is_empty()) else {
+        return api_error(
+            400,
+            "MissingProductCode",
+            "The input parameter \"ProductCode\" that is mandatory for processing this request is not supplied.",
+        );
+    };
+    let quota = |code: &str, name: &str, value: usize, usage: usize| {
+        json!({
+            "ProductCode": "vpc",
+            "QuotaActionCode": code,
+            "QuotaName": name,
+            "QuotaDescription": name,
+            "QuotaArn": format!("acs:quotas:{REGION}:1234567890123456:quota/vpc/{code}"),
+            "QuotaType": "CommonQuota",
+            "QuotaCategory": "CommonQuota",
+            "QuotaUnit": "",
+            "TotalQuota": value as f64,
+            "TotalUsage": usage as f64,
+            "Adjustable": true,
+            "Consumable": true,
+            "ApplicableType": "continuous",
+            "ApplicableRange": [value as f64, 1000.0],
+            "SupportedRange": [],
+            "UnadjustableDetail": "nonactivated",
+            "GlobalQuota": false,
+            "EffectiveTime": "",
+            "ExpireTime": "",
+            "ApplyReasonTips": "",
+            "Dimensions": {"regionId": REGION},
+            "Period": {"PeriodValue": 0, "PeriodUnit": ""},
+            "UsageMetric": {"MetricNamespace": "", "MetricName": "", "MetricDimensions": {}},
+            "QuotaItems": [],
+        })
+    };
+    let mut quotas = Vec::new();
+    if product == "vpc" {
+        quotas.push(quota(
+            "vpc_quota_route_tables_num",
+            "Custom route tables per VPC",
+            9,
+            0,
+        ));
+        quotas.push(quota(
+            ROUTE_ENTRY_QUOTA,
+            "Custom route entries per route table",
+            s.account_quota,
+            0,
+        ));
+    }
+    if let Some(code) = params.get("QuotaActionCode").filter(|c| !c.is_empty()) {
+        quotas.retain(|q| q["QuotaActionCode"] == code.as_str());
+    }
+    for d in repeated(params, "Dimensions") {
+        let (Some(key), Some(value)) = (d.get("Key"), d.get("Value")) else {
+            return api_error(
+                400,
+                "InvalidParameter.Dimensions",
+                "Each dimension needs a Key and a Value.",
+            );
+        };
+        quotas.retain(|q| q["Dimensions"][key.as_str()] == value.as_str());
+    }
+    Outcome::Json(
+        200,
+        json!({
+            "RequestId": request_id(),
+            "TotalCount": quotas.len(),
+            "MaxResults": 30,
+            "NextToken": "",
+            "Quotas": quotas,
+        }),
+    )
 }
 
 fn table_vpc(s: &State, table: &str) -> Option<String> {

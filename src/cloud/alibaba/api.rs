@@ -303,8 +303,9 @@ fn classify(what: &str, status: u16, error: ErrorBody, write: bool) -> Failure {
     let (kind, hint) = match kind_of(&code) {
         Some(CloudErrorKind::TableFull) => (
             CloudErrorKind::TableFull,
-            "; the route table holds its quota of custom entries: raise the quota \
-             (vpc_quota_route_entrys_num) and Global.routeEntryQuota",
+            "; the route table holds its quota of custom entries: raise \
+             vpc_quota_route_entrys_num in Quota Center (read again at the next list), and \
+             Global.routeEntryQuota if it is set",
         ),
         Some(kind) => (kind, ""),
         None if code.starts_with("InvalidAccessKeyId")

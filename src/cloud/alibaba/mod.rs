@@ -33,6 +33,7 @@
 mod api;
 mod auth;
 mod config;
+mod quota;
 pub mod sign;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -73,6 +74,12 @@ pub const RAM_ACTIONS: &[&str] = &[
     "vpc:DescribeVpcs",
     "ecs:DescribeInstances",
 ];
+/// RAM actions the provider calls when allowed, and does without: Quota Center's
+/// read of the table's quota (without it, 200 or `Global.routeEntryQuota`).
+pub const OPTIONAL_RAM_ACTIONS: &[&str] = &["quotas:ListProductQuotas"];
+/// Quota Center's code of the route table's quota, as the warning and the README
+/// name it.
+pub use quota::ROUTE_ENTRY_QUOTA;
 /// Entries one `CreateRouteEntries` or `DeleteRouteEntries` takes (the API's limit).
 pub const BATCH_SIZE: usize = 50;
 /// `NetworkUnavailable` reason: the node's providerID names no ECS instance.
@@ -102,6 +109,10 @@ const PAGE: usize = 100;
 const MAX_PAGES: usize = 1000;
 /// How long the vSwitch CIDRs and the VPC's IPv6 are trusted between lists.
 const NETWORK_MAX_AGE: Duration = Duration::from_secs(600);
+/// How long the quota read from Quota Center (or the failure to read it) holds: read
+/// again at the first list after, which in watch mode is the periodic full resync,
+/// and at most hourly in periodic mode, where a list comes every period.
+const QUOTA_MAX_AGE: Duration = Duration::from_secs(3600);
 /// Instance IDs one `DescribeInstances` takes.
 const INSTANCES_PER_CALL: usize = 100;
 
@@ -133,6 +144,15 @@ struct State {
     /// Entries inside the cluster CIDRs to a live instance that no node claims, by
     /// destination: (table, instance). Never ours; a create on one is refused.
     foreign: HashMap<Cidr, (String, String)>,
+    /// Custom entries a table may hold: configured, read, or the default.
+    quota: usize,
+    /// When Quota Center was last asked (whatever came of it); `None`: ask at the
+    /// next list (at first, and after the VPC said a table was full).
+    quota_read: Option<Instant>,
+    /// What the last line logged about the quota said: `Some(true)` the account's
+    /// value, `Some(false)` a failed read (a warning). A line repeating it is logged
+    /// at debug level: one warning, not one an hour.
+    quota_said: Option<bool>,
 }
 
 /// The Alibaba Cloud implementation of [`Routes`]. Safe to share between threads.
@@ -141,10 +161,11 @@ pub struct AlibabaRoutes {
     api: Api,
     vpc: Service,
     ecs: Service,
+    /// Quota Center; `None` when `Global.routeEntryQuota` sets the quota.
+    quotas: Option<Service>,
     region: String,
     vpc_id: String,
     tables: Vec<String>,
-    quota: usize,
     cluster_cidrs: Vec<Cidr>,
     budget: (f64, u32),
     poll_interval: Duration,
@@ -204,14 +225,28 @@ impl AlibabaRoutes {
                 url: endpoint(&config.ecs_endpoint, "ecs"),
                 version: ECS_VERSION,
             },
+            quotas: match config.route_entry_quota {
+                Some(_) => None,
+                None => Some(Service {
+                    url: config
+                        .quotas_endpoint
+                        .clone()
+                        .unwrap_or_else(|| quota::DEFAULT_ENDPOINT.to_string()),
+                    version: quota::VERSION,
+                }),
+            },
             region,
             vpc_id,
             tables: Vec::new(),
-            quota: config.route_entry_quota,
             cluster_cidrs: config.cluster_cidrs.clone(),
             budget: (config.requests_per_second, config.burst),
             poll_interval: config.poll_interval,
-            state: Mutex::new(State::default()),
+            state: Mutex::new(State {
+                quota: config
+                    .route_entry_quota
+                    .unwrap_or(DEFAULT_ROUTE_ENTRY_QUOTA),
+                ..State::default()
+            }),
         };
         provider.tables = provider
             .route_tables_of_vpc(&config.route_table_ids)
@@ -220,13 +255,17 @@ impl AlibabaRoutes {
                 _ => at_start(e),
             })?;
         provider.read_network().map_err(at_start)?;
+        let quota = match (&provider.quotas, config.route_entry_quota) {
+            (_, Some(q)) => format!("at most {q} each (Global.routeEntryQuota)"),
+            (Some(q), None) => format!("their quota read from Quota Center at {}", q.url),
+            (None, None) => String::new(),
+        };
         log::info!(
-            "alibaba: managing the custom entries of route table(s) {} in VPC {} ({}), at \
-             most {} each; one batch at a time",
+            "alibaba: managing the custom entries of route table(s) {} in VPC {} ({}), {quota}; \
+             one batch at a time",
             provider.tables.join(", "),
             provider.vpc_id,
             provider.region,
-            provider.quota
         );
         Ok(provider)
     }
@@ -259,7 +298,50 @@ impl AlibabaRoutes {
     ) -> Result<Value, Failure> {
         let mut params = params;
         params.push(("RegionId".into(), self.region.clone()));
-        self.api.call(service, action, &params, write)
+        let result = self.api.call(service, action, &params, write);
+        if let Err(f) = &result
+            && f.error.kind == CloudErrorKind::TableFull
+        {
+            // The VPC's word against the quota in use: ask Quota Center again at the
+            // next list (a quota lowered, or one of ours read wrong).
+            lock(&self.state).quota_read = None;
+        }
+        result
+    }
+
+    /// Reads the tables' quota from Quota Center when due (the first list, then every
+    /// [`QUOTA_MAX_AGE`], and after a table was found full), unless
+    /// `Global.routeEntryQuota` sets it. Never fails: a refused or failed read keeps
+    /// the value in use, with one warning naming the RAM permission. The request
+    /// passes the fence and is counted for the budget like every other.
+    fn refresh_quota(&self) {
+        let Some(service) = &self.quotas else {
+            return;
+        };
+        let (due, fallback) = {
+            let state = lock(&self.state);
+            let due = state
+                .quota_read
+                .is_none_or(|at| at.elapsed() >= QUOTA_MAX_AGE);
+            (due, state.quota)
+        };
+        if !due {
+            return;
+        }
+        let reply = self
+            .call(service, quota::ACTION, quota::request(&self.region), false)
+            .map_err(|f| f.error.message);
+        let decision = quota::decide(reply, &self.region, fallback);
+        let mut state = lock(&self.state);
+        state.quota_read = Some(Instant::now());
+        let new = state.quota_said != Some(decision.from_account);
+        match (decision.from_account, new || decision.limit != state.quota) {
+            (true, true) => log::info!("{}", decision.message),
+            (false, true) => log::warn!("{}", decision.message),
+            (_, false) => log::debug!("{}", decision.message),
+        }
+        state.quota_said = Some(decision.from_account);
+        state.quota = decision.limit;
     }
 
     /// The tables to write: those configured, checked to be the VPC's, or the VPC's
@@ -750,7 +832,7 @@ impl Routes for AlibabaRoutes {
                 Some(TableUsage {
                     table: t.clone(),
                     routes: *state.held.get(t)?,
-                    limit: self.quota,
+                    limit: state.quota,
                     // The quota is one number of custom entries; that IPv6 entries
                     // count apart is documented nowhere we could read, so both count
                     // together (on the safe side for creates).
@@ -791,6 +873,7 @@ impl Routes for AlibabaRoutes {
         nodes: &NodeDirectory,
         each: &mut dyn FnMut(Route),
     ) -> Result<(), CloudError> {
+        self.refresh_quota();
         let stale = lock(&self.state)
             .network_read
             .is_none_or(|at| at.elapsed() >= NETWORK_MAX_AGE);
