@@ -310,6 +310,24 @@ fn a_busy_vpc_refuses_the_next_batch_until_it_settles() {
     );
 }
 
+/// Guards a second writer's batch in flight (`begin_foreign_batch`) as the SDK sees
+/// it: its entries listed `Pending`, our batch refused with the busy code until it
+/// settles (by reads, as the double's own batches), then accepted.
+#[test]
+fn a_second_writers_batch_in_flight_makes_the_vpc_busy_until_it_settles() {
+    let (double, mut sdk) = setup();
+    double.add_instance(Instance::new("i-vpn", DEFAULT_VPC, "192.168.0.250"));
+    double.begin_foreign_batch(DEFAULT_TABLE, &[("10.244.250.0/24", "i-vpn")]);
+    assert!(double.in_flight(DEFAULT_VPC));
+    let refused =
+        sdk.fails(json!({"op": "create", "entries": [entry("10.244.1.0/24", "i-node1")]}));
+    assert_eq!(refused, ("client".into(), 400, "TaskConflict".into()));
+    assert_eq!(listed(&mut sdk), pairs(&[("10.244.250.0/24", "Pending")]));
+    assert_eq!(listed(&mut sdk), pairs(&[("10.244.250.0/24", "Available")]));
+    assert!(!double.in_flight(DEFAULT_VPC));
+    sdk.ok(json!({"op": "create", "entries": [entry("10.244.1.0/24", "i-node1")]}));
+}
+
 /// Guards `NextToken` paging as the peer follows it, `MaxResult`'s default (10) and
 /// ceiling (100, the peer's 500 served as 100), the `Custom` filter hiding the
 /// system entries, and a token of another table refused.
