@@ -372,6 +372,13 @@ fn a_pod_cidr_held_by_a_live_stranger_refuses_the_create_naming_it() {
         "{e}"
     );
     assert!(e.message.contains("i-was-a-node"), "{e}");
+    assert!(
+        e.message.contains(&format!(
+            "aliyun vpc DeleteRouteEntry --RegionId {REGION} --RouteTableId {DEFAULT_TABLE} \
+             --DestinationCidrBlock 10.244.1.0/24 --NextHopId i-was-a-node"
+        )),
+        "the fix, ready to run: {e}"
+    );
     assert_eq!(d.writes(), 0);
     assert_eq!(
         d.available(DEFAULT_TABLE),

@@ -18,6 +18,9 @@
 //! - a `DescribeInstances` reply that says nothing usable (no instance list) never
 //!   makes an entry's instance gone: nothing is deleted, the failure is logged, and
 //!   the next well-formed reply lets the dead entry go and the live one stay;
+//! - a node whose pod CIDR another writer's entry holds (to a live instance that is
+//!   no node): refused, its condition and event naming that instance and the fix,
+//!   nothing written, the entry kept;
 //! - an account whose route tables hold 7 custom entries (Quota Center's quota, read
 //!   at start): the eighth node's create is held as `RouteTableFull`, never sent.
 
@@ -38,7 +41,10 @@ use alibaba_double::{
     Fault, Instance, REGION,
 };
 use controller_process::{ControllerProcess, Spawn};
-use e2e_cluster::{Identity, create_node, delete_node, wait_for_network_unavailable};
+use e2e_cluster::{
+    Identity, condition, create_node, delete_node, events_about, get_node,
+    wait_for_network_unavailable,
+};
 use kube_apiserver::KubeApiserver;
 
 const PATIENCE: Duration = Duration::from_secs(90);
@@ -452,6 +458,75 @@ fn a_malformed_describe_instances_reply_deletes_nothing_and_is_reported() {
     assert!(
         log.contains("DescribeInstances: the reply has no Instances.Instance list"),
         "{log}"
+    );
+    ctl.terminate();
+}
+
+/// Guards item 3's refusal as the operator sees it: an entry on node-1's pod CIDR
+/// leading to a live instance that is no node is another writer's, never replaced;
+/// node-1 shows `NetworkUnavailable=True` (`DestinationHeldByOtherInstance`) with a
+/// message, and an event, that name the instance and what to do; nothing is written.
+#[test]
+fn a_pod_cidr_held_by_another_writers_instance_is_refused_naming_it_and_the_fix() {
+    let ali = Alibaba::start("e2e-alibaba-held");
+    ali.double
+        .add_instance(Instance::new("i-was-a-node", DEFAULT_VPC, "192.168.0.201"));
+    ali.double
+        .fill_as_peer(DEFAULT_TABLE, &[("10.244.1.0/24", "i-was-a-node")]);
+    let mut ctl = ali.controller().spawn("alibaba-held");
+    ctl.wait_ready(PATIENCE);
+    ali.node(1);
+    if let Err(e) = wait_for_network_unavailable(
+        &ali.api,
+        &names(1..2),
+        "True",
+        "DestinationHeldByOtherInstance",
+        PATIENCE,
+    ) {
+        ctl.fail(&e);
+    }
+    let node = get_node(&ali.api, "node-1").expect("node-1");
+    let message = condition(&node, "NetworkUnavailable")
+        .and_then(|c| c["message"].as_str().map(String::from))
+        .unwrap_or_default();
+    let fix = format!(
+        "aliyun vpc DeleteRouteEntry --RegionId {REGION} --RouteTableId {DEFAULT_TABLE} \
+         --DestinationCidrBlock 10.244.1.0/24 --NextHopId i-was-a-node"
+    );
+    for said in [
+        "i-was-a-node",
+        "10.244.1.0/24",
+        "delete that entry",
+        fix.as_str(),
+    ] {
+        assert!(
+            message.contains(said),
+            "{said:?} not in the condition: {message}"
+        );
+    }
+    let uid = node["metadata"]["uid"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    let mut events: Vec<String> = Vec::new();
+    let evented = e2e_cluster::poll_until(PATIENCE, || {
+        events = events_about(&ali.api, &uid)
+            .iter()
+            .filter_map(|e| e["message"].as_str().map(String::from))
+            .collect();
+        events
+            .iter()
+            .any(|m| m.contains("i-was-a-node") && m.contains("delete that entry"))
+            .then_some(())
+    });
+    assert!(
+        evented.is_some(),
+        "no event names the instance and the fix: {events:?}"
+    );
+    assert_eq!(ali.double.writes(), 0, "{:?}", ali.double.calls());
+    assert_eq!(
+        ali.double.available(DEFAULT_TABLE),
+        [("10.244.1.0/24".to_string(), "i-was-a-node".to_string())]
     );
     ctl.terminate();
 }

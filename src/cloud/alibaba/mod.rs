@@ -622,8 +622,11 @@ impl AlibabaRoutes {
                     "alibaba: node {node}: route table {table} holds its pod CIDR {destination} \
                      already, leading to instance {other}, which is no node of the cluster (a \
                      node deleted while its instance lives on?): delete that entry if it is \
-                     stale (the controller never deletes an entry to a live instance it does \
-                     not know)"
+                     stale (aliyun vpc DeleteRouteEntry --RegionId {} --RouteTableId {table} \
+                     --DestinationCidrBlock {destination} --NextHopId {other}); the \
+                     controller never deletes nor replaces another writer's entry to a live \
+                     instance",
+                    self.region
                 ),
             ));
         }
