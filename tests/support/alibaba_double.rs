@@ -42,6 +42,9 @@
 //! double.set_settle_after_reads(Some(2));        // …or after 2 list reads (default 1)
 //! double.fill_as_peer(DEFAULT_TABLE, &[("10.244.1.0/24", "i-node1")]);
 //! double.inject("CreateRouteEntries", Fault::error(400, "Throttling.User", "…"));
+//! double.inject("DescribeInstances", Fault::Reply("{}".into())); // 200, that body
+//! double.begin_foreign_batch(DEFAULT_TABLE, &[("10.244.9.0/24", "i-vpn")]); // busy
+//! double.set_account_quota(7);                   // Quota Center's, every table's
 //! double.calls();                                // requests by action
 //! ```
 //!
