@@ -71,7 +71,7 @@ use std::collections::{BTreeMap, BTreeSet, HashSet, VecDeque};
 use std::io::{BufReader, Write};
 use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -200,6 +200,53 @@ pub enum Fault {
     /// Answer 200 with this body (JSON or not), changing nothing: a reply the
     /// server garbled, or one of a shape the test chooses.
     Reply(String),
+    /// Answer as usual, but only once the test opens the gate: a request held in
+    /// flight while the test does something else, with no clock involved.
+    Held(Gate),
+}
+
+/// Where a request [`Fault::Held`] waits until the test opens it.
+#[derive(Clone, Debug, Default)]
+pub struct Gate(Arc<(Mutex<(bool, bool)>, Condvar)>);
+
+impl Gate {
+    pub fn new() -> Gate {
+        Gate::default()
+    }
+
+    /// Returns once a request waits at the gate (its call is already recorded).
+    pub fn wait_reached(&self) {
+        let (lock, changed) = &*self.0;
+        let guard = lock.lock().unwrap_or_else(|e| e.into_inner());
+        // A bound against a hang, not a timing: the request is sent right away.
+        let (guard, _) = changed
+            .wait_timeout_while(guard, Duration::from_secs(60), |(reached, _)| !*reached)
+            .unwrap_or_else(|e| e.into_inner());
+        assert!(guard.0, "no request reached the gate in 60 s");
+    }
+
+    /// Lets the request waiting at the gate (and any later one) be answered.
+    pub fn open(&self) {
+        let (lock, changed) = &*self.0;
+        lock.lock().unwrap_or_else(|e| e.into_inner()).1 = true;
+        changed.notify_all();
+    }
+
+    fn pass(&self) {
+        let (lock, changed) = &*self.0;
+        let mut guard = lock.lock().unwrap_or_else(|e| e.into_inner());
+        guard.0 = true;
+        changed.notify_all();
+        let _open = changed
+            .wait_while(guard, |(_, open)| !*open)
+            .unwrap_or_else(|e| e.into_inner());
+    }
+}
+
+/// How a request's answer waits.
+enum Pause {
+    For(Duration),
+    Until(Gate),
 }
 
 impl Fault {
@@ -291,6 +338,12 @@ struct State {
     settle_after_reads: Option<u32>,
     /// The custom-entry quota of new tables, and what Quota Center reports.
     account_quota: usize,
+    /// Quota Center lists the route entry quota without the `regionId` dimension
+    /// (and another region's beside it): see
+    /// [`AlibabaDouble::serve_quota_without_dimensions`].
+    quota_without_dimensions: bool,
+    /// Quota Center's page, at most, whatever `MaxResults` asks.
+    quota_page: usize,
     busy_code: String,
     status_words: StatusWords,
     faults: Vec<(String, Fault)>,
@@ -353,6 +406,8 @@ impl AlibabaDouble {
                 in_flight: BTreeMap::new(),
                 settle_after_reads: Some(1),
                 account_quota: DEFAULT_QUOTA,
+                quota_without_dimensions: false,
+                quota_page: 100,
                 busy_code: "TaskConflict".into(),
                 status_words: StatusWords::Model,
                 faults: Vec::new(),
@@ -647,6 +702,17 @@ impl AlibabaDouble {
         }
     }
 
+    /// From now on Quota Center lists the route entry quota with no dimension (the
+    /// account's value for every region), after the same quota of another region
+    /// (`cn-beijing`, 50), pages of `page` items at most: a request filtered by the
+    /// dimension `regionId` of our region finds nothing, the list without
+    /// dimensions holds ours on its last page.
+    pub fn serve_quota_without_dimensions(&self, page: usize) {
+        let mut s = self.state();
+        s.quota_without_dimensions = true;
+        s.quota_page = page.max(1);
+    }
+
     /// A second writer's batch, accepted now and in flight: its entries of `table`
     /// (destination, instance) are `Pending` and the table's VPC is busy (our next
     /// batch is refused with the busy code) until the batch settles as the double's
@@ -845,9 +911,11 @@ fn serve_connection(stream: TcpStream, inner: &Inner) {
     let mut reader = BufReader::new(read_half);
     let mut stream = stream;
     while let Some(wire) = http_wire::read_request(&mut reader) {
-        let (outcome, delay) = handle(inner, &wire);
-        if let Some(delay) = delay {
-            std::thread::sleep(delay);
+        let (outcome, pause) = handle(inner, &wire);
+        match pause {
+            Some(Pause::For(delay)) => std::thread::sleep(delay),
+            Some(Pause::Until(gate)) => gate.pass(),
+            None => {}
         }
         let (status, content_type, body) = match outcome {
             Outcome::Close => {
@@ -937,7 +1005,7 @@ fn params_of(wire: &http_wire::WireRequest) -> BTreeMap<String, String> {
     params
 }
 
-fn handle(inner: &Inner, wire: &http_wire::WireRequest) -> (Outcome, Option<Duration>) {
+fn handle(inner: &Inner, wire: &http_wire::WireRequest) -> (Outcome, Option<Pause>) {
     // A client that has the double as its HTTP proxy (as credentials-go reaches the
     // metadata service's fixed 100.100.100.200 in the conformance test) sends the
     // absolute form `http://host/path`.
@@ -1004,7 +1072,8 @@ fn handle(inner: &Inner, wire: &http_wire::WireRequest) -> (Outcome, Option<Dura
                     message,
                 } => break 'outcome api_error(status, &code, &message),
                 Fault::LostReply => lost = true,
-                Fault::Slow(d) => delay = Some(d),
+                Fault::Slow(d) => delay = Some(Pause::For(d)),
+                Fault::Held(gate) => delay = Some(Pause::Until(gate)),
                 Fault::Reply(body) => break 'outcome Outcome::Raw(200, body),
             }
         }
@@ -1636,14 +1705,57 @@ fn vpc_action(s: &mut State, action: &str, params: &BTreeMap<String, String>) ->
 }
 
 /// Quota Center's `ListProductQuotas` (the request model: `ProductCode`,
-/// `QuotaActionCode`, `Dimensions.N.Key`/`.Value`, `MaxResults`, `NextToken`), for
-/// the two VPC quotas it holds: route entries per table (the account's, see
+/// `QuotaActionCode`, `Dimensions.N.Key`/`.Value`, `MaxResults`, `NextToken`, and
+/// the other filters; no `RegionId`: the service is central), for the two VPC
+/// quotas it holds: route entries per table (the account's, see
 /// [`AlibabaDouble::set_account_quota`]) and route tables per VPC. Both have the
 /// dimension `regionId` (assumed: the VPC quotas are per region, and the Quota
-/// Center console filters them so). Everything fits one page.
+/// Center console filters them so), unless
+/// [`AlibabaDouble::serve_quota_without_dimensions`]. A parameter the request model
+/// does not declare is refused, as are V1's common ones in a V3 request.
 fn quotas_action(s: &mut State, action: &str, params: &BTreeMap<String, String>) -> Outcome {
     if action != "ListProductQuotas" {
         return api_error(404, "InvalidAction.NotFound", action);
+    }
+    const DECLARED: &[&str] = &[
+        "ProductCode",
+        "QuotaActionCode",
+        "MaxResults",
+        "NextToken",
+        "KeyWord",
+        "GroupCode",
+        "QuotaCategory",
+        "SortField",
+        "SortOrder",
+    ];
+    // V1's common parameters, in the query or the form of a V1-signed request; the
+    // all-in-one SDK adds `RegionId` to every RPC request it signs so.
+    const V1_COMMON: &[&str] = &[
+        "Action",
+        "Version",
+        "Format",
+        "Timestamp",
+        "SignatureMethod",
+        "SignatureType",
+        "SignatureVersion",
+        "SignatureNonce",
+        "Signature",
+        "AccessKeyId",
+        "SecurityToken",
+        "RegionId",
+    ];
+    let v1 = params.contains_key("Signature");
+    let declared = |k: &str| {
+        DECLARED.contains(&k)
+            || (v1 && V1_COMMON.contains(&k))
+            || (k.starts_with("Dimensions.") && (k.ends_with(".Key") || k.ends_with(".Value")))
+    };
+    if let Some(undeclared) = params.keys().find(|k| !declared(k)) {
+        return api_error(
+            400,
+            "InvalidParameter",
+            &format!("ListProductQuotas takes no parameter {undeclared}."),
+        );
     }
     let Some(product) = params.get("ProductCode").filter(|p| !p.is_empty()) else {
         return api_error(
@@ -1652,18 +1764,18 @@ fn quotas_action(s: &mut State, action: &str, params: &BTreeMap<String, String>)
             "The input parameter \"ProductCode\" that is mandatory for processing this request is not supplied.",
         );
     };
-    let quota = |code: &str, name: &str, value: usize, usage: usize| {
+    let quota = |code: &str, name: &str, value: usize, region: Option<&str>| {
         json!({
             "ProductCode": "vpc",
             "QuotaActionCode": code,
             "QuotaName": name,
             "QuotaDescription": name,
-            "QuotaArn": format!("acs:quotas:{REGION}:1234567890123456:quota/vpc/{code}"),
+            "QuotaArn": format!("acs:quotas:{}:1234567890123456:quota/vpc/{code}", region.unwrap_or("")),
             "QuotaType": "CommonQuota",
             "QuotaCategory": "CommonQuota",
             "QuotaUnit": "",
             "TotalQuota": value as f64,
-            "TotalUsage": usage as f64,
+            "TotalUsage": 0.0,
             "Adjustable": true,
             "Consumable": true,
             "ApplicableType": "continuous",
@@ -1674,7 +1786,10 @@ fn quotas_action(s: &mut State, action: &str, params: &BTreeMap<String, String>)
             "EffectiveTime": "",
             "ExpireTime": "",
             "ApplyReasonTips": "",
-            "Dimensions": {"regionId": REGION},
+            "Dimensions": match region {
+                Some(r) => json!({ "regionId": r }),
+                None => json!({}),
+            },
             "Period": {"PeriodValue": 0, "PeriodUnit": ""},
             "UsageMetric": {"MetricNamespace": "", "MetricName": "", "MetricDimensions": {}},
             "QuotaItems": [],
@@ -1686,14 +1801,20 @@ fn quotas_action(s: &mut State, action: &str, params: &BTreeMap<String, String>)
             "vpc_quota_route_tables_num",
             "Custom route tables per VPC",
             9,
-            0,
+            Some(REGION),
         ));
-        quotas.push(quota(
-            ROUTE_ENTRY_QUOTA,
-            "Custom route entries per route table",
-            s.account_quota,
-            0,
-        ));
+        let name = "Custom route entries per route table";
+        if s.quota_without_dimensions {
+            quotas.push(quota(ROUTE_ENTRY_QUOTA, name, 50, Some("cn-beijing")));
+            quotas.push(quota(ROUTE_ENTRY_QUOTA, name, s.account_quota, None));
+        } else {
+            quotas.push(quota(
+                ROUTE_ENTRY_QUOTA,
+                name,
+                s.account_quota,
+                Some(REGION),
+            ));
+        }
     }
     if let Some(code) = params.get("QuotaActionCode").filter(|c| !c.is_empty()) {
         quotas.retain(|q| q["QuotaActionCode"] == code.as_str());
@@ -1708,14 +1829,47 @@ fn quotas_action(s: &mut State, action: &str, params: &BTreeMap<String, String>)
         };
         quotas.retain(|q| q["Dimensions"][key.as_str()] == value.as_str());
     }
+    let asked = match params.get("MaxResults").map(|m| m.parse::<usize>()) {
+        None => 30,
+        Some(Ok(n)) if (1..=200).contains(&n) => n,
+        Some(_) => {
+            return api_error(
+                400,
+                "InvalidParameter.MaxResults",
+                "MaxResults is 1 to 200.",
+            );
+        }
+    };
+    let page = asked.min(s.quota_page);
+    // The token is the index of the page's first item (opaque to the client).
+    let from = match params.get("NextToken").filter(|t| !t.is_empty()) {
+        None => 0,
+        Some(t) => match t.strip_prefix("nt-").and_then(|n| n.parse::<usize>().ok()) {
+            Some(n) if n <= quotas.len() => n,
+            _ => {
+                return api_error(
+                    400,
+                    "InvalidParameter.NextToken",
+                    "The NextToken is not valid.",
+                );
+            }
+        },
+    };
+    let total = quotas.len();
+    let to = (from + page).min(total);
+    let next = if to < total {
+        format!("nt-{to}")
+    } else {
+        String::new()
+    };
     Outcome::Json(
         200,
         json!({
             "RequestId": request_id(),
-            "TotalCount": quotas.len(),
-            "MaxResults": 30,
-            "NextToken": "",
-            "Quotas": quotas,
+            "TotalCount": total,
+            "MaxResults": page,
+            "NextToken": next,
+            "Quotas": quotas[from..to].to_vec(),
         }),
     )
 }

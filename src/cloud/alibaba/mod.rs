@@ -38,7 +38,7 @@ pub mod sign;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use std::time::{Duration, SystemTime};
 
 use serde_json::Value;
 
@@ -109,10 +109,19 @@ const PAGE: usize = 100;
 const MAX_PAGES: usize = 1000;
 /// How long the vSwitch CIDRs and the VPC's IPv6 are trusted between lists.
 const NETWORK_MAX_AGE: Duration = Duration::from_secs(600);
-/// How long the quota read from Quota Center (or the failure to read it) holds: read
-/// again at the first list after, which in watch mode is the periodic full resync,
-/// and at most hourly in periodic mode, where a list comes every period.
+/// How long the quota read from Quota Center (or a refusal to read it, or a reply
+/// without it) holds: read again at the first list after, which in watch mode is
+/// the periodic full resync, and at most hourly in periodic mode, where a list
+/// comes every period.
 const QUOTA_MAX_AGE: Duration = Duration::from_secs(3600);
+/// How long a read that failed for the moment (throttled, no reply, a 5xx, the
+/// fence) holds, and the fallback when a table is at it: the fallback may be far
+/// below the account's quota, and the controller holds nodes above it locally
+/// (no create is sent, so no `QuotaExceeded` comes to correct it), so it is not
+/// kept an hour on a failure that says nothing about the quota.
+const QUOTA_RETRY: Duration = Duration::from_secs(300);
+/// Pages of the quota list without dimensions, at most.
+const QUOTA_MAX_PAGES: usize = 20;
 /// Instance IDs one `DescribeInstances` takes.
 const INSTANCES_PER_CALL: usize = 100;
 
@@ -138,7 +147,7 @@ struct State {
     ipv6: bool,
     /// When the vSwitches and the VPC were read; read again at a list when older
     /// than [`NETWORK_MAX_AGE`], or when a create was refused for them since.
-    network_read: Option<Instant>,
+    network_read: Option<SystemTime>,
     /// What `DescribeInstances` said of each instance: its VPC, `None` when gone.
     instances: HashMap<String, Option<String>>,
     /// Entries inside the cluster CIDRs to a live instance that no node claims, by
@@ -148,7 +157,13 @@ struct State {
     quota: usize,
     /// When Quota Center was last asked (whatever came of it); `None`: ask at the
     /// next list (at first, and after the VPC said a table was full).
-    quota_read: Option<Instant>,
+    quota_read: Option<SystemTime>,
+    /// How long that read holds: [`QUOTA_MAX_AGE`], or [`QUOTA_RETRY`] after a
+    /// failure of the moment.
+    quota_holds: Duration,
+    /// Times the VPC said a table was full (`QuotaExceeded.*`): one said while a
+    /// read was in flight keeps the quota due after that read.
+    tables_found_full: u64,
     /// What the last line logged about the quota said: `Some(true)` the account's
     /// value, `Some(false)` a failed read (a warning). A line repeating it is logged
     /// at debug level: one warning, not one an hour.
@@ -245,6 +260,7 @@ impl AlibabaRoutes {
                 quota: config
                     .route_entry_quota
                     .unwrap_or(DEFAULT_ROUTE_ENTRY_QUOTA),
+                quota_holds: QUOTA_MAX_AGE,
                 ..State::default()
             }),
         };
@@ -302,38 +318,56 @@ impl AlibabaRoutes {
         if let Err(f) = &result
             && f.error.kind == CloudErrorKind::TableFull
         {
-            // The VPC's word against the quota in use: ask Quota Center again at the
-            // next list (a quota lowered, or one of ours read wrong).
-            lock(&self.state).quota_read = None;
+            self.table_found_full();
         }
         result
     }
 
-    /// Reads the tables' quota from Quota Center when due (the first list, then every
-    /// [`QUOTA_MAX_AGE`], and after a table was found full), unless
-    /// `Global.routeEntryQuota` sets it. Never fails: a refused or failed read keeps
-    /// the value in use, with one warning naming the RAM permission. The request
-    /// passes the fence and is counted for the budget like every other.
+    /// The VPC's word against the quota in use: ask Quota Center again at the next
+    /// list (a quota lowered, or one of ours read wrong).
+    fn table_found_full(&self) {
+        let mut state = lock(&self.state);
+        state.quota_read = None;
+        state.tables_found_full += 1;
+    }
+
+    /// Reads the tables' quota from Quota Center when due (the first list; then an
+    /// hour after a read or a refusal, [`QUOTA_RETRY`] after a failure of the moment
+    /// or while a table is at the fallback; and after a table was found full),
+    /// unless `Global.routeEntryQuota` sets it. Never fails: a refused or failed read
+    /// keeps the value in use, with one warning naming the RAM permission. The
+    /// request passes the fence and is counted for the budget like every other.
     fn refresh_quota(&self) {
         let Some(service) = &self.quotas else {
             return;
         };
-        let (due, fallback) = {
+        let now = self.api.identity.now();
+        let (due, fallback, found_full) = {
             let state = lock(&self.state);
-            let due = state
-                .quota_read
-                .is_none_or(|at| at.elapsed() >= QUOTA_MAX_AGE);
-            (due, state.quota)
+            let fallback_full = state.quota_said != Some(true)
+                && self
+                    .tables
+                    .iter()
+                    .any(|t| state.held.get(t).is_some_and(|&n| n >= state.quota));
+            let due = state.quota_read.is_none_or(|at| {
+                let age = now.duration_since(at).unwrap_or_default();
+                age >= state.quota_holds || (fallback_full && age >= QUOTA_RETRY)
+            });
+            (due, state.quota, state.tables_found_full)
         };
         if !due {
             return;
         }
-        let reply = self
-            .call(service, quota::ACTION, quota::request(&self.region), false)
-            .map_err(|f| f.error.message);
-        let decision = quota::decide(reply, &self.region, fallback);
+        let (read, lasting) = match self.read_quota(service) {
+            Ok(limit) => (Ok(limit), true),
+            Err((why, lasting)) => (Err(why), lasting),
+        };
+        let decision = quota::decide(read, &self.region, fallback);
         let mut state = lock(&self.state);
-        state.quota_read = Some(Instant::now());
+        // A table found full while the read was out: its reply may predate the
+        // change, so the next list asks again.
+        state.quota_read = (state.tables_found_full == found_full).then_some(now);
+        state.quota_holds = if lasting { QUOTA_MAX_AGE } else { QUOTA_RETRY };
         let new = state.quota_said != Some(decision.from_account);
         match (decision.from_account, new || decision.limit != state.quota) {
             (true, true) => log::info!("{}", decision.message),
@@ -342,6 +376,45 @@ impl AlibabaRoutes {
         }
         state.quota_said = Some(decision.from_account);
         state.quota = decision.limit;
+    }
+
+    /// The quota of the tables in our region: asked for with the dimension
+    /// `regionId`, then, if that lists nothing, once more without dimensions (all
+    /// pages). Quota Center takes no `RegionId`, so [`Api::call`] directly. `Err`:
+    /// what failed, and whether it lasts (a refusal of the permission, or an answer
+    /// without the quota) rather than being of the moment.
+    fn read_quota(&self, service: &Service) -> Result<usize, (String, bool)> {
+        let ask = |params: Vec<(String, String)>| {
+            self.api
+                .call(service, quota::ACTION, &params, false)
+                .map_err(|f| (f.error.message, f.denied))
+        };
+        let about = format!(
+            "Quota Center's {}/{} in {}",
+            quota::PRODUCT,
+            quota::ROUTE_ENTRY_QUOTA,
+            self.region
+        );
+        let unusable = |e: String| (format!("{about}: {e}"), true);
+        let reply = ask(quota::request(&self.region))?;
+        if let Some(limit) = quota::parse(&reply, &self.region).map_err(unusable)? {
+            return Ok(limit);
+        }
+        let mut items = Vec::new();
+        let mut token = String::new();
+        let mut tokens = HashSet::new();
+        for _ in 0..QUOTA_MAX_PAGES {
+            let reply = ask(quota::request_without_dimensions(&token))?;
+            let (page, next) = quota::page(&reply).map_err(unusable)?;
+            items.extend(page);
+            match next {
+                Some(t) if tokens.insert(t.clone()) => token = t,
+                _ => break,
+            }
+        }
+        quota::parse(&serde_json::json!({ "Quotas": items }), &self.region)
+            .map_err(unusable)?
+            .ok_or_else(|| unusable(quota::none_listed(&self.region)))
     }
 
     /// The tables to write: those configured, checked to be the VPC's, or the VPC's
@@ -440,7 +513,7 @@ impl AlibabaRoutes {
         let mut state = lock(&self.state);
         state.vswitches = cidrs;
         state.ipv6 = ipv6;
-        state.network_read = Some(Instant::now());
+        state.network_read = Some(self.api.identity.now());
         Ok(())
     }
 
@@ -699,6 +772,9 @@ impl AlibabaRoutes {
                 reason: ENTRY_REFUSED,
                 at_fault: None,
             });
+            if kind == CloudErrorKind::TableFull {
+                self.table_found_full();
+            }
             let kind = match kind {
                 // One entry refused among others: its node's alone.
                 CloudErrorKind::BatchRefused { .. } => CloudErrorKind::Refused {
@@ -877,9 +953,10 @@ impl Routes for AlibabaRoutes {
         each: &mut dyn FnMut(Route),
     ) -> Result<(), CloudError> {
         self.refresh_quota();
+        let now = self.api.identity.now();
         let stale = lock(&self.state)
             .network_read
-            .is_none_or(|at| at.elapsed() >= NETWORK_MAX_AGE);
+            .is_none_or(|at| now.duration_since(at).unwrap_or_default() >= NETWORK_MAX_AGE);
         if stale {
             self.read_network()?;
         }
@@ -1361,6 +1438,7 @@ mod tests {
             let failure = Failure {
                 code: code.into(),
                 error: CloudError::invalid(format!("alibaba: X: HTTP 400 {code}")),
+                denied: false,
             };
             matches!(
                 refused_whole(failure, &chunk, 1).kind,

@@ -7,13 +7,17 @@
 //! beyond 200 nodes) or is still at an old, lower one: the controller would report
 //! `RouteTableFull` too early, or try creates the VPC refuses. Reading it needs
 //! `quotas:ListProductQuotas`, which a least-privilege policy may lack: then, or
-//! when the call fails, the limit stays the default with one warning that names the
-//! permission. `QuotaExceeded.*` from `CreateRouteEntries` stays the backstop either
-//! way. `Global.routeEntryQuota`, when set, wins and no call is made: an operator who
-//! sets it knows something Quota Center does not say (a table shared with other
-//! writers, a quota applied per table by a ticket).
+//! when the call fails, the limit stays the value in use (the default at first) with
+//! one warning that names the permission. `QuotaExceeded.*` from
+//! `CreateRouteEntries` stays the backstop either way. When the filtered list has no
+//! item for the region, the quota is asked for once more without dimensions.
+//! `Global.routeEntryQuota`, when set, wins and no call is made: an operator who sets
+//! it knows something Quota Center does not say (a quota raised for one table by a
+//! ticket). Another writer's entries need no override: they are counted in the
+//! table's usage.
 //!
-//! This module builds the request and decides from the reply; the provider sends it.
+//! This module builds the requests and decides from the replies; the provider sends
+//! them and decides when.
 
 use serde_json::Value;
 
@@ -44,11 +48,44 @@ pub fn request(region: &str) -> Vec<(String, String)> {
     ]
 }
 
+/// The parameters of the second ask, when the first listed nothing for the region
+/// (the quota may have no `regionId` dimension): the same quota without
+/// `Dimensions`, a page of [`PAGE`] from `next_token` (empty: the first page).
+pub fn request_without_dimensions(next_token: &str) -> Vec<(String, String)> {
+    let mut params = vec![
+        ("ProductCode".into(), PRODUCT.into()),
+        ("QuotaActionCode".into(), ROUTE_ENTRY_QUOTA.into()),
+        ("MaxResults".into(), PAGE.to_string()),
+    ];
+    if !next_token.is_empty() {
+        params.push(("NextToken".into(), next_token.into()));
+    }
+    params
+}
+
+/// Items a page of `ListProductQuotas` holds (the API's maximum).
+pub const PAGE: usize = 100;
+
+/// The `Quotas` items of a reply, and the token of the next page (`None`: the last).
+pub fn page(reply: &Value) -> Result<(Vec<Value>, Option<String>), String> {
+    let items = reply
+        .get("Quotas")
+        .and_then(Value::as_array)
+        .ok_or("the reply has no Quotas list")?
+        .clone();
+    let next = reply
+        .get("NextToken")
+        .and_then(Value::as_str)
+        .filter(|t| !t.is_empty())
+        .map(str::to_string);
+    Ok((items, next))
+}
+
 /// The quota in a `ListProductQuotas` reply (`{"Quotas": [{"QuotaActionCode",
 /// "TotalQuota", "Dimensions": {"regionId"}}, …]}`): the items of our quota whose
 /// `regionId` is `region` (or that have none); of several, the smallest, so that
-/// no create is tried that one of them refuses.
-pub fn parse(reply: &Value, region: &str) -> Result<usize, String> {
+/// no create is tried that one of them refuses. `Ok(None)`: no item of ours.
+pub fn parse(reply: &Value, region: &str) -> Result<Option<usize>, String> {
     let quotas = reply
         .get("Quotas")
         .and_then(Value::as_array)
@@ -77,10 +114,15 @@ pub fn parse(reply: &Value, region: &str) -> Result<usize, String> {
         // A fractional value (never seen) cannot be exceeded by its floor.
         values.push(value.floor() as usize);
     }
-    values
-        .into_iter()
-        .min()
-        .ok_or_else(|| format!("the reply lists no {ROUTE_ENTRY_QUOTA} for region {region}"))
+    Ok(values.into_iter().min())
+}
+
+/// What a reply without our quota is said to be.
+pub fn none_listed(region: &str) -> String {
+    format!(
+        "neither the reply for the dimension regionId={region} nor the list without \
+         dimensions has {ROUTE_ENTRY_QUOTA} for region {region}"
+    )
 }
 
 /// What the read gave, and the one log line to write about it.
@@ -94,11 +136,10 @@ pub struct Decision {
     pub message: String,
 }
 
-/// The limit from the outcome of the call (`reply`: the reply, or what failed),
+/// The limit from the outcome of the read (`read`: the value, or what failed),
 /// keeping `fallback` (the value in use, the default at first) when it failed.
-pub fn decide(reply: Result<Value, String>, region: &str, fallback: usize) -> Decision {
+pub fn decide(read: Result<usize, String>, region: &str, fallback: usize) -> Decision {
     let quota = format!("Quota Center's {PRODUCT}/{ROUTE_ENTRY_QUOTA} in {region}");
-    let read = reply.and_then(|r| parse(&r, region).map_err(|e| format!("{quota}: {e}")));
     match read {
         Ok(limit) => Decision {
             limit,
@@ -154,16 +195,20 @@ mod tests {
             item(ROUTE_ENTRY_QUOTA, Some("cn-beijing"), json!(50.0)),
             item(ROUTE_ENTRY_QUOTA, Some("cn-hangzhou"), json!(400.0)),
         ]);
-        assert_eq!(parse(&r, "cn-hangzhou"), Ok(400));
+        assert_eq!(parse(&r, "cn-hangzhou"), Ok(Some(400)));
         let r = reply(vec![
             item(ROUTE_ENTRY_QUOTA, None, json!(300.0)),
             item(ROUTE_ENTRY_QUOTA, Some("cn-hangzhou"), json!(250.5)),
         ]);
-        assert_eq!(parse(&r, "cn-hangzhou"), Ok(250));
-        for odd in [
-            json!({}),
+        assert_eq!(parse(&r, "cn-hangzhou"), Ok(Some(250)));
+        for none in [
             reply(vec![]),
             reply(vec![item(ROUTE_ENTRY_QUOTA, Some("cn-beijing"), json!(50))]),
+        ] {
+            assert_eq!(parse(&none, "cn-hangzhou"), Ok(None), "{none}");
+        }
+        for odd in [
+            json!({}),
             reply(vec![item(ROUTE_ENTRY_QUOTA, None, json!("many"))]),
             reply(vec![item(ROUTE_ENTRY_QUOTA, None, json!(0))]),
             reply(vec![item(ROUTE_ENTRY_QUOTA, None, json!(1e9))]),
@@ -184,10 +229,9 @@ mod tests {
             d.message
         );
         assert!(d.message.contains("NoPermission"), "{}", d.message);
-        let d = decide(Ok(json!({"Quotas": []})), "cn-hangzhou", 7);
+        let d = decide(Err(none_listed("cn-hangzhou")), "cn-hangzhou", 7);
         assert_eq!((d.limit, d.from_account), (7, false));
-        let good = json!({"Quotas": [item(ROUTE_ENTRY_QUOTA, Some("cn-hangzhou"), json!(7))]});
-        let d = decide(Ok(good), "cn-hangzhou", 200);
+        let d = decide(Ok(7), "cn-hangzhou", 200);
         assert_eq!((d.limit, d.from_account), (7, true));
         assert!(d.message.contains(ROUTE_ENTRY_QUOTA), "{}", d.message);
     }
