@@ -912,4 +912,15 @@ fn quota_center_list_product_quotas_decodes_in_the_sdk() {
         ("server".into(), 403, "NoPermission".into()),
         "the refusal as the SDK sees it"
     );
+    // The quota without dimensions, a page at a time: an empty Dimensions map and
+    // the NextToken decode as the SDK's models have them.
+    double.serve_quota_without_dimensions(1);
+    let page = sdk.ok(json!({"op": "listProductQuotas", "productCode": "vpc",
+        "quotaActionCode": alibaba_double::ROUTE_ENTRY_QUOTA}));
+    assert_eq!(page["Quotas"].as_array().map(Vec::len), Some(1), "{page:#}");
+    assert_eq!(page["Quotas"][0]["Dimensions"]["regionId"], "cn-beijing");
+    assert_eq!(
+        (page["TotalCount"].clone(), page["NextToken"].clone()),
+        (json!(2), json!("nt-1"))
+    );
 }
