@@ -14,7 +14,8 @@
 //! - Quota Center (`quotas` 2020-05-10): `ListProductQuotas` for product `vpc`,
 //!   the quota [`ROUTE_ENTRY_QUOTA`] (and one other, so that a client must pick),
 //!   reply shaped as the SDK's `ListProductQuotasResponse`
-//!   (aliyun/alibaba-cloud-sdk-go v1.63.99, services/quotas);
+//!   (aliyun/alibaba-cloud-sdk-go v1.63.99, services/quotas), paged by `MaxResults`
+//!   and `NextToken`; a parameter its request model does not declare is refused;
 //! - the ECS instance metadata service's RAM role credentials
 //!   (`/latest/meta-data/ram/security-credentials/…`, with the IMDSv2 token).
 //!
@@ -45,6 +46,10 @@
 //! double.inject("DescribeInstances", Fault::Reply("{}".into())); // 200, that body
 //! double.begin_foreign_batch(DEFAULT_TABLE, &[("10.244.9.0/24", "i-vpn")]); // busy
 //! double.set_account_quota(7);                   // Quota Center's, every table's
+//! double.serve_quota_without_dimensions(1);      // no regionId, 1 item a page
+//! let gate = Gate::new();                        // a request held in flight:
+//! double.inject("ListProductQuotas", Fault::Held(gate.clone()));
+//! gate.wait_reached(); /* … */ gate.open();
 //! double.calls();                                // requests by action
 //! ```
 //!
@@ -55,7 +60,7 @@
 //! [`AlibabaDouble::settle`]. While a batch is in flight the VPC refuses the next
 //! `CreateRouteEntries`/`DeleteRouteEntries` with the busy code
 //! ([`AlibabaDouble::set_busy_code`], `TaskConflict` by default). Nothing here
-//! sleeps but [`Fault::Slow`].
+//! sleeps but [`Fault::Slow`] (and [`Fault::Held`] waits for its gate).
 //!
 //! Where the API reference's error tables were not available offline, the codes are
 //! the ones the peer (cloud-provider-alibaba-cloud) matches, or, marked "assumed"
