@@ -293,8 +293,9 @@ impl AlibabaRoutes {
         self
     }
 
-    /// Temporary keys (RRSA, the ECS RAM role) expire against `clock` from now on:
-    /// tests pass a virtual one to reach a refresh without waiting an hour.
+    /// Temporary keys (RRSA, the ECS RAM role) expire against `clock` from now on,
+    /// and the quota's and the network's ages are measured on it: tests pass a
+    /// virtual one to reach a refresh or a re-read without waiting an hour.
     pub fn with_clock(mut self, clock: Clock) -> AlibabaRoutes {
         self.api.identity.set_clock(clock);
         self
