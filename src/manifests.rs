@@ -465,7 +465,8 @@ fn cloud_config_header(out: &mut String, opts: &ManifestOptions, file: &CloudCon
              # ALIBABA_CLOUD_ACCESS_KEY_ID/_SECRET, RRSA (ALIBABA_CLOUD_ROLE_ARN, _OIDC_PROVIDER_ARN,\n\
              # _OIDC_TOKEN_FILE), else the ECS instance's RAM role. It needs vpc:DescribeRouteTableList,\n\
              # vpc:DescribeRouteEntryList, vpc:CreateRouteEntries, vpc:DeleteRouteEntries,\n\
-             # vpc:DescribeVSwitches, vpc:DescribeVpcs and ecs:DescribeInstances (README, Alibaba\n\
+             # vpc:DescribeVSwitches, vpc:DescribeVpcs and ecs:DescribeInstances; optionally\n\
+             # quotas:ListProductQuotas, so that a table's quota is the account's (README, Alibaba\n\
              # Cloud).\n"
         }
         _ => "",

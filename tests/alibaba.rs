@@ -12,9 +12,11 @@ mod alibaba_double;
 #[path = "support/tempdir.rs"]
 mod tempdir;
 
+use std::sync::{Mutex, Once};
+
 use alibaba_double::{
-    ACCESS_KEY_ID, ACCESS_KEY_SECRET, AlibabaDouble, DEFAULT_TABLE, DEFAULT_VPC, Fault, Instance,
-    StatusWords,
+    ACCESS_KEY_ID, ACCESS_KEY_SECRET, AlibabaDouble, DEFAULT_TABLE, DEFAULT_VPC, Fault, Gate,
+    Instance, StatusWords,
 };
 use route_controller::cloud::alibaba::{
     AlibabaRoutes, Config, DESTINATION_HELD, INSTANCE_NOT_IN_VPC, NO_IPV6, OVERLAPS_VSWITCH,
@@ -45,7 +47,8 @@ fn double(n: u32) -> AlibabaDouble {
 fn cloud_config(d: &AlibabaDouble, extra: &str) -> String {
     format!(
         "Global:\n  region: {REGION}\n  vpcid: {DEFAULT_VPC}\n  vpcEndpoint: {e}\n  \
-         ecsEndpoint: {e}\n  stsEndpoint: {e}\n  metadataEndpoint: {e}\n  pollInterval: 0s\n{extra}",
+         ecsEndpoint: {e}\n  stsEndpoint: {e}\n  quotasEndpoint: {e}\n  metadataEndpoint: {e}\n  \
+         pollInterval: 0s\n{extra}",
         e = d.endpoint()
     )
 }
@@ -369,6 +372,13 @@ fn a_pod_cidr_held_by_a_live_stranger_refuses_the_create_naming_it() {
         "{e}"
     );
     assert!(e.message.contains("i-was-a-node"), "{e}");
+    assert!(
+        e.message.contains(&format!(
+            "aliyun vpc DeleteRouteEntry --RegionId {REGION} --RouteTableId {DEFAULT_TABLE} \
+             --DestinationCidrBlock 10.244.1.0/24 --NextHopId i-was-a-node"
+        )),
+        "the fix, ready to run: {e}"
+    );
     assert_eq!(d.writes(), 0);
     assert_eq!(
         d.available(DEFAULT_TABLE),
@@ -639,7 +649,7 @@ fn an_instance_not_found_yet_is_looked_up_again_at_the_next_try() {
 }
 
 /// Guards the RAM policy the manifests and the README give: every action a connect,
-/// a list, a create and a delete call is in it.
+/// a list, a create and a delete call is in it (Quota Center's among the optional).
 #[test]
 fn every_action_called_is_in_the_ram_policy() {
     let d = double(1);
@@ -648,11 +658,15 @@ fn every_action_called_is_in_the_ram_policy() {
     all_ok(&p.apply_changes(CLUSTER, &[create(1)]).unwrap());
     let routes = p.list_routes(CLUSTER, &directory(1)).unwrap();
     all_ok(&p.apply_changes(CLUSTER, &[delete(&routes[0])]).unwrap());
-    let policy = route_controller::cloud::alibaba::RAM_ACTIONS;
+    let required = route_controller::cloud::alibaba::RAM_ACTIONS;
+    let optional = route_controller::cloud::alibaba::OPTIONAL_RAM_ACTIONS;
     for r in d.requests() {
-        let named = |product: &str| policy.contains(&format!("{product}:{}", r.action).as_str());
+        let named = |product: &str| {
+            let action = format!("{product}:{}", r.action);
+            required.contains(&action.as_str()) || optional.contains(&action.as_str())
+        };
         assert!(
-            named("vpc") || named("ecs"),
+            named("vpc") || named("ecs") || named("quotas"),
             "{} is in no RAM policy",
             r.action
         );
@@ -858,4 +872,374 @@ fn a_refused_security_token_brings_new_keys_for_the_same_request() {
         d.calls()
     );
     assert_eq!(d.issued_keys().len(), 2, "{:?}", d.issued_keys());
+}
+
+/// The warnings logged in this test binary (every test's: a test looks for its own
+/// by a word only it uses).
+static WARNINGS: Mutex<Vec<String>> = Mutex::new(Vec::new());
+
+/// From now on, warnings are kept for [`warnings_with`].
+fn capture_warnings() {
+    struct Capture;
+    impl log::Log for Capture {
+        fn enabled(&self, metadata: &log::Metadata) -> bool {
+            metadata.level() <= log::Level::Warn
+        }
+        fn log(&self, record: &log::Record) {
+            if record.level() == log::Level::Warn {
+                let mut w = WARNINGS.lock().unwrap_or_else(|e| e.into_inner());
+                w.push(record.args().to_string());
+            }
+        }
+        fn flush(&self) {}
+    }
+    static INSTALL: Once = Once::new();
+    INSTALL.call_once(|| {
+        log::set_boxed_logger(Box::new(Capture)).expect("no other logger in this test binary");
+        log::set_max_level(log::LevelFilter::Warn);
+    });
+}
+
+/// The warnings logged since [`capture_warnings`] that contain `needle`.
+fn warnings_with(needle: &str) -> Vec<String> {
+    WARNINGS
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .iter()
+        .filter(|w| w.contains(needle))
+        .cloned()
+        .collect()
+}
+
+/// Guards item 3's "the table's quota read at start": without
+/// `Global.routeEntryQuota` a table holds what the account's Quota Center says
+/// (`ListProductQuotas`, product `vpc`, the route entry quota in our region, signed
+/// V3 like every call), read once at the first list and counted for the budget with
+/// the list's requests; set explicitly, the key wins and Quota Center is not asked.
+#[test]
+fn the_tables_quota_is_the_accounts_from_quota_center_unless_set() {
+    let d = double(2);
+    d.set_account_quota(7);
+    let p = provider(&d);
+    assert_eq!(d.calls_of("ListProductQuotas"), 0, "read at the list");
+    d.reset_calls();
+    let (list, usage) = Meter::measure(|| p.list_routes(CLUSTER, &directory(2)));
+    list.expect("the list");
+    assert_eq!(d.calls_of("ListProductQuotas"), 1, "{:?}", d.calls());
+    assert_eq!(
+        usage.expect("metered").requests as usize,
+        d.requests().len(),
+        "every request of the list is charged, the quota's too"
+    );
+    let read = d
+        .requests()
+        .into_iter()
+        .find(|r| r.action == "ListProductQuotas")
+        .expect("the quota read");
+    assert_eq!(read.version, "2020-05-10");
+    for (k, v) in [
+        ("ProductCode", "vpc"),
+        (
+            "QuotaActionCode",
+            route_controller::cloud::alibaba::ROUTE_ENTRY_QUOTA,
+        ),
+        ("Dimensions.1.Key", "regionId"),
+        ("Dimensions.1.Value", REGION),
+    ] {
+        assert_eq!(
+            read.params.get(k).map(String::as_str),
+            Some(v),
+            "{:?}",
+            read.params
+        );
+    }
+    assert!(!read.params.contains_key("SignatureMethod"), "V3, not V1");
+    // Quota Center is central: it takes no RegionId (the double refuses it).
+    assert!(!read.params.contains_key("RegionId"), "{:?}", read.params);
+    assert_eq!(p.route_tables()[0].limit, 7);
+    // Read once: the next list does not ask again.
+    p.list_routes(CLUSTER, &directory(2)).expect("the list");
+    assert_eq!(d.calls_of("ListProductQuotas"), 1, "{:?}", d.calls());
+
+    let set = provider_with(&d, "  routeEntryQuota: 12\n", access_key_env).expect("connect");
+    set.list_routes(CLUSTER, &directory(2)).expect("the list");
+    assert_eq!(set.route_tables()[0].limit, 12, "the key wins");
+    assert_eq!(d.calls_of("ListProductQuotas"), 1, "{:?}", d.calls());
+}
+
+/// Guards the fallback: Quota Center refusing the read (no RAM permission) or not
+/// answering never fails the list; the table keeps 200, and one warning names
+/// what failed and the permission to grant.
+#[test]
+fn a_quota_read_refused_or_lost_keeps_200_with_one_warning() {
+    capture_warnings();
+    let d = double(1);
+    d.set_account_quota(7);
+    d.inject(
+        "ListProductQuotas",
+        Fault::error(403, "NoPermission", "quota-read-refused-in-this-test"),
+    );
+    let p = provider(&d);
+    p.list_routes(CLUSTER, &directory(1))
+        .expect("the list goes on");
+    assert_eq!(p.route_tables()[0].limit, 200);
+    let said = warnings_with("quota-read-refused-in-this-test");
+    assert_eq!(said.len(), 1, "{said:?}");
+    assert!(said[0].contains("quotas:ListProductQuotas"), "{said:?}");
+    assert!(said[0].contains("NoPermission"), "{said:?}");
+
+    d.inject("ListProductQuotas", Fault::LostReply);
+    let p = provider(&d);
+    p.list_routes(CLUSTER, &directory(1))
+        .expect("the list goes on");
+    assert_eq!(p.route_tables()[0].limit, 200);
+    assert_eq!(d.calls_of("ListProductQuotas"), 2, "{:?}", d.calls());
+}
+
+/// Guards the re-read: when the VPC says a table is full (`QuotaExceeded.*`) the
+/// next list asks Quota Center again, so that a quota changed since start is the
+/// one the controller plans with.
+#[test]
+fn a_table_found_full_makes_the_next_list_read_the_quota_again() {
+    let d = double(4);
+    let p = provider(&d);
+    p.list_routes(CLUSTER, &directory(4)).expect("the list");
+    assert_eq!(p.route_tables()[0].limit, 200);
+    d.set_account_quota(3);
+    let changes: Vec<RouteChange> = (1..=4).map(create).collect();
+    let full = match p.apply_changes(CLUSTER, &changes) {
+        Err(e) => e.kind == CloudErrorKind::TableFull,
+        Ok(outcomes) => outcomes
+            .iter()
+            .any(|o| matches!(o, Err(e) if e.kind == CloudErrorKind::TableFull)),
+    };
+    assert!(full, "{:?}", d.calls());
+    p.list_routes(CLUSTER, &directory(4)).expect("the list");
+    assert_eq!(d.calls_of("ListProductQuotas"), 2, "{:?}", d.calls());
+    assert_eq!(p.route_tables()[0].limit, 3);
+}
+
+/// A clock that moves only when the test says (`advance(seconds)`): the AccessKey
+/// identity has no expiry, so every age the provider measures is the test's.
+fn frozen_clock() -> (route_controller::cloud::alibaba::Clock, impl Fn(u64)) {
+    let start = std::time::SystemTime::now();
+    let offset = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let read = offset.clone();
+    let clock: route_controller::cloud::alibaba::Clock = std::sync::Arc::new(move || {
+        start + std::time::Duration::from_secs(read.load(std::sync::atomic::Ordering::SeqCst))
+    });
+    let advance = move |seconds: u64| {
+        offset.fetch_add(seconds, std::sync::atomic::Ordering::SeqCst);
+    };
+    (clock, advance)
+}
+
+const MINUTE: u64 = 60;
+
+/// Guards the quota's re-read on the provider's clock: refused at the first list
+/// (no permission), it is not asked again 59 minutes later, is asked at 60, and the
+/// second refusal logs nothing at warn level; once granted, the value read holds
+/// an hour too.
+#[test]
+fn a_refused_quota_read_is_tried_again_an_hour_later_without_a_second_warning() {
+    capture_warnings();
+    let d = double(1);
+    d.set_account_quota(7);
+    for _ in 0..2 {
+        d.inject(
+            "ListProductQuotas",
+            Fault::error(403, "NoPermission", "quota-refused-hourly-in-this-test"),
+        );
+    }
+    let (clock, advance) = frozen_clock();
+    let p = provider(&d).with_clock(clock);
+    let list = || p.list_routes(CLUSTER, &directory(1)).expect("the list");
+    let reads = || d.calls_of("ListProductQuotas");
+    list();
+    assert_eq!((reads(), p.route_tables()[0].limit), (1, 200));
+    let vswitches = d.calls_of("DescribeVSwitches");
+    advance(59 * MINUTE);
+    list();
+    assert_eq!(reads(), 1, "read again before the hour: {:?}", d.calls());
+    // The vSwitches, trusted ten minutes, on the same clock.
+    assert_eq!(
+        d.calls_of("DescribeVSwitches"),
+        vswitches + 1,
+        "{:?}",
+        d.calls()
+    );
+    advance(MINUTE);
+    list();
+    assert_eq!((reads(), p.route_tables()[0].limit), (2, 200));
+    let said = warnings_with("quota-refused-hourly-in-this-test");
+    assert_eq!(said.len(), 1, "the second refusal warned again: {said:?}");
+    // Granted since: the next hour's read gives the account's value, which holds.
+    advance(60 * MINUTE);
+    list();
+    assert_eq!((reads(), p.route_tables()[0].limit), (3, 7));
+    advance(59 * MINUTE);
+    list();
+    assert_eq!(reads(), 3, "{:?}", d.calls());
+    advance(MINUTE);
+    list();
+    assert_eq!(reads(), 4, "{:?}", d.calls());
+}
+
+/// Guards the short retry: a read lost on the way (no reply) says nothing about
+/// the quota, so the next list five minutes later asks again and gets the
+/// account's 300, instead of keeping 200 an hour (nodes above 200 would be held
+/// `RouteTableFull` by the controller with no create sent to correct it).
+#[test]
+fn a_lost_quota_read_is_tried_again_at_a_list_five_minutes_later() {
+    let d = double(1);
+    d.inject("ListProductQuotas", Fault::LostReply);
+    let (clock, advance) = frozen_clock();
+    let p = provider(&d).with_clock(clock);
+    let list = || p.list_routes(CLUSTER, &directory(1)).expect("the list");
+    list();
+    assert_eq!(p.route_tables()[0].limit, 200);
+    d.set_account_quota(300);
+    advance(4 * MINUTE);
+    list();
+    assert_eq!(d.calls_of("ListProductQuotas"), 1, "{:?}", d.calls());
+    advance(MINUTE);
+    list();
+    assert_eq!(d.calls_of("ListProductQuotas"), 2, "{:?}", d.calls());
+    assert_eq!(p.route_tables()[0].limit, 300);
+}
+
+/// Guards the fallback at its limit: even after a refusal (which otherwise holds an
+/// hour), a table holding the 200 assumed makes the quota due every five minutes,
+/// as the controller sends no create beyond it that could say otherwise.
+#[test]
+fn a_table_at_the_assumed_quota_makes_a_refused_read_due_every_five_minutes() {
+    let d = double(1);
+    d.set_account_quota(300);
+    let others: Vec<(String, &str)> = (0..200)
+        .map(|i| (format!("172.16.{i}.0/24"), "i-vpn"))
+        .collect();
+    let others: Vec<(&str, &str)> = others.iter().map(|(c, i)| (c.as_str(), *i)).collect();
+    d.begin_foreign_batch(DEFAULT_TABLE, &others);
+    d.settle();
+    d.inject(
+        "ListProductQuotas",
+        Fault::error(403, "Forbidden.RAM", "not allowed"),
+    );
+    let (clock, advance) = frozen_clock();
+    let p = provider(&d).with_clock(clock);
+    let list = || p.list_routes(CLUSTER, &directory(1)).expect("the list");
+    list();
+    let usage = &p.route_tables()[0];
+    assert_eq!((usage.routes, usage.limit), (200, 200), "{usage:?}");
+    advance(4 * MINUTE);
+    list();
+    assert_eq!(d.calls_of("ListProductQuotas"), 1, "{:?}", d.calls());
+    advance(MINUTE);
+    list();
+    assert_eq!(d.calls_of("ListProductQuotas"), 2, "{:?}", d.calls());
+    assert_eq!(p.route_tables()[0].limit, 300);
+}
+
+/// A `CreateRouteEntries` reply that accepted nothing and refused node 1's entry
+/// with `code` (`FailedRouteEntries`, as the API reports a refusal per entry).
+fn refused_entry_reply(code: &str) -> String {
+    serde_json::json!({
+        "RequestId": "refused-entry",
+        "SuccessCount": 0,
+        "FailedCount": 1,
+        "RouteEntryIds": [],
+        "FailedRouteEntries": [{
+            "DstCidrBlock": "10.244.1.0/24",
+            "NextHop": "i-node1",
+            "FailedCode": code,
+            "FailedMessage": "The route entries of the route table reach the quota.",
+        }],
+    })
+    .to_string()
+}
+
+/// Guards the re-read after one entry of a batch was refused for the quota
+/// (`FailedRouteEntries[].FailedCode` `QuotaExceeded.*`, the whole call a success):
+/// that entry is `TableFull`, and the next list asks Quota Center again.
+#[test]
+fn an_entry_refused_for_the_quota_makes_the_next_list_read_it_again() {
+    let d = double(1);
+    let p = provider(&d);
+    p.list_routes(CLUSTER, &directory(1)).expect("the list");
+    assert_eq!(d.calls_of("ListProductQuotas"), 1);
+    d.inject(
+        "CreateRouteEntries",
+        Fault::Reply(refused_entry_reply("QuotaExceeded.RouteEntryNum")),
+    );
+    let outcomes = p.apply_changes(CLUSTER, &[create(1)]).expect("the batch");
+    assert!(
+        matches!(&outcomes[..], [Err(e)] if e.kind == CloudErrorKind::TableFull),
+        "{outcomes:?}"
+    );
+    p.list_routes(CLUSTER, &directory(1)).expect("the list");
+    assert_eq!(d.calls_of("ListProductQuotas"), 2, "{:?}", d.calls());
+}
+
+/// Guards a table found full while the quota's read is in flight: that read's
+/// reply may predate the change, so the next list asks again (the quota's read
+/// time is not set over the VPC's word).
+#[test]
+fn a_table_found_full_during_the_quota_read_keeps_the_quota_due() {
+    let d = double(1);
+    let gate = Gate::new();
+    d.inject("ListProductQuotas", Fault::Held(gate.clone()));
+    let p = std::sync::Arc::new(provider(&d));
+    let listing = {
+        let p = p.clone();
+        std::thread::spawn(move || p.list_routes(CLUSTER, &directory(1)).map(|_| ()))
+    };
+    gate.wait_reached();
+    d.inject(
+        "CreateRouteEntries",
+        Fault::Reply(refused_entry_reply("QuotaExceeded.RouteEntryNum")),
+    );
+    let outcomes = p.apply_changes(CLUSTER, &[create(1)]).expect("the batch");
+    assert!(
+        matches!(&outcomes[..], [Err(e)] if e.kind == CloudErrorKind::TableFull),
+        "{outcomes:?}"
+    );
+    gate.open();
+    listing
+        .join()
+        .expect("the listing thread")
+        .expect("the list");
+    assert_eq!(d.calls_of("ListProductQuotas"), 1);
+    p.list_routes(CLUSTER, &directory(1)).expect("the list");
+    assert_eq!(d.calls_of("ListProductQuotas"), 2, "{:?}", d.calls());
+}
+
+/// Guards the second ask: when the quota filtered by the dimension `regionId` lists
+/// nothing (the account's quota has no dimension), the same quota is asked for
+/// without dimensions, 100 a page, every page followed, and the one that applies
+/// to our region (no dimension; not another region's) is used.
+#[test]
+fn a_quota_without_the_region_dimension_is_found_in_the_list_without_dimensions() {
+    let d = double(1);
+    d.set_account_quota(300);
+    d.serve_quota_without_dimensions(1);
+    let p = provider(&d);
+    p.list_routes(CLUSTER, &directory(1)).expect("the list");
+    assert_eq!(p.route_tables()[0].limit, 300);
+    let reads: Vec<_> = d
+        .requests()
+        .into_iter()
+        .filter(|r| r.action == "ListProductQuotas")
+        .collect();
+    assert_eq!(reads.len(), 3, "filtered, then two pages: {reads:?}");
+    assert!(reads[0].params.contains_key("Dimensions.1.Key"));
+    for r in &reads[1..] {
+        assert!(
+            !r.params.keys().any(|k| k.starts_with("Dimensions")),
+            "{:?}",
+            r.params
+        );
+        assert_eq!(r.params.get("MaxResults").map(String::as_str), Some("100"));
+    }
+    assert!(!reads[1].params.contains_key("NextToken"));
+    assert!(reads[2].params.contains_key("NextToken"), "{reads:?}");
 }

@@ -310,6 +310,24 @@ fn a_busy_vpc_refuses_the_next_batch_until_it_settles() {
     );
 }
 
+/// Guards a second writer's batch in flight (`begin_foreign_batch`) as the SDK sees
+/// it: its entries listed `Pending`, our batch refused with the busy code until it
+/// settles (by reads, as the double's own batches), then accepted.
+#[test]
+fn a_second_writers_batch_in_flight_makes_the_vpc_busy_until_it_settles() {
+    let (double, mut sdk) = setup();
+    double.add_instance(Instance::new("i-vpn", DEFAULT_VPC, "192.168.0.250"));
+    double.begin_foreign_batch(DEFAULT_TABLE, &[("10.244.250.0/24", "i-vpn")]);
+    assert!(double.in_flight(DEFAULT_VPC));
+    let refused =
+        sdk.fails(json!({"op": "create", "entries": [entry("10.244.1.0/24", "i-node1")]}));
+    assert_eq!(refused, ("client".into(), 400, "TaskConflict".into()));
+    assert_eq!(listed(&mut sdk), pairs(&[("10.244.250.0/24", "Pending")]));
+    assert_eq!(listed(&mut sdk), pairs(&[("10.244.250.0/24", "Available")]));
+    assert!(!double.in_flight(DEFAULT_VPC));
+    sdk.ok(json!({"op": "create", "entries": [entry("10.244.1.0/24", "i-node1")]}));
+}
+
 /// Guards `NextToken` paging as the peer follows it, `MaxResult`'s default (10) and
 /// ceiling (100, the peer's 500 served as 100), the `Custom` filter hiding the
 /// system entries, and a token of another table refused.
@@ -838,4 +856,71 @@ fn the_peers_sdk_signs_v1_and_decodes_the_double() {
     let refused =
         sdk.fails(json!({"op": "peerCreate", "entries": [entry("10.244.3.0/24", "i-node3")]}));
     assert_eq!((refused.1, refused.2.as_str()), (400, "TaskConflict"));
+}
+
+/// Guards the double's Quota Center against the all-in-one SDK's quotas client (V1
+/// signature, parameters in the form body): `ListProductQuotas` for product `vpc`
+/// decodes strictly into the SDK's `ListProductQuotasResponse`, the route table's
+/// quota is the account's (`set_account_quota`), filtered by action code and the
+/// `regionId` dimension as the provider asks, and an injected refusal reaches the SDK
+/// as the API's error.
+#[test]
+fn quota_center_list_product_quotas_decodes_in_the_sdk() {
+    let (double, mut sdk) = setup();
+    double.set_account_quota(7);
+    let body = sdk.ok(json!({"op": "listProductQuotas", "productCode": "vpc"}));
+    let quotas = body["Quotas"].as_array().expect("Quotas");
+    assert_eq!(quotas.len(), 2, "{body:#}");
+    let body = sdk.ok(json!({"op": "listProductQuotas", "productCode": "vpc",
+        "quotaActionCode": alibaba_double::ROUTE_ENTRY_QUOTA,
+        "dimensions": {"regionId": REGION}}));
+    let quotas = body["Quotas"].as_array().expect("Quotas");
+    assert_eq!(quotas.len(), 1, "{body:#}");
+    assert_eq!(
+        quotas[0]["QuotaActionCode"],
+        alibaba_double::ROUTE_ENTRY_QUOTA
+    );
+    assert_eq!(quotas[0]["TotalQuota"], 7.0, "{body:#}");
+    assert_eq!(quotas[0]["Dimensions"]["regionId"], REGION);
+    assert_eq!(body["TotalCount"], 1);
+    let other = sdk.ok(json!({"op": "listProductQuotas", "productCode": "vpc",
+        "quotaActionCode": alibaba_double::ROUTE_ENTRY_QUOTA,
+        "dimensions": {"regionId": "cn-beijing"}}));
+    assert_eq!(other["Quotas"], json!([]), "{other:#}");
+    let v1 = double
+        .requests()
+        .iter()
+        .filter(|r| r.action == "ListProductQuotas")
+        .filter(|r| {
+            r.params
+                .get("SignatureMethod")
+                .is_some_and(|m| m == "HMAC-SHA1")
+        })
+        .count();
+    assert_eq!(v1, 3, "signed V1 and served: {:?}", double.calls());
+    double.inject(
+        "ListProductQuotas",
+        Fault::error(
+            403,
+            "NoPermission",
+            "You are not authorized to do this action.",
+        ),
+    );
+    let refused = sdk.fails(json!({"op": "listProductQuotas", "productCode": "vpc"}));
+    assert_eq!(
+        refused,
+        ("server".into(), 403, "NoPermission".into()),
+        "the refusal as the SDK sees it"
+    );
+    // The quota without dimensions, a page at a time: an empty Dimensions map and
+    // the NextToken decode as the SDK's models have them.
+    double.serve_quota_without_dimensions(1);
+    let page = sdk.ok(json!({"op": "listProductQuotas", "productCode": "vpc",
+        "quotaActionCode": alibaba_double::ROUTE_ENTRY_QUOTA}));
+    assert_eq!(page["Quotas"].as_array().map(Vec::len), Some(1), "{page:#}");
+    assert_eq!(page["Quotas"][0]["Dimensions"]["regionId"], "cn-beijing");
+    assert_eq!(
+        (page["TotalCount"].clone(), page["NextToken"].clone()),
+        (json!(2), json!("nt-1"))
+    );
 }

@@ -144,7 +144,8 @@ fn each_ccms_own_config_is_understood_and_shown_without_secrets() {
         "the AccessKey LTAIexample from the cloud config",
         "serviceBackendType does not concern routes",
         "unknown key Global.vpcID2 for --cloud-provider=alibaba; ignored (did you mean vpcid?)",
-        "200 custom entries a table",
+        "custom entries a table: the account's quota vpc_quota_route_entrys_num, read from \
+         Quota Center (200 without quotas:ListProductQuotas)",
     ] {
         assert!(out.contains(expected), "missing {expected:?} in:\n{out}");
     }

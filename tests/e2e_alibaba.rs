@@ -12,8 +12,17 @@
 //!   delete batch and one create batch;
 //! - a rolling upgrade from a table filled as the peer fills it: zero writes, and the
 //!   new leader routes the next node with one batch; a second writer's batch in
-//!   flight (its entry added after our list) refuses ours once with `TaskConflict`,
-//!   which is retried, and the other writer's entry stays.
+//!   flight (begun after our list, its entry `Pending`) makes the VPC refuse ours with
+//!   `TaskConflict` until it settles: ours is held back and retried with backoff (a
+//!   few requests, no storm), the other writer's entries stay, and the route is made;
+//! - a `DescribeInstances` reply that says nothing usable (no instance list) never
+//!   makes an entry's instance gone: nothing is deleted, the failure is logged, and
+//!   the next well-formed reply lets the dead entry go and the live one stay;
+//! - a node whose pod CIDR another writer's entry holds (to a live instance that is
+//!   no node): refused, its condition and event naming that instance and the fix,
+//!   nothing written, the entry kept;
+//! - an account whose route tables hold 7 custom entries (Quota Center's quota, read
+//!   at start): the eighth node's create is held as `RouteTableFull`, never sent.
 
 #[path = "support/alibaba_double.rs"]
 mod alibaba_double;
@@ -28,11 +37,14 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use alibaba_double::{
-    ACCESS_KEY_ID, ACCESS_KEY_SECRET, AlibabaDouble, DEFAULT_TABLE, DEFAULT_VPC, Fault, Instance,
-    REGION,
+    ACCESS_KEY_ID, ACCESS_KEY_SECRET, AlibabaDouble, DEFAULT_TABLE, DEFAULT_VPC, EntryStatus,
+    Fault, Instance, REGION,
 };
 use controller_process::{ControllerProcess, Spawn};
-use e2e_cluster::{Identity, create_node, delete_node, wait_for_network_unavailable};
+use e2e_cluster::{
+    Identity, condition, create_node, delete_node, events_about, get_node,
+    wait_for_network_unavailable,
+};
 use kube_apiserver::KubeApiserver;
 
 const PATIENCE: Duration = Duration::from_secs(90);
@@ -59,7 +71,8 @@ impl Alibaba {
         let text = format!(
             "{{\"Global\": {{\"region\": \"{REGION}\", \"vpcid\": \"{DEFAULT_VPC}\", \
              \"routeTableIDs\": \"{DEFAULT_TABLE}\", \"vpcEndpoint\": \"{e}\", \
-             \"ecsEndpoint\": \"{e}\", \"pollInterval\": \"200ms\", \
+             \"ecsEndpoint\": \"{e}\", \"quotasEndpoint\": \"{e}\", \
+             \"pollInterval\": \"200ms\", \
              \"serviceBackendType\": \"eni\"}}}}",
             e = double.endpoint()
         );
@@ -256,29 +269,264 @@ fn a_rolling_upgrade_from_the_peers_table_writes_nothing_and_a_second_writer_is_
     );
     assert_eq!(ali.double.writes(), 0, "{:?}", ali.double.calls());
 
-    // A second writer's batch in flight when ours comes: ours is refused once
-    // (TaskConflict, injected: the double has no second writer's pending batch yet)
-    // and retried.
-    ali.double.inject(
-        "CreateRouteEntries",
-        Fault::error(
-            400,
-            "TaskConflict",
-            "The VPC has a route entry task in progress.",
-        ),
-    );
+    // A second writer's batch, accepted after our list and still in flight when ours
+    // comes: the VPC (one batch at a time) refuses ours with TaskConflict until the
+    // other settles, which it does here when the test says (the double settles no
+    // batch of its own accord meanwhile, so the wait is as long as the test makes it).
+    ali.double.set_settle_after_reads(None);
+    ali.double
+        .begin_foreign_batch(DEFAULT_TABLE, &[("10.244.251.0/24", "i-vpn")]);
+    ali.double.set_settle_after_reads(Some(1));
+    ali.double.reset_calls();
     ali.node(3);
+    let refused = e2e_cluster::poll_until(PATIENCE, || (ali.conflicts() >= 2).then_some(()));
+    if refused.is_none() {
+        b.fail(&format!(
+            "our batch was not refused twice: {:?}",
+            ali.double.calls()
+        ));
+    }
+    // Held back: nothing of ours is made, the other writer's entry is untouched.
+    assert!(!ali.routed(3, &cidr(3)));
+    assert!(ali.double.in_flight(DEFAULT_VPC));
+    let pending: Vec<_> = ali
+        .double
+        .entries(DEFAULT_TABLE)
+        .into_iter()
+        .filter(|e| e.destination == "10.244.251.0/24")
+        .map(|e| (e.next_hop, e.status))
+        .collect();
+    assert_eq!(pending, [("i-vpn".to_string(), EntryStatus::Pending)]);
+    let held = ali.double.requests();
+    ali.double.settle();
     ali.wait(&mut b, &names(3..4));
     assert!(ali.routed(3, &cidr(3)));
-    assert!(
-        ali.double
-            .available(DEFAULT_TABLE)
-            .contains(&("10.244.250.0/24".to_string(), "i-vpn".to_string())),
-        "the other writer's entry stays: {:?}",
-        ali.double.available(DEFAULT_TABLE)
+    for other in ["10.244.250.0/24", "10.244.251.0/24"] {
+        assert!(
+            ali.double
+                .available(DEFAULT_TABLE)
+                .contains(&(other.to_string(), "i-vpn".to_string())),
+            "the other writer's entry {other} stays: {:?}",
+            ali.double.available(DEFAULT_TABLE)
+        );
+    }
+    // Retried through the budget, backing off: no storm of writes while held back,
+    // and once the VPC is free the one write goes through.
+    let conflicts = ali.conflicts();
+    let writes = ali.double.calls_of("CreateRouteEntries");
+    eprintln!(
+        "a second writer's batch in flight: {conflicts} TaskConflict, {} requests while \
+         held back, then {:?}",
+        held.len(),
+        ali.double.calls()
     );
-    assert_eq!(ali.conflicts(), 1, "{:?}", ali.double.calls());
-    assert_eq!(ali.double.calls_of("CreateRouteEntries"), 2);
+    assert!(
+        (2..=4).contains(&conflicts),
+        "{conflicts} refusals: {:?}",
+        ali.double.calls()
+    );
+    assert_eq!(writes, conflicts + 1, "{:?}", ali.double.calls());
+    assert!(
+        held.len() <= 2 * conflicts + 2,
+        "requests while held back: {:?}",
+        held.iter().map(|r| r.action.as_str()).collect::<Vec<_>>()
+    );
     assert_eq!(ali.double.calls_of("DeleteRouteEntries"), 0);
     b.terminate();
+}
+
+/// Guards the quota read at start end to end: Quota Center says the account's tables
+/// hold 7 custom entries; seven nodes are routed, the eighth is held with
+/// `NetworkUnavailable=True` (`RouteTableFull`) and its create never sent (the VPC
+/// answers no `QuotaExceeded`), where the default of 200 would have sent it.
+#[test]
+fn a_table_fills_at_the_accounts_quota_read_from_quota_center() {
+    let ali = Alibaba::start("e2e-alibaba-quota");
+    ali.double.set_account_quota(7);
+    let mut ctl = ali.controller().spawn("alibaba-quota");
+    ctl.wait_ready(PATIENCE);
+    for i in 0..7 {
+        ali.node(i);
+    }
+    ali.wait(&mut ctl, &names(0..7));
+    ali.node(7);
+    if let Err(e) =
+        wait_for_network_unavailable(&ali.api, &names(7..8), "True", "RouteTableFull", PATIENCE)
+    {
+        ctl.fail(&format!("{e}\ncalls: {:?}", ali.double.calls()));
+    }
+    assert!(!ali.routed(7, &cidr(7)));
+    let refused: Vec<String> = ali
+        .double
+        .requests()
+        .iter()
+        .filter(|r| r.code.starts_with("QuotaExceeded"))
+        .map(|r| r.action.clone())
+        .collect();
+    assert!(
+        refused.is_empty(),
+        "a create beyond the quota was sent: {refused:?}"
+    );
+    assert_eq!(
+        ali.double.calls_of("ListProductQuotas"),
+        1,
+        "{:?}",
+        ali.double.calls()
+    );
+    ctl.terminate();
+}
+
+/// Guards "an undecodable reply never deletes" end to end: the table holds an entry
+/// to a live instance that is no node (another writer's) and one to an instance that
+/// is gone (a dead entry, ours to delete). The first `DescribeInstances` answers 200
+/// with no instance list, as if no instance existed: the list fails, saying so, and
+/// nothing is deleted. The next, well-formed, reply lets the dead entry go and keeps
+/// the live one.
+#[test]
+fn a_malformed_describe_instances_reply_deletes_nothing_and_is_reported() {
+    let ali = Alibaba::start("e2e-alibaba-malformed");
+    ali.node(1);
+    ali.double
+        .add_instance(Instance::new("i-vpn", DEFAULT_VPC, "192.168.0.250"));
+    ali.double.fill_as_peer(
+        DEFAULT_TABLE,
+        &[
+            ("10.244.1.0/24", "i-node1"),
+            ("10.244.250.0/24", "i-vpn"),
+            ("10.244.99.0/24", "i-gone"),
+        ],
+    );
+    ali.double.inject(
+        "DescribeInstances",
+        Fault::Reply(
+            r#"{"RequestId":"0ED8D006-F706-4D23-88ED-00000000A1B2","PageSize":100,"PageNumber":1}"#
+                .into(),
+        ),
+    );
+    let mut ctl = ali.controller().spawn("alibaba-malformed");
+    let gone = e2e_cluster::poll_until(PATIENCE, || {
+        (!ali
+            .double
+            .available(DEFAULT_TABLE)
+            .iter()
+            .any(|(c, _)| c == "10.244.99.0/24"))
+        .then_some(())
+    });
+    if gone.is_none() {
+        ctl.fail(&format!(
+            "the dead entry stays: {:?}",
+            ali.double.available(DEFAULT_TABLE)
+        ));
+    }
+    let requests = ali.double.requests();
+    let describes: Vec<u16> = requests
+        .iter()
+        .filter(|r| r.action == "DescribeInstances")
+        .map(|r| r.status)
+        .collect();
+    let first_delete = requests
+        .iter()
+        .position(|r| r.action == "DeleteRouteEntries")
+        .expect("the dead entry's delete");
+    let second_describe = requests
+        .iter()
+        .enumerate()
+        .filter(|(_, r)| r.action == "DescribeInstances")
+        .nth(1)
+        .map_or(usize::MAX, |(i, _)| i);
+    assert!(
+        first_delete > second_describe,
+        "a delete came before a well-formed DescribeInstances: {describes:?}"
+    );
+    let deleted: Vec<&String> = requests
+        .iter()
+        .filter(|r| r.action == "DeleteRouteEntries")
+        .flat_map(|r| r.params.iter())
+        .filter(|(k, _)| k.ends_with(".DstCidrBlock"))
+        .map(|(_, v)| v)
+        .collect();
+    assert_eq!(deleted, ["10.244.99.0/24"], "only the dead entry goes");
+    let available = ali.double.available(DEFAULT_TABLE);
+    for kept in [("10.244.1.0/24", "i-node1"), ("10.244.250.0/24", "i-vpn")] {
+        assert!(
+            available.contains(&(kept.0.to_string(), kept.1.to_string())),
+            "{kept:?} gone: {available:?}"
+        );
+    }
+    // Reported: the failed list says what was wrong with the reply.
+    let log = ctl.log();
+    assert!(
+        log.contains("DescribeInstances: the reply has no Instances.Instance list"),
+        "{log}"
+    );
+    ctl.terminate();
+}
+
+/// Guards item 3's refusal as the operator sees it: an entry on node-1's pod CIDR
+/// leading to a live instance that is no node is another writer's, never replaced;
+/// node-1 shows `NetworkUnavailable=True` (`DestinationHeldByOtherInstance`) with a
+/// message, and an event, that name the instance and what to do; nothing is written.
+#[test]
+fn a_pod_cidr_held_by_another_writers_instance_is_refused_naming_it_and_the_fix() {
+    let ali = Alibaba::start("e2e-alibaba-held");
+    ali.double
+        .add_instance(Instance::new("i-was-a-node", DEFAULT_VPC, "192.168.0.201"));
+    ali.double
+        .fill_as_peer(DEFAULT_TABLE, &[("10.244.1.0/24", "i-was-a-node")]);
+    let mut ctl = ali.controller().spawn("alibaba-held");
+    ctl.wait_ready(PATIENCE);
+    ali.node(1);
+    if let Err(e) = wait_for_network_unavailable(
+        &ali.api,
+        &names(1..2),
+        "True",
+        "DestinationHeldByOtherInstance",
+        PATIENCE,
+    ) {
+        ctl.fail(&e);
+    }
+    let node = get_node(&ali.api, "node-1").expect("node-1");
+    let message = condition(&node, "NetworkUnavailable")
+        .and_then(|c| c["message"].as_str().map(String::from))
+        .unwrap_or_default();
+    let fix = format!(
+        "aliyun vpc DeleteRouteEntry --RegionId {REGION} --RouteTableId {DEFAULT_TABLE} \
+         --DestinationCidrBlock 10.244.1.0/24 --NextHopId i-was-a-node"
+    );
+    for said in [
+        "i-was-a-node",
+        "10.244.1.0/24",
+        "delete that entry",
+        fix.as_str(),
+    ] {
+        assert!(
+            message.contains(said),
+            "{said:?} not in the condition: {message}"
+        );
+    }
+    let uid = node["metadata"]["uid"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    let mut events: Vec<String> = Vec::new();
+    let evented = e2e_cluster::poll_until(PATIENCE, || {
+        events = events_about(&ali.api, &uid)
+            .iter()
+            .filter_map(|e| e["message"].as_str().map(String::from))
+            .collect();
+        events
+            .iter()
+            .any(|m| m.contains("i-was-a-node") && m.contains("delete that entry"))
+            .then_some(())
+    });
+    assert!(
+        evented.is_some(),
+        "no event names the instance and the fix: {events:?}"
+    );
+    assert_eq!(ali.double.writes(), 0, "{:?}", ali.double.calls());
+    assert_eq!(
+        ali.double.available(DEFAULT_TABLE),
+        [("10.244.1.0/24".to_string(), "i-was-a-node".to_string())]
+    );
+    ctl.terminate();
 }

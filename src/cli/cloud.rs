@@ -522,6 +522,7 @@ fn describe_alibaba(c: &crate::cloud::alibaba::Config, lines: &mut Vec<(&'static
         ("VPC endpoint", &c.vpc_endpoint),
         ("ECS endpoint", &c.ecs_endpoint),
         ("STS endpoint", &c.sts_endpoint),
+        ("Quota Center endpoint", &c.quotas_endpoint),
     ] {
         if let Some(url) = url {
             lines.push((what, url.clone()));
@@ -532,8 +533,16 @@ fn describe_alibaba(c: &crate::cloud::alibaba::Config, lines: &mut Vec<(&'static
     lines.push((
         "limits",
         format!(
-            "{} custom entries a table, {} entries a batch, one batch at a time",
-            c.route_entry_quota,
+            "custom entries a table: {}; {} entries a batch, one batch at a time",
+            match c.route_entry_quota {
+                Some(q) => format!("{q} (Global.routeEntryQuota)"),
+                None => format!(
+                    "the account's quota {}, read from Quota Center ({} without \
+                     quotas:ListProductQuotas)",
+                    crate::cloud::alibaba::ROUTE_ENTRY_QUOTA,
+                    crate::cloud::alibaba::DEFAULT_ROUTE_ENTRY_QUOTA
+                ),
+            },
             crate::cloud::alibaba::BATCH_SIZE
         ),
     ));

@@ -30,6 +30,7 @@ import (
 	"github.com/alibabacloud-go/tea/dara"
 	vpc "github.com/alibabacloud-go/vpc-20160428/v6/client"
 	oldsdk "github.com/aliyun/alibaba-cloud-sdk-go/sdk"
+	oldquotas "github.com/aliyun/alibaba-cloud-sdk-go/services/quotas"
 	oldvpc "github.com/aliyun/alibaba-cloud-sdk-go/services/vpc"
 	"github.com/aliyun/credentials-go/credentials"
 	"github.com/aliyun/credentials-go/credentials/providers"
@@ -140,6 +141,11 @@ type command struct {
 	AccessKeyId     string `json:"accessKeyId"`
 	AccessKeySecret string `json:"accessKeySecret"`
 	SecurityToken   string `json:"securityToken"`
+	// ListProductQuotas (Quota Center, through the all-in-one SDK: the standalone
+	// quotas-20200510 module is not served by the Go proxy).
+	ProductCode     string            `json:"productCode"`
+	QuotaActionCode string            `json:"quotaActionCode"`
+	Dimensions      map[string]string `json:"dimensions"`
 }
 
 type entry struct {
@@ -424,6 +430,13 @@ func main() {
 			if err == nil {
 				a.Body = resp.Body
 			}
+		case "listProductQuotas":
+			a.Body, a.Error, a.Strict = listProductQuotas(c, *endpoint, *region, *keyID, *keySecret)
+			if err := out.Encode(a); err != nil {
+				fmt.Fprintf(os.Stderr, "alibaba-conformance: %v\n", err)
+				os.Exit(2)
+			}
+			continue
 		case "peerList", "peerCreate", "peerDelete":
 			// The peer's SDK (aliyun/alibaba-cloud-sdk-go, V1 signature, its own
 			// lenient decoding), called as the peer's vpc.go calls it.
@@ -508,4 +521,54 @@ func peer(c command, endpoint, region, keyID, keySecret string) (any, *sdkErr) {
 		}
 		return resp, nil
 	}
+}
+
+// listProductQuotas calls Quota Center's ListProductQuotas with the all-in-one SDK's
+// quotas client (V1 signature, parameters in the form body) and decodes the raw reply
+// strictly into its ListProductQuotasResponse: an unknown field or a wrong type is a
+// problem of the double's.
+func listProductQuotas(c command, endpoint, region, keyID, keySecret string) (any, *sdkErr, []string) {
+	config := oldsdk.NewConfig()
+	config.Scheme = "HTTP"
+	config.AutoRetry = false
+	client, err := oldquotas.NewClientWithOptions(region, config, nil)
+	if err != nil {
+		return nil, &sdkErr{"other", 0, "", err.Error()}, []string{}
+	}
+	if err := client.InitWithAccessKey(region, keyID, keySecret); err != nil {
+		return nil, &sdkErr{"other", 0, "", err.Error()}, []string{}
+	}
+	client.GetConfig().Scheme = "HTTP"
+	client.GetConfig().AutoRetry = false
+	client.Domain = endpoint
+	req := oldquotas.CreateListProductQuotasRequest()
+	req.Scheme = "HTTP"
+	req.ProductCode = c.ProductCode
+	req.QuotaActionCode = c.QuotaActionCode
+	if len(c.Dimensions) > 0 {
+		dims := []oldquotas.ListProductQuotasDimensions{}
+		for k, v := range c.Dimensions {
+			dims = append(dims, oldquotas.ListProductQuotasDimensions{Key: k, Value: v})
+		}
+		req.Dimensions = &dims
+	}
+	resp, err := client.ListProductQuotas(req)
+	if err != nil {
+		if se, ok := err.(interface {
+			HttpStatus() int
+			ErrorCode() string
+			Message() string
+		}); ok {
+			return nil, &sdkErr{"server", se.HttpStatus(), se.ErrorCode(), se.Message()}, []string{}
+		}
+		return nil, &sdkErr{"other", 0, "", err.Error()}, []string{}
+	}
+	problems := []string{}
+	d := json.NewDecoder(bytes.NewReader(resp.GetHttpContentBytes()))
+	d.DisallowUnknownFields()
+	var strict oldquotas.ListProductQuotasResponse
+	if err := d.Decode(&strict); err != nil {
+		problems = append(problems, fmt.Sprintf("ListProductQuotas: %v in %s", err, resp.GetHttpContentBytes()))
+	}
+	return resp, nil, problems
 }

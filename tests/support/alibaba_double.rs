@@ -11,6 +11,11 @@
 //!   `DescribeVSwitches`, `DescribeVpcs`;
 //! - ECS 2014-05-26: `DescribeInstances` (instance → VPC, vSwitch, IPs, ENIs);
 //! - STS 2015-04-01: `AssumeRoleWithOIDC` (RRSA);
+//! - Quota Center (`quotas` 2020-05-10): `ListProductQuotas` for product `vpc`,
+//!   the quota [`ROUTE_ENTRY_QUOTA`] (and one other, so that a client must pick),
+//!   reply shaped as the SDK's `ListProductQuotasResponse`
+//!   (aliyun/alibaba-cloud-sdk-go v1.63.99, services/quotas), paged by `MaxResults`
+//!   and `NextToken`; a parameter its request model does not declare is refused;
 //! - the ECS instance metadata service's RAM role credentials
 //!   (`/latest/meta-data/ram/security-credentials/…`, with the IMDSv2 token).
 //!
@@ -38,6 +43,13 @@
 //! double.set_settle_after_reads(Some(2));        // …or after 2 list reads (default 1)
 //! double.fill_as_peer(DEFAULT_TABLE, &[("10.244.1.0/24", "i-node1")]);
 //! double.inject("CreateRouteEntries", Fault::error(400, "Throttling.User", "…"));
+//! double.inject("DescribeInstances", Fault::Reply("{}".into())); // 200, that body
+//! double.begin_foreign_batch(DEFAULT_TABLE, &[("10.244.9.0/24", "i-vpn")]); // busy
+//! double.set_account_quota(7);                   // Quota Center's, every table's
+//! double.serve_quota_without_dimensions(1);      // no regionId, 1 item a page
+//! let gate = Gate::new();                        // a request held in flight:
+//! double.inject("ListProductQuotas", Fault::Held(gate.clone()));
+//! gate.wait_reached(); /* … */ gate.open();
 //! double.calls();                                // requests by action
 //! ```
 //!
@@ -48,7 +60,7 @@
 //! [`AlibabaDouble::settle`]. While a batch is in flight the VPC refuses the next
 //! `CreateRouteEntries`/`DeleteRouteEntries` with the busy code
 //! ([`AlibabaDouble::set_busy_code`], `TaskConflict` by default). Nothing here
-//! sleeps but [`Fault::Slow`].
+//! sleeps but [`Fault::Slow`] (and [`Fault::Held`] waits for its gate).
 //!
 //! Where the API reference's error tables were not available offline, the codes are
 //! the ones the peer (cloud-provider-alibaba-cloud) matches, or, marked "assumed"
@@ -64,7 +76,7 @@ use std::collections::{BTreeMap, BTreeSet, HashSet, VecDeque};
 use std::io::{BufReader, Write};
 use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -86,6 +98,10 @@ pub const ACCESS_KEY_SECRET: &str = "double-access-key-secret-0123456789";
 pub const VPC_VERSION: &str = "2016-04-28";
 pub const ECS_VERSION: &str = "2014-05-26";
 pub const STS_VERSION: &str = "2015-04-01";
+pub const QUOTAS_VERSION: &str = "2020-05-10";
+/// Quota Center's action code of "custom route entries per route table" (the
+/// quota name of the VPC quotas page, `vpc_quota_route_entrys_num`).
+pub const ROUTE_ENTRY_QUOTA: &str = "vpc_quota_route_entrys_num";
 
 /// At most this many entries per `CreateRouteEntries`/`DeleteRouteEntries`: the
 /// request model's doc "You can specify at most 50 …" for every field of
@@ -186,6 +202,56 @@ pub enum Fault {
     LostReply,
     /// Answer after this long (the server thread waits; nothing else does).
     Slow(Duration),
+    /// Answer 200 with this body (JSON or not), changing nothing: a reply the
+    /// server garbled, or one of a shape the test chooses.
+    Reply(String),
+    /// Answer as usual, but only once the test opens the gate: a request held in
+    /// flight while the test does something else, with no clock involved.
+    Held(Gate),
+}
+
+/// Where a request [`Fault::Held`] waits until the test opens it.
+#[derive(Clone, Debug, Default)]
+pub struct Gate(Arc<(Mutex<(bool, bool)>, Condvar)>);
+
+impl Gate {
+    pub fn new() -> Gate {
+        Gate::default()
+    }
+
+    /// Returns once a request waits at the gate (its call is already recorded).
+    pub fn wait_reached(&self) {
+        let (lock, changed) = &*self.0;
+        let guard = lock.lock().unwrap_or_else(|e| e.into_inner());
+        // A bound against a hang, not a timing: the request is sent right away.
+        let (guard, _) = changed
+            .wait_timeout_while(guard, Duration::from_secs(60), |(reached, _)| !*reached)
+            .unwrap_or_else(|e| e.into_inner());
+        assert!(guard.0, "no request reached the gate in 60 s");
+    }
+
+    /// Lets the request waiting at the gate (and any later one) be answered.
+    pub fn open(&self) {
+        let (lock, changed) = &*self.0;
+        lock.lock().unwrap_or_else(|e| e.into_inner()).1 = true;
+        changed.notify_all();
+    }
+
+    fn pass(&self) {
+        let (lock, changed) = &*self.0;
+        let mut guard = lock.lock().unwrap_or_else(|e| e.into_inner());
+        guard.0 = true;
+        changed.notify_all();
+        let _open = changed
+            .wait_while(guard, |(_, open)| !*open)
+            .unwrap_or_else(|e| e.into_inner());
+    }
+}
+
+/// How a request's answer waits.
+enum Pause {
+    For(Duration),
+    Until(Gate),
 }
 
 impl Fault {
@@ -275,6 +341,14 @@ struct State {
     instances: BTreeMap<String, Instance>,
     in_flight: BTreeMap<String, Batch>,
     settle_after_reads: Option<u32>,
+    /// The custom-entry quota of new tables, and what Quota Center reports.
+    account_quota: usize,
+    /// Quota Center lists the route entry quota without the `regionId` dimension
+    /// (and another region's beside it): see
+    /// [`AlibabaDouble::serve_quota_without_dimensions`].
+    quota_without_dimensions: bool,
+    /// Quota Center's page, at most, whatever `MaxResults` asks.
+    quota_page: usize,
     busy_code: String,
     status_words: StatusWords,
     faults: Vec<(String, Fault)>,
@@ -336,6 +410,9 @@ impl AlibabaDouble {
                 instances: BTreeMap::new(),
                 in_flight: BTreeMap::new(),
                 settle_after_reads: Some(1),
+                account_quota: DEFAULT_QUOTA,
+                quota_without_dimensions: false,
+                quota_page: 100,
                 busy_code: "TaskConflict".into(),
                 status_words: StatusWords::Model,
                 faults: Vec::new(),
@@ -401,11 +478,12 @@ impl AlibabaDouble {
             cidr: cidr.into(),
             ipv6_cidr: String::new(),
         });
+        let quota = s.account_quota;
         s.tables.push(Table {
             id: table.into(),
             vpc: id.into(),
             kind: "System",
-            quota: DEFAULT_QUOTA,
+            quota,
         });
         let entry_id = next_id(&mut s, "rte");
         s.entries.push(Entry {
@@ -432,11 +510,13 @@ impl AlibabaDouble {
     /// A custom route table of `vpc`, bound to no vSwitch until
     /// [`AlibabaDouble::add_vswitch`] names it.
     pub fn add_custom_table(&self, vpc: &str, table: &str) {
-        self.state().tables.push(Table {
+        let mut s = self.state();
+        let quota = s.account_quota;
+        s.tables.push(Table {
             id: table.into(),
             vpc: vpc.into(),
             kind: "Custom",
-            quota: DEFAULT_QUOTA,
+            quota,
         });
     }
 
@@ -616,6 +696,56 @@ impl AlibabaDouble {
         }
     }
 
+    /// The account's quota of custom entries per route table: what Quota Center's
+    /// `ListProductQuotas` reports for [`ROUTE_ENTRY_QUOTA`], and what every table
+    /// (those there and those added later) enforces.
+    pub fn set_account_quota(&self, quota: usize) {
+        let mut s = self.state();
+        s.account_quota = quota;
+        for t in s.tables.iter_mut() {
+            t.quota = quota;
+        }
+    }
+
+    /// From now on Quota Center lists the route entry quota with no dimension (the
+    /// account's value for every region), after the same quota of another region
+    /// (`cn-beijing`, 50), pages of `page` items at most: a request filtered by the
+    /// dimension `regionId` of our region finds nothing, the list without
+    /// dimensions holds ours on its last page.
+    pub fn serve_quota_without_dimensions(&self, page: usize) {
+        let mut s = self.state();
+        s.quota_without_dimensions = true;
+        s.quota_page = page.max(1);
+    }
+
+    /// A second writer's batch, accepted now and in flight: its entries of `table`
+    /// (destination, instance) are `Pending` and the table's VPC is busy (our next
+    /// batch is refused with the busy code) until the batch settles as the double's
+    /// own do (after [`AlibabaDouble::set_settle_after_reads`] reads, or
+    /// [`AlibabaDouble::settle`]). Returns the entries' ids.
+    pub fn begin_foreign_batch(&self, table: &str, routes: &[(&str, &str)]) -> Vec<String> {
+        let mut s = self.state();
+        let vpc = table_vpc(&s, table).expect("begin_foreign_batch: a table of the double");
+        let mut ids = Vec::new();
+        for (cidr, instance) in routes {
+            let id = next_id(&mut s, "rte");
+            s.entries.push(Entry {
+                id: id.clone(),
+                table: table.into(),
+                destination: (*cidr).into(),
+                next_hop_type: "Instance".into(),
+                next_hop: (*instance).into(),
+                name: String::new(),
+                description: String::new(),
+                status: EntryStatus::Pending,
+                kind: "Custom",
+            });
+            ids.push(id);
+        }
+        start_batch(&mut s, BTreeSet::from([vpc]));
+        ids
+    }
+
     /// The next request of `action` (an action name, or `*` for any) meets `fault`.
     /// Faults of one action apply in the order injected, once each.
     pub fn inject(&self, action: &str, fault: Fault) {
@@ -773,6 +903,8 @@ fn accept_loop(listener: TcpListener, inner: Arc<Inner>) {
 enum Outcome {
     Json(u16, Value),
     Text(u16, String),
+    /// This body, as the API's JSON content type ([`Fault::Reply`]).
+    Raw(u16, String),
     /// Close the connection without an answer (after the change was made).
     Close,
 }
@@ -784,9 +916,11 @@ fn serve_connection(stream: TcpStream, inner: &Inner) {
     let mut reader = BufReader::new(read_half);
     let mut stream = stream;
     while let Some(wire) = http_wire::read_request(&mut reader) {
-        let (outcome, delay) = handle(inner, &wire);
-        if let Some(delay) = delay {
-            std::thread::sleep(delay);
+        let (outcome, pause) = handle(inner, &wire);
+        match pause {
+            Some(Pause::For(delay)) => std::thread::sleep(delay),
+            Some(Pause::Until(gate)) => gate.pass(),
+            None => {}
         }
         let (status, content_type, body) = match outcome {
             Outcome::Close => {
@@ -799,6 +933,9 @@ fn serve_connection(stream: TcpStream, inner: &Inner) {
                 serde_json::to_vec(&body).unwrap_or_default(),
             ),
             Outcome::Text(status, text) => (status, "text/plain", text.into_bytes()),
+            Outcome::Raw(status, text) => {
+                (status, "application/json;charset=utf-8", text.into_bytes())
+            }
         };
         let head = format!(
             "HTTP/1.1 {status} {}\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\nx-acs-request-id: {}\r\n\r\n",
@@ -873,7 +1010,7 @@ fn params_of(wire: &http_wire::WireRequest) -> BTreeMap<String, String> {
     params
 }
 
-fn handle(inner: &Inner, wire: &http_wire::WireRequest) -> (Outcome, Option<Duration>) {
+fn handle(inner: &Inner, wire: &http_wire::WireRequest) -> (Outcome, Option<Pause>) {
     // A client that has the double as its HTTP proxy (as credentials-go reaches the
     // metadata service's fixed 100.100.100.200 in the conformance test) sends the
     // absolute form `http://host/path`.
@@ -895,7 +1032,7 @@ fn handle(inner: &Inner, wire: &http_wire::WireRequest) -> (Outcome, Option<Dura
         let mut s = inner.state.lock().unwrap_or_else(|e| e.into_inner());
         let outcome = metadata(&mut s, wire, path);
         let status = match &outcome {
-            Outcome::Json(st, _) | Outcome::Text(st, _) => *st,
+            Outcome::Json(st, _) | Outcome::Text(st, _) | Outcome::Raw(st, _) => *st,
             Outcome::Close => 0,
         };
         record(
@@ -940,13 +1077,16 @@ fn handle(inner: &Inner, wire: &http_wire::WireRequest) -> (Outcome, Option<Dura
                     message,
                 } => break 'outcome api_error(status, &code, &message),
                 Fault::LostReply => lost = true,
-                Fault::Slow(d) => delay = Some(d),
+                Fault::Slow(d) => delay = Some(Pause::For(d)),
+                Fault::Held(gate) => delay = Some(Pause::Until(gate)),
+                Fault::Reply(body) => break 'outcome Outcome::Raw(200, body),
             }
         }
         match product {
             Product::Vpc => vpc_action(&mut s, &action, &params),
             Product::Ecs => ecs_action(&mut s, &action, &params),
             Product::Sts => sts_action(&mut s, &action, &params),
+            Product::Quotas => quotas_action(&mut s, &action, &params),
         }
     };
     let outcome = if lost { Outcome::Close } else { outcome };
@@ -958,7 +1098,7 @@ fn handle(inner: &Inner, wire: &http_wire::WireRequest) -> (Outcome, Option<Dura
                 .unwrap_or_default()
                 .to_string(),
         ),
-        Outcome::Text(st, _) => (*st, String::new()),
+        Outcome::Text(st, _) | Outcome::Raw(st, _) => (*st, String::new()),
         Outcome::Close => (0, String::new()),
     };
     record(&mut s, action, &version, params, status, &code);
@@ -992,6 +1132,7 @@ enum Product {
     Vpc,
     Ecs,
     Sts,
+    Quotas,
 }
 
 const VPC_ACTIONS: &[&str] = &[
@@ -1004,6 +1145,7 @@ const VPC_ACTIONS: &[&str] = &[
 ];
 const ECS_ACTIONS: &[&str] = &["DescribeInstances"];
 const STS_ACTIONS: &[&str] = &["AssumeRoleWithOIDC"];
+const QUOTAS_ACTIONS: &[&str] = &["ListProductQuotas"];
 
 /// The product of an (action, version). The double serves every product on one
 /// host; a version of no product is `InvalidVersion` (400), an action its product
@@ -1013,6 +1155,7 @@ fn product_of(action: &str, version: &str) -> Result<Product, Outcome> {
         VPC_VERSION => (Product::Vpc, VPC_ACTIONS),
         ECS_VERSION => (Product::Ecs, ECS_ACTIONS),
         STS_VERSION => (Product::Sts, STS_ACTIONS),
+        QUOTAS_VERSION => (Product::Quotas, QUOTAS_ACTIONS),
         "" => {
             return Err(api_error(
                 400,
@@ -1564,6 +1707,176 @@ fn vpc_action(s: &mut State, action: &str, params: &BTreeMap<String, String>) ->
         Ok(body) => Outcome::Json(200, body),
         Err(e) => e,
     }
+}
+
+/// Quota Center's `ListProductQuotas` (the request model: `ProductCode`,
+/// `QuotaActionCode`, `Dimensions.N.Key`/`.Value`, `MaxResults`, `NextToken`, and
+/// the other filters; no `RegionId`: the service is central), for the two VPC
+/// quotas it holds: route entries per table (the account's, see
+/// [`AlibabaDouble::set_account_quota`]) and route tables per VPC. Both have the
+/// dimension `regionId` (assumed: the VPC quotas are per region, and the Quota
+/// Center console filters them so), unless
+/// [`AlibabaDouble::serve_quota_without_dimensions`]. A parameter the request model
+/// does not declare is refused, as are V1's common ones in a V3 request.
+fn quotas_action(s: &mut State, action: &str, params: &BTreeMap<String, String>) -> Outcome {
+    if action != "ListProductQuotas" {
+        return api_error(404, "InvalidAction.NotFound", action);
+    }
+    const DECLARED: &[&str] = &[
+        "ProductCode",
+        "QuotaActionCode",
+        "MaxResults",
+        "NextToken",
+        "KeyWord",
+        "GroupCode",
+        "QuotaCategory",
+        "SortField",
+        "SortOrder",
+    ];
+    // V1's common parameters, in the query or the form of a V1-signed request; the
+    // all-in-one SDK adds `RegionId` to every RPC request it signs so.
+    const V1_COMMON: &[&str] = &[
+        "Action",
+        "Version",
+        "Format",
+        "Timestamp",
+        "SignatureMethod",
+        "SignatureType",
+        "SignatureVersion",
+        "SignatureNonce",
+        "Signature",
+        "AccessKeyId",
+        "SecurityToken",
+        "RegionId",
+    ];
+    let v1 = params.contains_key("Signature");
+    let declared = |k: &str| {
+        DECLARED.contains(&k)
+            || (v1 && V1_COMMON.contains(&k))
+            || (k.starts_with("Dimensions.") && (k.ends_with(".Key") || k.ends_with(".Value")))
+    };
+    if let Some(undeclared) = params.keys().find(|k| !declared(k)) {
+        return api_error(
+            400,
+            "InvalidParameter",
+            &format!("ListProductQuotas takes no parameter {undeclared}."),
+        );
+    }
+    let Some(product) = params.get("ProductCode").filter(|p| !p.is_empty()) else {
+        return api_error(
+            400,
+            "MissingProductCode",
+            "The input parameter \"ProductCode\" that is mandatory for processing this request is not supplied.",
+        );
+    };
+    let quota = |code: &str, name: &str, value: usize, region: Option<&str>| {
+        json!({
+            "ProductCode": "vpc",
+            "QuotaActionCode": code,
+            "QuotaName": name,
+            "QuotaDescription": name,
+            "QuotaArn": format!("acs:quotas:{}:1234567890123456:quota/vpc/{code}", region.unwrap_or("")),
+            "QuotaType": "CommonQuota",
+            "QuotaCategory": "CommonQuota",
+            "QuotaUnit": "",
+            "TotalQuota": value as f64,
+            "TotalUsage": 0.0,
+            "Adjustable": true,
+            "Consumable": true,
+            "ApplicableType": "continuous",
+            "ApplicableRange": [value as f64, 1000.0],
+            "SupportedRange": [],
+            "UnadjustableDetail": "nonactivated",
+            "GlobalQuota": false,
+            "EffectiveTime": "",
+            "ExpireTime": "",
+            "ApplyReasonTips": "",
+            "Dimensions": match region {
+                Some(r) => json!({ "regionId": r }),
+                None => json!({}),
+            },
+            "Period": {"PeriodValue": 0, "PeriodUnit": ""},
+            "UsageMetric": {"MetricNamespace": "", "MetricName": "", "MetricDimensions": {}},
+            "QuotaItems": [],
+        })
+    };
+    let mut quotas = Vec::new();
+    if product == "vpc" {
+        quotas.push(quota(
+            "vpc_quota_route_tables_num",
+            "Custom route tables per VPC",
+            9,
+            Some(REGION),
+        ));
+        let name = "Custom route entries per route table";
+        if s.quota_without_dimensions {
+            quotas.push(quota(ROUTE_ENTRY_QUOTA, name, 50, Some("cn-beijing")));
+            quotas.push(quota(ROUTE_ENTRY_QUOTA, name, s.account_quota, None));
+        } else {
+            quotas.push(quota(
+                ROUTE_ENTRY_QUOTA,
+                name,
+                s.account_quota,
+                Some(REGION),
+            ));
+        }
+    }
+    if let Some(code) = params.get("QuotaActionCode").filter(|c| !c.is_empty()) {
+        quotas.retain(|q| q["QuotaActionCode"] == code.as_str());
+    }
+    for d in repeated(params, "Dimensions") {
+        let (Some(key), Some(value)) = (d.get("Key"), d.get("Value")) else {
+            return api_error(
+                400,
+                "InvalidParameter.Dimensions",
+                "Each dimension needs a Key and a Value.",
+            );
+        };
+        quotas.retain(|q| q["Dimensions"][key.as_str()] == value.as_str());
+    }
+    let asked = match params.get("MaxResults").map(|m| m.parse::<usize>()) {
+        None => 30,
+        Some(Ok(n)) if (1..=200).contains(&n) => n,
+        Some(_) => {
+            return api_error(
+                400,
+                "InvalidParameter.MaxResults",
+                "MaxResults is 1 to 200.",
+            );
+        }
+    };
+    let page = asked.min(s.quota_page);
+    // The token is the index of the page's first item (opaque to the client).
+    let from = match params.get("NextToken").filter(|t| !t.is_empty()) {
+        None => 0,
+        Some(t) => match t.strip_prefix("nt-").and_then(|n| n.parse::<usize>().ok()) {
+            Some(n) if n <= quotas.len() => n,
+            _ => {
+                return api_error(
+                    400,
+                    "InvalidParameter.NextToken",
+                    "The NextToken is not valid.",
+                );
+            }
+        },
+    };
+    let total = quotas.len();
+    let to = (from + page).min(total);
+    let next = if to < total {
+        format!("nt-{to}")
+    } else {
+        String::new()
+    };
+    Outcome::Json(
+        200,
+        json!({
+            "RequestId": request_id(),
+            "TotalCount": total,
+            "MaxResults": page,
+            "NextToken": next,
+            "Quotas": quotas[from..to].to_vec(),
+        }),
+    )
 }
 
 fn table_vpc(s: &State, table: &str) -> Option<String> {

@@ -44,6 +44,10 @@ pub(super) struct Service {
 pub(super) struct Failure {
     pub code: String,
     pub error: CloudError,
+    /// The API answered that the identity may not do this (HTTP 403, `NoPermission*`,
+    /// `Forbidden*`): a refusal that stays until a policy changes, unlike a failure
+    /// of the moment.
+    pub denied: bool,
 }
 
 impl From<Failure> for CloudError {
@@ -138,10 +142,12 @@ impl Api {
             // The fence first: a replica that lost its lease fetches no keys either.
             self.fence.check().map_err(|e| Failure {
                 code: String::new(),
+                denied: false,
                 error: CloudError::new(e.kind, format!("{what}: {}", e.message)),
             })?;
             let keys = self.identity.keys().map_err(|error| Failure {
                 code: String::new(),
+                denied: false,
                 error,
             })?;
             let host = service
@@ -189,6 +195,7 @@ impl Api {
                     };
                     return Err(Failure {
                         code: String::new(),
+                        denied: false,
                         error: CloudError::new(
                             kind,
                             format!("{what}: no reply ({})", crate::http::describe(&e)),
@@ -205,6 +212,7 @@ impl Api {
                 .read_to_vec()
                 .map_err(|e| Failure {
                     code: String::new(),
+                    denied: false,
                     error: CloudError::new(
                         if write {
                             CloudErrorKind::Ambiguous
@@ -217,6 +225,7 @@ impl Api {
             if (200..300).contains(&status) {
                 return serde_json::from_slice(&body).map_err(|e| Failure {
                     code: String::new(),
+                    denied: false,
                     error: CloudError::new(
                         if write {
                             CloudErrorKind::Ambiguous
@@ -303,8 +312,9 @@ fn classify(what: &str, status: u16, error: ErrorBody, write: bool) -> Failure {
     let (kind, hint) = match kind_of(&code) {
         Some(CloudErrorKind::TableFull) => (
             CloudErrorKind::TableFull,
-            "; the route table holds its quota of custom entries: raise the quota \
-             (vpc_quota_route_entrys_num) and Global.routeEntryQuota",
+            "; the route table holds its quota of custom entries: raise \
+             vpc_quota_route_entrys_num in Quota Center (read again at the next list), and \
+             Global.routeEntryQuota if it is set",
         ),
         Some(kind) => (kind, ""),
         None if code.starts_with("InvalidAccessKeyId")
@@ -352,11 +362,16 @@ fn classify(what: &str, status: u16, error: ErrorBody, write: bool) -> Failure {
     } else {
         format!(" {code}")
     };
+    let denied = status == 403
+        || code.starts_with("Forbidden")
+        || code.starts_with("Forbbiden")
+        || code.starts_with("NoPermission");
     Failure {
         error: CloudError::new(
             kind,
             format!("{what}: HTTP {status}{shown}: {message}{request}{hint}"),
         ),
+        denied,
         code,
     }
 }

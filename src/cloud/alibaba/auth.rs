@@ -129,6 +129,12 @@ impl Identity {
         self.clock = clock;
     }
 
+    /// The time of the provider's clock (the one keys expire against): what the
+    /// provider's own ages (the quota's, the network's) are measured with too.
+    pub(super) fn now(&self) -> SystemTime {
+        (self.clock)()
+    }
+
     /// The keys to sign the next request with, fetched again when they are about to
     /// expire.
     pub(super) fn keys(&self) -> Result<Keys, CloudError> {

@@ -48,7 +48,8 @@ pub const ENV_ECS_METADATA: &str = "ALIBABA_CLOUD_ECS_METADATA";
 /// The ECS instance metadata service: link-local, never proxied.
 pub const DEFAULT_METADATA_ENDPOINT: &str = "http://100.100.100.200";
 /// Custom entries a route table holds by default (the VPC quota
-/// `vpc_quota_route_entrys_num`), when `routeEntryQuota` does not say otherwise.
+/// `vpc_quota_route_entrys_num`), when neither `routeEntryQuota` nor Quota Center
+/// says otherwise.
 pub const DEFAULT_ROUTE_ENTRY_QUOTA: usize = 200;
 
 /// The `Global` keys this provider honours.
@@ -64,6 +65,7 @@ pub const KEYS: &[&str] = &[
     "vpcEndpoint",
     "ecsEndpoint",
     "stsEndpoint",
+    "quotasEndpoint",
     "metadataEndpoint",
     "routeEntryQuota",
     "requestsPerSecond",
@@ -182,8 +184,12 @@ pub struct Config {
     /// The instance metadata service (`Global.metadataEndpoint`; default
     /// [`DEFAULT_METADATA_ENDPOINT`]).
     pub metadata_endpoint: String,
-    /// Custom entries a table may hold (`Global.routeEntryQuota`, default 200).
-    pub route_entry_quota: usize,
+    /// Quota Center's URL (`Global.quotasEndpoint`; default
+    /// `https://quotas.aliyuncs.com`).
+    pub quotas_endpoint: Option<String>,
+    /// Custom entries a table may hold, when `Global.routeEntryQuota` says; `None`:
+    /// read from Quota Center at the first list (default 200 when that fails).
+    pub route_entry_quota: Option<usize>,
     /// Requests per second for the controller to spend (`Global.requestsPerSecond`,
     /// default 10: well below the VPC API's per-account flow control).
     pub requests_per_second: f64,
@@ -325,7 +331,8 @@ impl Config {
             sts_endpoint: url("stsEndpoint", get("stsEndpoint")?)?,
             metadata_endpoint: url("metadataEndpoint", get("metadataEndpoint")?)?
                 .unwrap_or_else(|| DEFAULT_METADATA_ENDPOINT.to_string()),
-            route_entry_quota: quota.map_or(DEFAULT_ROUTE_ENTRY_QUOTA, |q| q as usize),
+            quotas_endpoint: url("quotasEndpoint", get("quotasEndpoint")?)?,
+            route_entry_quota: quota.map(|q| q as usize),
             requests_per_second: rps.unwrap_or(10.0),
             burst: burst.map_or(20, |b| b as u32),
             poll_interval,
@@ -516,7 +523,7 @@ mod tests {
             }
             other => panic!("{other:?}"),
         }
-        assert_eq!(c.route_entry_quota, DEFAULT_ROUTE_ENTRY_QUOTA);
+        assert_eq!(c.route_entry_quota, None);
         assert_eq!(warnings.len(), 2, "{warnings:?}");
         assert!(warnings[0].contains("clusterID does not concern routes"));
         assert!(

@@ -33,11 +33,12 @@
 mod api;
 mod auth;
 mod config;
+mod quota;
 pub mod sign;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use std::time::{Duration, SystemTime};
 
 use serde_json::Value;
 
@@ -73,6 +74,12 @@ pub const RAM_ACTIONS: &[&str] = &[
     "vpc:DescribeVpcs",
     "ecs:DescribeInstances",
 ];
+/// RAM actions the provider calls when allowed, and does without: Quota Center's
+/// read of the table's quota (without it, 200 or `Global.routeEntryQuota`).
+pub const OPTIONAL_RAM_ACTIONS: &[&str] = &["quotas:ListProductQuotas"];
+/// Quota Center's code of the route table's quota, as the warning and the README
+/// name it.
+pub use quota::ROUTE_ENTRY_QUOTA;
 /// Entries one `CreateRouteEntries` or `DeleteRouteEntries` takes (the API's limit).
 pub const BATCH_SIZE: usize = 50;
 /// `NetworkUnavailable` reason: the node's providerID names no ECS instance.
@@ -102,6 +109,19 @@ const PAGE: usize = 100;
 const MAX_PAGES: usize = 1000;
 /// How long the vSwitch CIDRs and the VPC's IPv6 are trusted between lists.
 const NETWORK_MAX_AGE: Duration = Duration::from_secs(600);
+/// How long the quota read from Quota Center (or a refusal to read it, or a reply
+/// without it) holds: read again at the first list after, which in watch mode is
+/// the periodic full resync, and at most hourly in periodic mode, where a list
+/// comes every period.
+const QUOTA_MAX_AGE: Duration = Duration::from_secs(3600);
+/// How long a read that failed for the moment (throttled, no reply, a 5xx, the
+/// fence) holds, and the fallback when a table is at it: the fallback may be far
+/// below the account's quota, and the controller holds nodes above it locally
+/// (no create is sent, so no `QuotaExceeded` comes to correct it), so it is not
+/// kept an hour on a failure that says nothing about the quota.
+const QUOTA_RETRY: Duration = Duration::from_secs(300);
+/// Pages of the quota list without dimensions, at most.
+const QUOTA_MAX_PAGES: usize = 20;
 /// Instance IDs one `DescribeInstances` takes.
 const INSTANCES_PER_CALL: usize = 100;
 
@@ -127,12 +147,27 @@ struct State {
     ipv6: bool,
     /// When the vSwitches and the VPC were read; read again at a list when older
     /// than [`NETWORK_MAX_AGE`], or when a create was refused for them since.
-    network_read: Option<Instant>,
+    network_read: Option<SystemTime>,
     /// What `DescribeInstances` said of each instance: its VPC, `None` when gone.
     instances: HashMap<String, Option<String>>,
     /// Entries inside the cluster CIDRs to a live instance that no node claims, by
     /// destination: (table, instance). Never ours; a create on one is refused.
     foreign: HashMap<Cidr, (String, String)>,
+    /// Custom entries a table may hold: configured, read, or the default.
+    quota: usize,
+    /// When Quota Center was last asked (whatever came of it); `None`: ask at the
+    /// next list (at first, and after the VPC said a table was full).
+    quota_read: Option<SystemTime>,
+    /// How long that read holds: [`QUOTA_MAX_AGE`], or [`QUOTA_RETRY`] after a
+    /// failure of the moment.
+    quota_holds: Duration,
+    /// Times the VPC said a table was full (`QuotaExceeded.*`): one said while a
+    /// read was in flight keeps the quota due after that read.
+    tables_found_full: u64,
+    /// What the last line logged about the quota said: `Some(true)` the account's
+    /// value, `Some(false)` a failed read (a warning). A line repeating it is logged
+    /// at debug level: one warning, not one an hour.
+    quota_said: Option<bool>,
 }
 
 /// The Alibaba Cloud implementation of [`Routes`]. Safe to share between threads.
@@ -141,10 +176,11 @@ pub struct AlibabaRoutes {
     api: Api,
     vpc: Service,
     ecs: Service,
+    /// Quota Center; `None` when `Global.routeEntryQuota` sets the quota.
+    quotas: Option<Service>,
     region: String,
     vpc_id: String,
     tables: Vec<String>,
-    quota: usize,
     cluster_cidrs: Vec<Cidr>,
     budget: (f64, u32),
     poll_interval: Duration,
@@ -204,14 +240,29 @@ impl AlibabaRoutes {
                 url: endpoint(&config.ecs_endpoint, "ecs"),
                 version: ECS_VERSION,
             },
+            quotas: match config.route_entry_quota {
+                Some(_) => None,
+                None => Some(Service {
+                    url: config
+                        .quotas_endpoint
+                        .clone()
+                        .unwrap_or_else(|| quota::DEFAULT_ENDPOINT.to_string()),
+                    version: quota::VERSION,
+                }),
+            },
             region,
             vpc_id,
             tables: Vec::new(),
-            quota: config.route_entry_quota,
             cluster_cidrs: config.cluster_cidrs.clone(),
             budget: (config.requests_per_second, config.burst),
             poll_interval: config.poll_interval,
-            state: Mutex::new(State::default()),
+            state: Mutex::new(State {
+                quota: config
+                    .route_entry_quota
+                    .unwrap_or(DEFAULT_ROUTE_ENTRY_QUOTA),
+                quota_holds: QUOTA_MAX_AGE,
+                ..State::default()
+            }),
         };
         provider.tables = provider
             .route_tables_of_vpc(&config.route_table_ids)
@@ -220,13 +271,17 @@ impl AlibabaRoutes {
                 _ => at_start(e),
             })?;
         provider.read_network().map_err(at_start)?;
+        let quota = match (&provider.quotas, config.route_entry_quota) {
+            (_, Some(q)) => format!("at most {q} each (Global.routeEntryQuota)"),
+            (Some(q), None) => format!("their quota read from Quota Center at {}", q.url),
+            (None, None) => String::new(),
+        };
         log::info!(
-            "alibaba: managing the custom entries of route table(s) {} in VPC {} ({}), at \
-             most {} each; one batch at a time",
+            "alibaba: managing the custom entries of route table(s) {} in VPC {} ({}), {quota}; \
+             one batch at a time",
             provider.tables.join(", "),
             provider.vpc_id,
             provider.region,
-            provider.quota
         );
         Ok(provider)
     }
@@ -238,8 +293,9 @@ impl AlibabaRoutes {
         self
     }
 
-    /// Temporary keys (RRSA, the ECS RAM role) expire against `clock` from now on:
-    /// tests pass a virtual one to reach a refresh without waiting an hour.
+    /// Temporary keys (RRSA, the ECS RAM role) expire against `clock` from now on,
+    /// and the quota's and the network's ages are measured on it: tests pass a
+    /// virtual one to reach a refresh or a re-read without waiting an hour.
     pub fn with_clock(mut self, clock: Clock) -> AlibabaRoutes {
         self.api.identity.set_clock(clock);
         self
@@ -259,7 +315,107 @@ impl AlibabaRoutes {
     ) -> Result<Value, Failure> {
         let mut params = params;
         params.push(("RegionId".into(), self.region.clone()));
-        self.api.call(service, action, &params, write)
+        let result = self.api.call(service, action, &params, write);
+        if let Err(f) = &result
+            && f.error.kind == CloudErrorKind::TableFull
+        {
+            self.table_found_full();
+        }
+        result
+    }
+
+    /// The VPC's word against the quota in use: ask Quota Center again at the next
+    /// list (a quota lowered, or one of ours read wrong).
+    fn table_found_full(&self) {
+        let mut state = lock(&self.state);
+        state.quota_read = None;
+        state.tables_found_full += 1;
+    }
+
+    /// Reads the tables' quota from Quota Center when due (the first list; then an
+    /// hour after a read or a refusal, [`QUOTA_RETRY`] after a failure of the moment
+    /// or while a table is at the fallback; and after a table was found full),
+    /// unless `Global.routeEntryQuota` sets it. Never fails: a refused or failed read
+    /// keeps the value in use, with one warning naming the RAM permission. The
+    /// request passes the fence and is counted for the budget like every other.
+    fn refresh_quota(&self) {
+        let Some(service) = &self.quotas else {
+            return;
+        };
+        let now = self.api.identity.now();
+        let (due, fallback, found_full) = {
+            let state = lock(&self.state);
+            let fallback_full = state.quota_said != Some(true)
+                && self
+                    .tables
+                    .iter()
+                    .any(|t| state.held.get(t).is_some_and(|&n| n >= state.quota));
+            let due = state.quota_read.is_none_or(|at| {
+                let age = now.duration_since(at).unwrap_or_default();
+                age >= state.quota_holds || (fallback_full && age >= QUOTA_RETRY)
+            });
+            (due, state.quota, state.tables_found_full)
+        };
+        if !due {
+            return;
+        }
+        let (read, lasting) = match self.read_quota(service) {
+            Ok(limit) => (Ok(limit), true),
+            Err((why, lasting)) => (Err(why), lasting),
+        };
+        let decision = quota::decide(read, &self.region, fallback);
+        let mut state = lock(&self.state);
+        // A table found full while the read was out: its reply may predate the
+        // change, so the next list asks again.
+        state.quota_read = (state.tables_found_full == found_full).then_some(now);
+        state.quota_holds = if lasting { QUOTA_MAX_AGE } else { QUOTA_RETRY };
+        let new = state.quota_said != Some(decision.from_account);
+        match (decision.from_account, new || decision.limit != state.quota) {
+            (true, true) => log::info!("{}", decision.message),
+            (false, true) => log::warn!("{}", decision.message),
+            (_, false) => log::debug!("{}", decision.message),
+        }
+        state.quota_said = Some(decision.from_account);
+        state.quota = decision.limit;
+    }
+
+    /// The quota of the tables in our region: asked for with the dimension
+    /// `regionId`, then, if that lists nothing, once more without dimensions (all
+    /// pages). Quota Center takes no `RegionId`, so [`Api::call`] directly. `Err`:
+    /// what failed, and whether it lasts (a refusal of the permission, or an answer
+    /// without the quota) rather than being of the moment.
+    fn read_quota(&self, service: &Service) -> Result<usize, (String, bool)> {
+        let ask = |params: Vec<(String, String)>| {
+            self.api
+                .call(service, quota::ACTION, &params, false)
+                .map_err(|f| (f.error.message, f.denied))
+        };
+        let about = format!(
+            "Quota Center's {}/{} in {}",
+            quota::PRODUCT,
+            quota::ROUTE_ENTRY_QUOTA,
+            self.region
+        );
+        let unusable = |e: String| (format!("{about}: {e}"), true);
+        let reply = ask(quota::request(&self.region))?;
+        if let Some(limit) = quota::parse(&reply, &self.region).map_err(unusable)? {
+            return Ok(limit);
+        }
+        let mut items = Vec::new();
+        let mut token = String::new();
+        let mut tokens = HashSet::new();
+        for _ in 0..QUOTA_MAX_PAGES {
+            let reply = ask(quota::request_without_dimensions(&token))?;
+            let (page, next) = quota::page(&reply).map_err(unusable)?;
+            items.extend(page);
+            match next {
+                Some(t) if tokens.insert(t.clone()) => token = t,
+                _ => break,
+            }
+        }
+        quota::parse(&serde_json::json!({ "Quotas": items }), &self.region)
+            .map_err(unusable)?
+            .ok_or_else(|| unusable(quota::none_listed(&self.region)))
     }
 
     /// The tables to write: those configured, checked to be the VPC's, or the VPC's
@@ -358,7 +514,7 @@ impl AlibabaRoutes {
         let mut state = lock(&self.state);
         state.vswitches = cidrs;
         state.ipv6 = ipv6;
-        state.network_read = Some(Instant::now());
+        state.network_read = Some(self.api.identity.now());
         Ok(())
     }
 
@@ -540,8 +696,11 @@ impl AlibabaRoutes {
                     "alibaba: node {node}: route table {table} holds its pod CIDR {destination} \
                      already, leading to instance {other}, which is no node of the cluster (a \
                      node deleted while its instance lives on?): delete that entry if it is \
-                     stale (the controller never deletes an entry to a live instance it does \
-                     not know)"
+                     stale (aliyun vpc DeleteRouteEntry --RegionId {} --RouteTableId {table} \
+                     --DestinationCidrBlock {destination} --NextHopId {other}); the \
+                     controller never deletes nor replaces another writer's entry to a live \
+                     instance",
+                    self.region
                 ),
             ));
         }
@@ -614,6 +773,9 @@ impl AlibabaRoutes {
                 reason: ENTRY_REFUSED,
                 at_fault: None,
             });
+            if kind == CloudErrorKind::TableFull {
+                self.table_found_full();
+            }
             let kind = match kind {
                 // One entry refused among others: its node's alone.
                 CloudErrorKind::BatchRefused { .. } => CloudErrorKind::Refused {
@@ -750,7 +912,7 @@ impl Routes for AlibabaRoutes {
                 Some(TableUsage {
                     table: t.clone(),
                     routes: *state.held.get(t)?,
-                    limit: self.quota,
+                    limit: state.quota,
                     // The quota is one number of custom entries; that IPv6 entries
                     // count apart is documented nowhere we could read, so both count
                     // together (on the safe side for creates).
@@ -791,9 +953,11 @@ impl Routes for AlibabaRoutes {
         nodes: &NodeDirectory,
         each: &mut dyn FnMut(Route),
     ) -> Result<(), CloudError> {
+        self.refresh_quota();
+        let now = self.api.identity.now();
         let stale = lock(&self.state)
             .network_read
-            .is_none_or(|at| at.elapsed() >= NETWORK_MAX_AGE);
+            .is_none_or(|at| now.duration_since(at).unwrap_or_default() >= NETWORK_MAX_AGE);
         if stale {
             self.read_network()?;
         }
@@ -1275,6 +1439,7 @@ mod tests {
             let failure = Failure {
                 code: code.into(),
                 error: CloudError::invalid(format!("alibaba: X: HTTP 400 {code}")),
+                denied: false,
             };
             matches!(
                 refused_whole(failure, &chunk, 1).kind,
