@@ -585,24 +585,7 @@ impl AlibabaDouble {
     /// `NextHop` (the instance id) and `NextHopType` `Instance`, so its entries have
     /// no name and no description. They are `Available` at once.
     pub fn fill_as_peer(&self, table: &str, routes: &[(&str, &str)]) -> Vec<String> {
-        let mut s = self.state();
-        let mut ids = Vec::new();
-        for (cidr, instance) in routes {
-            let id = next_id(&mut s, "rte");
-            s.entries.push(Entry {
-                id: id.clone(),
-                table: table.into(),
-                destination: (*cidr).into(),
-                next_hop_type: "Instance".into(),
-                next_hop: (*instance).into(),
-                name: String::new(),
-                description: String::new(),
-                status: EntryStatus::Available,
-                kind: "Custom",
-            });
-            ids.push(id);
-        }
-        ids
+        instance_entries(&mut self.state(), table, routes, EntryStatus::Available)
     }
 
     /// Adds an entry as another writer would (any name, next hop, description),
@@ -726,22 +709,7 @@ impl AlibabaDouble {
     pub fn begin_foreign_batch(&self, table: &str, routes: &[(&str, &str)]) -> Vec<String> {
         let mut s = self.state();
         let vpc = table_vpc(&s, table).expect("begin_foreign_batch: a table of the double");
-        let mut ids = Vec::new();
-        for (cidr, instance) in routes {
-            let id = next_id(&mut s, "rte");
-            s.entries.push(Entry {
-                id: id.clone(),
-                table: table.into(),
-                destination: (*cidr).into(),
-                next_hop_type: "Instance".into(),
-                next_hop: (*instance).into(),
-                name: String::new(),
-                description: String::new(),
-                status: EntryStatus::Pending,
-                kind: "Custom",
-            });
-            ids.push(id);
-        }
+        let ids = instance_entries(&mut s, table, routes, EntryStatus::Pending);
         start_batch(&mut s, BTreeSet::from([vpc]));
         ids
     }
@@ -854,6 +822,33 @@ impl Drop for AlibabaDouble {
             let _ = t.join();
         }
     }
+}
+
+/// Entries of `table` to instances, `(destination, instance)` each, without name or
+/// description (as the peer writes them), in `status`; their ids.
+fn instance_entries(
+    s: &mut State,
+    table: &str,
+    routes: &[(&str, &str)],
+    status: EntryStatus,
+) -> Vec<String> {
+    let mut ids = Vec::new();
+    for (cidr, instance) in routes {
+        let id = next_id(s, "rte");
+        s.entries.push(Entry {
+            id: id.clone(),
+            table: table.into(),
+            destination: (*cidr).into(),
+            next_hop_type: "Instance".into(),
+            next_hop: (*instance).into(),
+            name: String::new(),
+            description: String::new(),
+            status,
+            kind: "Custom",
+        });
+        ids.push(id);
+    }
+    ids
 }
 
 fn next_id(s: &mut State, prefix: &str) -> String {
