@@ -686,13 +686,7 @@ pub fn run(
     std::thread::scope(|s| {
         // Stops the samplers when the run ends, also by a panic (a replica that never
         // gets ready): the scope would otherwise wait for them for ever.
-        struct Stop<'a>(&'a AtomicBool);
-        impl Drop for Stop<'_> {
-            fn drop(&mut self) {
-                self.0.store(true, Ordering::SeqCst);
-            }
-        }
-        let _stop = Stop(&stop);
+        let _stop = StopOnDrop(&stop);
         s.spawn(|| {
             while !stop.load(Ordering::SeqCst) {
                 if let Some(sample) = sample_lease(&agent, &lease_url, &admin) {
@@ -1240,6 +1234,16 @@ pub fn parse_micro_time(s: &str) -> Option<SystemTime> {
     let days = era * 146_097 + doe - 719_468;
     let secs = u64::try_from(days * 86_400 + h * 3600 + min * 60 + sec).ok()?;
     Some(SystemTime::UNIX_EPOCH + Duration::from_secs(secs) + Duration::from_micros(micros))
+}
+
+/// Sets its flag when dropped: threads of a scope that loop until the flag is set
+/// stop also when the scope's body panics, instead of keeping the scope open.
+pub struct StopOnDrop<'a>(pub &'a AtomicBool);
+
+impl Drop for StopOnDrop<'_> {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::SeqCst);
+    }
 }
 
 /// The lease identity a process logged when it acquired the lease, if it did.

@@ -25,7 +25,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use rand::rngs::SmallRng;
 use rand::{RngExt, SeedableRng};
@@ -36,7 +36,7 @@ use crate::controller_process::Spawn;
 use crate::e2e_cluster::Identity;
 use crate::http_fault::{Answer, HttpFaultLayer};
 use crate::kube_apiserver::KubeApiserver;
-use crate::openstack_real::{self, MEMBER_PASSWORD, Mode, Options, PROJECT, RealCloud};
+use crate::openstack_real::{self, MEMBER_PASSWORD, Mode, Options, PROJECT, RealCloud, Reply};
 
 /// The next hop of every route that is not ours: an address of the node subnet that
 /// no port holds (a VPN appliance's VIP, say).
@@ -66,6 +66,10 @@ const OTHER_VIPS: [&str; 4] = [
     "10.0.0.202/32",
     "10.0.0.203/32",
 ];
+
+/// How long the other writer keeps trying one change (Neutron's restart takes
+/// seconds).
+const OTHER_PATIENCE: Duration = Duration::from_secs(120);
 
 /// Machine `id`'s address on the node subnet.
 fn machine_ip(id: usize) -> String {
@@ -110,13 +114,7 @@ pub fn openstack(settings: chaos::Settings, mode: Mode) -> Figures {
     };
     let figures = std::thread::scope(|s| {
         // Stops the other writer when the run ends, also by a panic.
-        struct Stop<'a>(&'a AtomicBool);
-        impl Drop for Stop<'_> {
-            fn drop(&mut self) {
-                self.0.store(true, Ordering::SeqCst);
-            }
-        }
-        let _stop = Stop(&os.other.stop);
+        let _stop = chaos::StopOnDrop(&os.other.stop);
         let (os, seed) = (&os, settings.seed);
         s.spawn(move || os.other_writer(seed));
         chaos::run(settings, &mut api, &identity, os)
@@ -160,6 +158,8 @@ impl OpenStack<'_> {
     /// Adds and removes routes and VIPs until told to stop; each change made whole
     /// (retried through Neutron's restart) before the next.
     fn other_writer(&self, seed: u64) {
+        // Said also when a change panics, so that the run's end does not wait for ever.
+        let _stopped = chaos::StopOnDrop(&self.other.stopped);
         let mut rng = SmallRng::seed_from_u64(seed ^ 0x0057_ac1e);
         while !self.other.stop.load(Ordering::SeqCst) {
             if rng.random_range(0..3u32) == 0 {
@@ -194,7 +194,26 @@ impl OpenStack<'_> {
             *self.other.writes.lock().expect("writes") += 1;
             std::thread::sleep(Duration::from_millis(rng.random_range(50..300)));
         }
-        self.other.stopped.store(true, Ordering::SeqCst);
+    }
+
+    /// After a reply that did not make the change: counts a 412, waits a little
+    /// after a failure of the moment (Neutron restarting, a 5xx), and panics on any
+    /// other answer, or when Neutron has not taken the change within [`OTHER_PATIENCE`].
+    fn other_retry(&self, what: &str, reply: Result<Reply, String>, since: Instant) {
+        match reply {
+            Ok(r) if r.status == 412 => *self.other.refused.lock().expect("refused") += 1,
+            Ok(r) if r.status < 500 && r.status != 429 => {
+                panic!("the other writer's {what}: HTTP {}: {}", r.status, r.body)
+            }
+            failed => {
+                assert!(
+                    since.elapsed() < OTHER_PATIENCE,
+                    "the other writer's {what} not taken within {OTHER_PATIENCE:?}: {:?}",
+                    failed.map(|r| (r.status, r.body))
+                );
+                std::thread::sleep(Duration::from_millis(300));
+            }
+        }
     }
 
     fn other_routes(&self) -> BTreeSet<String> {
@@ -207,6 +226,7 @@ impl OpenStack<'_> {
         let member = self.cloud.member();
         let base = member.neutron_url().to_string();
         let route = json!({"destination": destination, "nexthop": FOREIGN_HOP});
+        let since = Instant::now();
         loop {
             let reply = match self.mode {
                 Mode::Atomic => {
@@ -253,9 +273,7 @@ impl OpenStack<'_> {
             };
             match reply {
                 Ok(r) if r.status == 200 => return,
-                Ok(r) if r.status == 412 => *self.other.refused.lock().expect("refused") += 1,
-                // Neutron restarting: the change is tried again once it is back.
-                _ => std::thread::sleep(Duration::from_millis(300)),
+                other => self.other_retry(&format!("route {destination}"), other, since),
             }
         }
     }
@@ -266,11 +284,13 @@ impl OpenStack<'_> {
         let member = self.cloud.member();
         let base = member.neutron_url().to_string();
         let path = format!("/v2.0/ports/{port}");
+        let what = format!("VIP {vip} on port {port}");
+        let since = Instant::now();
         loop {
             let now = match member.try_request("GET", &base, &path, None, None) {
                 Ok(r) if r.status == 200 => r.body["port"].clone(),
-                _ => {
-                    std::thread::sleep(Duration::from_millis(300));
+                other => {
+                    self.other_retry(&what, other, since);
                     continue;
                 }
             };
@@ -283,8 +303,7 @@ impl OpenStack<'_> {
             }
             match member.put_pairs_try(port, &pairs, Some(member.revision(&now))) {
                 Ok(r) if r.status == 200 => return,
-                Ok(r) if r.status == 412 => *self.other.refused.lock().expect("refused") += 1,
-                _ => std::thread::sleep(Duration::from_millis(300)),
+                other => self.other_retry(&what, other, since),
             }
         }
     }
