@@ -11,7 +11,8 @@
 //! - on a replica's API proxy or cloud proxy: stall, hold replies, cut, refuse;
 //! - the API server stopped and restarted, and SIGKILLed and restarted, on the same
 //!   data (once each, at a third and two thirds of the run, in an order the seed
-//!   picks);
+//!   picks); halfway, the cloud's server restarted where it can be ([`Cloud::restart`]:
+//!   a real Neutron, `tests/support/chaos_openstack.rs`);
 //! - the leader partitioned: its cloud replies held, a node created, then its API
 //!   proxy stalled past the renew deadline, so that the lease changes hands while a
 //!   cloud reply of the old leader is outstanding (what fencing is about);
