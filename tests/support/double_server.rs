@@ -3,6 +3,8 @@
 //! server for real: it closes every connection it accepted (a handler blocked reading
 //! a keep-alive connection would otherwise outlive the double) and joins the acceptor.
 //! It never parses HTTP; that is the double's job.
+#![allow(dead_code)]
+// Each double uses only part of it.
 
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, Ordering};
