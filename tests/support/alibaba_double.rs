@@ -69,21 +69,25 @@
 #![allow(dead_code)]
 // Each test binary uses only part of this support module.
 
+#[allow(clippy::duplicate_mod)]
+#[path = "double_server.rs"]
+mod double_server;
 #[path = "http_wire.rs"]
 mod http_wire;
 
 use std::collections::{BTreeMap, BTreeSet, HashSet, VecDeque};
 use std::io::{BufReader, Write};
-use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::net::{IpAddr, TcpStream};
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
-use std::thread::JoinHandle;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use base64::Engine as _;
 use hmac::{Hmac, KeyInit, Mac};
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
+
+use double_server::DoubleServer;
 
 pub const REGION: &str = "cn-hangzhou";
 pub const DEFAULT_VPC: &str = "vpc-bp1double0000000001";
@@ -374,14 +378,11 @@ struct State {
 
 struct Inner {
     state: Mutex<State>,
-    shutdown: AtomicBool,
-    connections: Mutex<Vec<TcpStream>>,
 }
 
 pub struct AlibabaDouble {
     inner: Arc<Inner>,
-    addr: SocketAddr,
-    acceptor: Option<JoinHandle<()>>,
+    server: DoubleServer,
 }
 
 /// How many requests the double remembers.
@@ -394,8 +395,6 @@ impl AlibabaDouble {
     /// vSwitch's CIDR and 100.64.0.0/10, both `System`), and the access key
     /// ([`ACCESS_KEY_ID`], [`ACCESS_KEY_SECRET`]).
     pub fn start() -> AlibabaDouble {
-        let listener = TcpListener::bind("127.0.0.1:0").expect("bind the alibaba double");
-        let addr = listener.local_addr().expect("the alibaba double's address");
         let mut keys = BTreeMap::new();
         keys.insert(
             ACCESS_KEY_ID.to_string(),
@@ -431,21 +430,12 @@ impl AlibabaDouble {
                 metadata_instance: "i-node1".into(),
                 issued: 0,
             }),
-            shutdown: AtomicBool::new(false),
-            connections: Mutex::new(Vec::new()),
         });
-        let acceptor = {
+        let server = DoubleServer::start("alibaba-double", {
             let inner = inner.clone();
-            std::thread::Builder::new()
-                .name("alibaba-double".into())
-                .spawn(move || accept_loop(listener, inner))
-                .expect("spawn the alibaba double")
-        };
-        let double = AlibabaDouble {
-            inner,
-            addr,
-            acceptor: Some(acceptor),
-        };
+            move |stream, _| serve_connection(stream, &inner)
+        });
+        let double = AlibabaDouble { inner, server };
         double.add_vpc(DEFAULT_VPC, DEFAULT_VPC_CIDR, DEFAULT_TABLE);
         double.add_vswitch(DEFAULT_VPC, DEFAULT_VSWITCH, DEFAULT_VSWITCH_CIDR, None);
         double
@@ -457,12 +447,12 @@ impl AlibabaDouble {
 
     /// `http://127.0.0.1:PORT`, for every product and the metadata service.
     pub fn endpoint(&self) -> String {
-        format!("http://{}", self.addr)
+        format!("http://{}", self.server.addr())
     }
 
     /// `127.0.0.1:PORT`, as the SDKs' `Endpoint` setting takes it.
     pub fn host(&self) -> String {
-        self.addr.to_string()
+        self.server.addr().to_string()
     }
 
     pub fn access_key(&self) -> (&'static str, &'static str) {
@@ -805,25 +795,6 @@ impl AlibabaDouble {
     }
 }
 
-impl Drop for AlibabaDouble {
-    fn drop(&mut self) {
-        self.inner.shutdown.store(true, Ordering::SeqCst);
-        for c in self
-            .inner
-            .connections
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .drain(..)
-        {
-            let _ = c.shutdown(std::net::Shutdown::Both);
-        }
-        let _ = TcpStream::connect(self.addr);
-        if let Some(t) = self.acceptor.take() {
-            let _ = t.join();
-        }
-    }
-}
-
 /// Entries of `table` to instances, `(destination, instance)` each, without name or
 /// description (as the peer writes them), in `status`; their ids.
 fn instance_entries(
@@ -870,27 +841,6 @@ fn settle_vpc(s: &mut State, vpc: &str) {
         if tables.contains(&e.table) && e.status == EntryStatus::Pending {
             e.status = EntryStatus::Available;
         }
-    }
-}
-
-fn accept_loop(listener: TcpListener, inner: Arc<Inner>) {
-    for stream in listener.incoming() {
-        if inner.shutdown.load(Ordering::SeqCst) {
-            return;
-        }
-        let Ok(stream) = stream else { continue };
-        let _ = stream.set_nodelay(true);
-        if let Ok(clone) = stream.try_clone() {
-            inner
-                .connections
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .push(clone);
-        }
-        let inner = inner.clone();
-        let _ = std::thread::Builder::new()
-            .name("alibaba-double-conn".into())
-            .spawn(move || serve_connection(stream, &inner));
     }
 }
 

@@ -54,18 +54,21 @@
 #![allow(dead_code)]
 // Each test binary uses only part of this support module.
 
+#[allow(clippy::duplicate_mod)]
+#[path = "double_server.rs"]
+mod double_server;
 #[path = "http_wire.rs"]
 mod http_wire;
 
 use std::collections::BTreeMap;
 use std::io::{BufReader, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::net::{SocketAddr, TcpStream};
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::thread::JoinHandle;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use serde_json::{Value, json};
+
+use double_server::DoubleServer;
 
 /// Routes a table holds at most unless a test sets otherwise: Azure's documented
 /// "User-defined routes per route table: 1,000" (azure-subscription-service-limits).
@@ -397,15 +400,13 @@ impl Operation {
 struct Inner {
     subscription: String,
     state: Mutex<State>,
-    shutdown: AtomicBool,
-    connections: Mutex<Vec<TcpStream>>,
     addr: SocketAddr,
 }
 
 /// The running double. Dropping it stops the server.
 pub struct ArmDouble {
     inner: Arc<Inner>,
-    acceptor: Option<JoinHandle<()>>,
+    server: DoubleServer,
 }
 
 impl ArmDouble {
@@ -413,11 +414,8 @@ impl ArmDouble {
     /// resources and no identities; LROs answer one `InProgress` poll and then end;
     /// the budget counters start at ARM's hourly 12 000 reads and 1 200 writes.
     pub fn start(subscription: &str) -> ArmDouble {
-        let listener =
-            TcpListener::bind("127.0.0.1:0").expect("bind the ARM double to a loopback port");
-        let addr = listener
-            .local_addr()
-            .expect("local address of the ARM double");
+        let bound = DoubleServer::bind("arm-double");
+        let addr = bound.addr();
         let inner = Arc::new(Inner {
             subscription: subscription.to_string(),
             state: Mutex::new(State {
@@ -443,21 +441,13 @@ impl ArmDouble {
                 serial: 0,
                 clock: Arc::new(Instant::now),
             }),
-            shutdown: AtomicBool::new(false),
-            connections: Mutex::new(Vec::new()),
             addr,
         });
-        let acceptor = {
+        let server = bound.serve({
             let inner = inner.clone();
-            std::thread::Builder::new()
-                .name("arm-double".into())
-                .spawn(move || accept_loop(listener, inner))
-                .expect("spawn the ARM double")
-        };
-        ArmDouble {
-            inner,
-            acceptor: Some(acceptor),
-        }
+            move |stream, _| serve_connection(stream, &inner)
+        });
+        ArmDouble { inner, server }
     }
 
     /// The base URL of ARM, of the Entra ID authority and of IMDS alike
@@ -797,46 +787,6 @@ impl ArmDouble {
 
 fn key(rg: &str, name: &str) -> (String, String) {
     (rg.to_ascii_lowercase(), name.to_ascii_lowercase())
-}
-
-impl Drop for ArmDouble {
-    fn drop(&mut self) {
-        self.inner.shutdown.store(true, Ordering::SeqCst);
-        for c in self
-            .inner
-            .connections
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .drain(..)
-        {
-            let _ = c.shutdown(std::net::Shutdown::Both);
-        }
-        let _ = TcpStream::connect(self.inner.addr);
-        if let Some(t) = self.acceptor.take() {
-            let _ = t.join();
-        }
-    }
-}
-
-fn accept_loop(listener: TcpListener, inner: Arc<Inner>) {
-    for stream in listener.incoming() {
-        if inner.shutdown.load(Ordering::SeqCst) {
-            return;
-        }
-        let Ok(stream) = stream else { continue };
-        let _ = stream.set_nodelay(true);
-        if let Ok(clone) = stream.try_clone() {
-            inner
-                .connections
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .push(clone);
-        }
-        let inner = inner.clone();
-        let _ = std::thread::Builder::new()
-            .name("arm-double-conn".into())
-            .spawn(move || serve_connection(stream, &inner));
-    }
 }
 
 // ---------------------------------------------------------------------------------

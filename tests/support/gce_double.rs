@@ -26,19 +26,22 @@
 #![allow(dead_code)]
 // Each test binary uses only part of this support module.
 
+#[allow(clippy::duplicate_mod)]
+#[path = "double_server.rs"]
+mod double_server;
 #[path = "http_wire.rs"]
 mod http_wire;
 
 use std::collections::{BTreeMap, VecDeque};
 use std::io::{BufReader, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::net::TcpStream;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
-use std::thread::JoinHandle;
 use std::time::{Duration, Instant, SystemTime};
 
 use base64::Engine as _;
 use serde_json::{Value, json};
+
+use double_server::DoubleServer;
 
 /// The longest a `wait` call holds its reply (GCE holds up to two minutes).
 pub const WAIT_SLICE: Duration = Duration::from_secs(2);
@@ -178,15 +181,12 @@ struct Inner {
     base: String,
     project: String,
     public_key: Option<Vec<u8>>,
-    shutdown: AtomicBool,
-    connections: Mutex<Vec<TcpStream>>,
 }
 
 /// The double; stops when dropped.
 pub struct GceDouble {
     inner: Arc<Inner>,
-    addr: SocketAddr,
-    acceptor: Option<JoinHandle<()>>,
+    server: DoubleServer,
 }
 
 impl GceDouble {
@@ -195,8 +195,8 @@ impl GceDouble {
     /// default). Tokens are issued by its metadata server and token endpoint only;
     /// `public_key` (an RSA public key, DER) checks JWTs at `POST /token`.
     pub fn start(project: &str, network: &str, public_key: Option<Vec<u8>>) -> GceDouble {
-        let listener = TcpListener::bind("127.0.0.1:0").expect("bind the gce double");
-        let addr = listener.local_addr().expect("the gce double's address");
+        let bound = DoubleServer::bind("gce-double");
+        let addr = bound.addr();
         let inner = Arc::new(Inner {
             state: Mutex::new(State {
                 routes: BTreeMap::new(),
@@ -223,21 +223,12 @@ impl GceDouble {
             base: format!("http://{addr}/compute/v1/"),
             project: project.to_string(),
             public_key,
-            shutdown: AtomicBool::new(false),
-            connections: Mutex::new(Vec::new()),
         });
-        let acceptor = {
+        let server = bound.serve({
             let inner = inner.clone();
-            std::thread::Builder::new()
-                .name("gce-double".into())
-                .spawn(move || accept_loop(listener, inner))
-                .expect("spawn the gce double")
-        };
-        GceDouble {
-            inner,
-            addr,
-            acceptor: Some(acceptor),
-        }
+            move |stream, _| serve_connection(stream, &inner)
+        });
+        GceDouble { inner, server }
     }
 
     /// `http://127.0.0.1:PORT/compute/v1/`, for `api-endpoint`.
@@ -247,12 +238,12 @@ impl GceDouble {
 
     /// `127.0.0.1:PORT`, for `GCE_METADATA_HOST`.
     pub fn metadata_host(&self) -> String {
-        self.addr.to_string()
+        self.server.addr().to_string()
     }
 
     /// `http://127.0.0.1:PORT/token`, a key file's `token_uri`.
     pub fn token_uri(&self) -> String {
-        format!("http://{}/token", self.addr)
+        format!("http://{}/token", self.server.addr())
     }
 
     fn state(&self) -> MutexGuard<'_, State> {
@@ -276,7 +267,7 @@ impl GceDouble {
     /// `http://127.0.0.1:PORT/alt-token`, a `token-url` that accepts `body`.
     pub fn alt_token_url(&self, body: &str) -> String {
         self.state().alt_token_body = body.to_string();
-        format!("http://{}/alt-token", self.addr)
+        format!("http://{}/alt-token", self.server.addr())
     }
 
     /// Tokens handed out by the `token-url`.
@@ -440,51 +431,11 @@ impl GceDouble {
     }
 }
 
-impl Drop for GceDouble {
-    fn drop(&mut self) {
-        self.inner.shutdown.store(true, Ordering::SeqCst);
-        for c in self
-            .inner
-            .connections
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .drain(..)
-        {
-            let _ = c.shutdown(std::net::Shutdown::Both);
-        }
-        let _ = TcpStream::connect(self.addr);
-        if let Some(t) = self.acceptor.take() {
-            let _ = t.join();
-        }
-    }
-}
-
 fn issue(s: &mut State) -> String {
     s.issued += 1;
     let token = format!("ya29.double-token-{}", s.issued);
     s.tokens.push(token.clone());
     token
-}
-
-fn accept_loop(listener: TcpListener, inner: Arc<Inner>) {
-    for stream in listener.incoming() {
-        if inner.shutdown.load(Ordering::SeqCst) {
-            return;
-        }
-        let Ok(stream) = stream else { continue };
-        let _ = stream.set_nodelay(true);
-        if let Ok(clone) = stream.try_clone() {
-            inner
-                .connections
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .push(clone);
-        }
-        let inner = inner.clone();
-        let _ = std::thread::Builder::new()
-            .name("gce-double-conn".into())
-            .spawn(move || serve_connection(stream, &inner));
-    }
 }
 
 struct Request {

@@ -10,18 +10,21 @@
 #![allow(dead_code)]
 // Each test binary uses only part of this support module.
 
+#[allow(clippy::duplicate_mod)]
+#[path = "double_server.rs"]
+mod double_server;
 #[path = "http_wire.rs"]
 mod http_wire;
 
 use std::collections::{BTreeMap, VecDeque};
 use std::io::{BufReader, Write};
-use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::net::{Ipv4Addr, TcpStream};
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::thread::JoinHandle;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use serde_json::{Value, json};
+
+use double_server::DoubleServer;
 
 /// What an injected fault does to a matching request.
 #[derive(Clone, Debug)]
@@ -171,15 +174,12 @@ impl State {
 struct Inner {
     token: String,
     state: Mutex<State>,
-    shutdown: AtomicBool,
-    connections: Mutex<Vec<TcpStream>>,
 }
 
 /// The running double. Dropping it stops the server.
 pub struct HcloudDouble {
     inner: Arc<Inner>,
-    addr: SocketAddr,
-    acceptor: Option<JoinHandle<()>>,
+    server: DoubleServer,
 }
 
 impl HcloudDouble {
@@ -187,11 +187,6 @@ impl HcloudDouble {
     /// networks or servers, actions finish after 50 ms, and its rate limit is too high
     /// to matter until [`HcloudDouble::set_rate_limit`] lowers it.
     pub fn start(token: &str) -> HcloudDouble {
-        let listener =
-            TcpListener::bind("127.0.0.1:0").expect("bind the hcloud double to a loopback port");
-        let addr = listener
-            .local_addr()
-            .expect("local address of the hcloud double");
         let inner = Arc::new(Inner {
             token: token.to_string(),
             state: Mutex::new(State {
@@ -216,26 +211,17 @@ impl HcloudDouble {
                 clock: Arc::new(Instant::now),
                 route_limit: 100,
             }),
-            shutdown: AtomicBool::new(false),
-            connections: Mutex::new(Vec::new()),
         });
-        let acceptor = {
+        let server = DoubleServer::start("hcloud-double", {
             let inner = inner.clone();
-            std::thread::Builder::new()
-                .name("hcloud-double".into())
-                .spawn(move || accept_loop(listener, inner))
-                .expect("spawn the hcloud double")
-        };
-        HcloudDouble {
-            inner,
-            addr,
-            acceptor: Some(acceptor),
-        }
+            move |stream, _| serve_connection(stream, &inner)
+        });
+        HcloudDouble { inner, server }
     }
 
     /// The base URL to configure as `HCLOUD_ENDPOINT`.
     pub fn endpoint(&self) -> String {
-        format!("http://{}/v1", self.addr)
+        format!("http://{}/v1", self.server.addr())
     }
 
     pub fn token(&self) -> &str {
@@ -412,47 +398,6 @@ impl HcloudDouble {
     /// Requests answered 409 `conflict` (the network was busy).
     pub fn conflicts(&self) -> usize {
         self.state().log.iter().filter(|r| r.status == 409).count()
-    }
-}
-
-impl Drop for HcloudDouble {
-    fn drop(&mut self) {
-        self.inner.shutdown.store(true, Ordering::SeqCst);
-        for c in self
-            .inner
-            .connections
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .drain(..)
-        {
-            let _ = c.shutdown(std::net::Shutdown::Both);
-        }
-        // Wake the acceptor so that it sees the flag.
-        let _ = TcpStream::connect(self.addr);
-        if let Some(t) = self.acceptor.take() {
-            let _ = t.join();
-        }
-    }
-}
-
-fn accept_loop(listener: TcpListener, inner: Arc<Inner>) {
-    for stream in listener.incoming() {
-        if inner.shutdown.load(Ordering::SeqCst) {
-            return;
-        }
-        let Ok(stream) = stream else { continue };
-        let _ = stream.set_nodelay(true);
-        if let Ok(clone) = stream.try_clone() {
-            inner
-                .connections
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .push(clone);
-        }
-        let inner = inner.clone();
-        let _ = std::thread::Builder::new()
-            .name("hcloud-double-conn".into())
-            .spawn(move || serve_connection(stream, &inner));
     }
 }
 

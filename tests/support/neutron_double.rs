@@ -21,17 +21,20 @@
 #![allow(dead_code)]
 // Each test binary uses only part of this support module.
 
+#[allow(clippy::duplicate_mod)]
+#[path = "double_server.rs"]
+mod double_server;
 #[path = "http_wire.rs"]
 mod http_wire;
 
 use std::collections::BTreeMap;
 use std::io::{BufReader, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::net::TcpStream;
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::thread::JoinHandle;
 
 use serde_json::{Value, json};
+
+use double_server::DoubleServer;
 
 pub const APP_CREDENTIAL_ID: &str = "ac-route-controller";
 pub const APP_CREDENTIAL_SECRET: &str = "s3cret-never-logged";
@@ -127,23 +130,20 @@ struct State {
 struct Inner {
     state: Mutex<State>,
     base: String,
-    shutdown: AtomicBool,
-    connections: Mutex<Vec<TcpStream>>,
 }
 
 /// The double; stops when dropped.
 pub struct NeutronDouble {
     inner: Arc<Inner>,
-    addr: SocketAddr,
-    acceptor: Option<JoinHandle<()>>,
+    server: DoubleServer,
 }
 
 impl NeutronDouble {
     /// A double with one router `router_id`, no routes, no networks, `max_routes` 30
     /// (Neutron's default), `extraroute-atomic` if `atomic`.
     pub fn start(router_id: &str, atomic: bool) -> NeutronDouble {
-        let listener = TcpListener::bind("127.0.0.1:0").expect("bind the neutron double");
-        let addr = listener.local_addr().expect("the neutron double's address");
+        let bound = DoubleServer::bind("neutron-double");
+        let addr = bound.addr();
         let inner = Arc::new(Inner {
             state: Mutex::new(State {
                 atomic,
@@ -163,21 +163,12 @@ impl NeutronDouble {
                 next_id: 1,
             }),
             base: format!("http://{addr}"),
-            shutdown: AtomicBool::new(false),
-            connections: Mutex::new(Vec::new()),
         });
-        let acceptor = {
+        let server = bound.serve({
             let inner = inner.clone();
-            std::thread::Builder::new()
-                .name("neutron-double".into())
-                .spawn(move || accept_loop(listener, inner))
-                .expect("spawn the neutron double")
-        };
-        NeutronDouble {
-            inner,
-            addr,
-            acceptor: Some(acceptor),
-        }
+            move |stream, _| serve_connection(stream, &inner)
+        });
+        NeutronDouble { inner, server }
     }
 
     /// Keystone's v3 URL, for `auth-url`.
@@ -355,46 +346,6 @@ impl NeutronDouble {
 
     pub fn count(&self, call: &str) -> usize {
         self.state().log.iter().filter(|r| r.call() == call).count()
-    }
-}
-
-impl Drop for NeutronDouble {
-    fn drop(&mut self) {
-        self.inner.shutdown.store(true, Ordering::SeqCst);
-        for c in self
-            .inner
-            .connections
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .drain(..)
-        {
-            let _ = c.shutdown(std::net::Shutdown::Both);
-        }
-        let _ = TcpStream::connect(self.addr);
-        if let Some(t) = self.acceptor.take() {
-            let _ = t.join();
-        }
-    }
-}
-
-fn accept_loop(listener: TcpListener, inner: Arc<Inner>) {
-    for stream in listener.incoming() {
-        if inner.shutdown.load(Ordering::SeqCst) {
-            return;
-        }
-        let Ok(stream) = stream else { continue };
-        let _ = stream.set_nodelay(true);
-        if let Ok(clone) = stream.try_clone() {
-            inner
-                .connections
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .push(clone);
-        }
-        let inner = inner.clone();
-        let _ = std::thread::Builder::new()
-            .name("neutron-double-conn".into())
-            .spawn(move || serve_connection(stream, &inner));
     }
 }
 
