@@ -147,9 +147,36 @@ pub trait Routes: Send + Sync {
     }
 }
 
-/// A single create or delete as a batch of one, for a provider whose cloud writes its
-/// table only in batches (its `create_route` and `delete_route` are this).
-pub fn apply_one<R: Routes + ?Sized>(
+/// A single create as a batch of one, for a provider whose cloud writes its table
+/// only in batches (its `create_route` is this).
+pub fn create_as_batch<R: Routes + ?Sized>(
+    provider: &R,
+    cluster_name: &str,
+    name_hint: &str,
+    route: &Route,
+    target: &RouteTarget,
+) -> Result<(), CloudError> {
+    let change = RouteChange::Create {
+        route: route.clone(),
+        name_hint: name_hint.to_string(),
+        target: target.clone(),
+    };
+    apply_one(provider, cluster_name, change)
+}
+
+/// A single delete as a batch of one (such a provider's `delete_route`).
+pub fn delete_as_batch<R: Routes + ?Sized>(
+    provider: &R,
+    cluster_name: &str,
+    route: &Route,
+) -> Result<(), CloudError> {
+    let change = RouteChange::Delete {
+        route: route.clone(),
+    };
+    apply_one(provider, cluster_name, change)
+}
+
+fn apply_one<R: Routes + ?Sized>(
     provider: &R,
     cluster_name: &str,
     change: RouteChange,

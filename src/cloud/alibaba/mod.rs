@@ -1057,19 +1057,11 @@ impl Routes for AlibabaRoutes {
         route: &Route,
         target: &RouteTarget,
     ) -> Result<(), CloudError> {
-        let change = RouteChange::Create {
-            route: route.clone(),
-            name_hint: name_hint.to_string(),
-            target: target.clone(),
-        };
-        crate::provider::apply_one(self, cluster_name, change)
+        crate::provider::create_as_batch(self, cluster_name, name_hint, route, target)
     }
 
     fn delete_route(&self, cluster_name: &str, route: &Route) -> Result<(), CloudError> {
-        let change = RouteChange::Delete {
-            route: route.clone(),
-        };
-        crate::provider::apply_one(self, cluster_name, change)
+        crate::provider::delete_as_batch(self, cluster_name, route)
     }
 
     fn apply_changes(
